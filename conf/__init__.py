@@ -1,0 +1,1 @@
+"""Hydra configs, installed as the package ``dormouse.conf`` (see pyproject.toml)."""

@@ -1,0 +1,303 @@
+"""Typed configuration: dataclasses registered with Hydra's ConfigStore, composition, validation.
+
+The YAML files in ``conf/`` (installed as the package ``dormouse.conf``) set the defaults and presets;
+the dataclasses below are the schema. Composition runs in struct mode, so an unknown key or a ``+new=key``
+override is refused by Hydra itself. :func:`validate` then checks every value *before any work*: it returns
+one line per problem, naming the field, what was given and what is allowed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_module
+from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig, OmegaConf
+
+ARMS = ("rezero", "gr", "attnres")
+
+
+@dataclass
+class AttnResConfig:
+    """Attention Residuals options (attnres.md). Only read when ``model.use_attnres`` is true."""
+
+    block_size: int | None = None  # null = Full AttnRes; else S sublayers per block (Eq. 5-6)
+    form: str = "paper"  # "paper" (Eq. 2: q . RMSNorm(k)) or "sqrt_d" (ablation: L2 key / sqrt(d))
+    eps: float = 1e-6  # RMSNorm epsilon of the keys
+    gain: bool = True  # learned RMSNorm gain on the keys (initialised to ones)
+    query: str = "static"  # "static" pseudo-query w_l, or "input": w_l + U_l RMSNorm(v_last)
+
+
+@dataclass
+class ModelConfig:
+    d_model: int = 128
+    n_heads: int = 4
+    max_iter: int = 4  # iterations of the shared block; unrolled depth L = 2 * max_iter sublayers
+    mlp_hidden: int | None = None  # SwiGLU hidden width; null = 8/3 * d_model rounded up to a multiple of 32
+    use_attnres: bool = False
+    use_gr: bool = False
+    random_depth: bool = False  # each training step runs depth k ~ U{1..max_iter}, keyed on (seed, step)
+    tie_head: bool = True
+    rope_base: float = 10000.0
+    kernel: str = "auto"  # AttnRes read: "auto" | "triton" | "torch"
+    attnres: AttnResConfig = field(default_factory=AttnResConfig)
+
+
+@dataclass
+class DataConfig:
+    path: str | None = None  # null = the embedded Shakespeare corpus; else a local file or folder
+    hf_dataset: str | None = None  # a Hugging Face dataset name, loaded through `datasets`
+    hf_split: str = "train"
+    hf_text_field: str = "text"
+    seq_len: int = 128
+    val_fraction: float = 0.05  # the tail of the corpus, never trained on
+    eval_bytes: int = 65536  # how much of the val split the fixed eval set reads (whole windows)
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 1000
+    batch_size: int = 32  # global batch (split across ranks under torchrun)
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    warmup: int = 50
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0  # 0 disables clipping
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eval_every: int = 250
+    device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
+    seed: int = 1337
+    compile: bool = False  # torch.compile the shared block's sublayers
+    readout: str = "all"  # "all": mean CE over every iteration's readout; "last": the final one only
+    ckpt_every: int = 0  # 0 = only the final checkpoint
+    keep_ckpts: int = 2
+    resume: str = "never"  # "never" | "auto" | a checkpoint path
+    overwrite: bool = False  # allow starting a new run in a directory that holds another run
+    nonfinite: str = "stop"  # "stop" | "skip": what a NaN/inf loss does
+    arm_seed: int | None = None  # RNG stream of the arm-specific parameters; null = derived from seed
+
+
+@dataclass
+class LoggingConfig:
+    wandb: str = "disabled"  # "disabled" | "offline" | "online"
+    wandb_project: str = "dormouse"
+    wandb_group: str | None = None
+    wandb_job_type: str | None = None
+    progress: str = "auto"  # "auto" (a rich bar on a terminal) | "on" | "off"
+
+
+@dataclass
+class RunConfig:
+    name: str | None = None  # null = "<arm>-<start time>"
+    dir: str = "runs"
+
+
+@dataclass
+class DormouseConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+
+def register_configs() -> None:
+    """Register the schema; ``conf/config.yaml`` extends it with ``defaults: [dormouse_schema, ...]``."""
+    ConfigStore.instance().store(name="dormouse_schema", node=DormouseConfig)
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run. ``lines`` holds one message per bad field."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+def compose_config(overrides: list[str] | None = None, config_name: str = "config") -> DictConfig:
+    """Compose ``conf/config.yaml`` with Hydra overrides (``key=value``), in struct mode.
+
+    Hydra's own errors (unknown key, bad type, missing preset) are re-raised as :class:`ConfigError`
+    carrying the useful text, which Hydra keeps in ``__cause__``.
+    """
+    overrides = list(overrides or [])
+    additions = [o for o in overrides if o.startswith("+")]
+    if additions:
+        raise ConfigError(
+            [f"override {o!r} adds a key: the config is closed (struct mode); only existing keys can be set "
+             "(see `dormouse validate` for the full list)" for o in additions]
+        )
+    register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_module(config_module="dormouse.conf", version_base="1.3"):
+            cfg = compose(config_name=config_name, overrides=overrides)
+        # A root-level key that is not in the schema slips past Hydra's struct check: merge onto the
+        # schema so it is refused as well.
+        cfg = OmegaConf.merge(OmegaConf.structured(DormouseConfig), cfg)
+    except Exception as exc:  # Hydra wraps OmegaConf errors; show the cause, not the wrapper
+        raise ConfigError([_hydra_error_text(exc)]) from exc
+    finally:
+        GlobalHydra.instance().clear()
+    OmegaConf.set_struct(cfg, True)
+    return cfg
+
+
+def _hydra_error_text(exc: BaseException) -> str:
+    parts = [f"{type(exc).__name__}: {exc}".strip()]
+    cause = exc.__cause__ or exc.__context__
+    seen = {id(exc)}
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        text = str(cause).strip()
+        if text and text not in parts[-1]:
+            parts.append(text)
+        cause = cause.__cause__ or cause.__context__
+    return "config: " + " | ".join(p.replace("\n", " ") for p in parts)
+
+
+def arm_name(cfg: DictConfig | DormouseConfig) -> str:
+    """The arm a config selects: ``attnres``, ``gr`` or ``rezero`` (both flags false)."""
+    if cfg.model.use_attnres:
+        return "attnres"
+    if cfg.model.use_gr:
+        return "gr"
+    return "rezero"
+
+
+def _bad(lines: list[str], key: str, given: Any, allowed: str) -> None:
+    lines.append(f"{key}={given!r} is invalid: {allowed}")
+
+
+def validate(cfg: DictConfig) -> list[str]:
+    """Every problem with ``cfg``, one line each (field, given value, what is allowed). Empty = runnable.
+
+    Pure: creates nothing, touches no device beyond asking whether CUDA exists.
+    """
+    lines: list[str] = []
+    m, d, t, lg = cfg.model, cfg.data, cfg.train, cfg.logging
+
+    if m.use_attnres and m.use_gr:
+        lines.append(
+            "model.use_attnres=true and model.use_gr=true: the arms are mutually exclusive; "
+            "set at most one of model.use_attnres, model.use_gr (both false = ReZero)"
+        )
+    if m.max_iter < 1:
+        _bad(lines, "model.max_iter", m.max_iter, "must be >= 1")
+    if m.d_model < 1:
+        _bad(lines, "model.d_model", m.d_model, "must be >= 1")
+    if m.n_heads < 1:
+        _bad(lines, "model.n_heads", m.n_heads, "must be >= 1")
+    elif m.d_model % m.n_heads != 0:
+        lines.append(
+            f"model.n_heads={m.n_heads} does not divide model.d_model={m.d_model}: "
+            "choose n_heads that divides d_model"
+        )
+    elif (m.d_model // m.n_heads) % 2 != 0:
+        lines.append(
+            f"model.d_model/model.n_heads={m.d_model // m.n_heads} is odd: RoPE needs an even head dimension"
+        )
+    if m.mlp_hidden is not None and m.mlp_hidden < 1:
+        _bad(lines, "model.mlp_hidden", m.mlp_hidden, "must be >= 1 or null")
+    if m.kernel not in ("auto", "triton", "torch"):
+        _bad(lines, "model.kernel", m.kernel, "one of auto, triton, torch")
+
+    a = m.attnres
+    if a.form not in ("paper", "sqrt_d"):
+        _bad(lines, "model.attnres.form", a.form, "one of paper, sqrt_d")
+    if a.query not in ("static", "input"):
+        _bad(lines, "model.attnres.query", a.query, "one of static, input")
+    if a.eps < 0:
+        _bad(lines, "model.attnres.eps", a.eps, "must be >= 0")
+    if a.block_size is not None:
+        if a.block_size < 1:
+            _bad(lines, "model.attnres.block_size", a.block_size, "must be >= 1 or null (Full AttnRes)")
+        if not m.use_attnres:
+            lines.append(
+                f"model.attnres.block_size={a.block_size} is set but model.use_attnres=false: "
+                "set model.use_attnres=true or leave block_size null"
+            )
+        if a.query == "input":
+            lines.append(
+                f"model.attnres.query=input with model.attnres.block_size={a.block_size}: the Block "
+                "two-phase schedule needs input-independent queries; use query=static or block_size=null"
+            )
+
+    if d.seq_len < 1:
+        _bad(lines, "data.seq_len", d.seq_len, "must be >= 1")
+    if not 0.0 < d.val_fraction < 1.0:
+        _bad(lines, "data.val_fraction", d.val_fraction, "must be in (0, 1)")
+    if d.eval_bytes < 1:
+        _bad(lines, "data.eval_bytes", d.eval_bytes, "must be >= 1")
+    if d.path is not None and d.hf_dataset is not None:
+        lines.append("data.path and data.hf_dataset are both set: choose one source")
+    if d.path is not None and not Path(os.path.expanduser(str(d.path))).exists():
+        _bad(lines, "data.path", d.path, "no such file or folder; give an existing file or folder of text")
+
+    for key in ("steps", "batch_size", "eval_every"):
+        if t[key] <= 0:
+            _bad(lines, f"train.{key}", t[key], "must be > 0")
+    if not t.lr > 0:
+        _bad(lines, "train.lr", t.lr, "must be > 0")
+    if t.warmup < 0:
+        _bad(lines, "train.warmup", t.warmup, "must be >= 0")
+    if not 0.0 <= t.min_lr_ratio <= 1.0:
+        _bad(lines, "train.min_lr_ratio", t.min_lr_ratio, "must be in [0, 1]")
+    if t.weight_decay < 0:
+        _bad(lines, "train.weight_decay", t.weight_decay, "must be >= 0")
+    if t.grad_clip < 0:
+        _bad(lines, "train.grad_clip", t.grad_clip, "must be >= 0 (0 disables clipping)")
+    if t.ckpt_every < 0:
+        _bad(lines, "train.ckpt_every", t.ckpt_every, "must be >= 0 (0 = final checkpoint only)")
+    if t.keep_ckpts < 1:
+        _bad(lines, "train.keep_ckpts", t.keep_ckpts, "must be >= 1")
+    if t.readout not in ("all", "last"):
+        _bad(lines, "train.readout", t.readout, "one of all, last")
+    if t.nonfinite not in ("stop", "skip"):
+        _bad(lines, "train.nonfinite", t.nonfinite, "one of stop, skip")
+    if t.resume not in ("never", "auto") and not Path(str(t.resume)).exists():
+        _bad(lines, "train.resume", t.resume, "never, auto, or the path of an existing checkpoint")
+    _check_device(lines, str(t.device))
+
+    if lg.wandb not in ("disabled", "offline", "online"):
+        _bad(lines, "logging.wandb", lg.wandb, "one of disabled, offline, online")
+    if lg.progress not in ("auto", "on", "off"):
+        _bad(lines, "logging.progress", lg.progress, "one of auto, on, off")
+    return lines
+
+
+def _check_device(lines: list[str], device: str) -> None:
+    import torch
+
+    if device in ("auto", "cpu"):
+        return
+    if device == "cuda" or device.startswith("cuda:"):
+        index = device.partition(":")[2]
+        if index and not index.isdigit():
+            _bad(lines, "train.device", device, "auto, cpu, cuda or cuda:N")
+            return
+        if not torch.cuda.is_available():
+            lines.append(
+                f"train.device={device!r} was asked for but CUDA is not available on this machine "
+                f"(torch {torch.__version__}, cuda build: {torch.version.cuda}); use train.device=cpu or auto"
+            )
+        elif index and int(index) >= torch.cuda.device_count():
+            lines.append(
+                f"train.device={device!r}: only {torch.cuda.device_count()} CUDA device(s) are visible"
+            )
+        return
+    _bad(lines, "train.device", device, "auto, cpu, cuda or cuda:N")
+
+
+def load_config(overrides: list[str] | None = None) -> DictConfig:
+    """Compose and validate; raises :class:`ConfigError` with every bad field."""
+    cfg = compose_config(overrides)
+    problems = validate(cfg)
+    if problems:
+        raise ConfigError(problems)
+    return cfg

@@ -1,0 +1,1 @@
+"""Fused Triton kernels for the AttnRes depth read, installed as ``dormouse_kernels``."""
