@@ -1,0 +1,187 @@
+"""Residual arms: how a sublayer's output is folded into the state (model.md, "The arms").
+
+One interface, three implementations; the loop driver (:mod:`dormouse.model`) never branches on the arm::
+
+    state = arm.begin(embedding)
+    for each iteration k, for each sublayer slot s (2 per iteration: attention, MLP):
+        out = sublayer(arm.sublayer_input(state, s))
+        state = arm.absorb(state, s, out)
+    logits_k = head(norm(arm.readout_input(state, k)))
+
+Every arm parameter is per *slot* (one per sublayer per iteration, plus one per readout for AttnRes): the
+block's weights are shared across iterations, but each unrolled depth has its own arm parameters.
+Each arm counts ``ran`` (:data:`dormouse.probes.PROBES`) at the point where its aggregation becomes the
+state; the loop driver counts ``asked``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from dormouse.attnres import BlockAttnResState, depth_attend
+from dormouse.config import AttnResConfig
+from dormouse.probes import PROBES
+
+State = Any
+
+
+class ResidualArm(nn.Module):
+    """The residual-arm interface. ``name`` is the counter and eval-line name."""
+
+    name: str = ""
+
+    def __init__(self, d_model: int, max_iter: int) -> None:
+        super().__init__()
+        self.d_model = d_model
+        self.max_iter = max_iter
+        self.n_slots = 2 * max_iter
+
+    def begin(self, embedding: Tensor) -> State:
+        raise NotImplementedError
+
+    def sublayer_input(self, state: State, slot: int) -> Tensor:
+        raise NotImplementedError
+
+    def absorb(self, state: State, slot: int, output: Tensor) -> State:
+        raise NotImplementedError
+
+    def readout_input(self, state: State, k: int) -> Tensor:
+        """What the head reads after iteration ``k`` (0-based)."""
+        raise NotImplementedError
+
+    def no_decay_names(self) -> set[str]:
+        """Parameter names (relative to the arm) excluded from weight decay: scalars, biases, queries, gains."""
+        return {name for name, p in self.named_parameters() if p.ndim < 2 or not name.endswith("weight")}
+
+
+class ReZero(ResidualArm):
+    """ReZero (Bachlechner et al. 2020): ``x <- x + alpha_s f(x)``, one scalar alpha_s per slot, init 0."""
+
+    name = "rezero"
+
+    def __init__(self, d_model: int, max_iter: int) -> None:
+        super().__init__(d_model, max_iter)
+        self.alpha = nn.Parameter(torch.zeros(self.n_slots))
+
+    def begin(self, embedding: Tensor) -> Tensor:
+        return embedding
+
+    def sublayer_input(self, state: Tensor, slot: int) -> Tensor:
+        return state
+
+    def absorb(self, state: Tensor, slot: int, output: Tensor) -> Tensor:
+        new_state = state + self.alpha[slot].to(output.dtype) * output
+        PROBES.count_ran(self.name)
+        return new_state
+
+    def readout_input(self, state: Tensor, k: int) -> Tensor:
+        return state
+
+
+class GatedResidual(ResidualArm):
+    """Gated residual, the output gate of GTrXL (Parisotto et al. 2019, §3).
+
+    ``x <- x + sigmoid(W RMSNorm(x) + b_s) * f(x)``. W (d x d, one for attention sublayers, one for MLP
+    sublayers, shared across iterations like the block) starts at 0; the bias b_s (per slot) starts at -2,
+    so the gate starts at sigmoid(-2) ~ 0.12 everywhere: a sigmoid-bounded per-channel ReZero until W
+    learns to depend on the input. GR - ReZero therefore measures input-dependent gating.
+    """
+
+    name = "gr"
+
+    def __init__(self, d_model: int, max_iter: int) -> None:
+        super().__init__(d_model, max_iter)
+        self.gate_attn = nn.Linear(d_model, d_model, bias=False)
+        self.gate_mlp = nn.Linear(d_model, d_model, bias=False)
+        self.bias = nn.Parameter(torch.full((self.n_slots, d_model), -2.0))
+        nn.init.zeros_(self.gate_attn.weight)
+        nn.init.zeros_(self.gate_mlp.weight)
+
+    def begin(self, embedding: Tensor) -> Tensor:
+        return embedding
+
+    def sublayer_input(self, state: Tensor, slot: int) -> Tensor:
+        return state
+
+    def absorb(self, state: Tensor, slot: int, output: Tensor) -> Tensor:
+        gate_proj = self.gate_attn if slot % 2 == 0 else self.gate_mlp
+        normed = F.rms_norm(state, (self.d_model,))
+        gate = torch.sigmoid(gate_proj(normed) + self.bias[slot].to(normed.dtype))
+        new_state = state + gate * output
+        PROBES.count_ran(self.name)
+        return new_state
+
+    def readout_input(self, state: Tensor, k: int) -> Tensor:
+        return state
+
+
+class AttnRes(ResidualArm):
+    """Attention Residuals (Kimi Team, arXiv:2603.15031), Full (Eq. 1-4) or Block (Eq. 5-6).
+
+    No running sum: sublayer l reads the softmax mixture of the sources so far, ``h_l = sum_i alpha_i v_i``
+    with ``alpha = softmax_i(w_l . RMSNorm_l(v_i))`` (no temperature; keys normalised, values raw; one
+    joint softmax), and its output becomes a new source. Per slot: a pseudo-query w_l (zero-initialised, so
+    at initialisation every input is the plain mean of its sources) and a key-RMSNorm gain g_l (ones).
+
+    Readout (attnres.md, "The readout" — our resolution of a gap in the paper): each readout point k has
+    its own zero-initialised query and gain and reads every source available after iteration k, so the
+    readout after iteration k always contains iteration k's work.
+
+    Input-dependent query (paper §5.3; the paper does not say what it is projected from — OUR READING):
+    ``q_l = w_l + U_l RMSNorm(v_last)`` with v_last the most recent source and U_l (d x d, per slot)
+    zero-initialised, so at initialisation it equals the static query.
+
+    Block mode trains with the direct Eq. 6 form; in eval mode it runs Algorithm 1's two-phase schedule
+    (:meth:`_two_phase_input`), which gives the same logits (pinned by a test).
+    """
+
+    name = "attnres"
+
+    def __init__(self, d_model: int, max_iter: int, cfg: AttnResConfig, kernel: str = "torch") -> None:
+        super().__init__(d_model, max_iter)
+        self.block_size = cfg.block_size
+        self.form = str(cfg.form)
+        self.eps = float(cfg.eps)
+        self.input_query = cfg.query == "input"
+        self.kernel = kernel  # the resolved path ("torch" or "triton"); see dormouse.attnres.resolve_kernel
+        n_reads = self.n_slots + max_iter  # one per sublayer slot, one per readout point
+        self.queries = nn.Parameter(torch.zeros(n_reads, d_model))
+        self.gains = nn.Parameter(torch.ones(n_reads, d_model)) if cfg.gain else None
+        self.query_proj = nn.Parameter(torch.zeros(n_reads, d_model, d_model)) if self.input_query else None
+
+    def begin(self, embedding: Tensor) -> State:
+        return BlockAttnResState(embedding, self.block_size or 1)
+
+    def _read(self, state: BlockAttnResState, index: int) -> Tensor:
+        sources = state.sources()
+        query = self.queries[index]
+        if self.query_proj is not None:
+            last = F.rms_norm(sources[-1], (self.d_model,))
+            query = query + last @ self.query_proj[index].T  # per-token query [..., d]
+        gain = self.gains[index] if self.gains is not None else None
+        return depth_attend(sources, query, gain=gain, eps=self.eps, form=self.form, kernel=self.kernel)
+
+    def sublayer_input(self, state: BlockAttnResState, slot: int) -> Tensor:
+        h = self._read(state, slot)
+        PROBES.count_ran(self.name)
+        return h
+
+    def absorb(self, state: BlockAttnResState, slot: int, output: Tensor) -> BlockAttnResState:
+        state.push(output)
+        return state
+
+    def readout_input(self, state: BlockAttnResState, k: int) -> Tensor:
+        return self._read(state, self.n_slots + k)
+
+
+def build_arm(model_cfg: Any) -> ResidualArm:
+    """The arm a model config selects (validation has already refused both flags on)."""
+    if model_cfg.use_attnres:
+        return AttnRes(model_cfg.d_model, model_cfg.max_iter, model_cfg.attnres)
+    if model_cfg.use_gr:
+        return GatedResidual(model_cfg.d_model, model_cfg.max_iter)
+    return ReZero(model_cfg.d_model, model_cfg.max_iter)

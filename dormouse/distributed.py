@@ -1,0 +1,70 @@
+"""torch.distributed under torchrun: process-group set-up and the few collectives the loop needs.
+
+``torchrun --nproc_per_node=N -m dormouse train ...`` sets RANK, WORLD_SIZE and LOCAL_RANK; without them
+this is a single process and every helper here is a no-op. Backend: NCCL on CUDA, gloo on CPU.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def dist_info_from_env() -> DistInfo:
+    return DistInfo(
+        rank=int(os.environ.get("RANK", 0)),
+        world_size=int(os.environ.get("WORLD_SIZE", 1)),
+        local_rank=int(os.environ.get("LOCAL_RANK", 0)),
+    )
+
+
+def init_distributed(info: DistInfo, device: torch.device) -> None:
+    if info.enabled and not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend=backend)
+
+
+def shutdown_distributed(info: DistInfo) -> None:
+    if info.enabled and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_reduce_sum(values: list[float], info: DistInfo, device: torch.device) -> list[float]:
+    """Sum a few numbers across ranks (float64, so integer counters stay exact)."""
+    if not info.enabled:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t.tolist()
+
+
+def broadcast_flag(flag: bool, info: DistInfo, device: torch.device) -> bool:
+    """Any rank's flag (e.g. a signal arrived) becomes every rank's, so all ranks stop at the same step."""
+    if not info.enabled:
+        return flag
+    t = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item() > 0)
+
+
+def barrier(info: DistInfo) -> None:
+    if info.enabled:
+        dist.barrier()

@@ -1,0 +1,180 @@
+"""The looped byte-level LM (model.md): embedding -> one shared block run ``depth`` times -> readouts.
+
+Tokens are bytes (vocabulary 256). The block is the usual pre-norm pair of sublayers, causal
+self-attention with RoPE (PyTorch's ``scaled_dot_product_attention``) and a SwiGLU MLP; their weights are
+shared by every iteration. How each sublayer's output enters the state is the residual arm's business
+(:mod:`dormouse.arms`): the loop driver below is the same for all of them. After every iteration the model
+can read out logits through the final RMSNorm and the LM head (tied to the embedding by default).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from dormouse.arms import ResidualArm, build_arm
+from dormouse.probes import PROBES
+
+VOCAB = 256
+
+
+class RMSNorm(nn.Module):
+    """Zhang & Sennrich (2019): ``x / sqrt(mean(x^2) + eps) * g``, g initialised to ones."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rms_norm(x, (x.shape[-1],), self.weight.to(x.dtype), self.eps)
+
+
+def rope_tables(seq_len: int, head_dim: int, base: float, device: torch.device) -> tuple[Tensor, Tensor]:
+    """cos/sin tables of rotary position embeddings (Su et al. 2021), shape [seq_len, head_dim/2]."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+    angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate pairs (x1, x2) of the two halves of the head dimension by position-dependent angles."""
+    x1, x2 = x.float().chunk(2, dim=-1)
+    rotated = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+    return rotated.to(x.dtype)
+
+
+class CausalSelfAttention(nn.Module):
+    """Pre-norm causal self-attention with RoPE: ``f(x) = W_o SDPA(RoPE(W_q n(x)), RoPE(W_k n(x)), W_v n(x))``."""
+
+    def __init__(self, d_model: int, n_heads: int, rope_base: float) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.head_dim = d_model // n_heads
+        self.rope_base = rope_base
+        self.norm = RMSNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.proj = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        batch, seq, d = x.shape
+        q, k, v = self.qkv(self.norm(x)).split(d, dim=-1)
+        q, k, v = (t.view(batch, seq, self.n_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))
+        cos, sin = rope_tables(seq, self.head_dim, self.rope_base, x.device)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(batch, seq, d))
+
+
+class SwiGLU(nn.Module):
+    """Pre-norm SwiGLU MLP (Shazeer 2020): ``f(x) = W_down (silu(W_gate n(x)) * W_up n(x))``."""
+
+    def __init__(self, d_model: int, hidden: int) -> None:
+        super().__init__()
+        self.norm = RMSNorm(d_model)
+        self.gate_up = nn.Linear(d_model, 2 * hidden, bias=False)
+        self.down = nn.Linear(hidden, d_model, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate, up = self.gate_up(self.norm(x)).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
+
+
+def swiglu_hidden(d_model: int, mlp_hidden: int | None) -> int:
+    """8/3 d (the parameter count of a 4d GELU MLP), rounded up to a multiple of 32."""
+    if mlp_hidden is not None:
+        return int(mlp_hidden)
+    return 32 * math.ceil(8 * d_model / 3 / 32)
+
+
+class LoopedByteLM(nn.Module):
+    """Embedding -> shared block x depth (arm-mediated residuals) -> per-iteration readouts.
+
+    ``forward(idx, depth)`` returns the logits of every iteration's readout (``readouts="all"``) or of
+    the last one only (``"last"``), each [batch, seq, 256].
+    """
+
+    def __init__(self, cfg: Any, *, seed: int = 0, arm_seed: int | None = None) -> None:
+        super().__init__()
+        self.d_model = int(cfg.d_model)
+        self.max_iter = int(cfg.max_iter)
+        self.embed = nn.Embedding(VOCAB, self.d_model)
+        self.attn = CausalSelfAttention(self.d_model, int(cfg.n_heads), float(cfg.rope_base))
+        self.mlp = SwiGLU(self.d_model, swiglu_hidden(self.d_model, cfg.mlp_hidden))
+        self.final_norm = RMSNorm(self.d_model)
+        self.head = None if cfg.tie_head else nn.Linear(self.d_model, VOCAB, bias=False)
+        self.arm: ResidualArm = build_arm(cfg)
+        # Sublayers as called by the loop; `compile_sublayers` swaps in compiled versions, leaving the
+        # loop driver and the arm (where the probe counters live) eager.
+        self.sublayers: list[nn.Module] = [self.attn, self.mlp]
+        self.init_weights(seed, arm_seed if arm_seed is not None else seed + 1)
+
+    @torch.no_grad()
+    def init_weights(self, seed: int, arm_seed: int) -> None:
+        """Shared weights from one explicit RNG stream, arm parameters from another.
+
+        So for a given seed every arm starts from the same shared weights, and an arm's own parameters
+        cannot shift anyone else's initialisation (ab-protocol.md). Today every arm's parameters have a
+        deterministic paper-given init (zeros, ones, -2), so ``arm_seed`` changes nothing yet; it is kept
+        so an arm with random init cannot silently share the shared stream.
+        """
+        shared = torch.Generator().manual_seed(seed)
+        for name, module in self.named_modules():
+            if name.startswith("arm"):
+                continue
+            if isinstance(module, nn.Linear):
+                std = 0.02
+                if module is self.attn.proj or module is self.mlp.down:
+                    std = 0.02 / math.sqrt(2 * self.max_iter)  # GPT-2's residual-projection scaling
+                module.weight.copy_(torch.randn(module.weight.shape, generator=shared) * std)
+            elif isinstance(module, nn.Embedding):
+                module.weight.copy_(torch.randn(module.weight.shape, generator=shared) * 0.02)
+        self.arm_generator_seed = arm_seed
+
+    def compile_sublayers(self, backend: str = "inductor") -> None:
+        """``train.compile``: compile the heavy, shared sublayers; the loop and the arm stay eager."""
+        self.sublayers = [torch.compile(self.attn, backend=backend), torch.compile(self.mlp, backend=backend)]
+
+    def readout(self, x: Tensor) -> Tensor:
+        x = self.final_norm(x)
+        weight = self.embed.weight if self.head is None else self.head.weight
+        return F.linear(x, weight.to(x.dtype))
+
+    def forward(self, idx: Tensor, depth: int | None = None, readouts: str = "all") -> list[Tensor]:
+        depth = self.max_iter if depth is None else int(depth)
+        if not 1 <= depth <= self.max_iter:
+            raise ValueError(f"depth={depth} is outside 1..model.max_iter={self.max_iter}")
+        state = self.arm.begin(self.embed(idx))
+        logits: list[Tensor] = []
+        for k in range(depth):
+            for j, sublayer in enumerate(self.sublayers):
+                slot = 2 * k + j
+                out = sublayer(self.arm.sublayer_input(state, slot))
+                PROBES.count_asked(self.arm.name)
+                state = self.arm.absorb(state, slot, out)
+            if readouts == "all" or k == depth - 1:
+                logits.append(self.readout(self.arm.readout_input(state, k)))
+        return logits
+
+    def param_groups(self, weight_decay: float) -> list[dict[str, Any]]:
+        """AdamW groups: decay the matrices; no decay on gains, biases, arm scalars and queries."""
+        arm_no_decay = {f"arm.{n}" for n in self.arm.no_decay_names()}
+        decay, no_decay = [], []
+        for name, p in self.named_parameters():
+            if p.ndim < 2 or name in arm_no_decay:
+                no_decay.append(p)
+            else:
+                decay.append(p)
+        return [
+            {"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
+
+    def param_counts(self) -> dict[str, int]:
+        arm = sum(p.numel() for p in self.arm.parameters())
+        total = sum(p.numel() for p in self.parameters())
+        return {"params": total, "arm_params": arm}

@@ -1,0 +1,141 @@
+"""Config composition and validation: every bad value is refused before any work, naming the field."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dormouse.cli import app
+from dormouse.config import ConfigError, compose_config, load_config, validate
+
+runner = CliRunner()
+
+
+def run_cli(*args: str):
+    return runner.invoke(app, list(args))
+
+
+BAD_INPUTS = [
+    (["model.use_attnres=true", "model.use_gr=true"], ["model.use_attnres", "model.use_gr"]),
+    (["model.max_iter=0"], ["model.max_iter=0", ">= 1"]),
+    (["model.d_model=30", "model.n_heads=4"], ["model.n_heads=4", "model.d_model=30"]),
+    (["train.lr=0"], ["train.lr=0", "> 0"]),
+    (["train.lr=-1e-3"], ["train.lr=-0.001"]),
+    (["train.steps=0"], ["train.steps=0"]),
+    (["train.batch_size=-2"], ["train.batch_size=-2"]),
+    (["data.seq_len=0"], ["data.seq_len=0"]),
+    (["train.eval_every=0"], ["train.eval_every=0"]),
+    (["train.device=tpu"], ["train.device='tpu'", "auto, cpu, cuda"]),
+    (["data.path=/no/such/corpus"], ["data.path='/no/such/corpus'", "no such file"]),
+    (["model.attnres.block_size=2"], ["model.attnres.block_size=2", "model.use_attnres=false"]),
+    (["model.use_attnres=true", "model.attnres.block_size=0"], ["model.attnres.block_size=0"]),
+    (["model.use_attnres=true", "model.attnres.block_size=2", "model.attnres.query=input"],
+     ["model.attnres.query=input", "block_size"]),
+    (["model.kernel=cuda"], ["model.kernel='cuda'"]),
+    (["logging.wandb=yes"], ["logging.wandb='yes'"]),
+]
+
+
+@pytest.mark.parametrize(("overrides", "expected"), BAD_INPUTS, ids=[" ".join(o) for o, _ in BAD_INPUTS])
+def test_bad_value_is_refused_with_the_field_named_and_no_run_dir(tmp_path: Path, overrides, expected):
+    result = run_cli("train", f"run.dir={tmp_path / 'runs'}", *overrides)
+    assert result.exit_code == 2, result.output
+    for text in expected:
+        assert text in result.output, (text, result.output)
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "runs").exists(), "a refused config must not create a run directory"
+
+
+def test_validate_refuses_both_arms_naming_both_fields():
+    result = run_cli("validate", "model.use_attnres=true", "model.use_gr=true")
+    assert result.exit_code == 2
+    assert "model.use_attnres" in result.output and "model.use_gr" in result.output
+
+
+def test_cuda_asked_without_cuda_is_a_loud_error():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    result = run_cli("validate", "train.device=cuda")
+    assert result.exit_code == 2
+    assert "train.device='cuda'" in result.output and "CUDA is not available" in result.output
+
+
+def test_eval_every_beyond_steps_is_accepted():
+    assert validate(compose_config(["train.steps=10", "train.eval_every=100"])) == []
+
+
+def test_unknown_key_is_refused_with_hydras_cause():
+    result = run_cli("validate", "model.widht=64")
+    assert result.exit_code == 2
+    assert "widht" in result.output and "not in" in result.output  # the text from __cause__
+
+
+def test_adding_a_key_is_refused():
+    result = run_cli("validate", "+train.new_knob=1")
+    assert result.exit_code == 2
+    assert "+train.new_knob=1" in result.output
+
+
+def test_bad_type_shows_the_conversion_cause():
+    result = run_cli("validate", "model.max_iter=many")
+    assert result.exit_code == 2
+    assert "model.max_iter" in result.output and "many" in result.output
+
+
+def test_every_problem_is_reported_at_once():
+    with pytest.raises(ConfigError) as info:
+        load_config(["train.lr=0", "train.steps=0", "model.max_iter=0"])
+    assert len(info.value.lines) == 3
+
+
+def test_validate_prints_the_resolved_config():
+    result = run_cli("validate", "model.use_attnres=true", "model.attnres.block_size=2")
+    assert result.exit_code == 0, result.output
+    assert "use_attnres: true" in result.output and "block_size: 2" in result.output
+
+
+def test_presets_and_overrides_compose():
+    cpu = compose_config([])
+    big = compose_config(["preset=9m", "train.steps=7"])
+    assert cpu.model.d_model == 128 and big.model.d_model == 512
+    assert big.train.steps == 7  # a command-line override wins over the preset
+    assert compose_config(["preset=tiny"]).model.max_iter == 2
+
+
+def test_help_of_every_command_shows_examples():
+    for command in ("train", "validate", "ab", "logs"):
+        result = run_cli(command, "--help")
+        assert result.exit_code == 0
+        assert "Examples" in result.output and "dormouse " + command in result.output
+
+
+def test_wheel_ships_the_configs_kernels_and_corpus(tmp_path: Path):
+    """`pip install .` must find Hydra's configs outside the repo: they travel inside the wheel."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(tmp_path), str(repo)], check=True, capture_output=True, timeout=300)
+    (wheel,) = tmp_path.glob("dormouse-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for required in ("dormouse/conf/config.yaml", "dormouse/conf/preset/cpu.yaml", "dormouse/conf/preset/9m.yaml",
+                     "dormouse_kernels/__init__.py", "dormouse/corpus/shakespeare.txt.gz",
+                     "dormouse/corpus/PROVENANCE.json"):
+        assert required in names, f"{required} missing from the wheel"
+    # ... and a wheel installed elsewhere composes its configs with no repo in sight.
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
+                    str(wheel)], check=True, capture_output=True, timeout=300)
+    probe = ("import dormouse.config as c, sys; assert c.__file__.startswith(sys.argv[1]), c.__file__; "
+             "cfg = c.load_config(['preset=9m']); print(cfg.model.d_model)")
+    env = {"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", probe, str(target)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "512"

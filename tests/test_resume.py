@@ -1,0 +1,129 @@
+"""Runs that survive: checkpoints, bit-identical resume, interrupts, corrupt checkpoints, torchrun."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from dormouse.checkpoint import CheckpointError, atomic_save, list_checkpoints, load_checkpoint
+from dormouse.config import load_config
+from dormouse.train import TrainError, train
+
+TINY = ["preset=tiny", "train.steps=16", "train.eval_every=6", "data.eval_bytes=1024", "train.ckpt_every=4"]
+REPO = Path(__file__).resolve().parents[1]
+
+
+def masked(lines: list[str]) -> list[str]:
+    """Eval lines without tok/s: wall-clock throughput is the one field that cannot repeat."""
+    return [" ".join(p for p in ln.split() if not p.startswith("tok/s=")) for ln in lines]
+
+
+def evals(run_dir: Path) -> list[str]:
+    return [ln for ln in (run_dir / "train.log").read_text().splitlines() if ln.startswith("eval ")]
+
+
+@pytest.mark.parametrize("arm", [[], ["model.use_attnres=true", "model.random_depth=true"]])
+def test_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_path: Path, arm: list[str]):
+    full = train(load_config([*TINY, *arm, f"run.dir={tmp_path}", "run.name=full"]))
+    # Stop at step 9: mid eval-window (6..12) and between checkpoints (8, 12), the hardest place.
+    first = train(load_config([*TINY, *arm, f"run.dir={tmp_path}", "run.name=split"]), stop_at_step=9)
+    assert len(first.losses) == 9
+    second = train(load_config([*TINY, *arm, f"run.dir={tmp_path}", "run.name=split", "train.resume=auto"]))
+    assert first.losses + second.losses == full.losses  # exact: same floats at every step
+    assert masked(evals(tmp_path / "split")) == masked(evals(tmp_path / "full"))
+    rows_full = [json.loads(r) for r in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
+    rows_split = [json.loads(r) for r in (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["bpb"] for r in rows_full] == [r["bpb"] for r in rows_split]
+
+
+def test_only_the_last_k_checkpoints_are_kept(tmp_path: Path):
+    train(load_config([*TINY, "train.keep_ckpts=2", f"run.dir={tmp_path}", "run.name=r"]))
+    names = [p.name for p in list_checkpoints(tmp_path / "r" / "checkpoints")]
+    assert names == ["step_00000012.pt", "step_00000016.pt"]
+
+
+def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path: Path, capsys):
+    train(load_config([*TINY, f"run.dir={tmp_path}", "run.name=r"]), stop_at_step=9)
+    ckpts = list_checkpoints(tmp_path / "r" / "checkpoints")
+    newest = ckpts[-1]
+    newest.write_bytes(newest.read_bytes()[:100])  # truncated, as after a crash mid-copy
+    with pytest.raises(CheckpointError, match=str(newest)):
+        load_checkpoint(newest)
+    result = train(load_config([*TINY, f"run.dir={tmp_path}", "run.name=r", "train.resume=auto"]))
+    err = capsys.readouterr().err
+    assert str(newest) in err and "previous checkpoint" in err
+    assert len(result.losses) == 16 - int(ckpts[-2].stem.split("_")[1])
+
+
+def test_resume_with_a_different_config_names_the_keys(tmp_path: Path):
+    train(load_config([*TINY, f"run.dir={tmp_path}", "run.name=r"]), stop_at_step=5)
+    with pytest.raises(TrainError, match="model.d_model.*train.lr|train.lr.*model.d_model"):
+        train(load_config([*TINY, "model.d_model=64", "train.lr=1e-2", f"run.dir={tmp_path}", "run.name=r",
+                           "train.resume=auto"]))
+    # the step budget may change
+    more = train(load_config([*TINY, "train.steps=20", f"run.dir={tmp_path}", "run.name=r", "train.resume=auto"]))
+    assert more.metrics[-1]["step"] == 20
+
+
+def test_failed_write_leaves_the_previous_checkpoint_intact(tmp_path: Path, monkeypatch):
+    path = tmp_path / "step_00000001.pt"
+    atomic_save({"a": torch.ones(2)}, path)
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(CheckpointError, match="No space left on device"):
+        atomic_save({"a": torch.zeros(2)}, path)
+    monkeypatch.undo()
+    assert torch.equal(load_checkpoint(path)["a"], torch.ones(2))
+    assert [p.name for p in tmp_path.iterdir()] == [path.name], "a temporary file was left behind"
+
+
+def test_nonfinite_loss_stops_naming_the_step_and_checkpoint(tmp_path: Path):
+    with pytest.raises(TrainError, match=r"non-finite loss .* at step \d+"):
+        train(load_config([*TINY, "train.lr=1e6", "train.warmup=0", "train.grad_clip=0",
+                           f"run.dir={tmp_path}", "run.name=r"]))
+
+
+def test_nonfinite_skip_counts_skips_on_the_eval_line(tmp_path: Path):
+    result = train(load_config([*TINY, "train.lr=1e6", "train.warmup=0", "train.grad_clip=0",
+                                "train.nonfinite=skip", f"run.dir={tmp_path}", "run.name=r"]))
+    assert result.metrics[-1]["skipped"] > 0
+    assert f"skipped={result.metrics[-1]['skipped']}" in evals(tmp_path / "r")[-1]
+
+
+def _cli(args: list[str], **kw) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "dormouse", "train", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, **kw)
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_finishes_the_step_checkpoints_and_says_how_to_resume(tmp_path: Path, sig, code):
+    args = [*TINY, "train.steps=100000", "train.eval_every=100000", "train.ckpt_every=0",
+            f"run.dir={tmp_path}", "run.name=r"]
+    proc = _cli(args)
+    deadline = time.time() + 120
+    assert proc.stdout is not None
+    while time.time() < deadline:  # wait until training is under way
+        line = proc.stdout.readline()
+        if line.startswith("run "):
+            break
+    time.sleep(2.0)
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == code, out
+    assert "train.resume=auto" in out
+    ckpts = list_checkpoints(tmp_path / "r" / "checkpoints")
+    assert ckpts, "no checkpoint written on the signal"
+    stopped_at = load_checkpoint(ckpts[-1])["step"]
+    assert stopped_at > 0

@@ -1,0 +1,136 @@
+"""End to end through the CLI: each arm trains, writes its files, and its eval lines prove it ran."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from dormouse.cli import app
+from dormouse.config import load_config
+from dormouse.train import depth_for_step, lr_at, train
+
+runner = CliRunner()
+TINY = ["preset=tiny", "train.steps=12", "train.eval_every=6", "data.eval_bytes=1024"]
+ARMS = {
+    "rezero": [],
+    "gr": ["model.use_gr=true"],
+    "attnres": ["model.use_attnres=true"],
+    "attnres_block": ["model.use_attnres=true", "model.attnres.block_size=3"],
+}
+
+
+def eval_lines(run_dir: Path) -> list[str]:
+    return [ln for ln in (run_dir / "train.log").read_text().splitlines() if ln.startswith("eval ")]
+
+
+@pytest.mark.parametrize("arm", list(ARMS))
+def test_each_arm_trains_end_to_end_through_the_cli(tmp_path: Path, arm: str):
+    result = runner.invoke(app, ["train", *TINY, *ARMS[arm], f"run.dir={tmp_path}", "run.name=r"])
+    assert result.exit_code == 0, result.output
+    run_dir = tmp_path / "r"
+    for name in ("config.yaml", "provenance.json", "train.log", "metrics.jsonl"):
+        assert (run_dir / name).is_file(), name
+    assert list((run_dir / "checkpoints").glob("step_*.pt")), "no final checkpoint"
+    lines = eval_lines(run_dir)
+    assert len(lines) == 2 and "step=6 " in lines[0] and "step=12 " in lines[1]
+    assert (run_dir / "train.log").read_text().splitlines()[-1].startswith("done step=12")
+    rows = [json.loads(r) for r in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [6, 12]
+    name = "attnres" if arm.startswith("attnres") else arm
+    for row, line in zip(rows, lines):
+        # 6 steps per window x 2 iterations x 2 sublayers
+        assert row[f"{name}_ran"] == row[f"{name}_asked"] == 24, row
+        assert f"{name}=24/24" in line
+        for other in {"rezero", "gr", "attnres"} - {name}:
+            assert row[f"{other}_ran"] == row[f"{other}_asked"] == 0
+            assert f"{other}=0/0" in line
+        assert f"arm={name}" in line and "bpb@1=" in line and "bpb@2=" in line
+        assert row["bpb"] == row["bpb@2"] and 0 < row["bpb"] < 9
+    expected_kernel = "torch" if name == "attnres" else "none"
+    assert rows[-1]["kernel"] == expected_kernel and f"kernel={expected_kernel}" in lines[-1]
+    prov = json.loads((run_dir / "provenance.json").read_text())
+    assert prov["arm"] == name and prov["kernel"] == expected_kernel and "commit" in prov
+
+
+def test_random_depth_counters_count_the_depth_that_ran(tmp_path: Path):
+    cfg = load_config([*TINY, "model.max_iter=3", "model.random_depth=true", "model.use_gr=true",
+                       f"run.dir={tmp_path}", "run.name=r"])
+    result = train(cfg)
+    depths = [depth_for_step(cfg.train.seed, s, 3, True) for s in range(12)]
+    assert len(set(depths)) > 1, "the depth sequence should vary for this test to mean anything"
+    windows = [depths[:6], depths[6:]]
+    for row, window in zip(result.metrics, windows):
+        assert row["gr_asked"] == row["gr_ran"] == 2 * sum(window)
+        assert row["depth"] == pytest.approx(sum(window) / 6)
+
+
+def test_same_seed_gives_the_same_losses(tmp_path: Path):
+    a = train(load_config([*TINY, "model.use_attnres=true", f"run.dir={tmp_path}", "run.name=a"]))
+    b = train(load_config([*TINY, "model.use_attnres=true", f"run.dir={tmp_path}", "run.name=b"]))
+    assert a.losses == b.losses and len(a.losses) == 12
+    assert [r["bpb"] for r in a.metrics] == [r["bpb"] for r in b.metrics]
+
+
+def test_two_evaluations_of_one_model_agree_exactly(tmp_path: Path):
+    from dormouse.data import eval_windows, load_corpus
+    from dormouse.model import LoopedByteLM
+    from dormouse.train import evaluate
+
+    cfg = load_config([*TINY])
+    corpus = load_corpus(cfg.data)
+    x, y = eval_windows(corpus.val, seq_len=cfg.data.seq_len, eval_bytes=cfg.data.eval_bytes)
+    model = LoopedByteLM(cfg.model)
+    from contextlib import nullcontext
+
+    first = evaluate(model, x, y, 4, torch.device("cpu"), nullcontext)
+    second = evaluate(model, x, y, 7, torch.device("cpu"), nullcontext)
+    assert first["bpb"] == pytest.approx(second["bpb"], rel=1e-6)  # batching only changes summation order
+    assert first == evaluate(model, x, y, 4, torch.device("cpu"), nullcontext)
+
+
+def test_learning_rate_warms_up_then_decays_to_the_floor():
+    cfg = load_config(["train.steps=100", "train.warmup=10", "train.lr=1e-3", "train.min_lr_ratio=0.1"])
+    assert lr_at(0, cfg) == pytest.approx(1e-4)
+    assert lr_at(9, cfg) == pytest.approx(1e-3)
+    assert lr_at(100, cfg) == pytest.approx(1e-4)
+    assert lr_at(55, cfg) < lr_at(20, cfg)
+
+
+def test_existing_run_dir_is_refused_without_resume_or_overwrite(tmp_path: Path):
+    args = ["train", *TINY, f"run.dir={tmp_path}", "run.name=r"]
+    assert runner.invoke(app, args).exit_code == 0
+    again = runner.invoke(app, args)
+    assert again.exit_code == 1 and "already holds a run" in again.output
+    assert runner.invoke(app, [*args, "train.overwrite=true"]).exit_code == 0
+
+
+def test_data_path_of_local_text_files_trains(tmp_path: Path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("to be or not to be, that is the question. " * 40)
+    (corpus / "b.txt").write_text("whether tis nobler in the mind to suffer. " * 40)
+    result = runner.invoke(app, ["train", *TINY, "model.use_gr=true", f"data.path={corpus}",
+                                 f"run.dir={tmp_path / 'runs'}", "run.name=r"])
+    assert result.exit_code == 0, result.output
+    assert "files:" in (tmp_path / "runs" / "r" / "provenance.json").read_text()
+
+
+def test_bad_data_is_one_line_before_the_model_is_built(tmp_path: Path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    result = runner.invoke(app, ["train", *TINY, f"data.path={empty}", f"run.dir={tmp_path / 'runs'}"])
+    assert result.exit_code == 2 and str(empty) in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_wandb_offline_logs_without_prompting(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    result = runner.invoke(app, ["train", *TINY, "train.steps=6", "logging.wandb=offline",
+                                 f"run.dir={tmp_path}", "run.name=w"], input="")
+    assert result.exit_code == 0, result.output
+    assert list((tmp_path / "w").rglob("*.wandb")), "wandb offline wrote no run file"
