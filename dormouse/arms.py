@@ -16,13 +16,14 @@ state; the loop driver counts ``asked``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from dormouse.attnres import BlockAttnResState, depth_attend
+from dormouse.attnres import BlockAttnResState, depth_attend, online_softmax_merge, phase1_stats
 from dormouse.config import AttnResConfig
 from dormouse.probes import PROBES
 
@@ -153,29 +154,72 @@ class AttnRes(ResidualArm):
         self.gains = nn.Parameter(torch.ones(n_reads, d_model)) if cfg.gain else None
         self.query_proj = nn.Parameter(torch.zeros(n_reads, d_model, d_model)) if self.input_query else None
 
-    def begin(self, embedding: Tensor) -> State:
-        return BlockAttnResState(embedding, self.block_size or 1)
+    def begin(self, embedding: Tensor) -> _AttnResState:
+        return _AttnResState(BlockAttnResState(embedding, self.block_size or 1))
 
-    def _read(self, state: BlockAttnResState, index: int) -> Tensor:
-        sources = state.sources()
+    def _query_and_gain(self, index: int, sources: list[Tensor]) -> tuple[Tensor, Tensor | None]:
         query = self.queries[index]
         if self.query_proj is not None:
             last = F.rms_norm(sources[-1], (self.d_model,))
             query = query + last @ self.query_proj[index].T  # per-token query [..., d]
         gain = self.gains[index] if self.gains is not None else None
+        return query, gain
+
+    def _read(self, state: _AttnResState, index: int) -> Tensor:
+        """Eq. 2-4 over the sources Eq. 6 allows: the direct form."""
+        sources = state.blocks.sources()
+        query, gain = self._query_and_gain(index, sources)
         return depth_attend(sources, query, gain=gain, eps=self.eps, form=self.form, kernel=self.kernel)
 
-    def sublayer_input(self, state: BlockAttnResState, slot: int) -> Tensor:
-        h = self._read(state, slot)
+    def _two_phase_input(self, state: _AttnResState, slot: int) -> Tensor:
+        """Algorithm 1, streamed through the loop: the same mixture as :meth:`_read`, computed in two phases.
+
+        At a block's first layer, Phase 1 scores all of the block's queries at once against the completed
+        blocks ``[b_0 .. b_{n-1}]`` and keeps (m, l, o) per query; each layer then merges the one
+        intra-block source ``b_n^{i-1}`` (Phase 2) by the online-softmax merge.
+        """
+        blocks = state.blocks
+        i = blocks.layers_pushed % self.block_size  # 0-based position in the block
+        if i == 0:
+            completed = blocks.sources()  # no partial at a block's start: exactly [b_0 .. b_{n-1}]
+            end = min(slot + self.block_size, self.n_slots)
+            gains = self.gains[slot:end] if self.gains is not None else None
+            state.phase1 = phase1_stats(completed, self.queries[slot:end], gains=gains, eps=self.eps,
+                                        form=self.form)
+            state.phase1_start = slot
+        m1, l1, o1 = (t[slot - state.phase1_start] for t in state.phase1)
+        if i > 0:
+            partial = blocks.sources()[-1]  # b_n^{i-1}
+            gain = self.gains[slot : slot + 1] if self.gains is not None else None
+            m2, l2, o2 = phase1_stats([partial], self.queries[slot : slot + 1], gains=gain, eps=self.eps,
+                                      form=self.form)
+            m1, l1, o1 = online_softmax_merge(m1, l1, o1, m2[0], l2[0], o2[0])
+        return (o1 / l1.unsqueeze(-1)).to(blocks.embedding.dtype)
+
+    def uses_two_phase(self) -> bool:
+        """Block mode in eval runs Algorithm 1; training runs the direct Eq. 6 form."""
+        return not self.training and self.block_size is not None and self.query_proj is None
+
+    def sublayer_input(self, state: _AttnResState, slot: int) -> Tensor:
+        h = self._two_phase_input(state, slot) if self.uses_two_phase() else self._read(state, slot)
         PROBES.count_ran(self.name)
         return h
 
-    def absorb(self, state: BlockAttnResState, slot: int, output: Tensor) -> BlockAttnResState:
-        state.push(output)
+    def absorb(self, state: _AttnResState, slot: int, output: Tensor) -> _AttnResState:
+        state.blocks.push(output)
         return state
 
-    def readout_input(self, state: BlockAttnResState, k: int) -> Tensor:
+    def readout_input(self, state: _AttnResState, k: int) -> Tensor:
         return self._read(state, self.n_slots + k)
+
+
+@dataclass
+class _AttnResState:
+    """AttnRes's loop state: the Eq. 6 source sets, plus Algorithm 1's Phase-1 statistics in eval."""
+
+    blocks: BlockAttnResState
+    phase1: tuple[Tensor, Tensor, Tensor] | None = None
+    phase1_start: int = 0
 
 
 def build_arm(model_cfg: Any) -> ResidualArm:

@@ -88,15 +88,10 @@ def ab(
     root: Path = typer.Option(Path("runs/ab"), help="Where comparisons are written."),
 ) -> None:
     """Run a registered A/B comparison to a verdict (resumable: rerun to continue)."""
-    from dormouse.ab.runner import ComparisonError, run_comparison
+    from dormouse.ab.runner import ab_command
 
-    try:
-        out = run_comparison(name, list(overrides or []), restart=restart, root=root)
-    except (ComparisonError, ConfigError) as exc:
-        for line in getattr(exc, "lines", None) or [str(exc)]:
-            err.print(f"[bold red]error:[/] {line}", markup=True, soft_wrap=True)
-        raise typer.Exit(2) from None
-    print(f"report: {out / 'report.md'}")
+    # 0 all pairs finished; 1 a pair failed (marked in the report); 2 refused before any run; 130/143 interrupted
+    raise typer.Exit(ab_command(name, list(overrides or []), restart=restart, root=root))
 
 
 @app.command(epilog="""[bold]Examples[/]\n

@@ -326,6 +326,8 @@ def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: st
            stop_at_step: int | None) -> TrainResult:
     t = cfg.train
     main = info.is_main
+    if device.type == "cuda":  # pairs of an A/B run share a process: each reports its own peak
+        torch.cuda.reset_peak_memory_stats(device)
     model = LoopedByteLM(cfg.model, seed=int(t.seed), arm_seed=t.arm_seed).to(device)
     if cfg.model.use_attnres:
         model.arm.kernel = kernel

@@ -182,3 +182,38 @@ def test_same_seed_gives_the_same_initial_weights_across_arms():
     rezero, gr = tiny_model("rezero"), tiny_model("gr")
     assert torch.equal(rezero.attn.qkv.weight, gr.attn.qkv.weight)
     assert torch.equal(rezero.embed.weight, gr.embed.weight)
+
+
+@pytest.mark.parametrize("block_size", [1, 2, 3, 4])
+def test_block_two_phase_eval_gives_the_direct_forms_logits(block_size: int):
+    """Eval runs Algorithm 1 (two-phase), training the direct Eq. 6 form: same logits, in float64."""
+    model = tiny_model("attnres_block", f"model.attnres.block_size={block_size}").double()
+    trained_a_little(model)
+    with torch.no_grad():
+        model.arm.queries.copy_(torch.randn(model.arm.queries.shape, generator=torch.Generator().manual_seed(5)))
+        idx = batch()
+        model.train()
+        direct = model(idx)
+        model.eval()
+        assert model.arm.uses_two_phase() == (block_size is not None)
+        two_phase = model(idx)
+    for k, (a, b) in enumerate(zip(direct, two_phase), start=1):
+        dev = (a - b).abs().max().item()
+        # float64: the merge reorders a handful of exp/sum terms; ~1e-16 relative on O(1) logits.
+        assert dev < 1e-12, f"readout {k}: two-phase differs from direct (deviation={dev:.3e})"
+
+
+def test_block_two_phase_is_what_eval_runs():
+    """The equivalence above would be vacuous if eval never took the two-phase path."""
+    model = tiny_model("attnres_block").eval()
+    calls = {"n": 0}
+    original = model.arm._two_phase_input
+
+    def counting(state, slot):
+        calls["n"] += 1
+        return original(state, slot)
+
+    model.arm._two_phase_input = counting
+    with torch.no_grad():
+        model(batch())
+    assert calls["n"] == 2 * 3

@@ -127,3 +127,22 @@ def test_signal_finishes_the_step_checkpoints_and_says_how_to_resume(tmp_path: P
     assert ckpts, "no checkpoint written on the signal"
     stopped_at = load_checkpoint(ckpts[-1])["step"]
     assert stopped_at > 0
+
+
+def test_sigkill_loses_at_most_ckpt_every_steps(tmp_path: Path):
+    args = [*TINY, "train.steps=100000", "train.eval_every=100000", "train.ckpt_every=3",
+            f"run.dir={tmp_path}", "run.name=r"]
+    proc = _cli(args)
+    ckpt_dir = tmp_path / "r" / "checkpoints"
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list_checkpoints(ckpt_dir)) < 2:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    newest = load_checkpoint(list_checkpoints(ckpt_dir)[-1])["step"]
+    # No temporary file is mistaken for a checkpoint, and the newest one is whole.
+    assert newest % 3 == 0 and newest >= 3
+    resumed = train(load_config([*args[:-2], "train.steps=" + str(newest + 2), f"run.dir={tmp_path}",
+                                 "run.name=r", "train.resume=auto"]))
+    assert len(resumed.losses) == 2, "resume restarted from the newest checkpoint"

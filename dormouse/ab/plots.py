@@ -1,0 +1,103 @@
+"""The comparison's plots (ab-protocol.md, "Outputs"): eval bpb vs tokens per arm (seeds thin, their mean
+thick) and final bpb by depth. Drawn with matplotlib's object API on the Agg canvas, never pyplot, so
+nothing depends on (or changes) the process's global backend or display.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from dormouse.ab.report import RunRecord
+
+CURVES_NAME = "bpb_vs_tokens.png"
+DEPTH_NAME = "bpb_by_depth.png"
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and bool(np.isfinite(x))
+
+
+def plot_curves(records: list[RunRecord], arms: list[str], out: Path, aa_arm: str | None = None) -> Path:
+    """Eval bpb vs training tokens: one colour per arm, each seed thin, the mean over seeds thick (the A/A
+    arm dashed: it often lies exactly on the baseline).
+
+    The mean is taken at the steps every seed of the arm reached (the runs share the eval schedule).
+    """
+    fig = Figure(figsize=(8, 5), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    cycle = [f"C{i}" for i in range(10)]
+    for i, arm in enumerate(arms):
+        colour = cycle[i % len(cycle)]
+        by_step: dict[int, list[tuple[float, float]]] = defaultdict(list)
+        runs = [r for r in records if r.arm == arm]
+        for r in runs:
+            pts = [(x["tokens"], x["bpb"]) for x in r.rows
+                   if _finite(x.get("bpb")) and _finite(x.get("tokens"))]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colour, linewidth=0.8, alpha=0.45)
+            for x in r.rows:
+                if _finite(x.get("bpb")) and _finite(x.get("tokens")):
+                    by_step[int(x["step"])].append((float(x["tokens"]), float(x["bpb"])))
+        shared = sorted(s for s, v in by_step.items() if len(v) == len(runs) and runs)
+        if shared:
+            mx = [np.mean([t for t, _ in by_step[s]]) for s in shared]
+            my = [np.mean([b for _, b in by_step[s]]) for s in shared]
+            ax.plot(mx, my, color=colour, linewidth=2.4, linestyle="--" if arm == aa_arm else "-",
+                    label=f"{arm} (n={len(runs)})")
+    ax.set_xlabel("training tokens (bytes)")
+    ax.set_ylabel("eval bpb")
+    ax.set_title("Eval bpb vs tokens (thin: seeds, thick: mean)")
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out)
+    return out
+
+
+def plot_depth(results: dict[str, Any], out: Path) -> Path:
+    """Final bpb at each depth 1..max_iter per arm: mean over seeds, error bars ± sd across seeds."""
+    fig = Figure(figsize=(7, 4.5), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    arms = results["arms"]
+    names = list(arms)
+    for i, name in enumerate(names):
+        finals = [run["final"] for run in results["runs"] if run["arm"] == name and run["final"]]
+        keys = sorted({k for f in finals for k in f if k.startswith("bpb@")}, key=lambda k: int(k[4:]))
+        if not keys:
+            continue
+        depths, means, sds = [], [], []
+        for k in keys:
+            vals = [f[k] for f in finals if _finite(f.get(k))]
+            if vals:
+                depths.append(int(k[4:]) + (i - (len(names) - 1) / 2) * 0.04)  # dodge overlapping bars
+                means.append(float(np.mean(vals)))
+                sds.append(float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0)
+        ax.errorbar(depths, means, yerr=sds, marker="o", capsize=3, color=f"C{i % 10}", label=name)
+    ax.set_xlabel("depth (iterations of the shared block)")
+    ax.set_ylabel("final eval bpb")
+    ax.set_title("Final bpb by depth (mean ± sd over seeds)")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out)
+    return out
+
+
+def write_plots(comp_dir: Path, results: dict[str, Any], records: list[RunRecord]) -> list[Path]:
+    """Both plots into ``comp_dir``; returns their paths."""
+    return [
+        plot_curves(records, list(results["arms"]), comp_dir / CURVES_NAME, results.get("aa_arm")),
+        plot_depth(results, comp_dir / DEPTH_NAME),
+    ]

@@ -1,0 +1,406 @@
+"""The log inspector behind ``dormouse logs PATH... [--check]``.
+
+A run directory holds ``train.log``: ``# `` provenance lines, one ``eval`` line per evaluation
+(model.md, "The eval line"), and a final ``done step=<N> wall_s=<s>`` when the run finished. This module
+parses those lines (:func:`parse_eval_line`), reads a run (:func:`read_run`) or every run under a
+directory (:func:`read_runs`), and checks them. Every finding names the file and line it comes from.
+
+The checks are the proof the A/B comparison leans on (``dormouse ab`` runs them on every run and marks a
+failing arm invalid):
+
+* the selected arm's counter reads 0 or ``ran != asked`` (a dead arm: the mechanism did not run);
+* an unselected arm's counter is non-zero (a leaking arm: two mechanisms ran);
+* a NaN/inf loss or bpb;
+* eval lines missing (none at all, or a multiple of ``train.eval_every`` skipped) or out of order;
+* a malformed eval or done line (reported with its line number, never a crash);
+* a run that ended without its final eval (no ``done`` line, or the last eval step is not
+  ``train.steps`` from the run's ``config.yaml``).
+
+Lines that start with neither ``eval `` nor ``done `` are ignored, except ``resume``: after a resume the
+log replays evals from the checkpoint's step, so a step going back is expected there and the replayed
+evals supersede the earlier ones.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from dormouse.config import ARMS
+
+LOG_NAME = "train.log"
+CONFIG_NAME = "config.yaml"
+
+_SUFFIX = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+_COUNTER = re.compile(r"^(\d+)/(\d+)$")
+_INT_KEYS = ("step", "skipped")
+_FLOAT_KEYS = ("loss", "bpb", "lr", "depth")
+_STR_KEYS = ("arm", "kernel")
+# Without these an eval line cannot be checked; every arm's counter is required too (model.md).
+_REQUIRED = ("step", "loss", "bpb", "arm")
+
+
+class EvalLineError(ValueError):
+    """An ``eval`` (or ``done``) line that does not parse; the message says which field and why."""
+
+
+def parse_count(text: str) -> float:
+    """``'1.64M'`` -> 1640000.0, ``'8.1k'`` -> 8100.0, ``'512'`` -> 512.0 (k/M/G/T suffixes)."""
+    if text and text[-1] in _SUFFIX:
+        return float(text[:-1]) * _SUFFIX[text[-1]]
+    return float(text)
+
+
+def _convert(key: str, value: str, out: dict[str, Any]) -> None:
+    """Store one ``key=value`` pair typed as metrics.jsonl stores it (counters as ``<arm>_ran/_asked``)."""
+    if key in _INT_KEYS:
+        out[key] = int(value)
+    elif key == "tokens":
+        out[key] = int(round(parse_count(value)))
+    elif key == "tok/s":
+        out[key] = parse_count(value)
+    elif key in _FLOAT_KEYS or key.startswith("bpb@"):
+        out[key] = float(value)
+    elif key in _STR_KEYS:
+        out[key] = value
+    elif (m := _COUNTER.match(value)) is not None:
+        out[f"{key}_ran"], out[f"{key}_asked"] = int(m.group(1)), int(m.group(2))
+    else:
+        # A field this parser does not know (a newer train.py): kept, typed as well as it can be.
+        for cast in (int, float):
+            try:
+                out[key] = cast(value)
+                return
+            except ValueError:
+                pass
+        out[key] = value
+
+
+def _pairs(line: str, head: str) -> list[tuple[str, str]]:
+    parts = line.split()
+    if not parts or parts[0] != head:
+        raise EvalLineError(f"does not start with {head!r}")
+    pairs = []
+    for token in parts[1:]:
+        key, sep, value = token.partition("=")
+        if not sep or not key or not value:
+            raise EvalLineError(f"{token!r} is not key=value")
+        pairs.append((key, value))
+    return pairs
+
+
+def parse_eval_line(line: str) -> dict[str, Any]:
+    """Parse one eval line into a dict keyed like a metrics.jsonl row.
+
+    ``tokens`` becomes an int (to the 3 significant figures the line keeps), ``tok/s`` a float, counters
+    ``<arm>=<ran>/<asked>`` become ``<arm>_ran`` and ``<arm>_asked``. ``nan``/``inf`` parse as floats (the
+    checks report them). Raises :class:`EvalLineError` naming the bad field.
+    """
+    out: dict[str, Any] = {}
+    for key, value in _pairs(line.strip(), "eval"):
+        if key in out or f"{key}_ran" in out:
+            raise EvalLineError(f"field {key!r} appears twice")
+        try:
+            _convert(key, value, out)
+        except ValueError:
+            raise EvalLineError(f"field {key}={value!r} is not a valid value") from None
+    missing = [k for k in _REQUIRED if k not in out] + [a for a in ARMS if f"{a}_ran" not in out]
+    if missing:
+        raise EvalLineError(f"missing field(s): {', '.join(missing)}")
+    return out
+
+
+def parse_done_line(line: str) -> dict[str, Any]:
+    """Parse ``done step=<N> wall_s=<float>``; raises :class:`EvalLineError`."""
+    out: dict[str, Any] = {}
+    for key, value in _pairs(line.strip(), "done"):
+        try:
+            out[key] = int(value) if key == "step" else float(value) if key == "wall_s" else value
+        except ValueError:
+            raise EvalLineError(f"field {key}={value!r} is not a valid value") from None
+    if "step" not in out:
+        raise EvalLineError("missing field: step")
+    return out
+
+
+@dataclass
+class Finding:
+    """One problem in a run, located at ``path:line`` (``line`` is None when the file is absent/empty)."""
+
+    path: Path
+    line: int | None
+    kind: str  # dead-arm | leaking-arm | non-finite | malformed | missing-eval | out-of-order | unfinished..
+    message: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}" if self.line is not None else str(self.path)
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.kind}: {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": str(self.path), "line": self.line, "kind": self.kind, "message": self.message}
+
+
+@dataclass
+class EvalRow:
+    """A parsed eval line and the line number (1-based) it came from."""
+
+    line: int
+    values: dict[str, Any]
+
+    @property
+    def step(self) -> int:
+        return int(self.values["step"])
+
+
+@dataclass
+class RunLog:
+    """Everything :func:`read_run` learned about one run, including its findings."""
+
+    path: Path  # the train.log (which may not exist)
+    evals: list[EvalRow] = field(default_factory=list)  # effective evals (replays after a resume win)
+    done: dict[str, Any] | None = None
+    done_line: int | None = None
+    n_lines: int = 0
+    config_steps: int | None = None
+    config_eval_every: int | None = None
+    config_arm: str | None = None
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.path.parent
+
+    @property
+    def name(self) -> str:
+        return self.run_dir.name
+
+    @property
+    def finished(self) -> bool:
+        return self.done is not None
+
+    @property
+    def last(self) -> dict[str, Any] | None:
+        return self.evals[-1].values if self.evals else None
+
+    def add(self, line: int | None, kind: str, message: str) -> None:
+        self.findings.append(Finding(self.path, line, kind, message))
+
+
+def _read_config(run: RunLog) -> None:
+    """Fill the config fields the checks need from the run's config.yaml (absent or unreadable: skip)."""
+    cfg_path = run.run_dir / CONFIG_NAME
+    if not cfg_path.is_file():
+        return
+    from omegaconf import OmegaConf
+
+    from dormouse.config import arm_name
+
+    try:
+        cfg = OmegaConf.load(cfg_path)
+        run.config_steps = int(cfg.train.steps)
+        run.config_eval_every = int(cfg.train.eval_every)
+        run.config_arm = arm_name(cfg)
+    except Exception as exc:  # a config we cannot read must not hide the log's own findings
+        run.add(None, "config", f"{cfg_path} could not be read ({type(exc).__name__}: {exc}); "
+                "the step checks against train.steps are skipped")
+
+
+def _check_row(run: RunLog, row: EvalRow) -> None:
+    """Per-eval checks: the arm counters and finite metrics."""
+    v, n = row.values, row.line
+    arm = v["arm"]
+    if arm not in ARMS:
+        run.add(n, "unknown-arm", f"arm={arm!r} is not one of {', '.join(ARMS)}")
+    elif run.config_arm is not None and arm != run.config_arm:
+        run.add(n, "arm-mismatch", f"arm={arm} but config.yaml selects {run.config_arm}")
+    for name in ARMS:
+        ran, asked = v[f"{name}_ran"], v[f"{name}_asked"]
+        if name == arm:
+            # Step 0 (an eval before any training) has an empty window: 0/0 is honest there.
+            if row.step > 0 and (ran == 0 or asked == 0 or ran != asked):
+                why = "reads 0" if ran == 0 or asked == 0 else "ran != asked"
+                run.add(n, "dead-arm", f"selected arm {name}={ran}/{asked} {why} at step {row.step}: "
+                        "the mechanism did not (fully) run")
+        elif ran != 0 or asked != 0:
+            run.add(n, "leaking-arm", f"unselected arm {name}={ran}/{asked} at step {row.step} "
+                    f"(arm={arm}): it must read 0/0")
+    bad = [k for k, x in v.items() if (k in ("loss", "bpb") or k.startswith("bpb@"))
+           and isinstance(x, float) and not math.isfinite(x)]
+    if bad:
+        run.add(n, "non-finite", f"{', '.join(f'{k}={v[k]}' for k in bad)} at step {row.step}")
+
+
+def read_run(path: Path | str) -> RunLog:
+    """Read and check one run: ``path`` is its directory or its train.log. Never raises on bad content."""
+    path = Path(path)
+    log_path = path if path.is_file() else path / LOG_NAME
+    run = RunLog(path=log_path)
+    _read_config(run)
+    if not log_path.is_file():
+        run.add(None, "no-log", f"no {LOG_NAME} (the run never started or the path is not a run)")
+        return run
+
+    text = log_path.read_text(encoding="utf-8", errors="replace")
+    lines = text.splitlines()
+    run.n_lines = len(lines)
+    resumed = False  # a resume line was seen since the last eval: the next step may go back
+    for n, line in enumerate(lines, start=1):
+        stripped = line.strip()
+        if stripped.startswith("resume"):
+            resumed = True
+        elif stripped == "eval" or stripped.startswith("eval "):
+            try:
+                row = EvalRow(n, parse_eval_line(stripped))
+            except EvalLineError as exc:
+                run.add(n, "malformed", f"eval line: {exc}")
+                continue
+            if run.evals and row.step <= run.evals[-1].step:
+                if resumed:
+                    # The replay supersedes what the interrupted run logged from that step on.
+                    run.evals = [r for r in run.evals if r.step < row.step]
+                else:
+                    run.add(n, "out-of-order", f"step {row.step} follows step {run.evals[-1].step} "
+                            f"(line {run.evals[-1].line})")
+                    continue
+            resumed = False
+            run.evals.append(row)
+        elif stripped == "done" or stripped.startswith("done "):
+            try:
+                run.done = parse_done_line(stripped)
+                run.done_line = n
+            except EvalLineError as exc:
+                run.add(n, "malformed", f"done line: {exc}")
+
+    for row in run.evals:
+        _check_row(run, row)
+    _check_completeness(run)
+    run.findings.sort(key=lambda f: (f.line is None, f.line or 0))
+    return run
+
+
+def _check_completeness(run: RunLog) -> None:
+    """Missing evals and a run that ended without its final eval."""
+    end = run.n_lines or None  # where a missing final line would have been
+    if not run.evals:
+        run.add(end, "missing-eval", "no eval lines")
+    else:
+        seen = {r.step for r in run.evals}
+        last = run.evals[-1]
+        if run.config_eval_every:
+            expected = range(run.config_eval_every, last.step + 1, run.config_eval_every)
+            for step in expected:
+                if step not in seen:
+                    after = next(r for r in run.evals if r.step > step)
+                    run.add(after.line, "missing-eval",
+                            f"no eval line for step {step} (train.eval_every={run.config_eval_every})")
+        if run.config_steps is not None and last.step != run.config_steps:
+            run.add(last.line, "unfinished",
+                    f"last eval is at step {last.step} but train.steps={run.config_steps}")
+    if run.done is None:
+        run.add(end, "unfinished", "no `done` line: the run was interrupted or is still running")
+    elif run.config_steps is not None and run.done["step"] != run.config_steps:
+        run.add(run.done_line, "unfinished",
+                f"done at step {run.done['step']} but train.steps={run.config_steps}")
+
+
+def find_runs(path: Path | str) -> list[Path]:
+    """The run directories (or train.log files) ``path`` stands for.
+
+    A train.log file or a run directory stands for itself; any other directory (an A/B comparison)
+    for every run below it. A directory with no train.log anywhere is returned as a run, so that
+    reading it reports the missing log rather than silently checking nothing.
+    """
+    path = Path(path)
+    if path.is_file() or (path / LOG_NAME).is_file() or (path / CONFIG_NAME).is_file():
+        return [path]
+    found = {p.parent for p in path.rglob(LOG_NAME)} | {p.parent for p in path.rglob(CONFIG_NAME)}
+    # A config.yaml inside a run (e.g. in checkpoints/) is not another run.
+    below = sorted(d for d in found if not any(a in found for a in d.parents))
+    return below or [path]
+
+
+def read_runs(paths: list[Path] | list[str]) -> list[RunLog]:
+    """:func:`read_run` for every run the paths stand for (see :func:`find_runs`)."""
+    return [read_run(p) for path in paths for p in find_runs(path)]
+
+
+# --- display -------------------------------------------------------------------------------------------
+
+def _human(x: float) -> str:
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g}{suffix}"
+    return f"{x:.3g}"
+
+
+def _fmt(x: Any, spec: str) -> str:
+    return format(x, spec) if isinstance(x, (int, float)) else str(x)
+
+
+def run_table(run: RunLog) -> Table:
+    """One rich table of a run's eval lines; problem cells are red (their lines appear in the findings)."""
+    depths = sorted({int(k[4:]) for r in run.evals for k in r.values if k.startswith("bpb@")})
+    flagged = {f.line for f in run.findings}
+    state = "done" if run.finished else "not finished"
+    arm = run.config_arm or (run.last or {}).get("arm", "?")
+    table = Table(title=Text(f"{run.name}  ({arm}, {state})", style="bold"), title_justify="left")
+    cols = ["line", "step", "tokens", "loss", "bpb", *[f"bpb@{k}" for k in depths], "lr", "tok/s", "depth",
+            "arm", *ARMS, "kernel", "skipped"]
+    for c in cols:
+        table.add_column(c, justify="left" if c in ("arm", "kernel") else "right", no_wrap=True)
+    for r in run.evals:
+        v = r.values
+        cells: list[Text] = [Text(str(r.line), style="dim"), Text(str(v["step"])),
+                             Text(_human(v["tokens"]) if "tokens" in v else "-")]
+        for k in ("loss", "bpb", *[f"bpb@{d}" for d in depths]):
+            x = v.get(k, "-")
+            bad = isinstance(x, float) and not math.isfinite(x)
+            cells.append(Text(_fmt(x, ".4f"), style="bold red" if bad else ""))
+        cells += [Text(_fmt(v.get("lr", "-"), ".2e")), Text(_human(v["tok/s"]) if "tok/s" in v else "-"),
+                  Text(_fmt(v.get("depth", "-"), ".2f")), Text(str(v["arm"]))]
+        for name in ARMS:
+            ran, asked = v[f"{name}_ran"], v[f"{name}_asked"]
+            ok = (ran == asked and (ran > 0 or r.step == 0)) if name == v["arm"] else ran == asked == 0
+            cells.append(Text(f"{ran}/{asked}", style="" if ok else "bold red"))
+        cells += [Text(str(v.get("kernel", "-"))), Text(str(v.get("skipped", "-")))]
+        table.add_row(*cells, style="on grey15" if r.line in flagged else None)
+    return table
+
+
+def logs_command(paths: list[Path], check: bool = False, console: Console | None = None) -> int:
+    """``dormouse logs PATH... [--check]``: print every run's eval table and its findings.
+
+    Returns the exit code: 2 when a path does not exist; with ``check``, 1 on any finding; else 0.
+    """
+    console = console or Console()
+    missing = [p for p in paths if not Path(p).exists()]
+    for p in missing:
+        console.print(f"[red]error:[/red] {p}: no such file or directory")
+    if missing:
+        return 2
+    runs = read_runs([Path(p) for p in paths])
+    total = 0
+    for run in runs:
+        if run.evals:
+            console.print(run_table(run))
+        else:
+            console.print(Text(f"{run.name}: no eval lines", style="bold"))
+        for f in run.findings:
+            console.print(Text(f"  {f}", style="red"))
+            total += 1
+        if not run.findings:
+            console.print(Text(f"  {run.path}: ok", style="green"))
+        console.print()
+    verdict = "no findings" if not total else f"{total} finding(s)"
+    console.print(f"{len(runs)} run(s), {verdict}", style="green" if not total else "bold red")
+    return 1 if check and total else 0

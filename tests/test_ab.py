@@ -1,0 +1,423 @@
+"""`dormouse ab`: registration, the runner end to end (with a fake train function writing planted run
+directories), resumption, refusal of a changed registration, and the report."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+
+from dormouse.ab.registry import ABSpecError, ComparisonError, list_comparisons, load_spec
+from dormouse.ab.runner import STAMP_NAME, ab_command, pair_state, plan_pairs, run_comparison
+from dormouse.config import arm_name
+from dormouse.evalline import format_eval_line
+
+SPEC = """\
+name: t
+description: a test comparison
+baseline: rezero
+aa_arm: rezero_aa
+min_effect: 0.01
+seeds: [1, 2, 3]
+fixed: [preset=tiny, train.steps=20, train.eval_every=10, train.device=cpu, logging.progress=off]
+arms:
+  rezero: []
+  gr: [model.use_gr=true]
+  attnres_full: [model.use_attnres=true]
+  attnres_block: [model.use_attnres=true, model.attnres.block_size=2]
+  rezero_aa: [train.arm_seed=99]
+extension: none
+"""
+
+# Planted final-bpb effects vs the baseline: gr clearly better, attnres_block clearly worse, attnres_full
+# and the A/A arm within noise.
+EFFECT = {"rezero": 0.0, "gr": -0.10, "attnres_full": 0.002, "attnres_block": 0.08, "rezero_aa": 0.0}
+JITTER = {1: 0.0015, 2: -0.001, 3: 0.0004}
+
+
+class FakeTrain:
+    """Stands in for dormouse.train.train: writes the run directory a real run writes (config.yaml,
+    provenance.json, train.log with eval and done lines, metrics.jsonl, a checkpoint) with planted bpb."""
+
+    def __init__(self, *, dead: tuple[str, ...] = (), fail: tuple[str, ...] = (),
+                 fail_resume: bool = False, stop_at: dict[str, int] | None = None) -> None:
+        self.calls: list[tuple[str, str]] = []  # (run name, train.resume)
+        self.dead, self.fail, self.fail_resume = dead, fail, fail_resume
+        self.stop_at = stop_at or {}
+
+    def final_bpb(self, arm: str, seed: int) -> float:
+        jitter = JITTER[seed] * (1 + list(EFFECT).index(arm))
+        return 2.0 + 0.05 * seed + EFFECT[arm] + jitter
+
+    def __call__(self, cfg: DictConfig) -> None:
+        name = str(cfg.run.name)
+        arm, seed = name.rsplit("-s", 1)[0], int(cfg.train.seed)
+        assert name == f"{arm}-s{seed}"
+        run_dir = Path(cfg.run.dir) / name
+        resume = str(cfg.train.resume)
+        self.calls.append((name, resume))
+        if name in self.fail:
+            raise RuntimeError("planted failure")
+        start = 0
+        if resume == "auto":
+            if self.fail_resume:
+                raise RuntimeError("planted: checkpoint unreadable")
+            ckpts = sorted((run_dir / "checkpoints").glob("step_*.pt"))
+            start = int(ckpts[-1].stem[5:]) if ckpts else 0
+        else:
+            assert not run_dir.exists(), "the runner must hand a fresh run an empty directory"
+        steps, every, max_iter = int(cfg.train.steps), int(cfg.train.eval_every), int(cfg.model.max_iter)
+        kind = arm_name(cfg)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+        (run_dir / "provenance.json").write_text(json.dumps(
+            {"device": "cpu", "params": 10_000 + 100 * len(arm), "arm_params": 100 * len(arm), "arm": kind}))
+        with (run_dir / "train.log").open("a") as log, (run_dir / "metrics.jsonl").open("a") as mf:
+            log.write(f"resume step={start} from=ckpt\n" if start else "# dormouse: fake\n")
+            for step in range(every, steps + 1, every):
+                if step <= start:
+                    continue
+                if self.stop_at.get(name) is not None and step > self.stop_at[name]:
+                    return  # "killed": no done line
+                final = self.final_bpb(arm, seed)
+                bpb = final + 0.5 * (1 - step / steps)
+                row: dict[str, Any] = {"step": step, "tokens": step * 128, "loss": bpb * math.log(2),
+                                       "bpb": bpb, "lr": 1e-3, "tok/s": 5000.0 - 100 * len(arm), "depth": 2.0,
+                                       "arm": kind, "kernel": "torch", "skipped": 0, "time_s": step / 10,
+                                       "peak_mem_bytes": 2**20, "params": 10_000 + 100 * len(arm)}
+                row.update({f"bpb@{k}": bpb + 0.2 * (max_iter - k) for k in range(1, max_iter + 1)})
+                for a in ("rezero", "gr", "attnres"):
+                    n = 2 * max_iter * every if a == kind else 0
+                    row[f"{a}_ran"] = 0 if (a == kind and arm in self.dead) else n
+                    row[f"{a}_asked"] = n
+                log.write(format_eval_line(row, max_iter) + "\n")
+                mf.write(json.dumps(row) + "\n")
+                (run_dir / "checkpoints").mkdir(exist_ok=True)
+                (run_dir / "checkpoints" / f"step_{step:08d}.pt").write_bytes(b"fake")
+            log.write(f"done step={steps} wall_s=1.0\n")
+
+
+@pytest.fixture()
+def registry(tmp_path: Path) -> Path:
+    reg = tmp_path / "registry"
+    reg.mkdir()
+    (reg / "t.yaml").write_text(SPEC)
+    return reg
+
+
+def run(registry: Path, root: Path, fake: FakeTrain, overrides: list[str] | None = None, **kw: Any) -> Path:
+    return run_comparison("t", overrides or [], root=root, console=Console(record=True, width=200),
+                          train_fn=fake, registry=registry, **kw)
+
+
+# --- the registered files -------------------------------------------------------------------------------
+
+def test_shipped_comparisons_load_and_compose() -> None:
+    assert {"residual", "smoke"} <= set(list_comparisons())
+    for name in ("residual", "smoke"):
+        reg = load_spec(name)
+        assert reg.spec.baseline == "rezero" and reg.spec.aa_arm == "rezero_aa"
+        assert set(reg.spec.arms) == {"rezero", "gr", "attnres_full", "attnres_block", "rezero_aa"}
+        assert len(reg.spec.seeds) == 3
+        pairs = plan_pairs(reg, [], Path("/tmp/never-written"))  # every pair composes and validates
+        kinds = {p.arm: arm_name(p.cfg) for p in pairs}
+        assert kinds == {"rezero": "rezero", "gr": "gr", "attnres_full": "attnres",
+                         "attnres_block": "attnres", "rezero_aa": "rezero"}
+        block = next(p for p in pairs if p.arm == "attnres_block")
+        assert block.cfg.model.attnres.block_size == 2
+    assert load_spec("residual").spec.fixed[0] == "preset=9m"
+    assert "preset=tiny" in load_spec("smoke").spec.fixed
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    (SPEC.replace("min_effect: 0.01", "min_effect: lots"), "min_effect"),
+    (SPEC.replace("seeds: [1, 2, 3]", "seeds: [1, 1]"), "seeds"),
+    (SPEC.replace("baseline: rezero", "baseline: nope"), "baseline"),
+    (SPEC.replace("aa_arm: rezero_aa", "aa_arm: gr"), "aa_arm"),  # selects gr, not the baseline's rezero
+    (SPEC + "colour: blue\n", "colour"),
+    (SPEC.replace("min_effect: 0.01\n", ""), "min_effect"),
+    (SPEC.replace("rezero_aa: [train.arm_seed=99]", "rezero_aa: [train.seed=5]"), "arms.rezero_aa"),
+    (SPEC.replace("name: t", "name: other"), "name"),
+])
+def test_bad_registered_file_is_refused_before_any_run_naming_the_field(
+        tmp_path: Path, registry: Path, text: str, field: str) -> None:
+    (registry / "t.yaml").write_text(text)
+    fake = FakeTrain()
+    with pytest.raises(ComparisonError) as info:
+        run(registry, tmp_path / "ab", fake)
+    assert any(field in line for line in info.value.lines), info.value.lines
+    assert fake.calls == [] and not (tmp_path / "ab").exists()
+
+
+def test_bad_override_value_is_refused_naming_the_arm(tmp_path: Path, registry: Path) -> None:
+    (registry / "t.yaml").write_text(SPEC.replace("model.attnres.block_size=2", "model.attnres.block_size=0"))
+    with pytest.raises(ComparisonError) as info:
+        run(registry, tmp_path / "ab", FakeTrain())
+    assert any("attnres_block" in line and "block_size" in line for line in info.value.lines)
+
+
+def test_cli_overrides_may_not_set_arm_or_runner_keys(tmp_path: Path, registry: Path) -> None:
+    for bad in (["model.use_gr=true"], ["train.seed=3"], ["run.dir=/x"]):
+        with pytest.raises(ComparisonError):
+            run(registry, tmp_path / "ab", FakeTrain(), bad)
+    with pytest.raises(ABSpecError):
+        run_comparison("no_such_comparison", [], registry=registry, train_fn=FakeTrain())
+
+
+# --- the runner end to end ------------------------------------------------------------------------------
+
+def test_end_to_end_report_results_and_plots_agree(tmp_path: Path, registry: Path) -> None:
+    fake = FakeTrain()
+    out = run(registry, tmp_path / "ab", fake)
+    assert out == (tmp_path / "ab" / "t").resolve()
+    assert len(fake.calls) == 15 and all(r == "never" for _, r in fake.calls)
+    assert [c[0] for c in fake.calls[:5]] == ["rezero-s1", "gr-s1", "attnres_full-s1", "attnres_block-s1",
+                                             "rezero_aa-s1"]  # seed-major
+    for f in ("results.json", "report.md", "bpb_vs_tokens.png", "bpb_by_depth.png", STAMP_NAME):
+        assert (out / f).is_file() and (out / f).stat().st_size > 0, f
+    assert (out / "bpb_vs_tokens.png").read_bytes()[:4] == b"\x89PNG"
+
+    results = json.loads((out / "results.json").read_text())
+    arms = results["arms"]
+    assert results["complete"] is True
+    verdicts = {a: arms[a]["verdict"] for a in arms}
+    assert verdicts == {"rezero": "baseline", "gr": "better", "attnres_full": "tie", "attnres_block": "worse",
+                        "rezero_aa": "tie"}
+    assert arms["attnres_full"]["kept"] == "rezero"  # tie: the simpler arm is kept
+    assert arms["gr"]["kept"] == "gr" and arms["attnres_block"]["kept"] == "rezero"
+
+    # The numbers are the planted ones.
+    diffs = [fake.final_bpb("gr", s) - fake.final_bpb("rezero", s) for s in (1, 2, 3)]
+    assert arms["gr"]["diffs"] == pytest.approx(diffs)
+    assert arms["gr"]["diff_mean"] == pytest.approx(sum(diffs) / 3)
+    lo, hi = arms["gr"]["t_interval"]
+    assert lo < arms["gr"]["diff_mean"] < hi < 0
+    blo, bhi = arms["gr"]["bootstrap_interval"]
+    assert min(diffs) <= blo <= bhi <= max(diffs)
+    ps = [arms[a]["p"] for a in ("gr", "attnres_full", "attnres_block")]
+    assert arms["gr"]["p_holm"] == pytest.approx(min(1.0, 3 * min(ps)))  # smallest p: times m = 3
+    assert arms["rezero_aa"]["p_holm"] is None  # the A/A arm is a noise check, outside the family
+    assert results["delta"] == pytest.approx(max(0.01, 2 * arms["rezero_aa"]["diff_sd"]))
+    assert arms["gr"]["params_ratio"] == pytest.approx((10_000 + 200) / (10_000 + 600))
+    assert arms["gr"]["tok_s_ratio"] == pytest.approx((5000 - 200) / (5000 - 600))
+    assert arms["gr"]["peak_mem_ratio"] is None  # CPU RSS: not comparable in-process
+    assert all(a["counter_check"] == "pass" for a in arms.values())
+    assert set(arms["gr"]["bpb_by_depth"]) == {"bpb@1", "bpb@2"}
+
+    # report.md states the same verdicts and numbers.
+    report = (out / "report.md").read_text()
+    for name, a in arms.items():
+        line = next(ln for ln in report.splitlines() if ln.startswith(f"| `{name}`"))
+        assert f"**{a['verdict']}**" in line
+        assert f"{a['bpb_mean']:.4f}" in line
+        if a["role"] != "baseline":
+            assert f"{a['diff_mean']:+.4f}" in line and f"{a['t_interval'][0]:+.4f}" in line
+    assert "the mechanism is rejected; the simpler arm is kept (ReZero, then GR, then AttnRes)" in report
+    assert "bpb_vs_tokens.png" in report and "bpb_by_depth.png" in report
+    assert f"δ = **{results['delta']:.4f} bpb**" in report
+
+
+def test_rerun_does_not_redo_completed_pairs(tmp_path: Path, registry: Path) -> None:
+    run(registry, tmp_path / "ab", FakeTrain())
+    again = FakeTrain()
+    out = run(registry, tmp_path / "ab", again)
+    assert again.calls == []
+    assert json.loads((out / "results.json").read_text())["arms"]["gr"]["verdict"] == "better"
+
+
+def test_interrupted_pair_with_checkpoint_is_resumed(tmp_path: Path, registry: Path) -> None:
+    first = FakeTrain(stop_at={"gr-s2": 10})  # gr-s2 "killed" after its step-10 eval and checkpoint
+    out = run(registry, tmp_path / "ab", first)
+    assert pair_state_of(out, "gr-s2") == "resume"
+    assert json.loads((out / "results.json").read_text())["arms"]["gr"]["verdict"] == "invalid"
+
+    second = FakeTrain()
+    out = run(registry, tmp_path / "ab", second)
+    assert second.calls == [("gr-s2", "auto")]
+    log = (out / "gr-s2" / "train.log").read_text()
+    assert "resume step=10" in log
+    results = json.loads((out / "results.json").read_text())
+    assert results["complete"] and results["arms"]["gr"]["verdict"] == "better"
+    assert results["arms"]["gr"]["counter_check"] == "pass"
+
+
+def test_interrupted_pair_without_checkpoint_is_restarted(tmp_path: Path, registry: Path) -> None:
+    run(registry, tmp_path / "ab", FakeTrain())
+    partial = (tmp_path / "ab" / "t" / "attnres_full-s3")
+    # Plant a partial run: its metrics stop at step 10, no done line, no checkpoint.
+    rows = (partial / "metrics.jsonl").read_text().splitlines()[:1]
+    (partial / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+    log = [ln for ln in (partial / "train.log").read_text().splitlines() if not ln.startswith("done")]
+    (partial / "train.log").write_text("\n".join(log[:2]) + "\n")
+    for ck in (partial / "checkpoints").iterdir():
+        ck.unlink()
+    fake = FakeTrain()
+    out = run(registry, tmp_path / "ab", fake)
+    assert fake.calls == [("attnres_full-s3", "never")]  # FakeTrain asserts the directory was emptied
+    assert json.loads((out / "results.json").read_text())["complete"]
+
+
+def test_failed_resume_falls_back_to_a_restart(tmp_path: Path, registry: Path) -> None:
+    run(registry, tmp_path / "ab", FakeTrain(stop_at={"rezero-s1": 10}))
+    fake = FakeTrain(fail_resume=True)
+    out = run(registry, tmp_path / "ab", fake)
+    assert fake.calls == [("rezero-s1", "auto"), ("rezero-s1", "never")]
+    assert json.loads((out / "results.json").read_text())["complete"]
+
+
+def test_a_failed_pair_marks_its_arm_invalid_and_is_retried(tmp_path: Path, registry: Path) -> None:
+    out = run(registry, tmp_path / "ab", FakeTrain(fail=("attnres_block-s2",)))
+    results = json.loads((out / "results.json").read_text())
+    assert not results["complete"]
+    assert results["arms"]["attnres_block"]["verdict"] == "invalid"
+    assert "planted failure" in results["arms"]["attnres_block"]["reason"]
+    assert results["arms"]["gr"]["verdict"] == "better"  # the other arms are unaffected
+    assert (out / "attnres_block-s2" / "ab_error.txt").is_file()
+    fake = FakeTrain()
+    assert ab_command("t", [], root=tmp_path / "ab", console=Console(record=True), train_fn=fake,
+                      registry=registry) == 0
+    assert fake.calls == [("attnres_block-s2", "never")]
+
+
+def test_dead_arm_is_invalid_never_a_tie(tmp_path: Path, registry: Path) -> None:
+    out = run(registry, tmp_path / "ab", FakeTrain(dead=("attnres_full",)))
+    a = json.loads((out / "results.json").read_text())["arms"]["attnres_full"]
+    assert a["verdict"] == "invalid" and a["counter_check"] == "fail"
+    assert any("dead-arm" in f for f in a["findings"])
+    assert "dead-arm" in (out / "report.md").read_text()
+
+
+def test_changed_registration_is_refused_and_restart_starts_over(tmp_path: Path, registry: Path) -> None:
+    run(registry, tmp_path / "ab", FakeTrain())
+    (registry / "t.yaml").write_text(SPEC.replace("min_effect: 0.01", "min_effect: 0.02"))
+    fake = FakeTrain()
+    with pytest.raises(ComparisonError) as info:
+        run(registry, tmp_path / "ab", fake)
+    assert any("changed since the first run" in line for line in info.value.lines)
+    assert fake.calls == []
+    # CLI overrides are part of the registration too.
+    (registry / "t.yaml").write_text(SPEC)
+    with pytest.raises(ComparisonError, match="CLI overrides changed"):
+        run(registry, tmp_path / "ab", fake, ["train.lr=0.001"])
+    assert ab_command("t", ["train.lr=0.001"], root=tmp_path / "ab", console=Console(record=True),
+                      err_console=Console(record=True), train_fn=fake, registry=registry) == 2
+    assert fake.calls == []
+
+    out = run(registry, tmp_path / "ab", fake, ["train.lr=0.001"], restart=True)
+    assert len(fake.calls) == 15 and all(r == "never" for _, r in fake.calls)
+    stamp = json.loads((out / STAMP_NAME).read_text())
+    assert stamp["overrides"] == ["train.lr=0.001"]
+    assert OmegaConf.load(out / "gr-s1" / "config.yaml").train.lr == 0.001
+
+
+def test_a_foreign_directory_is_not_taken_over(tmp_path: Path, registry: Path) -> None:
+    (tmp_path / "ab" / "t").mkdir(parents=True)
+    (tmp_path / "ab" / "t" / "notes.txt").write_text("mine")
+    with pytest.raises(ComparisonError, match="no registration.json"):
+        run(registry, tmp_path / "ab", FakeTrain())
+
+
+def test_one_seed_gives_insufficient_not_a_crash(tmp_path: Path, registry: Path) -> None:
+    (registry / "t.yaml").write_text(SPEC.replace("seeds: [1, 2, 3]", "seeds: [2]"))
+    out = run(registry, tmp_path / "ab", FakeTrain())
+    results = json.loads((out / "results.json").read_text())
+    for name in ("gr", "attnres_full", "attnres_block", "rezero_aa"):
+        a = results["arms"][name]
+        assert a["verdict"] == "insufficient" and a["t_interval"] is None and a["p"] is None
+    assert results["arms"]["gr"]["kept"] == "rezero"
+    report = (out / "report.md").read_text()
+    assert "undefined" in report and "only one paired seed" in report
+
+
+def test_wandb_grouping_and_run_names(tmp_path: Path, registry: Path) -> None:
+    seen: list[DictConfig] = []
+    fake = FakeTrain()
+
+    def recording(cfg: DictConfig) -> None:
+        seen.append(cfg)
+        fake(cfg)
+
+    run_comparison("t", [], root=tmp_path / "ab", console=Console(record=True), train_fn=recording,
+                   registry=registry)
+    cfg = next(c for c in seen if c.run.name == "attnres_block-s3")
+    assert cfg.logging.wandb_group == "t" and cfg.logging.wandb_job_type == "attnres_block"
+    assert Path(cfg.run.dir) == (tmp_path / "ab" / "t").resolve() and cfg.train.seed == 3
+
+
+def pair_state_of(comp_dir: Path, name: str) -> str:
+    cfg = OmegaConf.load(comp_dir / name / "config.yaml")
+    from dormouse.ab.runner import Pair
+
+    arm, seed = re.match(r"(.*)-s(\d+)$", name).groups()
+    return pair_state(Pair(arm, int(seed), cfg, comp_dir / name))[0]
+
+
+# --- one real comparison --------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_real_smoke_comparison_resumes_and_passes_the_log_check(tmp_path: Path) -> None:
+    """The shipped `smoke` registration with the real trainer, cut to 4 steps: every arm's counters are
+    proven by the log check, an interrupted pair resumes from its checkpoint, and the A/A arm reproduces
+    the baseline exactly (deterministic CPU runs, deterministic arm init)."""
+    from dormouse.logs import logs_command
+    from dormouse.train import train
+
+    calls: list[tuple[str, str]] = []
+
+    def interrupted_once(cfg: DictConfig) -> Any:
+        calls.append((str(cfg.run.name), str(cfg.train.resume)))
+        stop = 2 if cfg.run.name == "gr-s2" and cfg.train.resume == "never" else None
+        return train(cfg, stop_at_step=stop)
+
+    overrides = ["train.steps=4", "train.eval_every=2", "data.eval_bytes=512"]
+
+    def smoke() -> Path:
+        return run_comparison("smoke", overrides, root=tmp_path / "ab", console=Console(record=True),
+                              train_fn=interrupted_once)
+
+    out = smoke()
+    assert len(calls) == 15
+    results = json.loads((out / "results.json").read_text())
+    assert not results["complete"] and results["arms"]["gr"]["verdict"] == "invalid"
+
+    calls.clear()
+    out = smoke()
+    assert calls == [("gr-s2", "auto")]
+    assert "resume step=2" in (out / "gr-s2" / "train.log").read_text()
+    results = json.loads((out / "results.json").read_text())
+    assert results["complete"]
+    for name, a in results["arms"].items():
+        assert a["counter_check"] == "pass", (name, a["findings"])
+        assert a["verdict"] in ("baseline", "better", "worse", "tie"), name
+        assert len(a["seeds"]) == 3
+    # Every arm parameter has a deterministic init today, so arm_seed changes nothing and the A/A arm is
+    # bit-identical on CPU; the report must say so rather than claim a calibrated noise floor.
+    assert results["arms"]["rezero_aa"]["diffs"] == [0.0, 0.0, 0.0]
+    assert any("reproduced the baseline exactly" in n for n in results["notes"])
+    assert logs_command([out], check=True, console=Console(record=True)) == 0
+    for f in ("report.md", "bpb_vs_tokens.png", "bpb_by_depth.png"):
+        assert (out / f).is_file()
+
+
+def test_ctrl_c_stops_the_comparison_and_a_rerun_continues(tmp_path: Path, registry: Path) -> None:
+    fake = FakeTrain()
+
+    def interrupt_on_third(cfg: DictConfig) -> None:
+        if len(fake.calls) == 2:
+            fake.calls.append((str(cfg.run.name), "interrupted"))
+            raise KeyboardInterrupt
+        fake(cfg)
+
+    code = ab_command("t", [], root=tmp_path / "ab", console=Console(record=True),
+                      train_fn=interrupt_on_third, registry=registry)
+    assert code == 130 and len(fake.calls) == 3
+    again = FakeTrain()
+    assert ab_command("t", [], root=tmp_path / "ab", console=Console(record=True), train_fn=again,
+                      registry=registry) == 0
+    assert len(again.calls) == 13 and again.calls[0] == ("attnres_full-s1", "never")
