@@ -80,6 +80,10 @@ class TrainConfig:
     overwrite: bool = False  # allow starting a new run in a directory that holds another run
     nonfinite: str = "stop"  # "stop" | "skip": what a NaN/inf loss does
     arm_seed: int | None = None  # RNG stream of the arm-specific parameters; null = derived from seed
+    # Data-order stream; null = seed. Every arm of a comparison shares it, except the registered A/A arm,
+    # which changes it: the arms' own init is deterministic (zeros, ones, -2), so a different arm stream
+    # alone would reproduce the baseline bit for bit and calibrate no noise.
+    data_seed: int | None = None
 
 
 @dataclass

@@ -428,14 +428,14 @@ def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: st
     start_time = time.time()
     losses: list[float] = []
     progress = _Progress(str(cfg.logging.progress), int(t.steps), step, main)
-    per_rank_batch = int(t.batch_size) // info.world_size
+    data_seed = int(t.seed if t.data_seed is None else t.data_seed)
     try:
         with _SignalFlag() as signals:
             while step < t.steps:
                 t0 = time.perf_counter()
                 depth = depth_for_step(int(t.seed), step, model.max_iter, bool(cfg.model.random_depth))
                 x, y = train_batch(corpus.train, seq_len=int(cfg.data.seq_len), batch_size=int(t.batch_size),
-                                   seed=int(t.seed), step=step, rank=info.rank, world_size=info.world_size)
+                                   seed=data_seed, step=step, rank=info.rank, world_size=info.world_size)
                 x, y = x.to(device), y.to(device)
                 for group in optimizer.param_groups:
                     group["lr"] = lr_at(step, cfg)

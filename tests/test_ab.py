@@ -396,10 +396,10 @@ def test_real_smoke_comparison_resumes_and_passes_the_log_check(tmp_path: Path) 
         assert a["counter_check"] == "pass", (name, a["findings"])
         assert a["verdict"] in ("baseline", "better", "worse", "tie"), name
         assert len(a["seeds"]) == 3
-    # Every arm parameter has a deterministic init today, so arm_seed changes nothing and the A/A arm is
-    # bit-identical on CPU; the report must say so rather than claim a calibrated noise floor.
-    assert results["arms"]["rezero_aa"]["diffs"] == [0.0, 0.0, 0.0]
-    assert any("reproduced the baseline exactly" in n for n in results["notes"])
+    # The registered A/A arm changes the data-order stream, so its paired differences measure run-to-run
+    # noise (non-zero) and set delta; a zero spread would mean the A/A arm calibrates nothing.
+    assert all(d != 0.0 for d in results["arms"]["rezero_aa"]["diffs"])
+    assert not any("reproduced the baseline exactly" in n for n in results["notes"])
     assert logs_command([out], check=True, console=Console(record=True)) == 0
     for f in ("report.md", "bpb_vs_tokens.png", "bpb_by_depth.png"):
         assert (out / f).is_file()

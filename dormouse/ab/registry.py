@@ -11,7 +11,7 @@ Schema (every key; unknown keys are refused)::
     description: "..."             # free text, copied into the report
     metric: bpb                    # the only metric: final eval bpb at the final depth
     baseline: rezero               # an arm name
-    aa_arm: rezero_aa              # optional: the baseline again with another arm stream (noise)
+    aa_arm: rezero_aa              # optional: the baseline again with another data-order stream (noise)
     min_effect: 0.01               # registered minimum effect δ, in bpb
     seeds: [1, 2, 3]               # train.seed of each pair; every arm runs every seed
     fixed: [preset=9m, ...]        # overrides applied to every run (before the arm's own)
@@ -184,7 +184,7 @@ def validate_spec(spec: ComparisonSpec, source: str, expected_name: str | None =
         if spec.aa_arm not in spec.arms:
             bad("aa_arm", f"{spec.aa_arm!r} is not one of the arms ({', '.join(spec.arms)})")
         elif spec.aa_arm == spec.baseline:
-            bad("aa_arm", "must differ from the baseline (it is the baseline again with another arm stream)")
+            bad("aa_arm", "must differ from the baseline (it is the baseline again with another data-order stream)")
     tested = [a for a in spec.arms if a not in (spec.baseline, spec.aa_arm)]
     if spec.arms and not tested:
         bad("arms", "no arm to compare with the baseline")
