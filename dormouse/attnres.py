@@ -1,15 +1,249 @@
-"""Attention Residuals (Kimi Team, arXiv:2603.15031), functional form.
+"""Attention Residuals (Kimi Team, arXiv:2603.15031 v1), functional form.
 
-(Minimal first version; the full public API — block_sources, BlockAttnResState, two_phase_block,
-kernel routing — is being written.)
+The specification is ``/work/shared/spec/attnres.md`` (equation numbers are the paper's). A layer is one
+sublayer (attention or MLP). Layer l reads a softmax mixture of earlier *sources* instead of a running
+residual sum:
+
+* Full AttnRes (Eq. 1-4): sources ``v_0 = h_1`` (the embedding) and ``v_i = f_i(h_i)``;
+  ``s_i = w_l . RMSNorm_l(v_i)`` with **no temperature**, one joint softmax over all sources, and the
+  mixture ``h_l = sum_i alpha_i v_i`` of the **raw** values (only the keys are normalised).
+* Block AttnRes (Eq. 5-6): ``b_0 = h_1`` is a permanent source; ``b_n`` sums the *outputs* of block n;
+  the i-th layer of block n reads ``[b_0, ..., b_{n-1}]`` (i = 1) or ``[b_0, ..., b_{n-1}, b_n^{i-1}]``
+  (i >= 2). A layer never reads its own output; a completed block enters exactly once.
+* Algorithm 1 (two-phase): Phase 1 scores a block's S queries at once against the completed blocks and
+  keeps the online-softmax state (m, l, o) with o *unnormalised*; Phase 2 merges the one intra-block
+  source per layer.
+
+Public API: :func:`depth_attend`, :func:`block_sources`, :class:`BlockAttnResState`,
+:func:`two_phase_block`, :func:`phase1_stats`, :func:`online_softmax_merge`, :func:`resolve_kernel`.
+
+Resolutions of the paper's gaps (attnres.md), implemented here and gated in ``tests/test_attnres.py``:
+
+* **RMSNorm** is the mean form ``x / sqrt(mean(x^2) + eps) * g`` (Zhang & Sennrich 2019, the paper's
+  ref. [66]); not the L2 norm, which is ``sqrt(d)`` times larger.
+* **Gain:** the key RMSNorm has a learned gain ``g`` (``gain=None`` means no gain, i.e. ones). Because
+  ``w . (g * k) = (w * g) . k`` the gain is folded into the query everywhere (one d-vector product per
+  read instead of a normalised copy of every source); the gradient still reaches ``g`` through the fold.
+* **eps:** default 1e-6, inside the square root, on the *mean* square. ``eps = 0`` is allowed but a
+  source that is exactly zero then has an undefined key (0/0); with ``eps > 0`` its score is 0.
+* **Score forms:** ``form="paper"`` (default) is Eq. 2-3. ``form="sqrt_d"`` is the ablation "L2-normalised
+  key divided by sqrt(d)": ``w . x / sqrt(sum(x^2) + d*eps) / sqrt(d)``, with eps kept on the mean square
+  so that ``sqrt_d`` equals ``paper`` with ``w / d`` *exactly*, at every eps (a d-fold temperature).
+* **Softmax precision:** scores, softmax and the weighted sum run in ``promote(dtype, float32)``, so
+  bf16/fp16 sources are mixed in float32 and the result is cast back to the sources' dtype.
+* **Uneven tail:** when L is not a multiple of S the blocks keep the fixed size S and the last block is
+  short. :func:`block_sources` and :class:`BlockAttnResState` never need L; :func:`two_phase_block` takes
+  the tail block's (fewer) queries.
+* **N = 1 wording:** the paper says one block "reduces to standard residuals"; by Eq. 6 it is a
+  two-source softmax mixture ``[b_0, b_1^{i-1}]``, not a plain sum. We implement Eq. 6.
+* **Readout query:** each readout point has its own zero-initialised pseudo-query and gain and reads every
+  source available there, i.e. ``BlockAttnResState.read`` / ``depth_attend(block_sources(...))`` after
+  the last pushed layer (Full: all sources; Block: completed blocks plus the partial). The query is the
+  model's parameter; this module only reads.
+* **Alg. 1 slips avoided:** line 10's ``b_n^i`` is Eq. 6's ``b_n^{i-1}`` (the sum of the block's layers
+  *before* layer i); the state passed between phases is (m, l, o), not an LSE; the keys are still
+  RMSNormed in both phases (each layer's gain folded into its query); the first block is well defined
+  because ``b_0`` is a completed source.
+* **Per-position queries:** besides the static ``[d]`` pseudo-query, :func:`depth_attend` (torch path)
+  accepts a query with the sources' own shape ``[..., d]`` (one query per position, for an
+  input-dependent query); the gain stays ``[d]``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
+
+FORMS: tuple[str, ...] = ("paper", "sqrt_d")
+KERNELS: tuple[str, ...] = ("torch", "triton", "auto")
+
+__all__ = [
+    "FORMS",
+    "KERNELS",
+    "BlockAttnResState",
+    "block_sources",
+    "depth_attend",
+    "online_softmax_merge",
+    "phase1_stats",
+    "resolve_kernel",
+    "two_phase_block",
+]
+
+
+# ----------------------------------------------------------------------------------------------------
+# argument checks: every refusal is a ValueError that names the argument
+# ----------------------------------------------------------------------------------------------------
+
+
+def _check_form(form: str) -> None:
+    if form not in FORMS:
+        raise ValueError(f"form={form!r} is unknown; expected one of {FORMS} ('paper' is Eq. 2)")
+
+
+def _check_eps(eps: float) -> None:
+    if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps >= 0):
+        raise ValueError(f"eps={eps!r} must be a finite number >= 0 (the RMSNorm epsilon)")
+
+
+def _check_block_size(block_size: int) -> None:
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size={block_size!r} must be an int >= 1 (1 = Full AttnRes)")
+
+
+def _source_list(sources: Sequence[Tensor] | Tensor, name: str = "sources") -> list[Tensor] | Tensor:
+    """Validate ``sources`` (a sequence of equal-shape ``[..., d]`` tensors or a stacked ``[L, ..., d]``)."""
+    if isinstance(sources, Tensor):
+        if sources.dim() < 2 or sources.shape[0] == 0 or sources.shape[-1] == 0:
+            raise ValueError(
+                f"{name}: a stacked tensor must be [L, ..., d] with L >= 1 and d >= 1, "
+                f"got shape {tuple(sources.shape)}"
+            )
+        if not sources.is_floating_point():
+            raise ValueError(f"{name} must be floating point, got {sources.dtype}")
+        return sources
+    srcs = list(sources)
+    if not srcs:
+        raise ValueError(f"{name} is empty: a read needs at least one source (b_0, the embedding)")
+    first = srcs[0]
+    for i, s in enumerate(srcs):
+        if not isinstance(s, Tensor):
+            raise ValueError(f"{name}[{i}] is a {type(s).__name__}, not a Tensor")
+        if s.dim() == 0 or s.shape[-1] == 0:
+            raise ValueError(f"{name}[{i}] has shape {tuple(s.shape)}; every source must be [..., d], d >= 1")
+        if s.shape != first.shape:
+            raise ValueError(
+                f"{name}[{i}] has shape {tuple(s.shape)} but {name}[0] has {tuple(first.shape)}: "
+                "every source must have the same shape [..., d]"
+            )
+        if s.dtype != first.dtype or s.device != first.device:
+            raise ValueError(
+                f"{name}[{i}] is {s.dtype} on {s.device} but {name}[0] is {first.dtype} on {first.device}"
+            )
+        if not s.is_floating_point():
+            raise ValueError(f"{name}[{i}] must be floating point, got {s.dtype}")
+    return srcs
+
+
+def _source_shape(srcs: list[Tensor] | Tensor) -> torch.Size:
+    return srcs.shape[1:] if isinstance(srcs, Tensor) else srcs[0].shape
+
+
+def _check_vector(t: Tensor | None, d: int, name: str, allow_none: bool) -> None:
+    if t is None:
+        if not allow_none:
+            raise ValueError(f"{name} is required")
+        return
+    if not isinstance(t, Tensor) or tuple(t.shape) != (d,):
+        shape = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+        raise ValueError(f"{name} must have shape ({d},) to match the sources' last dim d={d}, got {shape}")
+
+
+def _check_query(query: Tensor, source_shape: torch.Size) -> None:
+    d = source_shape[-1]
+    if not isinstance(query, Tensor) or (
+        tuple(query.shape) != (d,) and tuple(query.shape) != tuple(source_shape)
+    ):
+        shape = tuple(query.shape) if isinstance(query, Tensor) else type(query).__name__
+        raise ValueError(
+            f"query must have shape ({d},) (the pseudo-query w_l) or the sources' shape "
+            f"{tuple(source_shape)} (one query per position), got {shape}"
+        )
+
+
+# ----------------------------------------------------------------------------------------------------
+# the score (Eq. 2-3), shared by every path
+# ----------------------------------------------------------------------------------------------------
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    # softmax (and the norm feeding it) at float32 at least: bf16 has 8 mantissa bits, so a score of
+    # size 10 would carry an error of ~0.04 and every weight a ~4 % relative error.
+    return torch.promote_types(dtype, torch.float32)
+
+
+def _effective_query(query: Tensor, gain: Tensor | None, form: str, dtype: torch.dtype) -> Tensor:
+    """The query with the gain and the form folded in: ``w * g`` (paper) or ``w * g / d`` (sqrt_d).
+
+    ``w . (g * RMSNorm(x)) = (w * g) . RMSNorm(x)`` (attnres.md, gain resolution) and
+    ``L2(x) / sqrt(d) = RMSNorm(x) / d``, so both forms score with the one RMSNorm below.
+    """
+    q = query.to(dtype)
+    if gain is not None:
+        q = q * gain.to(dtype)
+    if form == "sqrt_d":
+        q = q / q.shape[-1]
+    return q
+
+
+def _inv_rms(x: Tensor, eps: float) -> Tensor:
+    """``1 / sqrt(mean(x^2) + eps)`` over the last dim: the mean-form RMSNorm scale (ref. [66])."""
+    return torch.rsqrt(x.pow(2).mean(dim=-1) + eps)
+
+
+def _scores(x: Tensor, q: Tensor, eps: float) -> Tensor:
+    """Eq. 2-3 for sources ``x`` [N, ..., d] and effective queries ``q`` [Q, d] -> scores [Q, N, ...].
+
+    ``s = q . x / rms(x)``: the key is normalised, and there is no temperature (no 1/sqrt(d)).
+    """
+    dots = (x @ q.transpose(0, 1)).movedim(-1, 0)
+    return dots * _inv_rms(x, eps)
+
+
+def _scores_per_position(x: Tensor, q: Tensor, eps: float) -> Tensor:
+    """Eq. 2-3 with one query per position: ``x`` [N, ..., d], ``q`` [..., d] -> scores [N, ...]."""
+    return (x * q).sum(dim=-1) * _inv_rms(x, eps)
+
+
+# ----------------------------------------------------------------------------------------------------
+# kernel routing
+# ----------------------------------------------------------------------------------------------------
+
+_TRITON_FIX = (
+    "run on a CUDA device, or set TRITON_INTERPRET=1 in the environment before dormouse_kernels is "
+    "imported (Triton's CPU interpreter; slow, for tests), or pass kernel='torch' (or 'auto')"
+)
+
+
+def _triton_unavailable(device: torch.device) -> str | None:
+    """Why the fused kernel cannot run on ``device`` (None when it can). Imports lazily."""
+    try:
+        import dormouse_kernels  # noqa: PLC0415 - lazy on purpose: triton is optional at runtime
+    except Exception as e:  # an ImportError, or triton failing at import time
+        return f"importing dormouse_kernels failed ({type(e).__name__}: {e})"
+    for attr in ("depth_attend_fused", "triton_unavailable_reason"):
+        if not callable(getattr(dormouse_kernels, attr, None)):
+            return f"dormouse_kernels has no {attr}() (is the kernels package installed and current?)"
+    return dormouse_kernels.triton_unavailable_reason(device)
+
+
+def resolve_kernel(requested: str, device: torch.device | str) -> str:
+    """The read path that ``kernel=requested`` takes on ``device``: ``"triton"`` or ``"torch"``.
+
+    ``torch`` is plain PyTorch with autograd; ``triton`` the fused kernel (RuntimeError when it cannot
+    run, saying why and how to fix it); ``auto`` is triton on CUDA when it is available, else torch.
+    """
+    if requested not in KERNELS:
+        raise ValueError(f"kernel={requested!r} is unknown; expected one of {KERNELS}")
+    if requested == "torch":
+        return "torch"
+    device = torch.device(device)
+    if requested == "auto":
+        return "triton" if device.type == "cuda" and _triton_unavailable(device) is None else "torch"
+    reason = _triton_unavailable(device)
+    if reason is not None:
+        raise RuntimeError(
+            f"kernel='triton' was asked for on device {device}, but the fused kernel cannot run there: "
+            f"{reason}. To fix: {_TRITON_FIX}."
+        )
+    return "triton"
+
+
+# ----------------------------------------------------------------------------------------------------
+# Full AttnRes read (Eq. 1-4)
+# ----------------------------------------------------------------------------------------------------
 
 
 def depth_attend(
@@ -21,15 +255,242 @@ def depth_attend(
     form: str = "paper",
     kernel: str = "torch",
 ) -> Tensor:
-    """Eq. 2-4: h = sum_i alpha_i v_i, alpha = softmax_i(w . RMSNorm(v_i)), keys normalised, values raw."""
-    stacked = sources if isinstance(sources, Tensor) else torch.stack(list(sources))
-    d = stacked.shape[-1]
-    if form == "paper":
-        keys = stacked * torch.rsqrt(stacked.pow(2).mean(-1, keepdim=True) + eps)
-    else:
-        keys = stacked * torch.rsqrt(stacked.pow(2).sum(-1, keepdim=True) + eps) / d**0.5
-    if gain is not None:
-        keys = keys * gain
-    scores = keys.matmul(query.to(keys.dtype))
-    alpha = torch.softmax(scores.float(), dim=0).to(stacked.dtype)
-    return (alpha.unsqueeze(-1) * stacked).sum(0)
+    """Eq. 2-4: ``h = sum_i alpha_i v_i`` with ``alpha = softmax_i(w . RMSNorm(v_i))``.
+
+    Args:
+        sources: L tensors ``[..., d]`` of one shape, or one stacked ``[L, ..., d]`` tensor.
+        query: the pseudo-query ``w_l`` ``[d]`` (or ``[..., d]``, one per position; torch path only).
+        gain: the key RMSNorm gain ``g_l`` ``[d]``; None = no gain.
+        eps: RMSNorm epsilon, on the mean square.
+        form: ``"paper"`` (Eq. 2, no temperature) or ``"sqrt_d"`` (ablation: ``paper`` with ``w / d``).
+        kernel: ``"torch"``, ``"triton"`` (fused kernel; raises if it cannot run) or ``"auto"``.
+
+    Returns:
+        ``[..., d]`` in the sources' dtype: one joint softmax over all L sources, keys normalised,
+        values raw.
+    """
+    _check_form(form)
+    _check_eps(eps)
+    srcs = _source_list(sources)
+    shape = _source_shape(srcs)
+    d = shape[-1]
+    _check_query(query, shape)
+    _check_vector(gain, d, "gain", allow_none=True)
+    device = srcs.device if isinstance(srcs, Tensor) else srcs[0].device
+    if resolve_kernel(kernel, device) == "triton" and query.dim() == 1:
+        import dormouse_kernels  # noqa: PLC0415 - resolve_kernel has checked that it imports
+
+        return dormouse_kernels.depth_attend_fused(srcs, query, gain, eps, form)
+    if kernel == "triton":
+        raise ValueError("query: the fused kernel takes a [d] pseudo-query; per-position queries need torch")
+
+    x = srcs if isinstance(srcs, Tensor) else torch.stack(srcs)
+    out_dtype = x.dtype
+    cdtype = _compute_dtype(out_dtype)
+    x = x.to(cdtype)
+    q = _effective_query(query, gain, form, cdtype)
+    s = _scores(x, q.unsqueeze(0), eps)[0] if q.dim() == 1 else _scores_per_position(x, q, eps)
+    alpha = torch.softmax(s, dim=0)  # Eq. 2: ONE softmax jointly over all L sources
+    out = (alpha.unsqueeze(-1) * x).sum(dim=0)  # Eq. 4: the weights act on the RAW values
+    return out.to(out_dtype)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Block AttnRes source sets (Eq. 5-6)
+# ----------------------------------------------------------------------------------------------------
+
+
+def _sum(terms: Sequence[Tensor]) -> Tensor:
+    # a left fold, the order BlockAttnResState accumulates in, so both give bitwise-equal block sums
+    total = terms[0]
+    for t in terms[1:]:
+        total = total + t
+    return total
+
+
+def block_sources(embedding: Tensor, outputs: Sequence[Tensor], block_size: int) -> list[Tensor]:
+    """Eq. 6: the sources of layer ``len(outputs) + 1``, given the earlier outputs ``f_1 .. f_{l-1}``.
+
+    Returns ``[b_0, b_1, ..., b_{n-1}]`` plus ``b_n^{i-1}`` (the sum of the current block's earlier
+    outputs) iff it is non-empty. ``b_0 = embedding`` is never summed into a block (Eq. 5 sums layer
+    outputs only); each completed block ``b_k`` (Eq. 5) appears once. ``block_size = 1`` is Full AttnRes;
+    a short last block (uneven tail) is simply the partial. After the last layer this is the readout's
+    source set.
+    """
+    _check_block_size(block_size)
+    if not isinstance(embedding, Tensor) or embedding.dim() == 0:
+        raise ValueError("embedding must be a [..., d] Tensor (b_0)")
+    outs = list(outputs)
+    for j, f in enumerate(outs):
+        if not isinstance(f, Tensor) or f.shape != embedding.shape:
+            shape = tuple(f.shape) if isinstance(f, Tensor) else type(f).__name__
+            raise ValueError(
+                f"outputs[{j}] has shape {shape} but the embedding has {tuple(embedding.shape)}: "
+                "every layer output must have the embedding's shape"
+            )
+    n_done = len(outs) // block_size  # completed blocks b_1 .. b_{n-1}
+    sources = [embedding]
+    for k in range(n_done):
+        sources.append(_sum(outs[k * block_size : (k + 1) * block_size]))
+    partial_terms = outs[n_done * block_size :]  # this block's layers before the reading one
+    if partial_terms:  # b_n^0 = 0 is not a source (Eq. 6, i = 1)
+        sources.append(_sum(partial_terms))
+    return sources
+
+
+class BlockAttnResState:
+    """Streaming Block AttnRes (Eq. 5-6) with O(N) memory: ``b_0``, the completed blocks, the partial.
+
+    Protocol per layer: ``h = state.read(w_l)``, then ``state.push(f_l(h))``. A push is never visible
+    to the read of its own layer, because that read has already happened; it is visible to every later
+    read. ``block_size = 1`` is Full AttnRes. A readout is one more ``read`` with the readout's query.
+
+    Attributes:
+        embedding: ``b_0``, a permanent source, never summed into a block.
+        block_size: S, layers per block (the last block may be short).
+        layers_pushed: how many layer outputs have been pushed.
+    """
+
+    def __init__(self, embedding: Tensor, block_size: int) -> None:
+        _check_block_size(block_size)
+        if not isinstance(embedding, Tensor) or embedding.dim() == 0:
+            raise ValueError("embedding must be a [..., d] Tensor (b_0)")
+        self.embedding: Tensor = embedding
+        self.block_size: int = block_size
+        self.layers_pushed: int = 0
+        self._completed: list[Tensor] = []  # b_1 .. b_{n-1}
+        self._partial: Tensor | None = None  # b_n^{i-1}; None while the block is empty (b_n^0 = 0)
+
+    def sources(self) -> list[Tensor]:
+        """What the next read sees (Eq. 6): ``[b_0, b_1, ..., b_{n-1}]`` + ``[b_n^{i-1}]`` if non-empty."""
+        srcs = [self.embedding, *self._completed]
+        if self._partial is not None:
+            srcs.append(self._partial)
+        return srcs
+
+    def read(
+        self,
+        query: Tensor,
+        *,
+        gain: Tensor | None = None,
+        eps: float = 1e-6,
+        form: str = "paper",
+        kernel: str = "torch",
+    ) -> Tensor:
+        """Eq. 2-4 over :meth:`sources`: the input of the next layer (or a readout)."""
+        return depth_attend(self.sources(), query, gain=gain, eps=eps, form=form, kernel=kernel)
+
+    def push(self, output: Tensor) -> None:
+        """Fold layer ``layers_pushed + 1``'s output in: ``b_n^i = b_n^{i-1} + f_l(h_l)`` (Eq. 5)."""
+        if not isinstance(output, Tensor) or output.shape != self.embedding.shape:
+            shape = tuple(output.shape) if isinstance(output, Tensor) else type(output).__name__
+            raise ValueError(f"output has shape {shape} but the embedding has {tuple(self.embedding.shape)}")
+        self._partial = output if self._partial is None else self._partial + output
+        self.layers_pushed += 1
+        if self.layers_pushed % self.block_size == 0:  # the block is complete: it becomes b_n, once
+            self._completed.append(self._partial)
+            self._partial = None
+
+
+# ----------------------------------------------------------------------------------------------------
+# the two-phase schedule (Algorithm 1)
+# ----------------------------------------------------------------------------------------------------
+
+
+def online_softmax_merge(
+    m1: Tensor, l1: Tensor, o1: Tensor, m2: Tensor, l2: Tensor, o2: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Merge two online-softmax states over disjoint source sets (Alg. 1, Phase 2).
+
+    A state is ``m = max s``, ``l = sum exp(s - m)`` and the UNNORMALISED ``o = sum exp(s - m) v``
+    (``m``, ``l``: ``[...]``; ``o``: ``[..., d]``). With ``m = max(m1, m2)`` the merged state is
+    ``l = e^{m1-m} l1 + e^{m2-m} l2`` and ``o = e^{m1-m} o1 + e^{m2-m} o2``; ``o / l`` is then the
+    softmax mixture over the union of the two sets.
+    """
+    m = torch.maximum(m1, m2)
+    a1 = torch.exp(m1 - m)
+    a2 = torch.exp(m2 - m)
+    return m, a1 * l1 + a2 * l2, a1.unsqueeze(-1) * o1 + a2.unsqueeze(-1) * o2
+
+
+def phase1_stats(
+    sources: Sequence[Tensor] | Tensor,
+    queries: Tensor,
+    *,
+    gains: Tensor | None = None,
+    eps: float = 1e-6,
+    form: str = "paper",
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Alg. 1 Phase 1: S queries ``[S, d]`` at once against N sources -> ``(m, l, o)``.
+
+    ``m``, ``l``: ``[S, ...]``; ``o``: ``[S, ..., d]`` unnormalised (see :func:`online_softmax_merge`),
+    all in ``promote(dtype, float32)``. Scores are Eq. 2-3 with each query's gain folded in.
+    """
+    _check_form(form)
+    _check_eps(eps)
+    srcs = _source_list(sources)
+    d = _source_shape(srcs)[-1]
+    if not isinstance(queries, Tensor) or queries.dim() != 2 or queries.shape[1] != d or queries.shape[0] < 1:
+        shape = tuple(queries.shape) if isinstance(queries, Tensor) else type(queries).__name__
+        raise ValueError(f"queries must have shape (S, {d}) with S >= 1, got {shape}")
+    if gains is not None and (not isinstance(gains, Tensor) or gains.shape != queries.shape):
+        shape = tuple(gains.shape) if isinstance(gains, Tensor) else type(gains).__name__
+        raise ValueError(f"gains must have the queries' shape {tuple(queries.shape)}, got {shape}")
+    x = srcs if isinstance(srcs, Tensor) else torch.stack(srcs)
+    x = x.to(_compute_dtype(x.dtype))
+    q = _effective_query(queries, gains, form, x.dtype)
+    s = _scores(x, q, eps)  # [S, N, ...]
+    m = s.amax(dim=1)
+    p = torch.exp(s - m.unsqueeze(1))
+    o = (p.unsqueeze(-1) * x.unsqueeze(0)).sum(dim=1)
+    return m, p.sum(dim=1), o
+
+
+def two_phase_block(
+    queries: Tensor,
+    completed: Sequence[Tensor],
+    layer_fn: Callable[[int, Tensor], Tensor],
+    *,
+    gains: Tensor | None = None,
+    eps: float = 1e-6,
+    form: str = "paper",
+) -> tuple[list[Tensor], Tensor]:
+    """Algorithm 1 for one block n: returns (the S layer inputs ``h``, the block sum ``b_n``).
+
+    Args:
+        queries: ``[S, d]``, the pseudo-queries of the block's layers (S = fewer for a short tail).
+        completed: ``[b_0, ..., b_{n-1}]``, at least ``b_0``.
+        layer_fn: ``layer_fn(i, h) -> f(h)`` for the block's layer i = 0 .. S-1 (0-based).
+        gains: ``[S, d]`` key RMSNorm gains, or None.
+
+    Phase 1 computes ``(m, l, o)`` of all S queries against ``completed`` in one pass. Phase 2, per
+    layer in order: the first layer's input is ``o / l`` (Eq. 6, i = 1); later layers merge the single
+    intra-block source ``b_n^{i-1}`` by :func:`online_softmax_merge` (Eq. 6, i >= 2); then the layer's
+    OUTPUT is added to the partial sum (Eq. 5). The result equals the direct Eq. 6 mixtures.
+    """
+    srcs = _source_list(completed, name="completed")
+    shape = _source_shape(srcs)
+    m1, l1, o1 = phase1_stats(srcs, queries, gains=gains, eps=eps, form=form)
+    dtype = srcs.dtype if isinstance(srcs, Tensor) else srcs[0].dtype
+    q = _effective_query(queries, gains, form, m1.dtype)
+
+    def layer_input(i: int, partial: Tensor | None) -> Tensor:
+        if partial is None:  # i = 1: sources [b_0 .. b_{n-1}] only
+            return (o1[i] / l1[i].unsqueeze(-1)).to(dtype)
+        p = partial.to(m1.dtype)
+        m2 = _scores(p.unsqueeze(0), q[i : i + 1], eps)[0, 0]  # one source: l2 = 1, o2 = p
+        _, l, o = online_softmax_merge(m1[i], l1[i], o1[i], m2, torch.ones_like(m2), p)
+        return (o / l.unsqueeze(-1)).to(dtype)
+
+    inputs: list[Tensor] = []
+    partial: Tensor | None = None  # b_n^{i-1}: this block's outputs before layer i
+    for i in range(queries.shape[0]):
+        h = layer_input(i, partial)
+        y = layer_fn(i, h)
+        if not isinstance(y, Tensor) or y.shape != shape:
+            got = tuple(y.shape) if isinstance(y, Tensor) else type(y).__name__
+            raise ValueError(f"layer_fn({i}, h) returned shape {got}, expected the sources' {tuple(shape)}")
+        inputs.append(h)
+        partial = y if partial is None else partial + y  # Eq. 5: the layer OUTPUT, not its input
+    assert partial is not None  # S >= 1 was checked by phase1_stats
+    return inputs, partial

@@ -218,6 +218,11 @@ def validate(cfg: DictConfig) -> list[str]:
         _bad(lines, "model.attnres.query", a.query, "one of static, input")
     if a.eps < 0:
         _bad(lines, "model.attnres.eps", a.eps, "must be >= 0")
+    if m.use_attnres and a.query == "input" and m.kernel == "triton":
+        lines.append(
+            "model.kernel=triton with model.attnres.query=input: the fused kernel takes one static [d] "
+            "pseudo-query per read, not a per-token one; use model.kernel=torch (or auto) or query=static"
+        )
     if a.block_size is not None:
         if a.block_size < 1:
             _bad(lines, "model.attnres.block_size", a.block_size, "must be >= 1 or null (Full AttnRes)")

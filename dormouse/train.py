@@ -313,7 +313,12 @@ def train(cfg: DictConfig, *, stop_at_step: int | None = None) -> TrainResult:
         with_open["run"]["name"] = f"{arm_name(cfg)}-{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
         cfg = OmegaConf.create(with_open)
         OmegaConf.set_struct(cfg, True)
-    kernel = resolve_kernel(str(cfg.model.kernel), device) if cfg.model.use_attnres else "none"
+    kernel = "none"
+    if cfg.model.use_attnres:
+        # An input-dependent query is per token; the fused kernel reads with one [d] query, so `auto`
+        # resolves to torch there (and `triton` was refused by validation).
+        requested = "torch" if cfg.model.attnres.query == "input" else str(cfg.model.kernel)
+        kernel = resolve_kernel(requested, device)
 
     init_distributed(info, device)
     try:

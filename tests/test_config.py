@@ -35,6 +35,8 @@ BAD_INPUTS = [
     (["model.use_attnres=true", "model.attnres.block_size=2", "model.attnres.query=input"],
      ["model.attnres.query=input", "block_size"]),
     (["model.kernel=cuda"], ["model.kernel='cuda'"]),
+    (["model.use_attnres=true", "model.attnres.query=input", "model.kernel=triton"],
+     ["model.kernel=triton", "model.attnres.query=input"]),
     (["logging.wandb=yes"], ["logging.wandb='yes'"]),
 ]
 

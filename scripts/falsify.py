@@ -1,0 +1,466 @@
+#!/usr/bin/env python
+"""Falsification record: every gate must be able to go red.
+
+A perturbation is a named TEXT mutation of one source file (scripts/perturbations_*.py, each defining
+``PERTURBATIONS: list[dict]`` with ``name, file, old, new, gates, why``). For each one this script:
+
+1. copies the repo's ``dormouse/`` -> TMP/dormouse, ``conf/`` -> TMP/dormouse/conf, ``kernels/`` ->
+   TMP/dormouse_kernels, ``tests/`` -> TMP/tests (plus pyproject.toml and scripts/), never touching the repo;
+2. checks that ``old`` occurs EXACTLY once in the copied file (else: "stale perturbation") and applies it;
+3. runs ``python -m pytest -x -q -p no:cacheprovider <gates>`` in TMP with PYTHONPATH=TMP, and checks from
+   inside that run that ``dormouse`` (and the mutated module) were imported from TMP, not from the
+   editable install of the repo;
+4. records the first gate that went red and the ``deviation=`` / ``bound=`` its failure message reports;
+5. runs the same gates on an unperturbed copy: restore must be green.
+
+The table (perturbation | gate that went red | by how much | restored green) is printed last. Exit status
+1 when any perturbation left every gate green, was stale, could not be run, or its restore was not green.
+
+    python scripts/falsify.py                 # everything
+    python scripts/falsify.py --list          # what would run
+    python scripts/falsify.py --only temperature_1_over_sqrt_d --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+# repo directory -> its place in the temporary tree (the installed package layout, see pyproject.toml)
+LAYOUT: dict[str, str] = {
+    "dormouse": "dormouse",
+    "conf": "dormouse/conf",
+    "kernels": "dormouse_kernels",
+    "tests": "tests",
+    "scripts": "scripts",
+}
+EXTRA_FILES: tuple[str, ...] = ("pyproject.toml",)
+REQUIRED_KEYS: tuple[str, ...] = ("name", "file", "old", "new", "gates", "why")
+RUN_TIMEOUT_S = 600
+
+# Runs inside TMP: pytest in-process, then report where the packages were imported from (the repo is
+# pip-installed editable, so a perturbed copy that is not the one imported would "pass" for nothing).
+_WRAPPER = r"""
+import json, sys
+import pytest
+junit, mutated, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+rc = int(pytest.main(["-p", "no:cacheprovider", "--junitxml=" + junit, *args]))
+seen = {}
+for name in ("dormouse", "dormouse_kernels", mutated):
+    mod = sys.modules.get(name) if name else None
+    if name:
+        seen[name] = getattr(mod, "__file__", None) if mod is not None else None
+print("FALSIFY_IMPORTS " + json.dumps(seen), flush=True)
+sys.exit(rc)
+"""
+
+
+class StalePerturbation(ValueError):
+    """``old`` does not occur exactly once in the file it names."""
+
+
+@dataclass
+class Result:
+    name: str
+    file: str
+    why: str
+    source: str
+    gates: list[str]
+    status: str = "pending"  # red | survived | stale | error
+    gate: str | None = None
+    deviation: str | None = None
+    restored: bool | None = None
+    detail: str = ""
+    seconds: float = 0.0
+    imports: dict[str, str | None] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------------
+# perturbations
+# --------------------------------------------------------------------------------------------------
+
+
+def load_perturbations(files: list[Path] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """All perturbations from ``files`` (default: scripts/perturbations_*.py) and the load errors."""
+    paths = files if files is not None else sorted((ROOT / "scripts").glob("perturbations_*.py"))
+    found: list[dict[str, Any]] = []
+    errors: list[str] = []
+    names: set[str] = set()
+    for path in paths:
+        try:
+            spec = importlib.util.spec_from_file_location(f"_falsify_{path.stem}", path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            perts = module.PERTURBATIONS
+            if not isinstance(perts, list):
+                raise TypeError("PERTURBATIONS is not a list")
+        except Exception as e:  # one broken file must not hide the others
+            errors.append(f"{path.name}: cannot load ({type(e).__name__}: {e})")
+            continue
+        for k, p in enumerate(perts):
+            missing = [key for key in REQUIRED_KEYS if not isinstance(p, dict) or key not in p]
+            if missing:
+                errors.append(f"{path.name}[{k}]: missing {missing}")
+                continue
+            if p["name"] in names:
+                errors.append(f"{path.name}: duplicate perturbation name {p['name']!r}")
+                continue
+            if not p["gates"] or not all(isinstance(g, str) for g in p["gates"]):
+                errors.append(f"{path.name}: {p['name']}: gates must be a non-empty list of node ids")
+                continue
+            names.add(p["name"])
+            found.append({**p, "source": path.name})
+    return found, errors
+
+
+def tree_path(file: str) -> str:
+    """Where repo-relative ``file`` lives in the temporary tree (conf/x -> dormouse/conf/x, ...)."""
+    head, _, rest = file.replace("\\", "/").partition("/")
+    if head not in LAYOUT or not rest:
+        raise StalePerturbation(f"{file}: not under one of the copied directories {sorted(LAYOUT)}")
+    return f"{LAYOUT[head]}/{rest}"
+
+
+def module_name(tree_file: str) -> str:
+    """The module a tree-relative .py file imports as ('' for non-Python files and tests)."""
+    if not tree_file.endswith(".py") or tree_file.startswith(("tests/", "scripts/")):
+        return ""
+    parts = tree_file[: -len(".py")].split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def apply(text: str, old: str, new: str, where: str) -> str:
+    """Replace the single occurrence of ``old``; a perturbation that no longer matches is stale."""
+    count = text.count(old)
+    if count != 1:
+        raise StalePerturbation(
+            f"stale perturbation: `old` occurs {count} times in {where} (expected exactly 1)"
+        )
+    return text.replace(old, new)
+
+
+def make_tree(dst: Path) -> None:
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
+    for src, rel in LAYOUT.items():  # dormouse/ before conf/ -> dormouse/conf
+        if (ROOT / src).is_dir():
+            shutil.copytree(ROOT / src, dst / rel, ignore=ignore, dirs_exist_ok=True)
+    for name in EXTRA_FILES:
+        if (ROOT / name).is_file():
+            shutil.copy2(ROOT / name, dst / name)
+
+
+# --------------------------------------------------------------------------------------------------
+# running the gates
+# --------------------------------------------------------------------------------------------------
+
+
+def _nodeid(tree: Path, classname: str, name: str) -> str:
+    if not classname:  # a collection error: junit names the module, e.g. "tests.test_attnres"
+        path = Path(*name.split("."))
+        if (tree / path).with_suffix(".py").is_file():
+            return f"{path.with_suffix('.py').as_posix()} (collection error)"
+    parts = classname.split(".") if classname else []
+    for k in range(len(parts), 0, -1):
+        if (tree / Path(*parts[:k])).with_suffix(".py").is_file():
+            return "::".join(["/".join(parts[:k]) + ".py", *parts[k:], name])
+    return f"{classname}::{name}" if classname else name
+
+
+def _matches(nodeid: str, gate: str) -> bool:
+    return nodeid == gate or nodeid.startswith((gate + "[", gate + "::"))
+
+
+def parse_junit(path: Path, tree: Path) -> list[dict[str, str]]:
+    """One row per testcase: nodeid, outcome (passed/failed/error/skipped), message, text."""
+    if not path.is_file():
+        return []
+    rows = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        row = {
+            "nodeid": _nodeid(tree, case.get("classname", ""), case.get("name", "")),
+            "outcome": "passed",
+            "message": "",
+            "text": "",
+        }
+        for tag in ("failure", "error", "skipped"):
+            el = case.find(tag)
+            if el is not None:
+                row.update(
+                    outcome="failed" if tag == "failure" else tag,
+                    message=el.get("message", ""),
+                    text=el.text or "",
+                )
+                break
+        rows.append(row)
+    return rows
+
+
+def by_how_much(message: str, text: str) -> str:
+    """The ``deviation=`` (and ``bound=``) a gate reported, else the exception's first line."""
+    for blob in (message, text):
+        dev = re.search(r"deviation=([^\s,;)]+)(\s+sources)?", blob)
+        if dev:
+            value = dev.group(1) + (dev.group(2) or "")
+            bound = re.search(r"bound=([^\s,;)]+)", blob)
+            if not bound:
+                return value
+            out = f"{value} (bound {bound.group(1)})"
+            try:
+                ratio = float(dev.group(1)) / float(bound.group(1))
+                out += f", {ratio:.2g}x" if ratio < 1e6 else f", {ratio:.1e}x"
+            except (ValueError, ZeroDivisionError):
+                pass
+            return out
+    lines = [ln[2:].strip() for ln in text.splitlines() if ln.startswith("E ")]
+    raised = [ln for ln in lines if re.match(r"\w*(Error|Exception)\b", ln)]  # the exception line
+    first = (raised or lines or message.splitlines() or ["(no message)"])[0]
+    return first[:100]
+
+
+def run_gates(tree: Path, gates: list[str], mutated: str, extra: list[str], tag: str) -> dict[str, Any]:
+    """Run pytest on ``gates`` inside ``tree``; return rc, the testcases and where modules came from."""
+    junit = tree / f".falsify-{tag}.xml"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
+    env.update(PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1")
+    # -p no:hypothesispytest: that plugin alone imports for ~1.5 s per run and no gate needs it (hypothesis'
+    # @given works without it); a gate that did need a disabled plugin would fail its restore run, loudly.
+    cmd = [
+        sys.executable,
+        "-c",
+        _WRAPPER,
+        str(junit),
+        mutated,
+        *extra,
+        "-q",
+        "--tb=short",
+        "-p",
+        "no:hypothesispytest",
+        *gates,
+    ]
+    try:
+        proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"rc": None, "cases": [], "imports": {}, "output": f"timed out after {RUN_TIMEOUT_S} s"}
+    imports: dict[str, str | None] = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("FALSIFY_IMPORTS "):
+            imports = json.loads(line[len("FALSIFY_IMPORTS ") :])
+    return {
+        "rc": proc.returncode,
+        "cases": parse_junit(junit, tree),
+        "imports": imports,
+        "output": (proc.stdout + proc.stderr)[-4000:],
+    }
+
+
+def import_problem(tree: Path, imports: dict[str, str | None], mutated: str, red: bool) -> str | None:
+    """Why this run did not test the copy in ``tree`` (None when it did)."""
+    root = os.path.realpath(tree)
+    for name, path in imports.items():
+        if path is not None and not os.path.realpath(path).startswith(root + os.sep):
+            return f"{name} was imported from {path}, not from the temporary copy"
+    if not imports:
+        return "the run did not report its imports"
+    if mutated and imports.get(mutated) is None and not red:
+        return f"the gates never imported {mutated}, the module this perturbation mutates"
+    return None
+
+
+def falsify_one(p: dict[str, Any], workdir: Path) -> Result:
+    res = Result(p["name"], p["file"], p["why"], p["source"], list(p["gates"]))
+    start = time.monotonic()
+    tree = workdir / p["name"]
+    try:
+        rel = tree_path(p["file"])
+        make_tree(tree)
+        target = tree / rel
+        if not target.is_file():
+            raise StalePerturbation(f"stale perturbation: {p['file']} does not exist")
+        target.write_text(apply(target.read_text(), p["old"], p["new"], p["file"]))
+    except StalePerturbation as e:
+        res.status, res.detail = "stale", str(e)
+        return res
+    mutated = module_name(rel)
+    run = run_gates(tree, res.gates, mutated, ["-x"], "perturbed")
+    res.imports = run["imports"]
+    red_cases = [c for c in run["cases"] if c["outcome"] in ("failed", "error")]
+    if red_cases:  # a test failed, or collection failed because the mutation broke an import (rc 2 or 4)
+        res.status, res.gate = "red", red_cases[0]["nodeid"]
+        res.deviation = by_how_much(red_cases[0]["message"], red_cases[0]["text"])
+    elif run["rc"] == 0:
+        res.status, res.detail = "survived", "every gate stayed green"
+    else:
+        res.status, res.detail = "error", f"pytest rc={run['rc']}: {run['output'][-600:]}"
+    problem = import_problem(tree, run["imports"], mutated, res.status == "red")
+    if problem:
+        res.status, res.detail = "error", problem
+    res.seconds = time.monotonic() - start
+    shutil.rmtree(tree, ignore_errors=True)
+    return res
+
+
+def restore(results: list[Result], workdir: Path) -> None:
+    """Run every tested perturbation's gates on one unperturbed copy; each must be green."""
+    todo = [r for r in results if r.status in ("red", "survived")]
+    if not todo:
+        return
+    tree = workdir / "_unperturbed"
+    make_tree(tree)
+    gates = list(dict.fromkeys(g for r in todo for g in r.gates))
+    run = run_gates(tree, gates, "", [], "restore")
+    problem = import_problem(tree, run["imports"], "", True)
+    for r in todo:
+        cases = [c for c in run["cases"] if any(_matches(c["nodeid"], g) for g in r.gates)]
+        bad = [c for c in cases if c["outcome"] in ("failed", "error")]
+        passed = [c for c in cases if c["outcome"] == "passed"]
+        r.restored = problem is None and run["rc"] in (0, 1) and not bad and bool(passed)
+        if not r.restored:
+            why = problem or (
+                f"{bad[0]['nodeid']}: {by_how_much(bad[0]['message'], bad[0]['text'])}"
+                if bad
+                else f"no gate passed (pytest rc={run['rc']})"
+            )
+            r.detail = (r.detail + "; " if r.detail else "") + f"restore not green: {why}"
+
+
+# --------------------------------------------------------------------------------------------------
+# reporting
+# --------------------------------------------------------------------------------------------------
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=220, soft_wrap=False)
+
+
+def occurrences(p: dict[str, Any]) -> int:
+    """How often ``old`` occurs in the repo file (-1: the file is missing); 1 is the only valid count."""
+    path = ROOT / p["file"]
+    return path.read_text().count(p["old"]) if path.is_file() else -1
+
+
+def print_list(perts: list[dict[str, Any]]) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=f"{len(perts)} perturbations", show_lines=False)
+    for col in ("perturbation", "file", "gates", "why", "applies"):
+        table.add_column(col, overflow="fold")
+    for p in perts:
+        n = occurrences(p)
+        applies = "yes" if n == 1 else f"[bold red]STALE ({'no file' if n < 0 else f'{n} matches'})[/]"
+        cells = (p["name"], p["file"], "\n".join(p["gates"]), p["why"])
+        table.add_row(*(escape(str(x)) for x in cells), applies)
+    _console().print(table)
+
+
+def print_table(results: list[Result], seconds: float) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=f"Falsification: {len(results)} perturbations, {seconds:.0f} s", show_lines=False)
+    table.add_column("perturbation", overflow="fold")
+    table.add_column("gate that went red", overflow="fold")
+    table.add_column("by how much", overflow="fold")
+    table.add_column("restored green", overflow="fold")
+    for r in results:
+        if r.status == "red":
+            gate, much = escape(r.gate or ""), escape(r.deviation or "")
+        else:
+            gate, much = f"[bold red]{r.status.upper()}[/]", escape(r.detail)
+        restored = {True: "yes", False: "[bold red]NO[/]", None: "-"}[r.restored]
+        if r.restored is False and r.status == "red":
+            much = f"{much}; {escape(r.detail)}"
+        table.add_row(escape(r.name), gate, much, restored)
+    _console().print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only this perturbation (repeatable, or comma-separated)",
+    )
+    ap.add_argument("--list", action="store_true", help="list the perturbations and exit")
+    ap.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
+    ap.add_argument(
+        "--file",
+        type=Path,
+        action="append",
+        metavar="PATH",
+        help="load perturbations from this file instead of scripts/perturbations_*.py",
+    )
+    ap.add_argument("--jobs", type=int, default=2, help="perturbations run in parallel (default 2)")
+    args = ap.parse_args(argv)
+
+    perts, errors = load_perturbations(args.file)
+    only = [n for item in args.only for n in item.split(",") if n]
+    if only:
+        unknown = sorted(set(only) - {p["name"] for p in perts})
+        if unknown:
+            print(f"unknown perturbation(s): {', '.join(unknown)}", file=sys.stderr)
+            return 2
+        perts = [p for p in perts if p["name"] in only]
+    for e in errors:
+        print(f"{'warning' if only else 'error'}: {e}", file=sys.stderr)
+    if args.list:
+        print_list(perts)
+        return 0
+
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="falsify-") as tmp:
+        workdir = Path(tmp)
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            results = list(pool.map(lambda p: falsify_one(p, workdir), perts))
+        restore(results, workdir)
+    seconds = time.monotonic() - start
+
+    failed = [r for r in results if r.status != "red" or r.restored is not True]
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(
+            json.dumps(
+                {
+                    "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+                    "command": " ".join(
+                        ["python", "scripts/falsify.py", *(argv if argv is not None else sys.argv[1:])]
+                    ),
+                    "seconds": round(seconds, 1),
+                    "load_errors": errors,
+                    "ok": not failed and not (errors and not only),
+                    "results": [asdict(r) for r in results],
+                },
+                indent=2,
+            )
+        )
+    print_table(results, seconds)
+    if failed:
+        print(f"{len(failed)} perturbation(s) not falsified cleanly: {', '.join(r.name for r in failed)}")
+    return 1 if failed or (errors and not only) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
