@@ -67,7 +67,7 @@ def test_arm_parameters_move_the_logits_at_every_depth(arm: str):
         moved = (a - b).abs().max().item()
         # float32 logits of size O(1): a perturbation of O(1) arm parameters moves them by >> 1e-4;
         # a dead arm moves them by exactly 0.
-        assert moved > 1e-4, f"{arm}: readout after iteration {k} did not move (deviation={moved:.3e})"
+        assert moved > 1e-4, f"{arm}: readout after iteration {k} did not move (deviation={moved:.3e}, bound=>1e-4)"
 
 
 @pytest.mark.parametrize("arm", list(ARM_OVERRIDES))
@@ -105,7 +105,9 @@ def test_attnres_inputs_at_init_are_the_plain_mean_of_their_sources():
         expected = torch.stack(sources[: layer + 1]).double().mean(0)
         dev = (h.double() - expected).abs().max().item()
         # float32 softmax of equal scores is exactly uniform up to rounding: ~1e-7 relative on O(1) values.
-        assert dev < 1e-5, f"layer {layer + 1} input is not the mean of its {layer + 1} sources (deviation={dev:.3e})"
+        assert dev < 1e-5, (
+            f"layer {layer + 1} input is not the mean of its {layer + 1} sources (deviation={dev:.3e}, bound=1e-5)"
+        )
 
 
 @pytest.mark.parametrize("arm", ["attnres", "attnres_block"])
@@ -119,7 +121,7 @@ def test_attnres_readout_after_iteration_k_depends_on_iteration_k(arm: str):
     for k in range(3):
         calls = {"n": 0}
 
-        def bump(module, args, output, k=k):
+        def bump(module, args, output, k=k, calls=calls):
             calls["n"] += 1
             return output + 1.0 if calls["n"] == k + 1 else output
 
@@ -128,10 +130,10 @@ def test_attnres_readout_after_iteration_k_depends_on_iteration_k(arm: str):
             moved = model(idx)
         handle.remove()
         dev = (moved[k] - base[k]).abs().max().item()
-        assert dev > 1e-4, f"readout {k + 1} ignores iteration {k + 1}'s MLP output (deviation={dev:.3e})"
+        assert dev > 1e-4, f"readout {k + 1} ignores iteration {k + 1}'s MLP output (deviation={dev:.3e}, bound=>1e-4)"
         if k > 0:
             same = (moved[k - 1] - base[k - 1]).abs().max().item()
-            assert same == 0.0, f"readout {k} moved when only iteration {k + 1} changed (deviation={same:.3e})"
+            assert same == 0.0, f"readout {k} moved when only iteration {k + 1} changed (deviation={same:.3e}, bound=0)"
 
 
 def test_random_depth_counts_the_depth_that_ran():
@@ -150,7 +152,7 @@ def test_counters_keep_counting_under_torch_compile():
     PROBES.reset()
     for i in range(3):
         compiled(batch(i))
-    assert PROBES.asked["attnres"] == PROBES.ran["attnres"] == 3 * 2 * 3
+    assert PROBES.asked["attnres"] == PROBES.ran["attnres"] == 3 * 2 * 3, PROBES.snapshot()
 
     model = tiny_model("rezero")
     model.compile_sublayers(backend="eager")
@@ -200,7 +202,7 @@ def test_block_two_phase_eval_gives_the_direct_forms_logits(block_size: int):
     for k, (a, b) in enumerate(zip(direct, two_phase), start=1):
         dev = (a - b).abs().max().item()
         # float64: the merge reorders a handful of exp/sum terms; ~1e-16 relative on O(1) logits.
-        assert dev < 1e-12, f"readout {k}: two-phase differs from direct (deviation={dev:.3e})"
+        assert dev < 1e-12, f"readout {k}: two-phase differs from direct (deviation={dev:.3e}, bound=1e-12)"
 
 
 def test_block_two_phase_is_what_eval_runs():

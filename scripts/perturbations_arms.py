@@ -1,0 +1,72 @@
+"""Perturbations of the arms and the loop driver: dead arms, leaking counters, readouts taken from the
+wrong place (scripts/falsify.py; format in perturbations_attnres.py).
+
+These are the model-level defects the predecessor shipped or nearly shipped (seeds/): a counter that fires
+while the output does not move, a counter outside the arm's branch, a readout that misses the iteration's
+own work.
+"""
+
+from __future__ import annotations
+
+_ARMS = "dormouse/arms.py"
+_MODEL = "dormouse/model.py"
+_T = "tests/test_arms.py::"
+
+PERTURBATIONS: list[dict] = [
+    {
+        "name": "rezero_result_discarded",
+        "file": _ARMS,
+        "old": "        new_state = state + self.alpha[slot].to(output.dtype) * output\n",
+        "new": "        new_state = state + 0 * self.alpha[slot].to(output.dtype) * output\n",
+        "gates": [_T + "test_arm_parameters_move_the_logits_at_every_depth"],
+        "why": "ReZero runs and counts but its update never reaches the state: a dead arm with a live counter",
+    },
+    {
+        "name": "gr_gate_ignores_its_bias",
+        "file": _ARMS,
+        "old": "        gate = torch.sigmoid(gate_proj(normed) + self.bias[slot].to(normed.dtype))\n",
+        "new": "        gate = torch.sigmoid(gate_proj(normed) - 2.0)\n",
+        "gates": [_T + "test_arm_parameters_move_the_logits_at_every_depth"],
+        "why": "GR's per-slot bias never reaches the gate (the 9b343d3-shaped GR defect): its parameters are dead",
+    },
+    {
+        "name": "attnres_query_not_used",
+        "file": _ARMS,
+        "old": "        query = self.queries[index]\n",
+        "new": "        query = self.queries[index].detach() * 0\n",
+        "gates": [_T + "test_arm_parameters_move_the_logits_at_every_depth"],
+        "why": "AttnRes reads with a constant query: the arm counts while its pseudo-queries move nothing",
+    },
+    {
+        "name": "counter_outside_the_arm",
+        "file": _MODEL,
+        "old": "                PROBES.count_asked(self.arm.name)\n",
+        "new": "                PROBES.count_asked(self.arm.name)\n                PROBES.count_ran(\"rezero\")\n",
+        "gates": [_T + "test_selected_arm_counts_ran_equal_asked_and_others_zero"],
+        "why": "a counter noted by the loop for every arm (seed 002 gate 4): the unselected ReZero leaks counts",
+    },
+    {
+        "name": "readout_before_the_iterations_last_sublayer",
+        "file": _MODEL,
+        "old": "                state = self.arm.absorb(state, slot, out)\n",
+        "new": "                state = self.arm.absorb(state, slot, out) if j == 0 or k == 0 else state\n",
+        "gates": [_T + "test_attnres_readout_after_iteration_k_depends_on_iteration_k"],
+        "why": "iteration k's MLP output never becomes a source: readout k misses iteration k's work",
+    },
+    {
+        "name": "two_phase_eval_merges_without_rescale",
+        "file": _ARMS,
+        "old": "            m1, l1, o1 = online_softmax_merge(m1, l1, o1, m2[0], l2[0], o2[0])\n",
+        "new": "            m1, l1, o1 = m1, l1 + l2[0], o1 + o2[0]\n",
+        "gates": [_T + "test_block_two_phase_eval_gives_the_direct_forms_logits"],
+        "why": "the eval-time two-phase merge adds the intra-block partial without the online-softmax rescale",
+    },
+    {
+        "name": "eval_never_takes_the_two_phase_path",
+        "file": _ARMS,
+        "old": "        return not self.training and self.block_size is not None and self.query_proj is None\n",
+        "new": "        return False\n",
+        "gates": [_T + "test_block_two_phase_eval_gives_the_direct_forms_logits"],
+        "why": "the two-phase schedule is never run, so its equivalence test would be vacuous",
+    },
+]
