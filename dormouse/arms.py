@@ -206,7 +206,10 @@ class AttnRes(ResidualArm):
         return h
 
     def absorb(self, state: _AttnResState, slot: int, output: Tensor) -> _AttnResState:
-        state.blocks.push(output)
+        # Under bf16 autocast the sublayers emit bf16 while the embedding (b_0) is fp32. Store every source
+        # in the embedding's dtype once, here, as the other arms keep their fp32 running sum; otherwise each
+        # later read would re-cast every bf16 source.
+        state.blocks.push(output.to(state.blocks.embedding.dtype))
         return state
 
     def readout_input(self, state: _AttnResState, k: int) -> Tensor:

@@ -642,17 +642,15 @@ def test_triton_routing_calls_the_fused_kernel(monkeypatch: pytest.MonkeyPatch) 
     assert depth_attend([_x, _x], w, kernel="torch") is not sentinel  # torch never routes
 
 
-_SQRT_D_EPS_XFAIL = pytest.mark.xfail(
-    strict=True,
-    reason="dormouse_kernels puts the sqrt_d eps on the sum of squares (v / sqrt(sum v^2 + eps) / sqrt(d)); "
-    "attnres.py keeps it on the mean square so that sqrt_d(w) == paper(w / d) exactly (attnres.md). "
-    "Reported to the lead; remove this mark when the two paths agree (strict: agreement turns this red).",
-)
+# A large eps makes its placement visible (0.13 apart at d = 16 between eps on the sum and on the mean
+# square). 0.125, not 0.1: Triton passes a Python float to a kernel as fp32, so eps = 0.1 enters the float64
+# kernel as 0.1 + 1.5e-9 and moves the output by ~1e-9, above this test's 1e-11 float64 bound; 0.125 is
+# exact in fp32, so what is compared is the formula, not eps's representation.
 _KERNEL_CASES = [
     pytest.param("paper", 1e-6, id="paper-eps1e-06"),
-    pytest.param("paper", 0.1, id="paper-eps0.1"),
+    pytest.param("paper", 0.125, id="paper-eps0.125"),
     pytest.param("sqrt_d", 0.0, id="sqrt_d-eps0"),
-    pytest.param("sqrt_d", 0.1, id="sqrt_d-eps0.1", marks=_SQRT_D_EPS_XFAIL),
+    pytest.param("sqrt_d", 0.125, id="sqrt_d-eps0.125"),
 ]
 
 
