@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Time one training step (forward + backward + AdamW) of the `9m` model: ReZero vs AttnRes.
+"""Time one training step (forward + backward + AdamW): ReZero vs GR vs AttnRes, at any preset.
 
 Arms: ``rezero`` (the baseline), ``attnres`` with ``model.kernel=auto`` (the fused Triton read on CUDA)
 and, for attribution, ``attnres`` with ``model.kernel=torch``. Each arm: a fresh model from the same seed,
@@ -8,6 +8,7 @@ then the median of timed steps (CUDA-synchronised wall time). Prints a table wit
 AttnRes / ReZero and how many fused-kernel calls one step made (0 means the fused path did not run).
 
     python scripts/bench_model_step.py [--preset 9m] [--steps 10] [--out runs/bench_model_step.json]
+    python scripts/bench_model_step.py --preset cpu --cpu --steps 20   # the CPU default's tokens/s
 
 It is a script, kept tolerant of small API drift: the model is built as dormouse.train builds it
 (``LoopedByteLM(cfg.model, seed=...)``, ``model.arm.kernel = resolve_kernel(...)``), and anything
@@ -29,6 +30,7 @@ import torch.nn.functional as F
 
 ARMS = {
     "rezero": [],
+    "gr": ["model.use_gr=true"],
     "attnres (kernel=auto)": ["model.use_attnres=true", "model.kernel=auto"],
     "attnres (kernel=torch)": ["model.use_attnres=true", "model.kernel=torch"],
 }
@@ -128,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--cpu", action="store_true", help="allow running on CPU (smoke test only; not a timing)")
+    ap.add_argument("--cpu", action="store_true", help="allow running on CPU (the CPU preset's timing)")
     args = ap.parse_args(argv)
 
     if not torch.cuda.is_available() and not args.cpu:
@@ -163,15 +165,16 @@ def main(argv: list[str] | None = None) -> int:
     from rich.table import Table
 
     t = Table(title=f"training step, preset={args.preset} (median of {args.steps} steps, {device.type})")
-    for col in ("arm", "read path", "step ms", "x ReZero", "fused calls/step", "peak GiB"):
+    for col in ("arm", "read path", "step ms", "tok/s", "x ReZero", "fused calls/step", "peak GiB"):
         t.add_column(col, justify="right" if col != "arm" else "left")
     for name, r in rows.items():
         if "error" in r:
-            t.add_row(name, "-", r["error"][:60], "-", "-", "-")
+            t.add_row(name, "-", r["error"][:60], "-", "-", "-", "-")
             continue
         ratio = f"{r['step_ms'] / base:.3f}" if base else "-"
-        t.add_row(name, str(r["kernel"]), f"{r['step_ms']:.2f}", ratio, f"{r['fused_calls_per_step']:.0f}",
-                  f"{r['peak_gib']:.2f}")  # fmt: skip
+        tok_s = r["batch"] * r["seq_len"] / (r["step_ms"] / 1e3)
+        fused = f"{r['fused_calls_per_step']:.0f}"
+        t.add_row(name, str(r["kernel"]), f"{r['step_ms']:.2f}", f"{tok_s:,.0f}", ratio, fused, f"{r['peak_gib']:.2f}")
     Console(width=160).print(t)
     return 0 if all("error" not in r for r in rows.values()) else 1
 
