@@ -1,7 +1,7 @@
 """Attention Residuals (Kimi Team, arXiv:2603.15031 v1), functional form.
 
-The specification is ``/work/shared/spec/attnres.md`` (equation numbers are the paper's). A layer is one
-sublayer (attention or MLP). Layer l reads a softmax mixture of earlier *sources* instead of a running
+The specification is ``shared/spec/attnres.md``, beside the repository; equation numbers are the paper's.
+A layer is one sublayer (attention or MLP). Layer l reads a softmax mixture of earlier *sources* instead of a running
 residual sum:
 
 * Full AttnRes (Eq. 1-4): sources ``v_0 = h_1`` (the embedding) and ``v_i = f_i(h_i)``;

@@ -272,6 +272,8 @@ def validate(cfg: DictConfig) -> list[str]:
     if t.resume not in ("never", "auto") and not Path(str(t.resume)).exists():
         _bad(lines, "train.resume", t.resume, "never, auto, or the path of an existing checkpoint")
     _check_device(lines, str(t.device))
+    if m.use_attnres and m.kernel == "triton" and not lines:
+        _check_triton(lines, str(t.device))
 
     if lg.wandb not in ("disabled", "offline", "online"):
         _bad(lines, "logging.wandb", lg.wandb, "one of disabled, offline, online")
@@ -301,6 +303,20 @@ def _check_device(lines: list[str], device: str) -> None:
             )
         return
     _bad(lines, "train.device", device, "auto, cpu, cuda or cuda:N")
+
+
+def _check_triton(lines: list[str], device: str) -> None:
+    """``model.kernel=triton`` must be runnable on the device the run will use, or be refused now."""
+    import torch
+
+    from dormouse.attnres import resolve_kernel
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        resolve_kernel("triton", torch.device(device))
+    except RuntimeError as exc:
+        lines.append(f"model.kernel='triton' cannot run on train.device={device!r}: {exc}")
 
 
 def load_config(overrides: list[str] | None = None) -> DictConfig:

@@ -108,6 +108,22 @@ def depth_for_step(seed: int, step: int, max_iter: int, random_depth: bool) -> i
     return int(torch.randint(1, max_iter + 1, (1,), generator=gen).item())
 
 
+def _auto_reason(kernel: str, device: torch.device, cfg: DictConfig) -> str:
+    """Why ``model.kernel=auto`` took the path it took (the brief: an auto choice says which and why)."""
+    if kernel == "triton":
+        return "CUDA device and the fused Triton kernel is available"
+    if cfg.model.attnres.query == "input":
+        return "model.attnres.query=input gives per-token queries; the fused kernel reads with one [d] query"
+    if device.type != "cuda":
+        return f"device {device} is not CUDA"
+    try:
+        import dormouse_kernels
+
+        return str(dormouse_kernels.triton_unavailable_reason(device))
+    except ImportError as exc:
+        return f"dormouse_kernels does not import: {exc}"
+
+
 def readout_loss(logits: list[torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy (nats/byte) over the given readouts."""
     losses = [F.cross_entropy(lg.float().reshape(-1, lg.shape[-1]), targets.reshape(-1)) for lg in logits]
@@ -319,6 +335,8 @@ def train(cfg: DictConfig, *, stop_at_step: int | None = None) -> TrainResult:
         # resolves to torch there (and `triton` was refused by validation).
         requested = "torch" if cfg.model.attnres.query == "input" else str(cfg.model.kernel)
         kernel = resolve_kernel(requested, device)
+        if str(cfg.model.kernel) == "auto":
+            print(f"kernel: model.kernel=auto -> {kernel} ({_auto_reason(kernel, device, cfg)})", flush=True)
 
     init_distributed(info, device)
     try:
@@ -376,8 +394,12 @@ def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: st
     log_path, metrics_path = run_dir / "train.log", run_dir / "metrics.jsonl"
     wandb_run = None
     if main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+        except OSError as exc:
+            raise TrainError(f"cannot write the run directory {run_dir}: {exc.strerror or exc}; choose a "
+                             "writable run.dir (and check the disk has space)") from exc
         prov = provenance(cfg, device, dtype, kernel, corpus, counts, info)
         (run_dir / "provenance.json").write_text(json.dumps(prov, indent=2) + "\n")
         header = [f"# {k}: {v}" for k, v in prov.items()]

@@ -3,7 +3,7 @@
 Format (shared by every scripts/perturbations_*.py): ``name``, ``file`` (repo-relative), ``old`` (an exact
 snippet occurring exactly once), ``new`` (its replacement), ``gates`` (pytest node ids run with ``-x``, most
 specific first), ``why`` (the defect, and where it came from). Most of these are the defects recorded in
-/work/shared/seeds/ (the earlier implementation's) or the paper slips listed in attnres.md.
+shared/seeds/ (the earlier implementation's) or the paper slips listed in attnres.md.
 """
 
 from __future__ import annotations

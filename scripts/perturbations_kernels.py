@@ -3,7 +3,7 @@ must catch. Run by scripts/falsify.py (format: ``name``, ``file`` repo-relative,
 occurring once, ``new``, ``gates`` pytest node ids, ``why``).
 
 Each one is a defect a fused attention kernel is known to ship with: the first three are the brief's
-(and the predecessor's, /work/shared/seeds/: the RMSNorm derivative without its 1/d stayed green through
+(and the predecessor's, shared/seeds/: the RMSNorm derivative without its 1/d stayed green through
 every test of the earlier crate), the rest are the ways the online softmax, the persistent grid, the
 masking and the source table go wrong silently.
 """

@@ -219,3 +219,24 @@ def test_block_two_phase_is_what_eval_runs():
     with torch.no_grad():
         model(batch())
     assert calls["n"] == 2 * 3
+
+
+def test_input_dependent_query_starts_as_the_static_query_and_its_projection_moves_the_logits():
+    """q_l = w_l + U_l RMSNorm(v_last), U_l zero-initialised (our reading of the paper's §5.3)."""
+    static = tiny_model("attnres")
+    dynamic = tiny_model("attnres", "model.attnres.query=input")
+    trained_a_little(static)
+    trained_a_little(dynamic)
+    idx = batch()
+    with torch.no_grad():
+        a, b = static(idx), dynamic(idx)
+        for k, (x, y) in enumerate(zip(a, b), start=1):
+            dev = (x - y).abs().max().item()
+            # identical arithmetic up to adding U v = 0 to the query: exact zeros, so bit-identical logits
+            assert dev == 0.0, f"readout {k}: input query at init differs from static (deviation={dev:.3e}, bound=0)"
+        dynamic.arm.query_proj.add_(0.5 * torch.randn(dynamic.arm.query_proj.shape,
+                                                      generator=torch.Generator().manual_seed(2)))
+        moved = dynamic(idx)
+    for k, (x, y) in enumerate(zip(b, moved), start=1):
+        dev = (x - y).abs().max().item()
+        assert dev > 1e-4, f"readout {k}: U_l does not move the logits (deviation={dev:.3e}, bound=>1e-4)"

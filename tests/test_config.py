@@ -141,3 +141,21 @@ def test_wheel_ships_the_configs_kernels_and_corpus(tmp_path: Path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "512"
+
+
+def test_triton_kernel_where_it_cannot_run_is_refused_before_any_work(tmp_path: Path):
+    """Without CUDA and without Triton's interpreter, model.kernel=triton is a loud exit-2 error with the fix."""
+    import os
+    import subprocess
+    import sys
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: triton can run")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-m", "dormouse", "train", "model.use_attnres=true", "model.kernel=triton",
+                          f"run.dir={tmp_path / 'runs'}"], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "model.kernel='triton'" in out.stderr and "TRITON_INTERPRET=1" in out.stderr
+    assert not (tmp_path / "runs").exists()

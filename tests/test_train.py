@@ -134,3 +134,19 @@ def test_wandb_offline_logs_without_prompting(tmp_path: Path, monkeypatch):
                                  f"run.dir={tmp_path}", "run.name=w"], input="")
     assert result.exit_code == 0, result.output
     assert list((tmp_path / "w").rglob("*.wandb")), "wandb offline wrote no run file"
+
+
+def test_unwritable_run_dir_is_a_clear_error(tmp_path: Path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    result = runner.invoke(app, ["train", *TINY, f"run.dir={blocker}", "run.name=r"])
+    assert result.exit_code == 1
+    assert "cannot write the run directory" in result.output and str(blocker) in result.output
+
+
+def test_auto_kernel_says_which_path_it_took(tmp_path: Path):
+    result = runner.invoke(app, ["train", *TINY, "train.steps=2", "model.use_attnres=true", "model.kernel=auto",
+                                 f"run.dir={tmp_path}", "run.name=r"])
+    assert result.exit_code == 0, result.output
+    assert "kernel: model.kernel=auto -> torch (device cpu is not CUDA)" in result.output
+    assert json.loads((tmp_path / "r" / "provenance.json").read_text())["kernel"] == "torch"
