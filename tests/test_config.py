@@ -104,7 +104,7 @@ def test_validate_prints_the_resolved_config():
 def test_presets_and_overrides_compose():
     cpu = compose_config([])
     big = compose_config(["preset=9m", "train.steps=7"])
-    assert cpu.model.d_model == 128 and big.model.d_model == 512
+    assert cpu.model.d_model == 128 and big.model.d_model == 768
     assert big.train.steps == 7  # a command-line override wins over the preset
     assert compose_config(["preset=tiny"]).model.max_iter == 2
 
@@ -140,7 +140,7 @@ def test_wheel_ships_the_configs_kernels_and_corpus(tmp_path: Path):
     out = subprocess.run([sys.executable, "-c", probe, str(target)], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "512"
+    assert out.stdout.strip() == "768"
 
 
 def test_triton_kernel_where_it_cannot_run_is_refused_before_any_work(tmp_path: Path):
