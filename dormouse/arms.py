@@ -225,10 +225,14 @@ class _AttnResState:
     phase1_start: int = 0
 
 
-def build_arm(model_cfg: Any) -> ResidualArm:
-    """The arm a model config selects (validation has already refused both flags on)."""
+def build_arm(model_cfg: Any, kernel: str = "torch") -> ResidualArm:
+    """The arm a model config selects (validation has already refused both flags on).
+
+    ``kernel`` is the AttnRes read path already resolved for the device (``dormouse.attnres.resolve_kernel``):
+    "torch" or "triton"; the other arms have no read to route.
+    """
     if model_cfg.use_attnres:
-        return AttnRes(model_cfg.d_model, model_cfg.max_iter, model_cfg.attnres)
+        return AttnRes(model_cfg.d_model, model_cfg.max_iter, model_cfg.attnres, kernel=kernel)
     if model_cfg.use_gr:
         return GatedResidual(model_cfg.d_model, model_cfg.max_iter)
     return ReZero(model_cfg.d_model, model_cfg.max_iter)

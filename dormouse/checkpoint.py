@@ -63,9 +63,14 @@ def atomic_save(obj: dict[str, Any], path: Path) -> None:
 
 
 def save_checkpoint(obj: dict[str, Any], ckpt_dir: Path, step: int, keep: int) -> Path:
+    """Write step ``step``'s checkpoint, then prune: files of later steps belong to an abandoned future
+    (a corrupt newest file that a resume skipped, or a resume from an earlier step) and go, and of the
+    rest only the newest ``keep`` stay."""
     path = checkpoint_path(ckpt_dir, step)
     atomic_save(obj, path)
-    for old in list_checkpoints(ckpt_dir)[:-keep]:
+    current = [p for p in list_checkpoints(ckpt_dir) if int(p.stem.split("_")[1]) <= step]
+    stale = [p for p in list_checkpoints(ckpt_dir) if int(p.stem.split("_")[1]) > step]
+    for old in stale + current[:-keep]:
         old.unlink(missing_ok=True)
     return path
 

@@ -8,6 +8,7 @@ one line per problem, naming the field, what was given and what is allowed.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
-ARMS = ("rezero", "gr", "attnres")
+ARMS = ("rezero", "gr", "attnres")  # the arm names, in eval-line order
 
 
 @dataclass
@@ -79,10 +80,9 @@ class TrainConfig:
     resume: str = "never"  # "never" | "auto" | a checkpoint path
     overwrite: bool = False  # allow starting a new run in a directory that holds another run
     nonfinite: str = "stop"  # "stop" | "skip": what a NaN/inf loss does
-    arm_seed: int | None = None  # RNG stream of the arm-specific parameters; null = derived from seed
     # Data-order stream; null = seed. Every arm of a comparison shares it, except the registered A/A arm,
-    # which changes it: the arms' own init is deterministic (zeros, ones, -2), so a different arm stream
-    # alone would reproduce the baseline bit for bit and calibrate no noise.
+    # which changes it. (There is no separate arm-parameter stream: every arm's own init is deterministic
+    # by its paper -- zeros, ones, -2 -- so such a stream would change nothing and calibrate no noise.)
     data_seed: int | None = None
 
 
@@ -210,14 +210,19 @@ def validate(cfg: DictConfig) -> list[str]:
         _bad(lines, "model.mlp_hidden", m.mlp_hidden, "must be >= 1 or null")
     if m.kernel not in ("auto", "triton", "torch"):
         _bad(lines, "model.kernel", m.kernel, "one of auto, triton, torch")
+    elif m.kernel == "triton" and not m.use_attnres:
+        lines.append("model.kernel=triton but model.use_attnres=false: the fused kernel is the AttnRes read; "
+                     "set model.use_attnres=true or leave model.kernel=auto")
+    if not (math.isfinite(m.rope_base) and m.rope_base > 0):
+        _bad(lines, "model.rope_base", m.rope_base, "must be a finite number > 0")
 
     a = m.attnres
     if a.form not in ("paper", "sqrt_d"):
         _bad(lines, "model.attnres.form", a.form, "one of paper, sqrt_d")
     if a.query not in ("static", "input"):
         _bad(lines, "model.attnres.query", a.query, "one of static, input")
-    if a.eps < 0:
-        _bad(lines, "model.attnres.eps", a.eps, "must be >= 0")
+    if not (math.isfinite(a.eps) and a.eps >= 0):
+        _bad(lines, "model.attnres.eps", a.eps, "must be a finite number >= 0")
     if m.use_attnres and a.query == "input" and m.kernel == "triton":
         lines.append(
             "model.kernel=triton with model.attnres.query=input: the fused kernel takes one static [d] "
@@ -251,16 +256,19 @@ def validate(cfg: DictConfig) -> list[str]:
     for key in ("steps", "batch_size", "eval_every"):
         if t[key] <= 0:
             _bad(lines, f"train.{key}", t[key], "must be > 0")
-    if not t.lr > 0:
-        _bad(lines, "train.lr", t.lr, "must be > 0")
+    if not (math.isfinite(t.lr) and t.lr > 0):
+        _bad(lines, "train.lr", t.lr, "must be a finite number > 0")
     if t.warmup < 0:
         _bad(lines, "train.warmup", t.warmup, "must be >= 0")
     if not 0.0 <= t.min_lr_ratio <= 1.0:
         _bad(lines, "train.min_lr_ratio", t.min_lr_ratio, "must be in [0, 1]")
-    if t.weight_decay < 0:
-        _bad(lines, "train.weight_decay", t.weight_decay, "must be >= 0")
-    if t.grad_clip < 0:
-        _bad(lines, "train.grad_clip", t.grad_clip, "must be >= 0 (0 disables clipping)")
+    if not (math.isfinite(t.weight_decay) and t.weight_decay >= 0):
+        _bad(lines, "train.weight_decay", t.weight_decay, "must be a finite number >= 0")
+    if not (math.isfinite(t.grad_clip) and t.grad_clip >= 0):
+        _bad(lines, "train.grad_clip", t.grad_clip, "must be a finite number >= 0 (0 disables clipping)")
+    for key in ("beta1", "beta2"):
+        if not 0.0 <= t[key] < 1.0:
+            _bad(lines, f"train.{key}", t[key], "must be in [0, 1)")
     if t.ckpt_every < 0:
         _bad(lines, "train.ckpt_every", t.ckpt_every, "must be >= 0 (0 = final checkpoint only)")
     if t.keep_ckpts < 1:
@@ -297,6 +305,9 @@ def _check_device(lines: list[str], device: str) -> None:
                 f"train.device={device!r} was asked for but CUDA is not available on this machine "
                 f"(torch {torch.__version__}, cuda build: {torch.version.cuda}); use train.device=cpu or auto"
             )
+        elif index and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            lines.append(f"train.device={device!r} under torchrun: each rank takes cuda:LOCAL_RANK; "
+                         "use train.device=cuda (or auto)")
         elif index and int(index) >= torch.cuda.device_count():
             lines.append(
                 f"train.device={device!r}: only {torch.cuda.device_count()} CUDA device(s) are visible"

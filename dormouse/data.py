@@ -306,16 +306,22 @@ def _load_hf(name: str, split: str, field: str) -> tuple[bytes, str, str]:
 # ------------------------------------------------------------------------------------------ batches
 
 
-def _batch_seed(seed: int, step: int) -> int:
-    """The training generator's seed for ``(seed, step)``.
+def keyed_seed(tag: str, seed: int, step: int) -> int:
+    """A generator seed for ``(tag, seed, step)``: the data order (``dormouse.data``) and the random-depth
+    sequence (``dormouse.depth``) are each a pure function of (seed, step).
 
-    BLAKE2b of ``"dormouse.data:<seed>:<step>"``, first 8 bytes, top bit cleared. A hash (rather than
+    BLAKE2b of ``"<tag>:<seed>:<step>"``, first 8 bytes, top bit cleared. A hash (rather than
     ``seed * K + step``) means no two (seed, step) pairs collide in practice however long the run, and the
-    ``dormouse.data`` tag keeps this stream unrelated to any other RNG keyed on the same pair (e.g.
-    random depth). Stable across platforms and Python versions (no ``hash()`` randomisation).
+    tag keeps each stream unrelated to the others keyed on the same pair. Stable across platforms and
+    Python versions (no ``hash()`` randomisation).
     """
-    digest = hashlib.blake2b(f"dormouse.data:{int(seed)}:{int(step)}".encode(), digest_size=8).digest()
+    digest = hashlib.blake2b(f"{tag}:{int(seed)}:{int(step)}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+
+
+def _batch_seed(seed: int, step: int) -> int:
+    """The training generator's seed for ``(seed, step)``."""
+    return keyed_seed("dormouse.data", seed, step)
 
 
 def train_batch(
@@ -363,10 +369,12 @@ def train_batch(
 def eval_windows(val: torch.Tensor, *, seq_len: int, eval_bytes: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The fixed eval set: ``x, y`` int64 ``[N, seq_len]`` from the start of ``val``.
 
-    Consecutive non-overlapping windows of ``seq_len + 1`` bytes (input = first ``seq_len``, target =
-    last ``seq_len``), as many whole windows as fit in ``min(eval_bytes, len(val))``, and at least one.
-    No byte falls in two windows, so no target is counted twice. No randomness: every call, arm and run
-    sees the same tensors.
+    Windows of ``seq_len + 1`` bytes (input = first ``seq_len``, target = last ``seq_len``) starting every
+    ``seq_len`` bytes, so consecutive windows share one byte: the last target of one window is the first
+    input of the next. Then every byte of the eval span after the first is a target exactly once (bpb is
+    over "every byte of a fixed eval set", model.md). As many windows as fit in
+    ``min(eval_bytes, len(val))``, and at least one. No randomness: every call, arm and run sees the same
+    tensors.
     """
     if seq_len < 1 or eval_bytes < 1:
         raise ValueError(f"seq_len={seq_len} and eval_bytes={eval_bytes} must both be >= 1")
@@ -375,8 +383,8 @@ def eval_windows(val: torch.Tensor, *, seq_len: int, eval_bytes: int) -> tuple[t
         raise ValueError(
             f"val must be 1-D with at least seq_len + 1 = {window} bytes, got shape {tuple(val.shape)}"
         )
-    n_windows = max(1, min(eval_bytes, val.numel()) // window)
-    windows = val[: n_windows * window].reshape(n_windows, window).long()
+    n_windows = max(1, (min(eval_bytes, val.numel()) - 1) // seq_len)
+    windows = val.unfold(0, window, seq_len)[:n_windows].long()
     return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
 
 

@@ -34,6 +34,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dormouse.config import ARMS
+from dormouse.evalline import human
 
 LOG_NAME = "train.log"
 CONFIG_NAME = "config.yaml"
@@ -336,13 +337,6 @@ def read_runs(paths: list[Path] | list[str]) -> list[RunLog]:
 
 # --- display -------------------------------------------------------------------------------------------
 
-def _human(x: float) -> str:
-    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= div:
-            return f"{x / div:.3g}{suffix}"
-    return f"{x:.3g}"
-
-
 def _fmt(x: Any, spec: str) -> str:
     return format(x, spec) if isinstance(x, (int, float)) else str(x)
 
@@ -361,12 +355,12 @@ def run_table(run: RunLog) -> Table:
     for r in run.evals:
         v = r.values
         cells: list[Text] = [Text(str(r.line), style="dim"), Text(str(v["step"])),
-                             Text(_human(v["tokens"]) if "tokens" in v else "-")]
+                             Text(human(v["tokens"]) if "tokens" in v else "-")]
         for k in ("loss", "bpb", *[f"bpb@{d}" for d in depths]):
             x = v.get(k, "-")
             bad = isinstance(x, float) and not math.isfinite(x)
             cells.append(Text(_fmt(x, ".4f"), style="bold red" if bad else ""))
-        cells += [Text(_fmt(v.get("lr", "-"), ".2e")), Text(_human(v["tok/s"]) if "tok/s" in v else "-"),
+        cells += [Text(_fmt(v.get("lr", "-"), ".2e")), Text(human(v["tok/s"]) if "tok/s" in v else "-"),
                   Text(_fmt(v.get("depth", "-"), ".2f")), Text(str(v["arm"]))]
         for name in ARMS:
             ran, asked = v[f"{name}_ran"], v[f"{name}_asked"]

@@ -12,7 +12,8 @@ torch.compile: a Python side effect inside a compiled region runs once, at trace
 counts right. (1) ``train.compile`` compiles the shared block's sublayers only; the loop driver and the arms
 (where the counting happens) run eagerly. (2) The counting methods are wrapped in
 ``torch.compiler.disable``, so even a user who compiles the whole model gets a graph break at each count
-and the count runs on every call rather than once. ``tests/test_probes.py`` pins both.
+and the count runs on every call rather than once.
+``tests/test_arms.py::test_counters_keep_counting_under_torch_compile`` pins both.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from contextlib import contextmanager
 
 import torch
 
-ARMS: tuple[str, ...] = ("rezero", "gr", "attnres")
+from dormouse.config import ARMS
 
 
 class ProbeCounters:

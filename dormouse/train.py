@@ -36,12 +36,13 @@ from dormouse import __version__
 from dormouse.attnres import resolve_kernel
 from dormouse.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, load_newest, save_checkpoint
 from dormouse.config import arm_name
-from dormouse.data import ByteCorpus, bits_per_byte, eval_windows, load_corpus, train_batch
+from dormouse.data import ByteCorpus, bits_per_byte, eval_windows, keyed_seed, load_corpus, train_batch
 from dormouse.distributed import (
     DistInfo,
     all_reduce_sum,
     barrier,
     broadcast_flag,
+    broadcast_object,
     dist_info_from_env,
     init_distributed,
     shutdown_distributed,
@@ -104,7 +105,7 @@ def depth_for_step(seed: int, step: int, max_iter: int, random_depth: bool) -> i
     """Random depth k ~ U{1..max_iter} from a generator keyed on (seed, step); else max_iter."""
     if not random_depth:
         return max_iter
-    gen = torch.Generator().manual_seed((seed * 1_000_003 + step) ^ 0x5DEECE66D)
+    gen = torch.Generator().manual_seed(keyed_seed("dormouse.depth", seed, step))
     return int(torch.randint(1, max_iter + 1, (1,), generator=gen).item())
 
 
@@ -235,6 +236,9 @@ def prepare_run_dir(cfg: DictConfig) -> tuple[Path, dict[str, Any] | None, Path 
                              "use the checkpoint's values or start a new run (another run.name)")
         return run_dir, state, source
     holds_run = (run_dir / "config.yaml").exists() or (run_dir / "metrics.jsonl").exists()
+    if holds_run and resume == "auto" and not cfg.train.overwrite:
+        raise TrainError(f"train.resume=auto: {run_dir} holds a run but {ckpt_dir} has no checkpoint to resume "
+                         "from; pass train.overwrite=true to restart it, or choose another run.name")
     if holds_run:
         if not cfg.train.overwrite:
             raise TrainError(f"{run_dir} already holds a run; pass train.resume=auto to continue it, "
@@ -335,11 +339,16 @@ def train(cfg: DictConfig, *, stop_at_step: int | None = None) -> TrainResult:
         # resolves to torch there (and `triton` was refused by validation).
         requested = "torch" if cfg.model.attnres.query == "input" else str(cfg.model.kernel)
         kernel = resolve_kernel(requested, device)
-        if str(cfg.model.kernel) == "auto":
+        if str(cfg.model.kernel) == "auto" and info.is_main:
             print(f"kernel: model.kernel=auto -> {kernel} ({_auto_reason(kernel, device, cfg)})", flush=True)
 
     init_distributed(info, device)
     try:
+        if info.enabled and cfg.run.name is not None:  # every rank writes to the directory rank 0 named
+            with_open = OmegaConf.to_container(cfg)
+            with_open["run"]["name"] = broadcast_object(str(cfg.run.name), info)
+            cfg = OmegaConf.create(with_open)
+            OmegaConf.set_struct(cfg, True)
         return _train(cfg, corpus, device, kernel, info, stop_at_step)
     finally:
         shutdown_distributed(info)
@@ -351,9 +360,7 @@ def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: st
     main = info.is_main
     if device.type == "cuda":  # pairs of an A/B run share a process: each reports its own peak
         torch.cuda.reset_peak_memory_stats(device)
-    model = LoopedByteLM(cfg.model, seed=int(t.seed), arm_seed=t.arm_seed).to(device)
-    if cfg.model.use_attnres:
-        model.arm.kernel = kernel
+    model = LoopedByteLM(cfg.model, seed=int(t.seed), kernel=kernel).to(device)
     counts = model.param_counts()
     optimizer = torch.optim.AdamW(model.param_groups(float(t.weight_decay)), lr=float(t.lr),
                                   betas=(float(t.beta1), float(t.beta2)), fused=device.type == "cuda")
@@ -363,12 +370,21 @@ def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: st
     def autocast() -> Any:
         return torch.autocast("cuda", dtype=torch.bfloat16) if use_bf16 else nullcontext()
 
-    run_dir, state, source = prepare_run_dir(cfg) if main else (Path(cfg.run.dir) / cfg.run.name, None, None)
-    if info.enabled:  # non-main ranks resume from the same checkpoint rank 0 chose
-        barrier(info)
-        if not main and t.resume != "never":
-            found = load_newest(run_dir / "checkpoints", warn=lambda m: None)
-            state = found[1] if found else None
+    run_dir, state, source = Path(cfg.run.dir) / cfg.run.name, None, None
+    refusal: str | None = None
+    if main:
+        try:
+            run_dir, state, source = prepare_run_dir(cfg)
+        except (TrainError, CheckpointError) as exc:
+            if not info.enabled:
+                raise
+            refusal = str(exc)
+    if info.enabled:  # rank 0 decides; every rank refuses together or resumes from the same checkpoint
+        refusal, chosen = broadcast_object((refusal, None if source is None else str(source)), info)
+        if refusal is not None:
+            raise TrainError(refusal)
+        if not main and chosen is not None:
+            source, state = Path(chosen), load_checkpoint(Path(chosen))
     step, tokens, window = 0, 0, {"loss_sum": 0.0, "steps": 0, "tokens": 0, "depth_sum": 0.0, "time": 0.0}
     skipped = 0
     metrics: list[dict[str, Any]] = []
@@ -379,16 +395,19 @@ def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: st
         step, tokens, skipped = int(state["step"]), int(state["tokens"]), int(state["skipped"])
         window = dict(state["window"])
         PROBES.load(state["probes"])
+        if not main:  # the checkpoint holds the open window's sums over all ranks; rank 0 carries them
+            window["loss_sum"] = 0.0
+            PROBES.reset()
         torch.set_rng_state(state["rng_cpu"])
         metrics = [dict(r) for r in state["metrics"]]
     if cfg.train.compile:
         model.compile_sublayers()
     train_model: torch.nn.Module = model
     if info.enabled:
-        find_unused = bool(cfg.model.random_depth) or t.readout == "last"
+        # Every parameter gets a gradient at every depth and readout choice: the per-slot arm parameters
+        # are rows of one tensor each, so DDP's unused-parameter search is not needed.
         train_model = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None,
-            find_unused_parameters=find_unused)
+            model, device_ids=[device.index] if device.type == "cuda" else None)
 
     x_eval, y_eval = eval_windows(corpus.val, seq_len=int(cfg.data.seq_len), eval_bytes=int(cfg.data.eval_bytes))
     log_path, metrics_path = run_dir / "train.log", run_dir / "metrics.jsonl"
@@ -404,10 +423,12 @@ def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: st
         (run_dir / "provenance.json").write_text(json.dumps(prov, indent=2) + "\n")
         header = [f"# {k}: {v}" for k, v in prov.items()]
         with log_path.open("a") as log:
-            if state is None:
+            if state is None or not log_path.stat().st_size:
                 log.write("\n".join(header) + "\n")
-            else:
+            if state is not None:
                 log.write(f"resume step={step} from={source}\n")
+        if state is not None and not metrics_path.exists():  # resumed into a new directory: carry the history
+            metrics_path.write_text("".join(json.dumps(row) + "\n" for row in metrics))
         print(f"run {run_dir}  arm={arm_name(cfg)} params={counts['params']:,} "
               f"arm_params={counts['arm_params']:,} device={device} kernel={kernel}"
               + (f"  (resumed at step {step} from {source})" if state else ""), flush=True)
@@ -420,9 +441,16 @@ def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: st
                 "config": OmegaConf.to_container(cfg, resolve=True)}
 
     def write_checkpoint() -> Path | None:
+        # The open window's loss sum and counters are per rank: save their sums over ranks (a collective,
+        # so every rank calls this at the same steps); rank 0 carries them after a resume.
+        counters = PROBES.snapshot()
+        sums = all_reduce_sum([window["loss_sum"], *counters.values()], info, device)
         if not main:
             return None
-        return save_checkpoint(checkpoint_state(), run_dir / "checkpoints", step, int(t.keep_ckpts))
+        state = checkpoint_state()
+        state["window"]["loss_sum"] = sums[0]
+        state["probes"] = {k: int(v) for k, v in zip(counters, sums[1:])}
+        return save_checkpoint(state, run_dir / "checkpoints", step, int(t.keep_ckpts))
 
     def eval_and_log() -> None:
         nonlocal window
@@ -431,12 +459,15 @@ def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: st
         loss_sum, counter_vals = sums[0], [int(v) for v in sums[1:]]
         counters = dict(zip(counters.keys(), counter_vals))
         if main:
+            # A window whose every step was skipped has no loss and no depth: NaN, not 0.
             row: dict[str, Any] = {"step": step, "tokens": tokens,
-                                   "loss": loss_sum / info.world_size / max(1, window["steps"])}
+                                   "loss": loss_sum / info.world_size / window["steps"] if window["steps"]
+                                   else float("nan")}
             row.update(evaluate(model, x_eval, y_eval, int(t.batch_size), device, autocast))
             row.update({"lr": lr_at(max(0, step - 1), cfg),
                         "tok/s": window["tokens"] / max(window["time"], 1e-9),
-                        "depth": window["depth_sum"] / max(1, window["steps"]), "arm": arm_name(cfg)})
+                        "depth": window["depth_sum"] / window["steps"] if window["steps"] else float("nan"),
+                        "arm": arm_name(cfg)})
             row.update(counters)
             row.update({"kernel": kernel, "skipped": skipped, "time_s": time.time() - start_time,
                         "peak_mem_bytes": peak_memory(device), "params": counts["params"]})
@@ -451,6 +482,11 @@ def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: st
                 wandb_run.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=step)
         PROBES.reset()
         window = {"loss_sum": 0.0, "steps": 0, "tokens": 0, "depth_sum": 0.0, "time": 0.0}
+        bad_eval = main and not math.isfinite(metrics[-1]["bpb"])
+        if broadcast_flag(bad_eval, info, device) and t.nonfinite == "stop":
+            last = list_checkpoints(run_dir / "checkpoints")
+            raise TrainError(f"non-finite eval bpb at step {step}; last good checkpoint: "
+                             f"{last[-1] if last else 'none'}; lower train.lr")
 
     start_time = time.time()
     losses: list[float] = []
@@ -470,18 +506,23 @@ def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: st
                     logits = train_model(x, depth=depth, readouts=str(t.readout))
                 loss = readout_loss(logits, y)
                 loss_value = float(loss.detach())
-                if broadcast_flag(not math.isfinite(loss_value), info, device):
+                what = "loss" if broadcast_flag(not math.isfinite(loss_value), info, device) else None
+                if what is None:
+                    loss.backward()
+                    # A finite loss can still give an inf/NaN gradient that would poison the weights; the
+                    # gradients are all-reduced, so every rank sees the same norm.
+                    grad_norm = torch.nn.utils.clip_grad_norm_(
+                        model.parameters(), float(t.grad_clip) if t.grad_clip > 0 else math.inf)
+                    what = None if math.isfinite(float(grad_norm)) else "gradient norm"
+                if what is not None:
                     if t.nonfinite == "stop":
                         last = list_checkpoints(run_dir / "checkpoints")
-                        raise TrainError(f"non-finite loss ({loss_value}) at step {step}; last good checkpoint: "
-                                         f"{last[-1] if last else 'none'}; lower train.lr or set "
+                        raise TrainError(f"non-finite {what} (loss {loss_value}) at step {step}; last good "
+                                         f"checkpoint: {last[-1] if last else 'none'}; lower train.lr or set "
                                          "train.nonfinite=skip to skip such batches")
                     skipped += 1
                     optimizer.zero_grad(set_to_none=True)
                 else:
-                    loss.backward()
-                    if t.grad_clip > 0:
-                        torch.nn.utils.clip_grad_norm_(model.parameters(), float(t.grad_clip))
                     optimizer.step()
                     optimizer.zero_grad(set_to_none=True)
                     window["loss_sum"] += loss_value

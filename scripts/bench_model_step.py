@@ -59,7 +59,6 @@ def build(overrides: list[str], device: torch.device):
     from dormouse.model import LoopedByteLM
 
     cfg = compose_config(overrides)
-    model = LoopedByteLM(cfg.model, seed=0).to(device)
     kernel = "none"
     if cfg.model.use_attnres:
         try:
@@ -68,9 +67,7 @@ def build(overrides: list[str], device: torch.device):
             kernel = resolve_kernel(str(cfg.model.kernel), device)
         except Exception as exc:  # e.g. kernel=triton refused: say so in the table
             kernel = f"unresolved ({type(exc).__name__}: {exc})"[:80]
-        arm = getattr(model, "arm", None)
-        if arm is not None and hasattr(arm, "kernel") and kernel in ("torch", "triton"):
-            arm.kernel = kernel
+    model = LoopedByteLM(cfg.model, seed=0, kernel=kernel if kernel in ("torch", "triton") else "torch").to(device)
     return cfg, model, kernel
 
 

@@ -70,3 +70,15 @@ PERTURBATIONS: list[dict] = [
         "why": "the two-phase schedule is never run, so its equivalence test would be vacuous",
     },
 ]
+
+PERTURBATIONS.append(
+    {
+        "name": "optimizer_step_dropped",
+        "file": "dormouse/train.py",
+        "old": "                    optimizer.step()\n",
+        "new": "",
+        "gates": ["tests/test_train.py::test_each_arm_trains_end_to_end_through_the_cli"],
+        "why": "the loop computes and clips gradients but never steps: every counter fires, nothing learns "
+        "(happened once while this loop was edited; the end-to-end test then asserted only file contents)",
+    }
+)

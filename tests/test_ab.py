@@ -31,7 +31,7 @@ arms:
   gr: [model.use_gr=true]
   attnres_full: [model.use_attnres=true]
   attnres_block: [model.use_attnres=true, model.attnres.block_size=2]
-  rezero_aa: [train.arm_seed=99]
+  rezero_aa: [train.data_seed=99]
 extension: none
 """
 
@@ -142,7 +142,7 @@ def test_shipped_comparisons_load_and_compose() -> None:
     (SPEC.replace("aa_arm: rezero_aa", "aa_arm: gr"), "aa_arm"),  # selects gr, not the baseline's rezero
     (SPEC + "colour: blue\n", "colour"),
     (SPEC.replace("min_effect: 0.01\n", ""), "min_effect"),
-    (SPEC.replace("rezero_aa: [train.arm_seed=99]", "rezero_aa: [train.seed=5]"), "arms.rezero_aa"),
+    (SPEC.replace("rezero_aa: [train.data_seed=99]", "rezero_aa: [train.seed=5]"), "arms.rezero_aa"),
     (SPEC.replace("name: t", "name: other"), "name"),
 ])
 def test_bad_registered_file_is_refused_before_any_run_naming_the_field(

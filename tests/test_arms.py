@@ -192,7 +192,10 @@ def test_block_two_phase_eval_gives_the_direct_forms_logits(block_size: int):
     model = tiny_model("attnres_block", f"model.attnres.block_size={block_size}").double()
     trained_a_little(model)
     with torch.no_grad():
-        model.arm.queries.copy_(torch.randn(model.arm.queries.shape, generator=torch.Generator().manual_seed(5)))
+        gen = torch.Generator().manual_seed(5)
+        model.arm.queries.copy_(torch.randn(model.arm.queries.shape, generator=gen))
+        # gains off 1: a two-phase path that dropped or mis-sliced a gain would otherwise agree exactly
+        model.arm.gains.copy_(1 + 0.5 * torch.randn(model.arm.gains.shape, generator=gen))
         idx = batch()
         model.train()
         direct = model(idx)
@@ -240,3 +243,22 @@ def test_input_dependent_query_starts_as_the_static_query_and_its_projection_mov
     for k, (x, y) in enumerate(zip(b, moved), start=1):
         dev = (x - y).abs().max().item()
         assert dev > 1e-4, f"readout {k}: U_l does not move the logits (deviation={dev:.3e}, bound=>1e-4)"
+
+
+@pytest.mark.parametrize(("arm", "param"), [("gr", "gate_attn.weight"), ("gr", "gate_mlp.weight"),
+                                            ("attnres", "gains"), ("attnres_block", "gains")])
+def test_every_arm_parameter_tensor_reaches_the_logits(arm: str, param: str):
+    """GR's input-dependent W is the whole GR - ReZero difference; the AttnRes key gains shape every score."""
+    model = tiny_model(arm)
+    trained_a_little(model)
+    gen = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        if arm.startswith("attnres"):  # at zero queries every score is 0 whatever the gain
+            model.arm.queries.copy_(torch.randn(model.arm.queries.shape, generator=gen))
+        idx = batch()
+        before = model(idx)
+        tensor = model.arm.get_parameter(param)
+        tensor.add_(0.5 * torch.randn(tensor.shape, generator=gen))
+        after = model(idx)
+    moved = max((a - b).abs().max().item() for a, b in zip(before, after))
+    assert moved > 1e-4, f"{arm}: {param} does not reach the logits (deviation={moved:.3e}, bound=>1e-4)"

@@ -38,6 +38,12 @@ BAD_INPUTS = [
     (["model.use_attnres=true", "model.attnres.query=input", "model.kernel=triton"],
      ["model.kernel=triton", "model.attnres.query=input"]),
     (["logging.wandb=yes"], ["logging.wandb='yes'"]),
+    (["train.beta1=1.5"], ["train.beta1=1.5", "[0, 1)"]),
+    (["model.use_attnres=true", "model.attnres.eps=nan"], ["model.attnres.eps=nan", "finite"]),
+    (["train.weight_decay=nan"], ["train.weight_decay=nan"]),
+    (["train.grad_clip=inf"], ["train.grad_clip=inf"]),
+    (["model.rope_base=0"], ["model.rope_base=0.0"]),
+    (["model.kernel=triton"], ["model.kernel=triton", "model.use_attnres=false"]),
 ]
 
 

@@ -157,11 +157,11 @@ def test_eval_windows_are_identical_across_calls_and_cover_each_byte_once() -> N
     x1, y1 = eval_windows(val, seq_len=9, eval_bytes=555)
     x2, y2 = eval_windows(val, seq_len=9, eval_bytes=555)
     assert torch.equal(x1, x2) and torch.equal(y1, y2)
-    assert x1.shape == y1.shape == (55, 9)  # 555 // (9 + 1) whole windows
+    assert x1.shape == y1.shape == (61, 9)  # (555 - 1) // 9 windows of 10 bytes, one byte apart-shared
     assert torch.equal(x1[:, 1:], y1[:, :-1])
-    # Consecutive, non-overlapping windows: first input byte + targets rebuild the prefix exactly once.
-    rebuilt = torch.cat([x1[:, :1], y1], dim=1).flatten()
-    assert torch.equal(rebuilt, val[:550].long())
+    # Every byte after the first is a target exactly once: the targets, in order, are val[1:1 + 61 * 9].
+    assert torch.equal(y1.flatten(), val[1 : 1 + 61 * 9].long())
+    assert torch.equal(x1[:, 0], val[0 : 61 * 9 : 9].long())
 
 
 def test_eval_windows_take_at_least_one_window_and_at_most_val() -> None:
@@ -169,7 +169,7 @@ def test_eval_windows_take_at_least_one_window_and_at_most_val() -> None:
     x, _ = eval_windows(val, seq_len=9, eval_bytes=3)  # eval_bytes smaller than one window
     assert x.shape == (1, 9)
     x, _ = eval_windows(val, seq_len=9, eval_bytes=10**9)  # capped by len(val)
-    assert x.shape == (10, 9)
+    assert x.shape == (11, 9)  # (100 - 1) // 9
 
 
 def test_bits_per_byte_divides_nats_by_ln2() -> None:

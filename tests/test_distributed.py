@@ -67,3 +67,14 @@ def test_batch_that_does_not_divide_by_the_ranks_is_refused(tmp_path: Path):
                          capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 1
     assert "train.batch_size=4 does not divide by the 3 ranks" in out.stdout + out.stderr
+
+
+@pytest.mark.slow
+def test_torchrun_resumes_from_an_explicit_checkpoint_path(tmp_path: Path):
+    """Every rank must load the checkpoint rank 0 chose (an explicit path here), or the ranks desynchronise."""
+    torchrun(2, [*ARGS, "train.steps=4", "train.eval_every=2", f"run.dir={tmp_path}", "run.name=a"])
+    ckpt = tmp_path / "a" / "checkpoints" / "step_00000004.pt"
+    out = torchrun(2, [*ARGS, "train.steps=6", "train.eval_every=2", f"run.dir={tmp_path}", "run.name=b",
+                       f"train.resume={ckpt}"])
+    assert "resumed at step 4" in out.stdout
+    assert [r["step"] for r in rows(tmp_path / "b")] == [2, 4, 6]

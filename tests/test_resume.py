@@ -89,7 +89,7 @@ def test_failed_write_leaves_the_previous_checkpoint_intact(tmp_path: Path, monk
 
 
 def test_nonfinite_loss_stops_naming_the_step_and_checkpoint(tmp_path: Path):
-    with pytest.raises(TrainError, match=r"non-finite loss .* at step \d+"):
+    with pytest.raises(TrainError, match=r"non-finite (loss|gradient norm) .* at step \d+"):
         train(load_config([*TINY, "train.lr=1e6", "train.warmup=0", "train.grad_clip=0",
                            f"run.dir={tmp_path}", "run.name=r"]))
 
@@ -146,3 +146,14 @@ def test_sigkill_loses_at_most_ckpt_every_steps(tmp_path: Path):
     resumed = train(load_config([*args[:-2], "train.steps=" + str(newest + 2), f"run.dir={tmp_path}",
                                  "run.name=r", "train.resume=auto"]))
     assert len(resumed.losses) == 2, "resume restarted from the newest checkpoint"
+
+
+def test_a_checkpoint_written_after_resuming_behind_a_newer_file_is_kept(tmp_path: Path):
+    """Resuming from step 8 past a corrupt step 12 must not let the corrupt file outrank new checkpoints."""
+    from dormouse.checkpoint import save_checkpoint
+
+    ckpt = tmp_path / "checkpoints"
+    for step in (4, 8, 12):
+        save_checkpoint({"step": step}, ckpt, step, keep=3)
+    save_checkpoint({"step": 9}, ckpt, 9, keep=1)
+    assert [p.name for p in list_checkpoints(ckpt)] == ["step_00000009.pt"]
