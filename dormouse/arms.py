@@ -193,7 +193,10 @@ class AttnRes(ResidualArm):
             gain = self.gains[slot : slot + 1] if self.gains is not None else None
             m2, l2, o2 = phase1_stats([partial], self.queries[slot : slot + 1], gains=gain, eps=self.eps,
                                       form=self.form)
-            m1, l1, o1 = online_softmax_merge(m1, l1, o1, m2[0], l2[0], o2[0])
+            merge = online_softmax_merge
+            if self.kernel == "triton":  # the fused Phase-2 merge (kernels/merge.py)
+                from dormouse_kernels import merge_partials as merge
+            m1, l1, o1 = merge(m1, l1, o1, m2[0], l2[0], o2[0])
         return (o1 / l1.unsqueeze(-1)).to(blocks.embedding.dtype)
 
     def uses_two_phase(self) -> bool:
