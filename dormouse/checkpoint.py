@@ -9,6 +9,7 @@ folder is fsynced: a reader sees the old file or the new one, never half of one.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import tempfile
@@ -37,26 +38,38 @@ def list_checkpoints(ckpt_dir: Path) -> list[Path]:
 
 
 def atomic_save(obj: dict[str, Any], path: Path) -> None:
-    """Write ``obj`` to ``path`` atomically; on failure the previous file at ``path`` is untouched."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """``torch.save`` ``obj`` to ``path`` atomically; on failure the previous file at ``path`` is untouched."""
     try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_name, path)
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        buffer = io.BytesIO()
+        torch.save(obj, buffer)
+        atomic_save_bytes(buffer.getvalue(), path)
     except OSError as exc:
-        Path(tmp_name).unlink(missing_ok=True)
         raise CheckpointError(
             f"could not write checkpoint {path}: {exc.strerror or exc} — free disk space or fix the run "
             f"directory's permissions; the previous checkpoint is intact"
         ) from exc
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """A text file (config, provenance, a report) written whole or not at all."""
+    atomic_save_bytes(text.encode(), path)
+
+
+def atomic_save_bytes(data: bytes, path: Path) -> None:
+    """Write to a temporary file in the same folder, fsync, rename over ``path``, fsync the folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_name, path)
+        dir_fd = os.open(path.parent, os.O_RDONLY)  # the rename itself must reach the disk
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise

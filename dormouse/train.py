@@ -34,7 +34,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from dormouse import __version__
 from dormouse.attnres import resolve_kernel
-from dormouse.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, load_newest, save_checkpoint
+from dormouse.checkpoint import (
+    CheckpointError,
+    atomic_write_text,
+    list_checkpoints,
+    load_checkpoint,
+    load_newest,
+    save_checkpoint,
+)
 from dormouse.config import arm_name
 from dormouse.data import ByteCorpus, bits_per_byte, eval_windows, keyed_seed, load_corpus, train_batch
 from dormouse.distributed import (
@@ -415,12 +422,12 @@ def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: st
     if main:
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
+            atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg))
         except OSError as exc:
             raise TrainError(f"cannot write the run directory {run_dir}: {exc.strerror or exc}; choose a "
                              "writable run.dir (and check the disk has space)") from exc
         prov = provenance(cfg, device, dtype, kernel, corpus, counts, info)
-        (run_dir / "provenance.json").write_text(json.dumps(prov, indent=2) + "\n")
+        atomic_write_text(run_dir / "provenance.json", json.dumps(prov, indent=2) + "\n")
         header = [f"# {k}: {v}" for k, v in prov.items()]
         with log_path.open("a") as log:
             if state is None or not log_path.stat().st_size:

@@ -18,6 +18,7 @@ import numpy as np
 
 from dormouse.ab import stats
 from dormouse.ab.registry import ComparisonSpec
+from dormouse.checkpoint import atomic_write_text
 from dormouse.logs import Finding, read_run
 
 SIMPLICITY = ("rezero", "gr", "attnres")  # a tie keeps the simpler mechanism, in this order
@@ -471,8 +472,8 @@ def write_outputs(comp_dir: Path, results: dict[str, Any], records: list[RunReco
     plots = write_plots(comp_dir, results, records)
     results["plots"] = [p.name for p in plots]
     paths = {"results": comp_dir / RESULTS_NAME, "report": comp_dir / REPORT_NAME}
-    paths["results"].write_text(json.dumps(results, indent=2, allow_nan=False) + "\n")
-    paths["report"].write_text(render_report(results, results["plots"]))
+    atomic_write_text(paths["results"], json.dumps(results, indent=2, allow_nan=False) + "\n")
+    atomic_write_text(paths["report"], render_report(results, results["plots"]))
     for p in plots:
         paths[p.stem] = p
     return paths

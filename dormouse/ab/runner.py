@@ -48,6 +48,7 @@ from dormouse.ab.report import (
     read_metrics,
     write_outputs,
 )
+from dormouse.checkpoint import atomic_write_text
 from dormouse.config import ConfigError, arm_name, load_config
 from dormouse.logs import read_run
 
@@ -202,7 +203,7 @@ def _check_registration(comp_dir: Path, reg: Registered, overrides: list[str], r
         raise ComparisonError([f"{comp_dir} holds files but no {STAMP_NAME}: it is not a comparison this "
                                "tool started; pass --restart to discard it, or choose another --root"])
     comp_dir.mkdir(parents=True, exist_ok=True)
-    stamp_path.write_text(json.dumps(new, indent=2) + "\n")
+    atomic_write_text(stamp_path, json.dumps(new, indent=2) + "\n")
     return new
 
 
