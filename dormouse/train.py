@@ -407,6 +407,11 @@ def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: st
             PROBES.reset()
         torch.set_rng_state(state["rng_cpu"])
         metrics = [dict(r) for r in state["metrics"]]
+    if state is not None and step >= t.steps:  # nothing left to do: report, write nothing
+        if main:
+            print(f"run {run_dir} is already complete at step {step} (train.steps={t.steps}); nothing to resume",
+                  flush=True)
+        return TrainResult(run_dir, metrics, [], 0.0, **counts, kernel=kernel, device=str(device))
     if cfg.train.compile:
         model.compile_sublayers()
     train_model: torch.nn.Module = model

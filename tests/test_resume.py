@@ -157,3 +157,11 @@ def test_a_checkpoint_written_after_resuming_behind_a_newer_file_is_kept(tmp_pat
         save_checkpoint({"step": step}, ckpt, step, keep=3)
     save_checkpoint({"step": 9}, ckpt, 9, keep=1)
     assert [p.name for p in list_checkpoints(ckpt)] == ["step_00000009.pt"]
+
+
+def test_resuming_a_finished_run_writes_nothing(tmp_path: Path):
+    args = [*TINY, f"run.dir={tmp_path}", "run.name=r"]
+    train(load_config(args))
+    log_before = (tmp_path / "r" / "train.log").read_text()
+    again = train(load_config([*args, "train.resume=auto"]))
+    assert again.losses == [] and (tmp_path / "r" / "train.log").read_text() == log_before
