@@ -1,0 +1,15 @@
+"""The two ways a training run ends early, shared by the loop, the run directory and the CLI."""
+
+from __future__ import annotations
+
+
+class TrainError(RuntimeError):
+    """A run that cannot start or continue; the message says what and how to fix it."""
+
+
+class Interrupted(Exception):
+    """SIGINT/SIGTERM: a checkpoint was written; ``exit_code`` is 130 or 143."""
+
+    def __init__(self, exit_code: int, message: str) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

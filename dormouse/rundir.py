@@ -1,0 +1,124 @@
+"""The run directory: what a run records about itself (provenance) and whether it may start or resume.
+
+``runs/<run.name>/`` holds one run. Starting over a directory that already holds a run is refused unless
+``train.resume`` or ``train.overwrite`` says what to do with it, and a resume whose config differs from the
+checkpoint's in anything but the step budget and logging is refused with the keys named.
+"""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from dormouse import __version__
+from dormouse.checkpoint import list_checkpoints, load_checkpoint, load_newest
+from dormouse.config import arm_name
+from dormouse.data import ByteCorpus
+from dormouse.distributed import DistInfo
+from dormouse.errors import TrainError
+
+# Keys that may differ between a checkpoint's config and a resuming run's: the step budget and logging.
+RESUMABLE_CHANGES = ("train.steps", "train.eval_every", "train.ckpt_every", "train.keep_ckpts",
+                     "train.resume", "train.overwrite", "logging.")
+
+
+
+def git_commit() -> str:
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
+                             timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=here, capture_output=True, text=True,
+                               timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (sha + ("+dirty" if dirty else "")) if sha else "unknown"
+
+
+def provenance(cfg: DictConfig, device: torch.device, dtype: str, kernel: str, corpus: ByteCorpus,
+               counts: dict[str, int], info: DistInfo) -> dict[str, Any]:
+    return {
+        "dormouse": __version__,
+        "commit": git_commit(),
+        "command": " ".join(sys.argv),
+        "started": datetime.now().isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
+        "dtype": dtype,
+        "kernel": kernel,
+        "kernel_requested": str(cfg.model.kernel),
+        "arm": arm_name(cfg),
+        "world_size": info.world_size,
+        "corpus": corpus.source,
+        "corpus_sha256": corpus.sha256,
+        "train_bytes": int(corpus.train.numel()),
+        "val_bytes": int(corpus.val.numel()),
+        **counts,
+    }
+
+
+def config_differences(old: DictConfig, new: DictConfig) -> list[str]:
+    """Dotted keys whose values differ, ignoring those a resume may change (budget, logging)."""
+    def flat(node: Any, prefix: str = "") -> dict[str, Any]:
+        if isinstance(node, dict):
+            out: dict[str, Any] = {}
+            for k, v in node.items():
+                out.update(flat(v, f"{prefix}{k}."))
+            return out
+        return {prefix[:-1]: node}
+
+    a = flat(OmegaConf.to_container(old, resolve=True))
+    b = flat(OmegaConf.to_container(new, resolve=True))
+    keys = sorted(set(a) | set(b))
+    return [k for k in keys if a.get(k) != b.get(k) and not k.startswith(RESUMABLE_CHANGES)
+            and k not in ("run.name", "run.dir")]
+
+
+def prepare_run_dir(cfg: DictConfig) -> tuple[Path, dict[str, Any] | None, Path | None]:
+    """The run directory, and the checkpoint to resume from (if any).
+
+    A directory that already holds a run is refused unless ``train.resume`` or ``train.overwrite`` says
+    what to do with it; a resume whose config differs in anything but the step budget and logging is
+    refused with the differing keys named.
+    """
+    run_dir = Path(cfg.run.dir) / str(cfg.run.name)
+    ckpt_dir = run_dir / "checkpoints"
+    resume = str(cfg.train.resume)
+    state: dict[str, Any] | None = None
+    source: Path | None = None
+    if resume not in ("never", "auto"):
+        source = Path(resume)
+        state = load_checkpoint(source)
+    elif resume == "auto" and list_checkpoints(ckpt_dir):
+        found = load_newest(ckpt_dir, warn=lambda m: print(m, file=sys.stderr))
+        if found is None:
+            raise TrainError(f"train.resume=auto: no readable checkpoint in {ckpt_dir} (all are corrupt); "
+                             "start over with train.resume=never train.overwrite=true")
+        source, state = found
+    if state is not None:
+        differences = config_differences(OmegaConf.create(state["config"]), cfg)
+        if differences:
+            raise TrainError(f"cannot resume from {source}: the config differs in {', '.join(differences)}; "
+                             "use the checkpoint's values or start a new run (another run.name)")
+        return run_dir, state, source
+    holds_run = (run_dir / "config.yaml").exists() or (run_dir / "metrics.jsonl").exists()
+    if holds_run and resume == "auto" and not cfg.train.overwrite:
+        raise TrainError(f"train.resume=auto: {run_dir} holds a run but {ckpt_dir} has no checkpoint to resume "
+                         "from; pass train.overwrite=true to restart it, or choose another run.name")
+    if holds_run:
+        if not cfg.train.overwrite:
+            raise TrainError(f"{run_dir} already holds a run; pass train.resume=auto to continue it, "
+                             "train.overwrite=true to replace it, or choose another run.name")
+        shutil.rmtree(run_dir)
+    return run_dir, None, None
