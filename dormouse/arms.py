@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from dormouse.attnres import BlockAttnResState, depth_attend, online_softmax_merge, phase1_stats
+from dormouse.attnres import BlockAttnResState, depth_attend, online_softmax_merge, phase1_stats, phase2_input
 from dormouse.config import AttnResConfig
 from dormouse.probes import PROBES
 
@@ -187,17 +187,14 @@ class AttnRes(ResidualArm):
             state.phase1 = phase1_stats(completed, self.queries[slot:end], gains=gains, eps=self.eps,
                                         form=self.form)
             state.phase1_start = slot
-        m1, l1, o1 = (t[slot - state.phase1_start] for t in state.phase1)
-        if i > 0:
-            partial = blocks.sources()[-1]  # b_n^{i-1}
-            gain = self.gains[slot : slot + 1] if self.gains is not None else None
-            m2, l2, o2 = phase1_stats([partial], self.queries[slot : slot + 1], gains=gain, eps=self.eps,
-                                      form=self.form)
-            merge = online_softmax_merge
-            if self.kernel == "triton":  # the fused Phase-2 merge (kernels/merge.py)
-                from dormouse_kernels import merge_partials as merge
-            m1, l1, o1 = merge(m1, l1, o1, m2[0], l2[0], o2[0])
-        return (o1 / l1.unsqueeze(-1)).to(blocks.embedding.dtype)
+        row = tuple(t[slot - state.phase1_start] for t in state.phase1)
+        partial = blocks.sources()[-1] if i > 0 else None  # b_n^{i-1}
+        gain = self.gains[slot] if self.gains is not None else None
+        merge = online_softmax_merge
+        if self.kernel == "triton":  # the fused Phase-2 merge (kernels/merge.py)
+            from dormouse_kernels import merge_partials as merge
+        h = phase2_input(row, partial, self.queries[slot], gain=gain, eps=self.eps, form=self.form, merge=merge)
+        return h.to(blocks.embedding.dtype)
 
     def uses_two_phase(self) -> bool:
         """Block mode in eval runs Algorithm 1; training runs the direct Eq. 6 form."""

@@ -68,6 +68,7 @@ __all__ = [
     "depth_attend",
     "online_softmax_merge",
     "phase1_stats",
+    "phase2_input",
     "resolve_kernel",
     "two_phase_block",
 ]
@@ -446,6 +447,36 @@ def phase1_stats(
     return m, p.sum(dim=1), o
 
 
+MergeFn = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor, Tensor]]
+
+
+def phase2_input(
+    phase1: tuple[Tensor, Tensor, Tensor],
+    partial: Tensor | None,
+    query: Tensor,
+    *,
+    gain: Tensor | None = None,
+    eps: float = 1e-6,
+    form: str = "paper",
+    merge: MergeFn = online_softmax_merge,
+) -> Tensor:
+    """Alg. 1 Phase 2 for one layer: its input from its Phase-1 state and the intra-block partial.
+
+    ``phase1`` is this layer's ``(m, l, o)`` against ``[b_0 .. b_{n-1}]`` (one row of :func:`phase1_stats`);
+    ``partial`` is ``b_n^{i-1}``, None for the block's first layer (Eq. 6, i = 1: the input is ``o / l``).
+    Otherwise the single source ``partial`` (``l2 = 1``, ``o2 = partial``) is scored with this layer's
+    query and gain and merged by ``merge`` (the torch :func:`online_softmax_merge` or the fused kernel's).
+    Returns ``[..., d]`` in the Phase-1 state's (compute) dtype.
+    """
+    m1, l1, o1 = phase1
+    if partial is not None:
+        p = partial.to(m1.dtype)
+        q = _effective_query(query.unsqueeze(0), None if gain is None else gain.unsqueeze(0), form, m1.dtype)
+        m2 = _scores(p.unsqueeze(0), q, eps)[0, 0]
+        _, l1, o1 = merge(m1, l1, o1, m2, torch.ones_like(m2), p)
+    return o1 / l1.unsqueeze(-1)
+
+
 def two_phase_block(
     queries: Tensor,
     completed: Sequence[Tensor],
@@ -472,15 +503,10 @@ def two_phase_block(
     shape = _source_shape(srcs)
     m1, l1, o1 = phase1_stats(srcs, queries, gains=gains, eps=eps, form=form)
     dtype = srcs.dtype if isinstance(srcs, Tensor) else srcs[0].dtype
-    q = _effective_query(queries, gains, form, m1.dtype)
 
     def layer_input(i: int, partial: Tensor | None) -> Tensor:
-        if partial is None:  # i = 1: sources [b_0 .. b_{n-1}] only
-            return (o1[i] / l1[i].unsqueeze(-1)).to(dtype)
-        p = partial.to(m1.dtype)
-        m2 = _scores(p.unsqueeze(0), q[i : i + 1], eps)[0, 0]  # one source: l2 = 1, o2 = p
-        _, l, o = online_softmax_merge(m1[i], l1[i], o1[i], m2, torch.ones_like(m2), p)
-        return (o / l.unsqueeze(-1)).to(dtype)
+        gain = None if gains is None else gains[i]
+        return phase2_input((m1[i], l1[i], o1[i]), partial, queries[i], gain=gain, eps=eps, form=form).to(dtype)
 
     inputs: list[Tensor] = []
     partial: Tensor | None = None  # b_n^{i-1}: this block's outputs before layer i

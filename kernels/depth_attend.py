@@ -83,6 +83,30 @@ def _alloc(shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> Te
 
 
 @triton.jit
+def _load_source(base_ptr, delta_ptr, i, tile, mask, row_ok, qg, eps, D, NORM_MEAN: tl.constexpr,
+                 DELTA_ALIGN: tl.constexpr, ACC: tl.constexpr):
+    """Source i of a row block, read through the offset table, and its score pieces (Eq. 2-3).
+
+    Returns ``(v, dot, denom)`` with ``dot = (w * g) . v`` and ``denom`` such that ``s = dot / sqrt(denom)``:
+    paper ``mean(v^2) + eps``; sqrt_d ``(sum(v^2) + d eps) * d`` (eps on the mean square, times d for the
+    1/sqrt(d)). One definition for the forward and the backward, so the two cannot disagree on the key.
+    """
+    delta = tl.load(delta_ptr + i)
+    if DELTA_ALIGN > 1:
+        delta = tl.multiple_of(delta, DELTA_ALIGN)
+    v = tl.load(base_ptr + delta + tile, mask=mask, other=0.0).to(ACC)
+    ss = tl.sum(v * v, axis=1)
+    dot = tl.sum(v * qg[None, :], axis=1)
+    if NORM_MEAN:
+        denom = ss / D + eps  # Eq. 3, RMSNorm: mean over d
+    else:
+        denom = (ss + eps * D) * D  # eps on the mean square; times d for 1/sqrt(d)
+    # padded rows (beyond N) hold zeros: keep their root finite at eps = 0; they are never stored
+    denom = tl.where(row_ok, denom, 1.0)
+    return v, dot, denom
+
+
+@triton.jit
 def _depth_attend_fwd_kernel(
     base_ptr,  # the lowest-addressed source; every source is base + delta[i]
     delta_ptr,  # int64 [L] element offsets of the sources from base
@@ -113,18 +137,8 @@ def _depth_attend_fwd_kernel(
     l = tl.zeros([BLOCK_N], ACC)
     acc = tl.zeros([BLOCK_N, BLOCK_D], ACC)
     for i in range(L):
-        delta = tl.load(delta_ptr + i)
-        if DELTA_ALIGN > 1:
-            delta = tl.multiple_of(delta, DELTA_ALIGN)
-        v = tl.load(base_ptr + delta + tile, mask=mask, other=0.0).to(ACC)
-        ss = tl.sum(v * v, axis=1)
-        dot = tl.sum(v * qg[None, :], axis=1)
-        if NORM_MEAN:
-            denom = ss / D + eps  # Eq. 3, RMSNorm: mean over d
-        else:
-            denom = (ss + eps * D) * D  # eps on the mean square; times d for 1/sqrt(d)
-        # padded rows (beyond N) hold zeros: keep their root finite at eps = 0; they are never stored
-        denom = tl.where(row_ok, denom, 1.0)
+        v, dot, denom = _load_source(base_ptr, delta_ptr, i, tile, mask, row_ok, qg, eps, D, NORM_MEAN,
+                                     DELTA_ALIGN, ACC)
         s = dot / tl.sqrt(denom)
         # online softmax: rescale the running state to the new max (exp(-inf) = 0 on the first source)
         m_new = tl.maximum(m, s)
@@ -179,17 +193,8 @@ def _depth_attend_bwd_kernel(
         lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0).to(ACC)
         g_ptr = gsrc_ptr  # slot i of the gradient buffer, advanced by SLOT (no i * N * D in 32 bits)
         for i in range(L):
-            delta = tl.load(delta_ptr + i)
-            if DELTA_ALIGN > 1:
-                delta = tl.multiple_of(delta, DELTA_ALIGN)
-            v = tl.load(base_ptr + delta + tile, mask=mask, other=0.0).to(ACC)
-            ss = tl.sum(v * v, axis=1)
-            dot = tl.sum(v * qg[None, :], axis=1)
-            if NORM_MEAN:
-                denom = ss / D + eps
-            else:
-                denom = (ss + eps * D) * D
-            denom = tl.where(row_ok, denom, 1.0)
+            v, dot, denom = _load_source(base_ptr, delta_ptr, i, tile, mask, row_ok, qg, eps, D, NORM_MEAN,
+                                         DELTA_ALIGN, ACC)
             ks = 1.0 / tl.sqrt(denom)  # k_i = ks * v_i (ks = c r)
             s = dot * ks
             alpha = tl.exp(s - lse)

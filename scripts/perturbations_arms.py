@@ -56,8 +56,8 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "two_phase_eval_merges_without_rescale",
         "file": _ARMS,
-        "old": "            m1, l1, o1 = merge(m1, l1, o1, m2[0], l2[0], o2[0])\n",
-        "new": "            m1, l1, o1 = m1, l1 + l2[0], o1 + o2[0]\n",
+        "old": "        merge = online_softmax_merge\n",
+        "new": "        merge = lambda m1, l1, o1, m2, l2, o2: (m1, l1 + l2, o1 + o2)  # noqa: E731\n",
         "gates": [_T + "test_block_two_phase_eval_gives_the_direct_forms_logits"],
         "why": "the eval-time two-phase merge adds the intra-block partial without the online-softmax rescale",
     },

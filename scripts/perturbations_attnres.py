@@ -124,11 +124,8 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "two_phase_merge_without_lse",
         "file": _FILE,
-        "old": "online_softmax_merge(m1[i], l1[i], o1[i], m2, torch.ones_like(m2), p)",
-        "new": (
-            "online_softmax_merge(m1[i], torch.ones_like(m2), o1[i] / l1[i].unsqueeze(-1), "
-            "m2, torch.ones_like(m2), p)"
-        ),
+        "old": "merge(m1, l1, o1, m2, torch.ones_like(m2), p)",
+        "new": "merge(m1, torch.ones_like(m2), o1 / l1.unsqueeze(-1), m2, torch.ones_like(m2), p)",
         "gates": [_T + "test_gold_fixture_b_two_phase"],
         "why": "Phase 1's normalised o merged with weight exp(m1) instead of exp(LSE) = l1 exp(m1)",
     },
@@ -143,8 +140,8 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "phase2_uses_the_blocks_first_query",
         "file": _FILE,
-        "old": "m2 = _scores(p.unsqueeze(0), q[i : i + 1], eps)[0, 0]",
-        "new": "m2 = _scores(p.unsqueeze(0), q[0:1], eps)[0, 0]",
+        "old": "partial, queries[i], gain=gain",
+        "new": "partial, queries[0], gain=gain",
         "gates": [_T + "test_paths_agree_with_naive_reference"],
         "why": "the intra-block source scored with layer 1's query (Fixture B cannot see it: equal queries)",
     },

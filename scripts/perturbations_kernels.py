@@ -89,10 +89,10 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "sqrt_d_form_uses_mean",
         "file": _DA,
-        "old": "            denom = (ss + eps * D) * D  # eps on the mean square; times d for 1/sqrt(d)\n",
-        "new": "            denom = ss / D + eps\n",
+        "old": "        denom = (ss + eps * D) * D  # eps on the mean square; times d for 1/sqrt(d)\n",
+        "new": "        denom = ss / D + eps\n",
         "gates": [_T + "test_forward_matches_oracle[N50-d33-L3-sqrt_d-float32]"],
-        "why": "the runtime form flag ignored in the forward: the sqrt_d ablation silently runs the paper "
+        "why": "the runtime form flag ignored when scoring a source: the sqrt_d ablation silently runs the paper "
         "form (a d-fold temperature difference, attnres.md)",
     },
     {
@@ -134,8 +134,8 @@ PERTURBATIONS.append(
     {
         "name": "sqrt_d_eps_on_the_sum",
         "file": _DA,
-        "old": "            denom = (ss + eps * D) * D  # eps on the mean square; times d for 1/sqrt(d)\n",
-        "new": "            denom = (ss + eps) * D\n",
+        "old": "        denom = (ss + eps * D) * D  # eps on the mean square; times d for 1/sqrt(d)\n",
+        "new": "        denom = (ss + eps) * D\n",
         "gates": ["tests/test_attnres.py::test_triton_kernel_matches_reference[sqrt_d-eps0.125]"],
         "why": "sqrt_d with eps on the sum of squares (the predecessor's form): then sqrt_d(w) != paper(w/d) at "
         "eps > 0, against attnres.md's identity",
