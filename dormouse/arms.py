@@ -24,14 +24,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dormouse.attnres import BlockAttnResState, depth_attend, online_softmax_merge, phase1_stats, phase2_input
-from dormouse.config import AttnResConfig
+from dormouse.config import AttnResConfig, model_arm
 from dormouse.probes import PROBES
 
 State = Any
 
 
 class ResidualArm(nn.Module):
-    """The residual-arm interface. ``name`` is the counter and eval-line name."""
+    """The residual-arm interface. ``name`` is the counter and eval-line name, one of
+    :data:`dormouse.config.ARMS`; defining a subclass with a name registers it (:func:`arm_classes`)."""
 
     name: str = ""
 
@@ -40,6 +41,11 @@ class ResidualArm(nn.Module):
         self.d_model = d_model
         self.max_iter = max_iter
         self.n_slots = 2 * max_iter
+
+    @classmethod
+    def from_config(cls, model_cfg: Any, kernel: str) -> ResidualArm:
+        """The arm for a model config; ``kernel`` is the resolved AttnRes read path (other arms ignore it)."""
+        return cls(int(model_cfg.d_model), int(model_cfg.max_iter))
 
     def begin(self, embedding: Tensor) -> State:
         raise NotImplementedError
@@ -142,6 +148,10 @@ class AttnRes(ResidualArm):
 
     name = "attnres"
 
+    @classmethod
+    def from_config(cls, model_cfg: Any, kernel: str) -> AttnRes:
+        return cls(int(model_cfg.d_model), int(model_cfg.max_iter), model_cfg.attnres, kernel=kernel)
+
     def __init__(self, d_model: int, max_iter: int, cfg: AttnResConfig, kernel: str = "torch") -> None:
         super().__init__(d_model, max_iter)
         self.block_size = cfg.block_size
@@ -226,13 +236,14 @@ class _AttnResState:
 
 
 def build_arm(model_cfg: Any, kernel: str = "torch") -> ResidualArm:
-    """The arm a model config selects (validation has already refused both flags on).
+    """The arm a model config selects (validation has already refused two switches on).
 
     ``kernel`` is the AttnRes read path already resolved for the device (``dormouse.attnres.resolve_kernel``):
     "torch" or "triton"; the other arms have no read to route.
     """
-    if model_cfg.use_attnres:
-        return AttnRes(model_cfg.d_model, model_cfg.max_iter, model_cfg.attnres, kernel=kernel)
-    if model_cfg.use_gr:
-        return GatedResidual(model_cfg.d_model, model_cfg.max_iter)
-    return ReZero(model_cfg.d_model, model_cfg.max_iter)
+    return arm_classes()[model_arm(model_cfg)].from_config(model_cfg, kernel)
+
+
+def arm_classes() -> dict[str, type[ResidualArm]]:
+    """Every arm, by name: the direct subclasses of :class:`ResidualArm` (defining one registers it)."""
+    return {cls.name: cls for cls in ResidualArm.__subclasses__() if cls.name}

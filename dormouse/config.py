@@ -19,7 +19,17 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
-ARMS = ("rezero", "gr", "attnres")  # the arm names, in eval-line order
+# The arm registry: every residual arm's name, simplest first. The order is the eval line's counter order
+# and the order in which an A/B tie keeps the simpler mechanism (docs/ab-protocol.md). The first arm is the
+# default; every other arm NAME is selected by the boolean switch ``model.use_NAME`` of ModelConfig, and
+# ``dormouse.arms`` holds one ResidualArm subclass whose ``name`` is NAME. Adding an arm: its class in
+# arms.py, its name here, its switch in ModelConfig (tests/test_arms.py checks the three agree).
+ARMS = ("rezero", "gr", "attnres")
+
+
+def arm_switch(arm: str) -> str:
+    """The ModelConfig field that selects ``arm`` (none for the default arm, ARMS[0])."""
+    return f"use_{arm}"
 
 
 @dataclass
@@ -37,9 +47,9 @@ class AttnResConfig:
 class ModelConfig:
     d_model: int = 128
     n_heads: int = 4
-    max_iter: int = 4  # iterations of the shared block; unrolled depth L = 2 * max_iter sublayers
+    max_iter: int = 3  # iterations of the shared block; unrolled depth L = 2 * max_iter sublayers
     mlp_hidden: int | None = None  # SwiGLU hidden width; null = 8/3 * d_model rounded up to a multiple of 32
-    use_attnres: bool = False
+    use_attnres: bool = False  # the arm switches (see ARMS); at most one is true, none = ReZero
     use_gr: bool = False
     random_depth: bool = False  # each training step runs depth k ~ U{1..max_iter}, keyed on (seed, step)
     tie_head: bool = True
@@ -61,16 +71,16 @@ class DataConfig:
 
 @dataclass
 class TrainConfig:
-    steps: int = 1000
+    steps: int = 2400
     batch_size: int = 32  # global batch (split across ranks under torchrun)
     lr: float = 3e-3
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
-    warmup: int = 50
+    warmup: int = 100
     weight_decay: float = 0.1
     grad_clip: float = 1.0  # 0 disables clipping
     beta1: float = 0.9
     beta2: float = 0.95
-    eval_every: int = 250
+    eval_every: int = 600
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
     seed: int = 1337
     compile: bool = False  # torch.compile the shared block's sublayers
@@ -165,13 +175,20 @@ def _hydra_error_text(exc: BaseException) -> str:
     return "config: " + " | ".join(p.replace("\n", " ") for p in parts)
 
 
+def selected_arms(model_cfg: Any) -> list[str]:
+    """The non-default arms whose switches are on (validation allows at most one)."""
+    return [arm for arm in ARMS[1:] if getattr(model_cfg, arm_switch(arm))]
+
+
+def model_arm(model_cfg: Any) -> str:
+    """The arm a model config selects: the one whose switch is on, else the default arm (ReZero)."""
+    chosen = selected_arms(model_cfg)
+    return chosen[0] if chosen else ARMS[0]
+
+
 def arm_name(cfg: DictConfig | DormouseConfig) -> str:
-    """The arm a config selects: ``attnres``, ``gr`` or ``rezero`` (both flags false)."""
-    if cfg.model.use_attnres:
-        return "attnres"
-    if cfg.model.use_gr:
-        return "gr"
-    return "rezero"
+    """The arm a whole config selects (:func:`model_arm` of ``cfg.model``)."""
+    return model_arm(cfg.model)
 
 
 def _bad(lines: list[str], key: str, given: Any, allowed: str) -> None:
@@ -186,10 +203,12 @@ def validate(cfg: DictConfig) -> list[str]:
     lines: list[str] = []
     m, d, t, lg = cfg.model, cfg.data, cfg.train, cfg.logging
 
-    if m.use_attnres and m.use_gr:
+    chosen = selected_arms(m)
+    if len(chosen) > 1:
+        switches = [f"model.{arm_switch(a)}" for a in ARMS[1:]]
         lines.append(
-            "model.use_attnres=true and model.use_gr=true: the arms are mutually exclusive; "
-            "set at most one of model.use_attnres, model.use_gr (both false = ReZero)"
+            f"{' and '.join(f'model.{arm_switch(a)}=true' for a in chosen)}: the arms are mutually exclusive; "
+            f"set at most one of {', '.join(switches)} (all false = {ARMS[0]})"
         )
     if m.max_iter < 1:
         _bad(lines, "model.max_iter", m.max_iter, "must be >= 1")

@@ -1,9 +1,9 @@
 """The log inspector behind ``dormouse logs PATH... [--check]``.
 
 A run directory holds ``train.log``: ``# `` provenance lines, one ``eval`` line per evaluation
-(model.md, "The eval line"), and a final ``done step=<N> wall_s=<s>`` when the run finished. This module
-parses those lines (:func:`parse_eval_line`), reads a run (:func:`read_run`) or every run under a
-directory (:func:`read_runs`), and checks them. Every finding names the file and line it comes from.
+(docs/model.md, "The eval line"), and a final ``done step=<N> wall_s=<s>`` when the run finished; their
+formats and parsers are :mod:`dormouse.loglines`'. This module reads a run (:func:`read_run`) or every run
+under a directory (:func:`read_runs`) and checks them. Every finding names the file and line it comes from.
 
 The checks are the proof the A/B comparison leans on (``dormouse ab`` runs them on every run and marks a
 failing arm invalid):
@@ -24,7 +24,6 @@ evals supersede the earlier ones.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,101 +33,19 @@ from rich.table import Table
 from rich.text import Text
 
 from dormouse.config import ARMS
-from dormouse.evalline import human
-
-LOG_NAME = "train.log"
-CONFIG_NAME = "config.yaml"
-
-_SUFFIX = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
-_COUNTER = re.compile(r"^(\d+)/(\d+)$")
-_INT_KEYS = ("step", "skipped")
-_FLOAT_KEYS = ("loss", "bpb", "lr", "depth")
-_STR_KEYS = ("arm", "kernel")
-# Without these an eval line cannot be checked; every arm's counter is required too (model.md).
-_REQUIRED = ("step", "loss", "bpb", "arm")
-
-
-class EvalLineError(ValueError):
-    """An ``eval`` (or ``done``) line that does not parse; the message says which field and why."""
-
-
-def parse_count(text: str) -> float:
-    """``'1.64M'`` -> 1640000.0, ``'8.1k'`` -> 8100.0, ``'512'`` -> 512.0 (k/M/G/T suffixes)."""
-    if text and text[-1] in _SUFFIX:
-        return float(text[:-1]) * _SUFFIX[text[-1]]
-    return float(text)
-
-
-def _convert(key: str, value: str, out: dict[str, Any]) -> None:
-    """Store one ``key=value`` pair typed as metrics.jsonl stores it (counters as ``<arm>_ran/_asked``)."""
-    if key in _INT_KEYS:
-        out[key] = int(value)
-    elif key == "tokens":
-        out[key] = int(round(parse_count(value)))
-    elif key == "tok/s":
-        out[key] = parse_count(value)
-    elif key in _FLOAT_KEYS or key.startswith("bpb@"):
-        out[key] = float(value)
-    elif key in _STR_KEYS:
-        out[key] = value
-    elif (m := _COUNTER.match(value)) is not None:
-        out[f"{key}_ran"], out[f"{key}_asked"] = int(m.group(1)), int(m.group(2))
-    else:
-        # A field this parser does not know (a newer train.py): kept, typed as well as it can be.
-        for cast in (int, float):
-            try:
-                out[key] = cast(value)
-                return
-            except ValueError:
-                pass
-        out[key] = value
-
-
-def _pairs(line: str, head: str) -> list[tuple[str, str]]:
-    parts = line.split()
-    if not parts or parts[0] != head:
-        raise EvalLineError(f"does not start with {head!r}")
-    pairs = []
-    for token in parts[1:]:
-        key, sep, value = token.partition("=")
-        if not sep or not key or not value:
-            raise EvalLineError(f"{token!r} is not key=value")
-        pairs.append((key, value))
-    return pairs
-
-
-def parse_eval_line(line: str) -> dict[str, Any]:
-    """Parse one eval line into a dict keyed like a metrics.jsonl row.
-
-    ``tokens`` becomes an int (to the 3 significant figures the line keeps), ``tok/s`` a float, counters
-    ``<arm>=<ran>/<asked>`` become ``<arm>_ran`` and ``<arm>_asked``. ``nan``/``inf`` parse as floats (the
-    checks report them). Raises :class:`EvalLineError` naming the bad field.
-    """
-    out: dict[str, Any] = {}
-    for key, value in _pairs(line.strip(), "eval"):
-        if key in out or f"{key}_ran" in out:
-            raise EvalLineError(f"field {key!r} appears twice")
-        try:
-            _convert(key, value, out)
-        except ValueError:
-            raise EvalLineError(f"field {key}={value!r} is not a valid value") from None
-    missing = [k for k in _REQUIRED if k not in out] + [a for a in ARMS if f"{a}_ran" not in out]
-    if missing:
-        raise EvalLineError(f"missing field(s): {', '.join(missing)}")
-    return out
-
-
-def parse_done_line(line: str) -> dict[str, Any]:
-    """Parse ``done step=<N> wall_s=<float>``; raises :class:`EvalLineError`."""
-    out: dict[str, Any] = {}
-    for key, value in _pairs(line.strip(), "done"):
-        try:
-            out[key] = int(value) if key == "step" else float(value) if key == "wall_s" else value
-        except ValueError:
-            raise EvalLineError(f"field {key}={value!r} is not a valid value") from None
-    if "step" not in out:
-        raise EvalLineError("missing field: step")
-    return out
+from dormouse.loglines import (
+    DONE,
+    EVAL,
+    RESUME,
+    LogLineError,
+    eval_columns,
+    human,
+    line_kind,
+    parse_done_line,
+    parse_eval_line,
+    replay,
+)
+from dormouse.runfiles import CONFIG, LOG, RunFiles
 
 
 @dataclass
@@ -199,7 +116,7 @@ class RunLog:
 
 def _read_config(run: RunLog) -> None:
     """Fill the config fields the checks need from the run's config.yaml (absent or unreadable: skip)."""
-    cfg_path = run.run_dir / CONFIG_NAME
+    cfg_path = RunFiles(run.run_dir).config
     if not cfg_path.is_file():
         return
     from omegaconf import OmegaConf
@@ -244,11 +161,11 @@ def _check_row(run: RunLog, row: EvalRow) -> None:
 def read_run(path: Path | str) -> RunLog:
     """Read and check one run: ``path`` is its directory or its train.log. Never raises on bad content."""
     path = Path(path)
-    log_path = path if path.is_file() else path / LOG_NAME
+    log_path = path if path.is_file() else RunFiles(path).log
     run = RunLog(path=log_path)
     _read_config(run)
     if not log_path.is_file():
-        run.add(None, "no-log", f"no {LOG_NAME} (the run never started or the path is not a run)")
+        run.add(None, "no-log", f"no {LOG} (the run never started or the path is not a run)")
         return run
 
     text = log_path.read_text(encoding="utf-8", errors="replace")
@@ -257,29 +174,26 @@ def read_run(path: Path | str) -> RunLog:
     resumed = False  # a resume line was seen since the last eval: the next step may go back
     for n, line in enumerate(lines, start=1):
         stripped = line.strip()
-        if stripped.startswith("resume"):
+        kind = line_kind(stripped)
+        if kind == RESUME:
             resumed = True
-        elif stripped == "eval" or stripped.startswith("eval "):
+        elif kind == EVAL:
             try:
                 row = EvalRow(n, parse_eval_line(stripped))
-            except EvalLineError as exc:
+            except LogLineError as exc:
                 run.add(n, "malformed", f"eval line: {exc}")
                 continue
-            if run.evals and row.step <= run.evals[-1].step:
-                if resumed:
-                    # The replay supersedes what the interrupted run logged from that step on.
-                    run.evals = [r for r in run.evals if r.step < row.step]
-                else:
-                    run.add(n, "out-of-order", f"step {row.step} follows step {run.evals[-1].step} "
-                            f"(line {run.evals[-1].line})")
-                    continue
+            if run.evals and row.step <= run.evals[-1].step and not resumed:
+                run.add(n, "out-of-order", f"step {row.step} follows step {run.evals[-1].step} "
+                        f"(line {run.evals[-1].line})")
+                continue
             resumed = False
-            run.evals.append(row)
-        elif stripped == "done" or stripped.startswith("done "):
+            run.evals = replay(run.evals, row, lambda r: r.step)
+        elif kind == DONE:
             try:
                 run.done = parse_done_line(stripped)
                 run.done_line = n
-            except EvalLineError as exc:
+            except LogLineError as exc:
                 run.add(n, "malformed", f"done line: {exc}")
 
     for row in run.evals:
@@ -322,9 +236,9 @@ def find_runs(path: Path | str) -> list[Path]:
     reading it reports the missing log rather than silently checking nothing.
     """
     path = Path(path)
-    if path.is_file() or (path / LOG_NAME).is_file() or (path / CONFIG_NAME).is_file():
+    if path.is_file() or RunFiles(path).log.is_file() or RunFiles(path).config.is_file():
         return [path]
-    found = {p.parent for p in path.rglob(LOG_NAME)} | {p.parent for p in path.rglob(CONFIG_NAME)}
+    found = {p.parent for p in path.rglob(LOG)} | {p.parent for p in path.rglob(CONFIG)}
     # A config.yaml inside a run (e.g. in checkpoints/) is not another run.
     below = sorted(d for d in found if not any(a in found for a in d.parents))
     return below or [path]
@@ -348,8 +262,10 @@ def run_table(run: RunLog) -> Table:
     state = "done" if run.finished else "not finished"
     arm = run.config_arm or (run.last or {}).get("arm", "?")
     table = Table(title=Text(f"{run.name}  ({arm}, {state})", style="bold"), title_justify="left")
-    cols = ["line", "step", "tokens", "loss", "bpb", *[f"bpb@{k}" for k in depths], "lr", "tok/s", "depth",
-            "arm", *ARMS, "kernel", "skipped"]
+    # The eval line's columns; the table shows every depth any row has (a malformed run may differ).
+    columns = eval_columns(0)
+    at = columns.index("bpb") + 1
+    cols = ["line", *columns[:at], *[f"bpb@{k}" for k in depths], *columns[at:]]
     for c in cols:
         table.add_column(c, justify="left" if c in ("arm", "kernel") else "right", no_wrap=True)
     for r in run.evals:

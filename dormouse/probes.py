@@ -75,9 +75,4 @@ class ProbeCounters:
             self.asked[arm] = int(snapshot.get(f"{arm}_asked", 0))
 
 
-def format_counters(snapshot: dict[str, int]) -> str:
-    """``rezero=0/0 gr=0/0 attnres=24/24`` — every arm, selected or not."""
-    return " ".join(f"{arm}={snapshot[f'{arm}_ran']}/{snapshot[f'{arm}_asked']}" for arm in ARMS)
-
-
 PROBES = ProbeCounters()

@@ -6,9 +6,11 @@ run and every arm of a comparison replay them), forward, mean cross-entropy over
 clip, AdamW with warmup + cosine; every ``train.eval_every`` steps and at the end, evaluate the fixed eval
 set at every depth and write the eval line (terminal + ``train.log``) and one ``metrics.jsonl`` row.
 
-Nothing the loop needs to continue lives outside the checkpoint: the data order and depth sequence are
-keyed on the step, the learning rate is a function of the step, and the open probe-counter window and
-loss accumulators are saved with the model and optimizer. A resumed run is therefore bit-identical on CPU.
+The loop reads in one place (:func:`_loop`): :func:`train_step` does one step; the last step evaluates,
+checkpoints and writes ``done``; a signal checkpoints and stops. Everything that changes from step to step
+is one :class:`dormouse.loop_state.LoopState`, saved and restored whole with the model and optimizer, so a
+resumed run is bit-identical on CPU. The lines written to ``train.log`` are formatted by
+:mod:`dormouse.loglines`, the files' names come from :mod:`dormouse.runfiles`.
 """
 
 from __future__ import annotations
@@ -41,7 +43,6 @@ from dormouse.config import arm_name
 from dormouse.data import ByteCorpus, bits_per_byte, eval_windows, keyed_seed, load_corpus, train_batch
 from dormouse.distributed import (
     DistInfo,
-    all_reduce_sum,
     barrier,
     broadcast_flag,
     broadcast_object,
@@ -50,10 +51,19 @@ from dormouse.distributed import (
     shutdown_distributed,
 )
 from dormouse.errors import Interrupted, TrainError
-from dormouse.evalline import format_eval_line
+from dormouse.loglines import (
+    format_done_line,
+    format_eval_line,
+    format_header,
+    format_interrupted_line,
+    format_metrics_row,
+    format_resume_line,
+)
+from dormouse.loop_state import LoopState, WindowTotals
 from dormouse.model import LoopedByteLM
 from dormouse.probes import PROBES
 from dormouse.rundir import prepare_run_dir, provenance
+from dormouse.runfiles import RunFiles
 
 
 @dataclass
@@ -65,7 +75,7 @@ class TrainResult:
     params: int = 0
     arm_params: int = 0
     peak_mem_bytes: int = 0
-    kernel: str = "torch"
+    kernel: str = "none"  # the AttnRes read path that ran: torch | triton | none (another arm)
     device: str = "cpu"
 
 
@@ -199,9 +209,9 @@ class _Progress:
             self.bar.stop()
 
 
-def _wandb_run(cfg: DictConfig, run_dir: Path, enabled: bool) -> Any:
+def _wandb_run(cfg: DictConfig, run_dir: Path) -> Any:
     mode = str(cfg.logging.wandb)
-    if mode == "disabled" or not enabled:
+    if mode == "disabled":
         return None
     if mode == "online" and not os.environ.get("WANDB_API_KEY") and not (Path.home() / ".netrc").exists():
         raise TrainError("logging.wandb=online needs credentials (WANDB_API_KEY or `wandb login`); "
@@ -213,6 +223,34 @@ def _wandb_run(cfg: DictConfig, run_dir: Path, enabled: bool) -> Any:
                       config=OmegaConf.to_container(cfg, resolve=True), settings=wandb.Settings(silent=True))
 
 
+def default_run_name(cfg: DictConfig) -> str:
+    """``<arm>-<start time>``, for a run started without ``run.name``."""
+    return f"{arm_name(cfg)}-{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
+
+
+def _run_config(cfg: DictConfig, run_name: str) -> DictConfig:
+    """The config the run trains with and records, made once: interpolations resolved, ``run.name`` filled
+    in, closed (struct mode)."""
+    container = OmegaConf.to_container(cfg, resolve=True)
+    container["run"]["name"] = run_name
+    out = OmegaConf.create(container)
+    OmegaConf.set_struct(out, True)
+    return out
+
+
+def _resolve_kernel(cfg: DictConfig, device: torch.device, info: DistInfo) -> str:
+    """The AttnRes read path that will run (``none`` for the other arms); an ``auto`` choice is reported."""
+    if not cfg.model.use_attnres:
+        return "none"
+    # An input-dependent query is per token; the fused kernel reads with one [d] query, so `auto` resolves
+    # to torch there (and `triton` was refused by validation).
+    requested = "torch" if cfg.model.attnres.query == "input" else str(cfg.model.kernel)
+    kernel = resolve_kernel(requested, device)
+    if str(cfg.model.kernel) == "auto" and info.is_main:
+        print(f"kernel: model.kernel=auto -> {kernel} ({_auto_reason(kernel, device, cfg)})", flush=True)
+    return kernel
+
+
 def train(cfg: DictConfig, *, stop_at_step: int | None = None) -> TrainResult:
     """Train per ``cfg`` (already validated). ``stop_at_step`` behaves like an interrupt there (tests)."""
     info = dist_info_from_env()
@@ -221,249 +259,286 @@ def train(cfg: DictConfig, *, stop_at_step: int | None = None) -> TrainResult:
         raise TrainError(f"train.batch_size={cfg.train.batch_size} does not divide by the "
                          f"{info.world_size} ranks; choose a multiple of {info.world_size}")
     corpus = load_corpus(cfg.data)  # bad data fails here, before the model is built
-    cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
-    OmegaConf.set_struct(cfg, True)
-    if cfg.run.name is None:
-        with_open = OmegaConf.to_container(cfg)
-        with_open["run"]["name"] = f"{arm_name(cfg)}-{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
-        cfg = OmegaConf.create(with_open)
-        OmegaConf.set_struct(cfg, True)
-    kernel = "none"
-    if cfg.model.use_attnres:
-        # An input-dependent query is per token; the fused kernel reads with one [d] query, so `auto`
-        # resolves to torch there (and `triton` was refused by validation).
-        requested = "torch" if cfg.model.attnres.query == "input" else str(cfg.model.kernel)
-        kernel = resolve_kernel(requested, device)
-        if str(cfg.model.kernel) == "auto" and info.is_main:
-            print(f"kernel: model.kernel=auto -> {kernel} ({_auto_reason(kernel, device, cfg)})", flush=True)
-
+    kernel = _resolve_kernel(cfg, device, info)
     init_distributed(info, device)
     try:
-        if info.enabled and cfg.run.name is not None:  # every rank writes to the directory rank 0 named
-            with_open = OmegaConf.to_container(cfg)
-            with_open["run"]["name"] = broadcast_object(str(cfg.run.name), info)
-            cfg = OmegaConf.create(with_open)
-            OmegaConf.set_struct(cfg, True)
-        return _train(cfg, corpus, device, kernel, info, stop_at_step)
+        name = str(cfg.run.name) if cfg.run.name is not None else default_run_name(cfg)
+        # Every rank writes to the directory rank 0 named.
+        return _train(_run_config(cfg, broadcast_object(name, info)), corpus, device, kernel, info,
+                      stop_at_step)
     finally:
         shutdown_distributed(info)
+
+
+@dataclass
+class _Run:
+    """What stays fixed from a run's first step to its last; the changing state is a :class:`LoopState`."""
+
+    cfg: DictConfig
+    info: DistInfo
+    device: torch.device
+    kernel: str
+    corpus: ByteCorpus
+    files: RunFiles
+    model: LoopedByteLM
+    train_model: torch.nn.Module  # the model, or its DDP wrapper
+    optimizer: torch.optim.Optimizer
+    counts: dict[str, int]
+    data_seed: int
+    eval_set: tuple[torch.Tensor, torch.Tensor]  # the fixed eval windows (inputs, targets)
+    progress: _Progress | None = None  # while the loop runs
+    wandb: Any = None
+    start_time: float = 0.0
+
+    def autocast(self) -> Any:
+        """bf16 autocast on CUDA, fp32 on CPU."""
+        return torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else nullcontext()
+
+    @property
+    def dtype(self) -> str:
+        return "bf16-autocast" if self.device.type == "cuda" else "fp32"
+
+    def show(self, line: str) -> None:
+        """Print ``line`` on the terminal, above the progress bar when there is one."""
+        if self.progress is not None:
+            self.progress.print(line)
+        else:
+            print(line, flush=True)
+
+    def append_log(self, line: str) -> None:
+        """Append one line to train.log (rank 0 only)."""
+        with self.files.log.open("a") as f:
+            f.write(line + "\n")
+
+    def nonfinite_error(self, what: str, step: int, fix: str) -> TrainError:
+        last = list_checkpoints(self.files.checkpoints)
+        return TrainError(f"non-finite {what} at step {step}; last good checkpoint: "
+                          f"{last[-1] if last else 'none'}; {fix}")
+
+    def result(self, loop: LoopState, losses: list[float], wall_s: float) -> TrainResult:
+        return TrainResult(self.files.dir, loop.metrics, losses, wall_s, **self.counts,
+                           peak_mem_bytes=peak_memory(self.device), kernel=self.kernel, device=str(self.device))
 
 
 def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: str, info: DistInfo,
            stop_at_step: int | None) -> TrainResult:
     t = cfg.train
-    main = info.is_main
     if device.type == "cuda":  # pairs of an A/B run share a process: each reports its own peak
         torch.cuda.reset_peak_memory_stats(device)
     model = LoopedByteLM(cfg.model, seed=int(t.seed), kernel=kernel).to(device)
-    counts = model.param_counts()
     optimizer = torch.optim.AdamW(model.param_groups(float(t.weight_decay)), lr=float(t.lr),
                                   betas=(float(t.beta1), float(t.beta2)), fused=device.type == "cuda")
-    use_bf16 = device.type == "cuda"
-    dtype = "bf16-autocast" if use_bf16 else "fp32"
-
-    def autocast() -> Any:
-        return torch.autocast("cuda", dtype=torch.bfloat16) if use_bf16 else nullcontext()
-
-    run_dir, state, source = Path(cfg.run.dir) / cfg.run.name, None, None
-    refusal: str | None = None
-    if main:
-        try:
-            run_dir, state, source = prepare_run_dir(cfg)
-        except (TrainError, CheckpointError) as exc:
-            if not info.enabled:
-                raise
-            refusal = str(exc)
-    if info.enabled:  # rank 0 decides; every rank refuses together or resumes from the same checkpoint
-        refusal, chosen = broadcast_object((refusal, None if source is None else str(source)), info)
-        if refusal is not None:
-            raise TrainError(refusal)
-        if not main and chosen is not None:
-            source, state = Path(chosen), load_checkpoint(Path(chosen))
-    step, tokens, window = 0, 0, {"loss_sum": 0.0, "steps": 0, "tokens": 0, "depth_sum": 0.0, "time": 0.0}
-    skipped = 0
-    metrics: list[dict[str, Any]] = []
+    eval_set = eval_windows(corpus.val, seq_len=int(cfg.data.seq_len), eval_bytes=int(cfg.data.eval_bytes))
+    run = _Run(cfg, info, device, kernel, corpus, RunFiles(Path(cfg.run.dir) / str(cfg.run.name)), model,
+               model, optimizer, model.param_counts(), int(t.seed if t.data_seed is None else t.data_seed),
+               eval_set)
+    state, source = _resume_point(run)
+    loop = LoopState()
     PROBES.reset()
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        step, tokens, skipped = int(state["step"]), int(state["tokens"]), int(state["skipped"])
-        window = dict(state["window"])
-        PROBES.load(state["probes"])
-        if not main:  # the checkpoint holds the open window's sums over all ranks; rank 0 carries them
-            window["loss_sum"] = 0.0
-            PROBES.reset()
-        torch.set_rng_state(state["rng_cpu"])
-        metrics = [dict(r) for r in state["metrics"]]
-    if state is not None and step >= t.steps:  # nothing left to do: report, write nothing
-        if main:
-            print(f"run {run_dir} is already complete at step {step} (train.steps={t.steps}); nothing to resume",
-                  flush=True)
-        return TrainResult(run_dir, metrics, [], 0.0, **counts, kernel=kernel, device=str(device))
-    if cfg.train.compile:
+        loop.load_state_dict(state, carries_sums=info.is_main)
+        if loop.step >= t.steps:  # nothing left to do: report, write nothing
+            if info.is_main:
+                print(f"run {run.files.dir} is already complete at step {loop.step} (train.steps={t.steps}); "
+                      "nothing to resume", flush=True)
+            return TrainResult(run.files.dir, loop.metrics, [], 0.0, **run.counts, kernel=kernel,
+                               device=str(device))
+    if t.compile:
         model.compile_sublayers()
-    train_model: torch.nn.Module = model
     if info.enabled:
         # Every parameter gets a gradient at every depth and readout choice: the per-slot arm parameters
         # are rows of one tensor each, so DDP's unused-parameter search is not needed.
-        train_model = torch.nn.parallel.DistributedDataParallel(
+        run.train_model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
+    if info.is_main:
+        _open_run_dir(run, loop, source)
+    return _loop(run, loop, stop_at_step)
 
-    x_eval, y_eval = eval_windows(corpus.val, seq_len=int(cfg.data.seq_len), eval_bytes=int(cfg.data.eval_bytes))
-    log_path, metrics_path = run_dir / "train.log", run_dir / "metrics.jsonl"
-    wandb_run = None
-    if main:
+
+def _resume_point(run: _Run) -> tuple[dict[str, Any] | None, Path | None]:
+    """The checkpoint to resume from, if any. Rank 0 decides; every rank refuses together or resumes from
+    the same checkpoint."""
+    state, source, refusal = None, None, None
+    if run.info.is_main:
         try:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(run_dir / "config.yaml", OmegaConf.to_yaml(cfg))
-        except OSError as exc:
-            raise TrainError(f"cannot write the run directory {run_dir}: {exc.strerror or exc}; choose a "
-                             "writable run.dir (and check the disk has space)") from exc
-        prov = provenance(cfg, device, dtype, kernel, corpus, counts, info)
-        atomic_write_text(run_dir / "provenance.json", json.dumps(prov, indent=2) + "\n")
-        header = [f"# {k}: {v}" for k, v in prov.items()]
-        with log_path.open("a") as log:
-            if state is None or not log_path.stat().st_size:
-                log.write("\n".join(header) + "\n")
-            if state is not None:
-                log.write(f"resume step={step} from={source}\n")
-        if state is not None and not metrics_path.exists():  # resumed into a new directory: carry the history
-            metrics_path.write_text("".join(json.dumps(row) + "\n" for row in metrics))
-        print(f"run {run_dir}  arm={arm_name(cfg)} params={counts['params']:,} "
-              f"arm_params={counts['arm_params']:,} device={device} kernel={kernel}"
-              + (f"  (resumed at step {step} from {source})" if state else ""), flush=True)
-        wandb_run = _wandb_run(cfg, run_dir, main)
+            _, state, source = prepare_run_dir(run.cfg)
+        except (TrainError, CheckpointError) as exc:
+            if not run.info.enabled:
+                raise
+            refusal = str(exc)
+    if run.info.enabled:
+        refusal, chosen = broadcast_object((refusal, None if source is None else str(source)), run.info)
+        if refusal is not None:
+            raise TrainError(refusal)
+        if not run.info.is_main and chosen is not None:
+            source, state = Path(chosen), load_checkpoint(Path(chosen))
+    return state, source
 
-    def checkpoint_state() -> dict[str, Any]:
-        return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-                "tokens": tokens, "skipped": skipped, "window": dict(window), "probes": PROBES.snapshot(),
-                "rng_cpu": torch.get_rng_state(), "metrics": metrics,
-                "config": OmegaConf.to_container(cfg, resolve=True)}
 
-    def write_checkpoint() -> Path | None:
-        # The open window's loss sum and counters are per rank: save their sums over ranks (a collective,
-        # so every rank calls this at the same steps); rank 0 carries them after a resume.
-        counters = PROBES.snapshot()
-        sums = all_reduce_sum([window["loss_sum"], *counters.values()], info, device)
-        if not main:
-            return None
-        state = checkpoint_state()
-        state["window"]["loss_sum"] = sums[0]
-        state["probes"] = {k: int(v) for k, v in zip(counters, sums[1:])}
-        return save_checkpoint(state, run_dir / "checkpoints", step, int(t.keep_ckpts))
+def _open_run_dir(run: _Run, loop: LoopState, resumed_from: Path | None) -> None:
+    """Rank 0: write config.yaml and provenance.json, start (or continue) train.log, announce the run."""
+    files, cfg = run.files, run.cfg
+    try:
+        files.dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(files.config, OmegaConf.to_yaml(cfg))
+    except OSError as exc:
+        raise TrainError(f"cannot write the run directory {files.dir}: {exc.strerror or exc}; choose a "
+                         "writable run.dir (and check the disk has space)") from exc
+    prov = provenance(cfg, run.device, run.dtype, run.kernel, run.corpus, run.counts, run.info)
+    atomic_write_text(files.provenance, json.dumps(prov, indent=2) + "\n")
+    with files.log.open("a") as log:
+        if resumed_from is None or not files.log.stat().st_size:
+            log.write("\n".join(format_header(prov)) + "\n")
+        if resumed_from is not None:
+            log.write(format_resume_line(loop.step, resumed_from) + "\n")
+    if resumed_from is not None and not files.metrics.exists():  # resumed into a new directory: carry the history
+        files.metrics.write_text("".join(format_metrics_row(row) for row in loop.metrics))
+    print(f"run {files.dir}  arm={arm_name(cfg)} params={run.counts['params']:,} "
+          f"arm_params={run.counts['arm_params']:,} device={run.device} kernel={run.kernel}"
+          + (f"  (resumed at step {loop.step} from {resumed_from})" if resumed_from else ""), flush=True)
+    run.wandb = _wandb_run(cfg, files.dir)
 
-    def eval_and_log() -> None:
-        nonlocal window
-        counters = PROBES.snapshot()
-        sums = all_reduce_sum([window["loss_sum"], *counters.values()], info, device)
-        loss_sum, counter_vals = sums[0], [int(v) for v in sums[1:]]
-        counters = dict(zip(counters.keys(), counter_vals))
-        if main:
-            # A window whose every step was skipped has no loss and no depth: NaN, not 0.
-            row: dict[str, Any] = {"step": step, "tokens": tokens,
-                                   "loss": loss_sum / info.world_size / window["steps"] if window["steps"]
-                                   else float("nan")}
-            row.update(evaluate(model, x_eval, y_eval, int(t.batch_size), device, autocast))
-            row.update({"lr": lr_at(max(0, step - 1), cfg),
-                        "tok/s": window["tokens"] / max(window["time"], 1e-9),
-                        "depth": window["depth_sum"] / window["steps"] if window["steps"] else float("nan"),
-                        "arm": arm_name(cfg)})
-            row.update(counters)
-            row.update({"kernel": kernel, "skipped": skipped, "time_s": time.time() - start_time,
-                        "peak_mem_bytes": peak_memory(device), "params": counts["params"]})
-            metrics.append(row)
-            line = format_eval_line(row, model.max_iter)
-            progress.print(line)
-            with log_path.open("a") as log:
-                log.write(line + "\n")
-            with metrics_path.open("a") as mf:
-                mf.write(json.dumps(row) + "\n")
-            if wandb_run is not None:
-                wandb_run.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=step)
-        PROBES.reset()
-        window = {"loss_sum": 0.0, "steps": 0, "tokens": 0, "depth_sum": 0.0, "time": 0.0}
-        bad_eval = main and not math.isfinite(metrics[-1]["bpb"])
-        if broadcast_flag(bad_eval, info, device) and t.nonfinite == "stop":
-            last = list_checkpoints(run_dir / "checkpoints")
-            raise TrainError(f"non-finite eval bpb at step {step}; last good checkpoint: "
-                             f"{last[-1] if last else 'none'}; lower train.lr")
 
-    start_time = time.time()
+def _loop(run: _Run, loop: LoopState, stop_at_step: int | None) -> TrainResult:
+    """Step until ``train.steps``: eval every ``train.eval_every`` steps, checkpoint every
+    ``train.ckpt_every``; the last step always evaluates and checkpoints, then the run says ``done``. A
+    signal (or ``stop_at_step``) checkpoints and stops instead."""
+    t, info = run.cfg.train, run.info
     losses: list[float] = []
-    progress = _Progress(str(cfg.logging.progress), int(t.steps), step, main)
-    data_seed = int(t.seed if t.data_seed is None else t.data_seed)
+    run.start_time = time.time()
+    run.progress = _Progress(str(run.cfg.logging.progress), int(t.steps), loop.step, info.is_main)
     try:
         with _SignalFlag() as signals:
-            while step < t.steps:
-                t0 = time.perf_counter()
-                depth = depth_for_step(int(t.seed), step, model.max_iter, bool(cfg.model.random_depth))
-                x, y = train_batch(corpus.train, seq_len=int(cfg.data.seq_len), batch_size=int(t.batch_size),
-                                   seed=data_seed, step=step, rank=info.rank, world_size=info.world_size)
-                x, y = x.to(device), y.to(device)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr_at(step, cfg)
-                with autocast():
-                    logits = train_model(x, depth=depth, readouts=str(t.readout))
-                loss = readout_loss(logits, y)
-                loss_value = float(loss.detach())
-                what = "loss" if broadcast_flag(not math.isfinite(loss_value), info, device) else None
-                if what is None:
-                    loss.backward()
-                    # A finite loss can still give an inf/NaN gradient that would poison the weights; the
-                    # gradients are all-reduced, so every rank sees the same norm.
-                    grad_norm = torch.nn.utils.clip_grad_norm_(
-                        model.parameters(), float(t.grad_clip) if t.grad_clip > 0 else math.inf)
-                    what = None if math.isfinite(float(grad_norm)) else "gradient norm"
-                if what is not None:
-                    if t.nonfinite == "stop":
-                        last = list_checkpoints(run_dir / "checkpoints")
-                        raise TrainError(f"non-finite {what} (loss {loss_value}) at step {step}; last good "
-                                         f"checkpoint: {last[-1] if last else 'none'}; lower train.lr or set "
-                                         "train.nonfinite=skip to skip such batches")
-                    skipped += 1
-                    optimizer.zero_grad(set_to_none=True)
-                else:
-                    optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
-                    window["loss_sum"] += loss_value
-                    window["steps"] += 1
-                    window["depth_sum"] += depth
-                step += 1
-                tokens += x.numel() * info.world_size
-                window["tokens"] += x.numel() * info.world_size
-                window["time"] += time.perf_counter() - t0
-                losses.append(loss_value)
-                progress.update(step, loss_value, window["tokens"] / max(window["time"], 1e-9))
-                if step % t.eval_every == 0 or step == t.steps:
-                    eval_and_log()
-                if t.ckpt_every and step % t.ckpt_every == 0 and step < t.steps:
-                    write_checkpoint()
-                stop_now = signals.signum is not None or (stop_at_step is not None and step >= stop_at_step)
-                if broadcast_flag(stop_now, info, device) and step < t.steps:
-                    path = write_checkpoint()
-                    code = 143 if signals.signum == signal.SIGTERM else 130
-                    msg = (f"interrupted at step {step}; checkpoint {path}; resume with: dormouse train "
-                           f"<same overrides> run.name={cfg.run.name} train.resume=auto")
-                    if main:
-                        progress.print(msg)
-                        with log_path.open("a") as log:
-                            log.write(f"interrupted step={step}\n")
-                    if signals.signum is None:  # stop_at_step: the test hook returns normally
-                        return TrainResult(run_dir, metrics, losses, time.time() - start_time, **counts,
-                                           peak_mem_bytes=peak_memory(device), kernel=kernel, device=str(device))
-                    raise Interrupted(code, msg)
+            while loop.step < t.steps:
+                loss = train_step(run, loop)
+                losses.append(loss)
+                run.progress.update(loop.step, loss, loop.window.tokens / max(loop.window.time, 1e-9))
+                last_step = loop.step == t.steps
+                if last_step or loop.step % t.eval_every == 0:
+                    eval_and_log(run, loop)
+                asked_to_stop = signals.signum is not None or (stop_at_step is not None and loop.step >= stop_at_step)
+                stopping = broadcast_flag(asked_to_stop, info, run.device) and not last_step
+                if last_step or stopping or (t.ckpt_every and loop.step % t.ckpt_every == 0):
+                    checkpoint = write_checkpoint(run, loop)
+                if stopping:
+                    return _stop(run, loop, losses, checkpoint, signals.signum)
     finally:
-        progress.close()
-    write_checkpoint()
-    wall = time.time() - start_time
-    if main:
-        with log_path.open("a") as log:
-            log.write(f"done step={step} wall_s={wall:.1f}\n")
-        if wandb_run is not None:
-            wandb_run.finish()
+        run.progress.close()
+    wall = time.time() - run.start_time
+    if info.is_main:
+        run.append_log(format_done_line(loop.step, wall))
+        if run.wandb is not None:
+            run.wandb.finish()
     barrier(info)
-    return TrainResult(run_dir, metrics, losses, wall, **counts, peak_mem_bytes=peak_memory(device),
-                       kernel=kernel, device=str(device))
+    return run.result(loop, losses, wall)
+
+
+def train_step(run: _Run, loop: LoopState) -> float:
+    """One training step; returns this rank's loss.
+
+    The depth and the batch are pure functions of (seed, step), so a resumed run and every arm of a
+    comparison replay them. Forward, mean cross-entropy over the readouts, backward, clip, AdamW at the
+    step's learning rate. A non-finite loss or gradient norm stops the run (``train.nonfinite=stop``) or
+    skips the update and counts it (``skip``).
+    """
+    cfg, t, info = run.cfg, run.cfg.train, run.info
+    t0 = time.perf_counter()
+    depth = depth_for_step(int(t.seed), loop.step, run.model.max_iter, bool(cfg.model.random_depth))
+    x, y = train_batch(run.corpus.train, seq_len=int(cfg.data.seq_len), batch_size=int(t.batch_size),
+                       seed=run.data_seed, step=loop.step, rank=info.rank, world_size=info.world_size)
+    x, y = x.to(run.device), y.to(run.device)
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr_at(loop.step, cfg)
+    with run.autocast():
+        logits = run.train_model(x, depth=depth, readouts=str(t.readout))
+    loss = readout_loss(logits, y)
+    loss_value = float(loss.detach())
+    what = "loss" if broadcast_flag(not math.isfinite(loss_value), info, run.device) else None
+    if what is None:
+        loss.backward()
+        # A finite loss can still give an inf/NaN gradient that would poison the weights; the gradients
+        # are all-reduced, so every rank sees the same norm.
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            run.model.parameters(), float(t.grad_clip) if t.grad_clip > 0 else math.inf)
+        what = None if math.isfinite(float(grad_norm)) else "gradient norm"
+    if what is not None and t.nonfinite == "stop":
+        raise run.nonfinite_error(f"{what} (loss {loss_value})", loop.step,
+                                  "lower train.lr or set train.nonfinite=skip to skip such batches")
+    if what is None:
+        run.optimizer.step()
+        loop.window.add_update(loss_value, depth)
+    else:
+        loop.skipped += 1
+    run.optimizer.zero_grad(set_to_none=True)
+    loop.step += 1
+    loop.tokens += x.numel() * info.world_size
+    loop.window.tokens += x.numel() * info.world_size
+    loop.window.time += time.perf_counter() - t0
+    return loss_value
+
+
+def eval_and_log(run: _Run, loop: LoopState) -> None:
+    """Close the eval window: evaluate the fixed eval set at every depth, write the eval line (terminal and
+    train.log) and the metrics row (metrics.jsonl, wandb) on rank 0, and open a new window."""
+    totals = loop.window.summed(run.info, run.device)
+    if run.info.is_main:
+        row = _metrics_row(run, loop, totals)
+        loop.metrics.append(row)
+        line = format_eval_line(row, run.model.max_iter)
+        run.show(line)
+        run.append_log(line)
+        with run.files.metrics.open("a") as f:
+            f.write(format_metrics_row(row))
+        if run.wandb is not None:
+            run.wandb.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=loop.step)
+    PROBES.reset()
+    loop.window.reset()
+    bad_eval = run.info.is_main and not math.isfinite(loop.metrics[-1]["bpb"])
+    if broadcast_flag(bad_eval, run.info, run.device) and run.cfg.train.nonfinite == "stop":
+        raise run.nonfinite_error("eval bpb", loop.step, "lower train.lr")
+
+
+def _metrics_row(run: _Run, loop: LoopState, totals: WindowTotals) -> dict[str, Any]:
+    """One metrics.jsonl row: the window's means, the eval set's bpb at every depth, the counters, the cost."""
+    window, world = loop.window, run.info.world_size
+    # A window whose every step was skipped has no loss and no depth: NaN, not 0.
+    row: dict[str, Any] = {"step": loop.step, "tokens": loop.tokens,
+                           "loss": totals.loss_sum / world / window.steps if window.steps else float("nan")}
+    row.update(evaluate(run.model, *run.eval_set, int(run.cfg.train.batch_size), run.device, run.autocast))
+    row.update({"lr": lr_at(max(0, loop.step - 1), run.cfg),
+                "tok/s": window.tokens / max(window.time, 1e-9),
+                "depth": window.depth_sum / window.steps if window.steps else float("nan"),
+                "arm": arm_name(run.cfg)})
+    row.update(totals.counters)
+    row.update({"kernel": run.kernel, "skipped": loop.skipped, "time_s": time.time() - run.start_time,
+                "peak_mem_bytes": peak_memory(run.device), "params": run.counts["params"]})
+    return row
+
+
+def write_checkpoint(run: _Run, loop: LoopState) -> Path | None:
+    """Save model, optimizer and loop state (a collective: every rank calls it at the same steps; rank 0
+    writes and returns the path)."""
+    totals = loop.window.summed(run.info, run.device)
+    if not run.info.is_main:
+        return None
+    state = {"model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
+             **loop.state_dict(totals), "config": OmegaConf.to_container(run.cfg, resolve=True)}
+    return save_checkpoint(state, run.files.checkpoints, loop.step, int(run.cfg.train.keep_ckpts))
+
+
+def _stop(run: _Run, loop: LoopState, losses: list[float], checkpoint: Path | None,
+          signum: int | None) -> TrainResult:
+    """An interrupt, after its checkpoint: say how to resume; ``stop_at_step`` (tests) returns normally."""
+    msg = (f"interrupted at step {loop.step}; checkpoint {checkpoint}; resume with: dormouse train "
+           f"<same overrides> run.name={run.cfg.run.name} train.resume=auto")
+    if run.info.is_main:
+        run.show(msg)
+        run.append_log(format_interrupted_line(loop.step))
+    if signum is None:
+        return run.result(loop, losses, time.time() - run.start_time)
+    raise Interrupted(143 if signum == signal.SIGTERM else 130, msg)
 
 
 def peak_memory(device: torch.device) -> int:

@@ -75,7 +75,7 @@ PERTURBATIONS.append(
     {
         "name": "optimizer_step_dropped",
         "file": "dormouse/train.py",
-        "old": "                    optimizer.step()\n",
+        "old": "        run.optimizer.step()\n",
         "new": "",
         "gates": ["tests/test_train.py::test_each_arm_trains_end_to_end_through_the_cli"],
         "why": "the loop computes and clips gradients but never steps: every counter fires, nothing learns "

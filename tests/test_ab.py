@@ -16,7 +16,7 @@ from rich.console import Console
 from dormouse.ab.registry import ABSpecError, ComparisonError, list_comparisons, load_spec
 from dormouse.ab.runner import STAMP_NAME, ab_command, pair_state, plan_pairs, run_comparison
 from dormouse.config import arm_name
-from dormouse.evalline import format_eval_line
+from dormouse.loglines import format_eval_line
 
 SPEC = """\
 name: t

@@ -285,3 +285,20 @@ def test_block_two_phase_eval_with_the_fused_merge_gives_the_direct_logits():
         dev = (a - b).abs().max().item()
         # float32 throughout: online vs two-pass softmax differ by a few ulps of O(1) logits; 1e-4 is ~100x that
         assert dev < 1e-4, f"readout {k}: fused two-phase differs from direct (deviation={dev:.3e}, bound=1e-4)"
+
+
+def test_the_arm_registry_names_one_class_and_one_switch_per_arm():
+    """Adding an arm touches arms.py (its class), config.ARMS (its name) and its ModelConfig switch: the
+    three must agree, and each switch alone selects its own class."""
+    from dataclasses import fields
+
+    from dormouse.arms import arm_classes
+    from dormouse.config import ARMS, ModelConfig, arm_switch
+
+    assert sorted(arm_classes()) == sorted(ARMS)
+    switches = {f.name for f in fields(ModelConfig) if f.name.startswith("use_")}
+    assert switches == {arm_switch(a) for a in ARMS[1:]}
+    for arm in ARMS:
+        overrides = [] if arm == ARMS[0] else [f"model.{arm_switch(arm)}=true"]
+        model = LoopedByteLM(compose_config(["preset=tiny", *overrides]).model, seed=0)
+        assert type(model.arm) is arm_classes()[arm] and model.arm.name == arm

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.resources
 import zipfile
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 from typer.testing import CliRunner
 
 from dormouse.cli import app
-from dormouse.config import ConfigError, compose_config, load_config, validate
+from dormouse.config import ConfigError, DormouseConfig, compose_config, load_config, validate
 
 runner = CliRunner()
 
@@ -165,3 +167,34 @@ def test_triton_kernel_where_it_cannot_run_is_refused_before_any_work(tmp_path: 
     assert out.returncode == 2, out.stdout + out.stderr
     assert "model.kernel='triton'" in out.stderr and "TRITON_INTERPRET=1" in out.stderr
     assert not (tmp_path / "runs").exists()
+
+
+PRESETS = ("cpu", "9m", "tiny")
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_each_preset_composes_to_the_config_recorded_before_defaults_moved(preset: str):
+    """The schema's defaults are the CPU default and a preset holds only what differs; the composed configs
+    must stay value-identical to the ones `dormouse validate preset=NAME` printed at commit ea582a6, when
+    every preset repeated its values (tests/data/validate_preset_NAME.yaml, recorded then)."""
+    expected = (Path(__file__).parent / "data" / f"validate_preset_{preset}.yaml").read_text()
+    result = run_cli("validate", f"preset={preset}")
+    assert result.exit_code == 0, result.output
+    assert result.output == expected
+
+
+def test_the_default_is_the_cpu_preset_and_the_schema_defaults():
+    expected = (Path(__file__).parent / "data" / "validate_preset_cpu.yaml").read_text()
+    assert run_cli("validate").output == expected
+    assert OmegaConf.to_yaml(OmegaConf.structured(DormouseConfig)) == expected
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_a_preset_sets_only_what_differs_from_the_schema(preset: str):
+
+    text = (importlib.resources.files("dormouse.conf") / "preset" / f"{preset}.yaml").read_text()
+    values = OmegaConf.create(text)
+    schema = OmegaConf.structured(DormouseConfig)
+    repeated = [f"{group}.{key}" for group, node in values.items() for key, value in node.items()
+                if schema[group][key] == value]
+    assert repeated == [], f"conf/preset/{preset}.yaml repeats schema defaults: {repeated}"

@@ -1,19 +1,14 @@
-"""The log inspector (`dormouse logs`): parsing, and one planted defect per finding."""
+"""The log inspector (`dormouse logs`): one planted defect per finding (the line formats: test_loglines.py)."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
-from dormouse.evalline import format_eval_line
-from dormouse.logs import EvalLineError, logs_command, parse_eval_line, read_run, read_runs
-
-SPEC_LINE = ("eval step=400 tokens=1.64M loss=1.412 bpb=2.037 bpb@1=2.410 bpb@2=2.155 bpb@3=2.061 "
-             "bpb@4=2.037 lr=2.4e-04 tok/s=8.1k depth=4.0 arm=attnres rezero=0/0 gr=0/0 "
-             "attnres=3600/3600 kernel=torch skipped=0")
+from dormouse.loglines import format_eval_line
+from dormouse.logs import logs_command, read_run, read_runs
 
 
 def row(step: int, arm: str = "gr", bpb: float = 2.0, counters: dict[str, tuple[int, int]] | None = None,
@@ -57,41 +52,6 @@ def check(paths: list[Path]) -> tuple[int, str]:
     console = Console(record=True, width=250)
     code = logs_command(paths, check=True, console=console)
     return code, console.export_text()
-
-
-def test_parse_the_spec_example_line() -> None:
-    v = parse_eval_line(SPEC_LINE)
-    assert v["step"] == 400 and v["tokens"] == 1_640_000 and v["tok/s"] == pytest.approx(8100.0)
-    assert v["bpb"] == pytest.approx(2.037) and v["bpb@1"] == pytest.approx(2.410)
-    assert v["lr"] == pytest.approx(2.4e-4) and v["depth"] == 4.0
-    assert v["arm"] == "attnres" and v["kernel"] == "torch" and v["skipped"] == 0
-    assert (v["attnres_ran"], v["attnres_asked"], v["gr_ran"], v["rezero_asked"]) == (3600, 3600, 0, 0)
-
-
-def test_parse_round_trips_the_trainers_eval_line() -> None:
-    r = row(300, "attnres", 1.875, max_iter=3)
-    v = parse_eval_line(format_eval_line(r, 3))
-    for key in ("step", "arm", "kernel", "skipped", "attnres_ran", "gr_asked"):
-        assert v[key] == r[key]
-    for key in ("bpb", "bpb@1", "bpb@3", "loss", "depth"):
-        assert v[key] == pytest.approx(r[key], abs=1e-3)
-
-
-def test_parse_nan_is_a_float_not_an_error() -> None:
-    v = parse_eval_line(SPEC_LINE.replace("bpb=2.037", "bpb=nan"))
-    assert math.isnan(v["bpb"])
-
-
-@pytest.mark.parametrize("bad", [
-    "eval step=4OO tokens=1k loss=1 bpb=2 arm=gr rezero=0/0 gr=1/1 attnres=0/0",  # not an int
-    "eval step=400 tokens=1k loss=1 bpb=2 arm=gr rezero=0/0 gr=1/1",  # attnres counter missing
-    "eval step=400 tokens=1k loss=1 bpb=2 arm=gr rezero=0/0 gr=1/1 attnres=0/0 garbage",  # not key=value
-    "eval step=400 step=401 loss=1 bpb=2 arm=gr rezero=0/0 gr=1/1 attnres=0/0",  # duplicate
-    "eval step=400 tokens=1.2",  # a write cut short
-])
-def test_parse_malformed_raises_with_the_field(bad: str) -> None:
-    with pytest.raises(EvalLineError):
-        parse_eval_line(bad)
 
 
 def test_clean_log_has_no_findings_and_exit_0(tmp_path: Path) -> None:

@@ -165,3 +165,37 @@ def test_resuming_a_finished_run_writes_nothing(tmp_path: Path):
     log_before = (tmp_path / "r" / "train.log").read_text()
     again = train(load_config([*args, "train.resume=auto"]))
     assert again.losses == [] and (tmp_path / "r" / "train.log").read_text() == log_before
+
+
+def test_loop_state_round_trips_through_a_checkpoint():
+    """Every field of the loop state (and the open window's probe counters) comes back from a saved
+    checkpoint; a rank other than 0 starts its window's per-rank sums at zero (rank 0 carries them)."""
+    import io
+    from dataclasses import fields
+
+    from dormouse.distributed import DistInfo
+    from dormouse.loop_state import LoopState
+    from dormouse.probes import PROBES
+
+    PROBES.reset()
+    PROBES.count_ran("gr", 3)
+    PROBES.count_asked("gr", 4)
+    loop = LoopState(step=7, tokens=896, skipped=1, metrics=[{"step": 6, "bpb": 3.5}])
+    loop.window.add_update(2.5, 3)
+    loop.window.tokens, loop.window.time = 128, 0.25
+    state = loop.state_dict(loop.window.summed(DistInfo(), torch.device("cpu")))
+    assert {f.name for f in fields(LoopState)} <= set(state)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    saved = torch.load(buffer, weights_only=True)
+    PROBES.reset()
+    back = LoopState()
+    back.load_state_dict(saved, carries_sums=True)
+    assert back == LoopState(step=7, tokens=896, skipped=1, metrics=[{"step": 6, "bpb": 3.5}],
+                             window=type(loop.window)(loss_sum=2.5, steps=1, tokens=128, depth_sum=3, time=0.25))
+    assert (PROBES.ran["gr"], PROBES.asked["gr"]) == (3, 4)
+    other = LoopState()
+    other.load_state_dict(saved, carries_sums=False)
+    assert other.window.loss_sum == 0.0 and other.window.steps == 1 and PROBES.snapshot()["gr_ran"] == 0
+    PROBES.reset()

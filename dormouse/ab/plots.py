@@ -7,21 +7,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-if TYPE_CHECKING:
-    from dormouse.ab.report import RunRecord
-
-CURVES_NAME = "bpb_vs_tokens.png"
-DEPTH_NAME = "bpb_by_depth.png"
-
-
-def _finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and bool(np.isfinite(x))
+from dormouse.ab.records import RunRecord, is_finite_number
+from dormouse.runfiles import ComparisonFiles
 
 
 def plot_curves(records: list[RunRecord], arms: list[str], out: Path, aa_arm: str | None = None) -> Path:
@@ -40,11 +33,11 @@ def plot_curves(records: list[RunRecord], arms: list[str], out: Path, aa_arm: st
         runs = [r for r in records if r.arm == arm]
         for r in runs:
             pts = [(x["tokens"], x["bpb"]) for x in r.rows
-                   if _finite(x.get("bpb")) and _finite(x.get("tokens"))]
+                   if is_finite_number(x.get("bpb")) and is_finite_number(x.get("tokens"))]
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colour, linewidth=0.8, alpha=0.45)
             for x in r.rows:
-                if _finite(x.get("bpb")) and _finite(x.get("tokens")):
+                if is_finite_number(x.get("bpb")) and is_finite_number(x.get("tokens")):
                     by_step[int(x["step"])].append((float(x["tokens"]), float(x["bpb"])))
         shared = sorted(s for s, v in by_step.items() if len(v) == len(runs) and runs)
         if shared:
@@ -77,7 +70,7 @@ def plot_depth(results: dict[str, Any], out: Path) -> Path:
             continue
         depths, means, sds = [], [], []
         for k in keys:
-            vals = [f[k] for f in finals if _finite(f.get(k))]
+            vals = [f[k] for f in finals if is_finite_number(f.get(k))]
             if vals:
                 depths.append(int(k[4:]) + (i - (len(names) - 1) / 2) * 0.04)  # dodge overlapping bars
                 means.append(float(np.mean(vals)))
@@ -97,7 +90,8 @@ def plot_depth(results: dict[str, Any], out: Path) -> Path:
 
 def write_plots(comp_dir: Path, results: dict[str, Any], records: list[RunRecord]) -> list[Path]:
     """Both plots into ``comp_dir``; returns their paths."""
+    files = ComparisonFiles(comp_dir)
     return [
-        plot_curves(records, list(results["arms"]), comp_dir / CURVES_NAME, results.get("aa_arm")),
-        plot_depth(results, comp_dir / DEPTH_NAME),
+        plot_curves(records, list(results["arms"]), files.curves_plot, results.get("aa_arm")),
+        plot_depth(results, files.depth_plot),
     ]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -17,15 +16,16 @@ from typing import Any
 import numpy as np
 
 from dormouse.ab import stats
+from dormouse.ab.plots import write_plots
+from dormouse.ab.records import RunRecord, is_finite_number
 from dormouse.ab.registry import ComparisonSpec
 from dormouse.checkpoint import atomic_write_text
-from dormouse.logs import Finding, read_run
+from dormouse.config import ARMS
+from dormouse.logs import Finding
+from dormouse.runfiles import ComparisonFiles
 
-SIMPLICITY = ("rezero", "gr", "attnres")  # a tie keeps the simpler mechanism, in this order
 ALPHA = 0.05
 CONFIDENCE = 0.95
-RESULTS_NAME = "results.json"
-REPORT_NAME = "report.md"
 
 MEANING = {
     stats.BETTER: "the arm lowers final bpb: the 95 % interval of the paired difference lies below 0, the "
@@ -53,75 +53,10 @@ AA_MEANING = {
 AA_MEANING[stats.WORSE] = AA_MEANING[stats.BETTER]
 
 
-# --- reading runs ---------------------------------------------------------------------------------------
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The effective rows of a metrics.jsonl: a resumed run replays evals from its checkpoint, so a row
-    whose step does not advance supersedes the earlier rows from that step on. Unparseable lines (a
-    write cut by a kill) are skipped; the log check reports the run."""
-    rows: list[dict[str, Any]] = []
-    if not path.is_file():
-        return rows
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-            step = int(row["step"])
-        except (ValueError, KeyError, TypeError):
-            continue
-        rows = [r for r in rows if int(r["step"]) < step]
-        rows.append(row)
-    return rows
-
-
-def final_row(rows: list[dict[str, Any]], steps: int) -> dict[str, Any] | None:
-    """The registered final eval (step == train.steps) with a finite bpb, else None."""
-    if rows and int(rows[-1]["step"]) == steps and _finite(rows[-1].get("bpb")):
-        return rows[-1]
-    return None
-
-
-def _finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
-
-
-@dataclass
-class RunRecord:
-    """One (arm, seed) run as the report sees it."""
-
-    arm: str
-    seed: int
-    run_dir: Path
-    kind: str  # rezero | gr | attnres (what the arm's config selects)
-    steps: int  # the registered final step
-    error: str | None = None  # why the runner could not finish it
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    final: dict[str, Any] | None = None
-    findings: list[Finding] = field(default_factory=list)
-    provenance: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def complete(self) -> bool:
-        return self.final is not None
-
-
-def load_record(arm: str, seed: int, run_dir: Path, kind: str, steps: int,
-                error: str | None = None) -> RunRecord:
-    """Read one run's metrics, provenance and log findings (the `dormouse logs --check` checks)."""
-    rec = RunRecord(arm, seed, run_dir, kind, steps, error)
-    rec.rows = read_metrics(run_dir / "metrics.jsonl")
-    rec.final = final_row(rec.rows, steps)
-    rec.findings = read_run(run_dir).findings
-    try:
-        rec.provenance = json.loads((run_dir / "provenance.json").read_text())
-    except (OSError, ValueError):
-        rec.provenance = {}
-    return rec
-
-
 # --- analysis -------------------------------------------------------------------------------------------
 
 def _mean_of(values: list[float]) -> float | None:
-    vals = [v for v in values if _finite(v)]
+    vals = [v for v in values if is_finite_number(v)]
     return float(np.mean(vals)) if vals else None
 
 
@@ -134,8 +69,8 @@ def _cost(records: list[RunRecord]) -> dict[str, Any]:
     and peak memory, averaged over the arm's runs."""
     params = _mean_of([(r.final or {}).get("params", r.provenance.get("params", math.nan)) for r in records])
     arm_params = _mean_of([r.provenance.get("arm_params", math.nan) for r in records])
-    tok_s = _mean_of([float(np.median([x["tok/s"] for x in r.rows if _finite(x.get("tok/s"))]))
-                      for r in records if any(_finite(x.get("tok/s")) for x in r.rows)])
+    tok_s = _mean_of([float(np.median([x["tok/s"] for x in r.rows if is_finite_number(x.get("tok/s"))]))
+                      for r in records if any(is_finite_number(x.get("tok/s")) for x in r.rows)])
     peak = _mean_of([max(x.get("peak_mem_bytes", 0) or 0 for x in r.rows) for r in records if r.rows])
     devices = sorted({str(r.provenance.get("device", "?")) for r in records})
     return {"params": params, "arm_params": arm_params, "tok_s": tok_s, "peak_mem_bytes": peak or None,
@@ -144,7 +79,7 @@ def _cost(records: list[RunRecord]) -> dict[str, Any]:
 
 def simpler(kind_a: str, kind_b: str) -> str:
     """The simpler of two mechanisms (ReZero, then GR, then AttnRes)."""
-    rank = {k: i for i, k in enumerate(SIMPLICITY)}
+    rank = {k: i for i, k in enumerate(ARMS)}  # the arm registry lists the mechanisms simplest first
     return min(kind_a, kind_b, key=lambda k: rank.get(k, len(rank)))
 
 
@@ -467,11 +402,10 @@ def render_report(results: dict[str, Any], plots: list[str]) -> str:
 
 def write_outputs(comp_dir: Path, results: dict[str, Any], records: list[RunRecord]) -> dict[str, Path]:
     """Write the plots, results.json and report.md into ``comp_dir``; returns their paths."""
-    from dormouse.ab.plots import write_plots
-
     plots = write_plots(comp_dir, results, records)
     results["plots"] = [p.name for p in plots]
-    paths = {"results": comp_dir / RESULTS_NAME, "report": comp_dir / REPORT_NAME}
+    files = ComparisonFiles(comp_dir)
+    paths = {"results": files.results, "report": files.report}
     atomic_write_text(paths["results"], json.dumps(results, indent=2, allow_nan=False) + "\n")
     atomic_write_text(paths["report"], render_report(results, results["plots"]))
     for p in plots:

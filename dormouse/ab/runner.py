@@ -32,6 +32,7 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
+from dormouse.ab.records import final_row, load_record, read_metrics
 from dormouse.ab.registry import (
     RUNNER_KEYS,
     ABSpecError,
@@ -40,22 +41,17 @@ from dormouse.ab.registry import (
     load_spec,
     override_key,
 )
-from dormouse.ab.report import (
-    REPORT_NAME,
-    analyze,
-    final_row,
-    load_record,
-    read_metrics,
-    write_outputs,
-)
-from dormouse.checkpoint import atomic_write_text
+from dormouse.ab.report import analyze, write_outputs
+from dormouse.checkpoint import atomic_write_text, list_checkpoints
 from dormouse.config import ConfigError, arm_name, load_config
+from dormouse.errors import Interrupted
 from dormouse.logs import read_run
+from dormouse.runfiles import REGISTRATION, ComparisonFiles, RunFiles, run_name
 
 __all__ = ["ComparisonError", "ABSpecError", "Pair", "plan_pairs", "pair_state", "run_comparison",
            "ab_command", "STAMP_NAME"]
 
-STAMP_NAME = "registration.json"
+STAMP_NAME = REGISTRATION
 TrainFn = Callable[[DictConfig], Any]
 _PLAIN_VALUE = re.compile(r"^[A-Za-z0-9_./-]+$")
 
@@ -74,6 +70,10 @@ class Pair:
     @property
     def name(self) -> str:
         return self.run_dir.name
+
+    @property
+    def files(self) -> RunFiles:
+        return RunFiles(self.run_dir)
 
     @property
     def steps(self) -> int:
@@ -124,7 +124,7 @@ def plan_pairs(reg: Registered, overrides: list[str], comp_dir: Path) -> list[Pa
     arm_cfgs: dict[str, DictConfig] = {}
     for arm, arm_overrides in spec.arms.items():
         full = [*spec.fixed, *arm_overrides, *overrides,
-                f"run.dir={_quote(str(comp_dir))}", f"run.name={arm}-s{spec.seeds[0]}",
+                f"run.dir={_quote(str(comp_dir))}", f"run.name={run_name(arm, spec.seeds[0])}",
                 f"train.seed={spec.seeds[0]}",
                 f"logging.wandb_group={_quote(spec.name)}", f"logging.wandb_job_type={_quote(arm)}"]
         try:
@@ -143,7 +143,7 @@ def plan_pairs(reg: Registered, overrides: list[str], comp_dir: Path) -> list[Pa
         for arm, base_cfg in arm_cfgs.items():
             cfg = copy.deepcopy(base_cfg)
             cfg.train.seed = seed
-            cfg.run.name = f"{arm}-s{seed}"
+            cfg.run.name = run_name(arm, seed)
             pairs.append(Pair(arm, seed, cfg, comp_dir / cfg.run.name))
     return pairs
 
@@ -156,12 +156,11 @@ def pair_state(pair: Pair) -> tuple[str, str]:
     """
     if not pair.run_dir.exists():
         return "new", "not started"
-    rows = read_metrics(pair.run_dir / "metrics.jsonl")
+    rows = read_metrics(pair.files.metrics)
     last = rows[-1]["step"] if rows else None
     if final_row(rows, pair.steps) is not None and read_run(pair.run_dir).finished:
         return "complete", f"finished at step {pair.steps}"
-    ckpts = pair.run_dir / "checkpoints"
-    if ckpts.is_dir() and any(p.suffix == ".pt" for p in ckpts.iterdir()):
+    if list_checkpoints(pair.files.checkpoints):
         return "resume", f"interrupted (last eval at step {last}); resuming from its checkpoint"
     return "restart", f"interrupted (last eval at step {last}) without a checkpoint; restarting it"
 
@@ -181,7 +180,7 @@ def _stamp(reg: Registered, overrides: list[str]) -> dict[str, Any]:
 def _check_registration(comp_dir: Path, reg: Registered, overrides: list[str], restart: bool,
                         console: Console) -> dict[str, Any]:
     """Bind the comparison directory to this registration, or refuse. Returns the stamp in force."""
-    stamp_path = comp_dir / STAMP_NAME
+    stamp_path = ComparisonFiles(comp_dir).registration
     new = _stamp(reg, overrides)
     if comp_dir.exists() and restart:
         console.print(f"[yellow]--restart:[/] discarding {comp_dir}")
@@ -229,17 +228,9 @@ def progress_table(name: str, pairs: list[Pair]) -> Table:
     return table
 
 
-def _interrupt_types() -> tuple[type[BaseException], ...]:
-    """Exceptions that mean "the user stopped it": they end the comparison (rerun resumes), whereas any
-    other error fails only its pair."""
-    types: list[type[BaseException]] = [KeyboardInterrupt]
-    try:
-        from dormouse.train import Interrupted
-
-        types.append(Interrupted)
-    except Exception:  # train.py not importable: a fake train_fn is in use
-        pass
-    return tuple(types)
+# Exceptions that mean "the user stopped it": they end the comparison (rerun resumes), whereas any other
+# error fails only its pair.
+STOP = (KeyboardInterrupt, Interrupted)
 
 
 def _default_train_fn() -> TrainFn:
@@ -248,7 +239,7 @@ def _default_train_fn() -> TrainFn:
     return train
 
 
-def _run_pair(pair: Pair, train_fn: TrainFn, console: Console, stop: tuple[type[BaseException], ...]) -> None:
+def _run_pair(pair: Pair, train_fn: TrainFn, console: Console) -> None:
     """Bring one pair to completion: keep, resume or (re)start it. Sets ``pair.status`` and ``pair.note``."""
     state, why = pair_state(pair)
     if state == "complete":
@@ -261,7 +252,7 @@ def _run_pair(pair: Pair, train_fn: TrainFn, console: Console, stop: tuple[type[
         cfg.train.resume = "auto"
         try:
             train_fn(cfg)
-        except stop:
+        except STOP:
             raise
         except Exception as exc:  # a checkpoint that cannot be resumed: start the pair over
             console.print(f"[yellow]{pair.name}[/]: resume failed ({type(exc).__name__}: {exc}); "
@@ -280,7 +271,7 @@ def _run_pair(pair: Pair, train_fn: TrainFn, console: Console, stop: tuple[type[
     if state == "complete":
         pair.status, pair.note = "done", why
     else:
-        rows = read_metrics(pair.run_dir / "metrics.jsonl")
+        rows = read_metrics(pair.files.metrics)
         last = rows[-1] if rows else {}
         pair.status = "failed"
         pair.note = (f"the run returned without its final eval (last eval at step {last.get('step')}, "
@@ -316,7 +307,6 @@ def run_comparison(
     pairs = plan_pairs(reg, overrides, comp_dir)
     stamp = _check_registration(comp_dir, reg, overrides, restart, console)
     train_fn = train_fn or _default_train_fn()
-    stop = _interrupt_types()
 
     for pair in pairs:
         if pair_state(pair)[0] == "complete":
@@ -327,8 +317,8 @@ def run_comparison(
             continue
         console.print(progress_table(reg.spec.name, pairs))
         try:
-            _run_pair(pair, train_fn, console, stop)
-        except stop:
+            _run_pair(pair, train_fn, console)
+        except STOP:
             pair.status = "interrupted"
             console.print(progress_table(reg.spec.name, pairs))
             console.print(f"[yellow]interrupted[/]: rerun `dormouse ab {reg.spec.name}` with the same "
@@ -339,7 +329,7 @@ def run_comparison(
             pair.status = "failed"
             pair.note = f"{type(exc).__name__}: {exc}"
             pair.run_dir.mkdir(parents=True, exist_ok=True)
-            (pair.run_dir / "ab_error.txt").write_text(traceback.format_exc())
+            pair.files.ab_error.write_text(traceback.format_exc())
         if pair.status == "failed":
             errors[(pair.arm, pair.seed)] = pair.note
             console.print(f"[bold red]{pair.name} failed[/]: {pair.note}")
@@ -351,7 +341,7 @@ def run_comparison(
     results = analyze(reg.spec, records, overrides=overrides, registration=stamp_public)
     write_outputs(comp_dir, results, records)
     console.print(verdict_table(results))
-    console.print(f"report: {comp_dir / REPORT_NAME}")
+    console.print(f"report: {ComparisonFiles(comp_dir).report}")
     return comp_dir
 
 
@@ -402,7 +392,7 @@ def ab_command(
         for line in exc.lines:
             err.print(f"[bold red]error:[/] {line}", soft_wrap=True)
         return 2
-    except _interrupt_types() as exc:
+    except STOP as exc:
         return int(getattr(exc, "exit_code", 130))
-    results = json.loads((comp_dir / "results.json").read_text())
+    results = json.loads(ComparisonFiles(comp_dir).results.read_text())
     return 0 if results["complete"] else 1

@@ -1,0 +1,80 @@
+"""One (arm, seed) run of a comparison as the runner and the report read it back from disk.
+
+Everything here reads the run directory (dormouse.runfiles), so a report made after a resume (some pairs
+from an earlier process) sees the same records as one made in a single sitting.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dormouse.loglines import LogLineError, parse_metrics_row, replay
+from dormouse.logs import Finding, read_run
+from dormouse.runfiles import RunFiles
+
+
+def is_finite_number(x: Any) -> bool:
+    """A real number that is neither NaN nor infinite (metrics rows hold NaN for an undefined value)."""
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The effective rows of a metrics.jsonl: a resumed run replays evals from its checkpoint, so a row
+    whose step does not advance supersedes the earlier rows from that step on (dormouse.loglines.replay).
+    Unparseable lines (a write cut by a kill) are skipped; the log check reports the run."""
+    rows: list[dict[str, Any]] = []
+    if not path.is_file():
+        return rows
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            row = parse_metrics_row(line)
+        except LogLineError:
+            continue
+        rows = replay(rows, row, lambda r: int(r["step"]))
+    return rows
+
+
+def final_row(rows: list[dict[str, Any]], steps: int) -> dict[str, Any] | None:
+    """The registered final eval (step == train.steps) with a finite bpb, else None."""
+    if rows and int(rows[-1]["step"]) == steps and is_finite_number(rows[-1].get("bpb")):
+        return rows[-1]
+    return None
+
+
+@dataclass
+class RunRecord:
+    """One (arm, seed) run as the report sees it."""
+
+    arm: str
+    seed: int
+    run_dir: Path
+    kind: str  # rezero | gr | attnres (what the arm's config selects)
+    steps: int  # the registered final step
+    error: str | None = None  # why the runner could not finish it
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    final: dict[str, Any] | None = None
+    findings: list[Finding] = field(default_factory=list)
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        return self.final is not None
+
+
+def load_record(arm: str, seed: int, run_dir: Path, kind: str, steps: int,
+                error: str | None = None) -> RunRecord:
+    """Read one run's metrics, provenance and log findings (the `dormouse logs --check` checks)."""
+    files = RunFiles(run_dir)
+    rec = RunRecord(arm, seed, run_dir, kind, steps, error)
+    rec.rows = read_metrics(files.metrics)
+    rec.final = final_row(rec.rows, steps)
+    rec.findings = read_run(run_dir).findings
+    try:
+        rec.provenance = json.loads(files.provenance.read_text())
+    except (OSError, ValueError):
+        rec.provenance = {}
+    return rec

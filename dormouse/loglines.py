@@ -1,0 +1,239 @@
+"""Every line a run writes about its progress: the one owner of their formats (docs/model.md, "The eval line").
+
+``train.log`` holds, in order, ``# key: value`` provenance lines, then per evaluation one ``eval`` line, a
+``resume`` line where a run continued from a checkpoint, an ``interrupted`` line where it stopped early and a
+final ``done`` line. ``metrics.jsonl`` holds one JSON row per evaluation with the eval line's fields
+unformatted (plus a few the line leaves out). Each kind has its formatter and its parser here, side by side,
+and ``tests/test_loglines.py`` round-trips every kind::
+
+    eval step=400 tokens=1.64M loss=1.412 bpb=2.037 bpb@1=2.410 ... lr=2.4e-04 tok/s=8.1k depth=4.0
+         arm=attnres rezero=0/0 gr=0/0 attnres=3600/3600 kernel=torch skipped=0
+    resume step=400 from=runs/x/checkpoints/step_00000400.pt
+    interrupted step=437
+    done step=2400 wall_s=339.2
+
+Every arm's counter is always on the eval line (unselected arms as 0/0) so a leaking arm is visible.
+
+A resumed run replays its evaluations from the checkpoint's step, so both files can hold a step twice; the
+rule that the replayed rows replace the earlier ones from that step on is :func:`replay`, used by the log
+checker and the A/B run records alike.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from dormouse.config import ARMS
+
+EVAL, RESUME, INTERRUPTED, DONE = "eval", "resume", "interrupted", "done"
+KINDS = (EVAL, RESUME, INTERRUPTED, DONE)
+
+_SUFFIX = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+_COUNTER = re.compile(r"^(\d+)/(\d+)$")
+_INT_KEYS = ("step", "skipped")
+_FLOAT_KEYS = ("loss", "bpb", "lr", "depth")
+_STR_KEYS = ("arm", "kernel")
+# Without these an eval line cannot be checked; every arm's counter is required too (docs/model.md).
+_REQUIRED = ("step", "loss", "bpb", "arm")
+# How the eval line renders a field (format spec; "" = str); bpb@k like bpb, counters and counts below.
+_SPEC = {"loss": ".4f", "bpb": ".4f", "lr": ".2e", "depth": ".2f"}
+
+Row = TypeVar("Row")
+
+
+class LogLineError(ValueError):
+    """A line that does not parse; the message says which field and why."""
+
+
+# --- numbers ---------------------------------------------------------------------------------------------
+
+def human(n: float) -> str:
+    """3 significant figures with a k/M/G suffix: 1638400 -> '1.64M'."""
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= div:
+            return f"{n / div:.3g}{suffix}"
+    return f"{n:.3g}" if isinstance(n, float) else str(n)
+
+
+def parse_count(text: str) -> float:
+    """``'1.64M'`` -> 1640000.0, ``'8.1k'`` -> 8100.0, ``'512'`` -> 512.0 (k/M/G/T suffixes)."""
+    if text and text[-1] in _SUFFIX:
+        return float(text[:-1]) * _SUFFIX[text[-1]]
+    return float(text)
+
+
+def line_kind(line: str) -> str | None:
+    """Which of :data:`KINDS` a ``train.log`` line is (by its first word), or None (provenance, warnings)."""
+    head = line.strip().split(" ", 1)[0]
+    return head if head in KINDS else None
+
+
+def _pairs(line: str, head: str) -> list[tuple[str, str]]:
+    parts = line.split()
+    if not parts or parts[0] != head:
+        raise LogLineError(f"does not start with {head!r}")
+    pairs = []
+    for token in parts[1:]:
+        key, sep, value = token.partition("=")
+        if not sep or not key or not value:
+            raise LogLineError(f"{token!r} is not key=value")
+        pairs.append((key, value))
+    return pairs
+
+
+# --- the eval line ---------------------------------------------------------------------------------------
+
+def eval_columns(max_iter: int) -> list[str]:
+    """The eval line's fields in their fixed order (an arm name stands for its ``ran/asked`` counter)."""
+    return ["step", "tokens", "loss", "bpb", *[f"bpb@{k}" for k in range(1, max_iter + 1)], "lr", "tok/s",
+            "depth", "arm", *ARMS, "kernel", "skipped"]
+
+
+def _cell(key: str, row: dict[str, Any]) -> str:
+    if key in ARMS:
+        return f"{row[f'{key}_ran']}/{row[f'{key}_asked']}"
+    if key == "tokens":
+        return human(row[key])
+    if key == "tok/s":
+        return human(float(row[key]))
+    return format(row[key], _SPEC.get(key, ".4f" if key.startswith("bpb@") else ""))
+
+
+def format_eval_line(row: dict[str, Any], max_iter: int) -> str:
+    """Render a metrics row as the eval line."""
+    return "eval " + " ".join(f"{key}={_cell(key, row)}" for key in eval_columns(max_iter))
+
+
+def _convert(key: str, value: str, out: dict[str, Any]) -> None:
+    """Store one ``key=value`` pair typed as metrics.jsonl stores it (counters as ``<arm>_ran/_asked``)."""
+    if key in _INT_KEYS:
+        out[key] = int(value)
+    elif key == "tokens":
+        out[key] = int(round(parse_count(value)))
+    elif key == "tok/s":
+        out[key] = parse_count(value)
+    elif key in _FLOAT_KEYS or key.startswith("bpb@"):
+        out[key] = float(value)
+    elif key in _STR_KEYS:
+        out[key] = value
+    elif (m := _COUNTER.match(value)) is not None:
+        out[f"{key}_ran"], out[f"{key}_asked"] = int(m.group(1)), int(m.group(2))
+    else:
+        # A field this parser does not know (a newer train.py): kept, typed as well as it can be.
+        for cast in (int, float):
+            try:
+                out[key] = cast(value)
+                return
+            except ValueError:
+                pass
+        out[key] = value
+
+
+def parse_eval_line(line: str) -> dict[str, Any]:
+    """Parse one eval line into a dict keyed like a metrics.jsonl row.
+
+    ``tokens`` becomes an int (to the 3 significant figures the line keeps), ``tok/s`` a float, counters
+    ``<arm>=<ran>/<asked>`` become ``<arm>_ran`` and ``<arm>_asked``. ``nan``/``inf`` parse as floats (the
+    checks report them). Raises :class:`LogLineError` naming the bad field.
+    """
+    out: dict[str, Any] = {}
+    for key, value in _pairs(line.strip(), EVAL):
+        if key in out or f"{key}_ran" in out:
+            raise LogLineError(f"field {key!r} appears twice")
+        try:
+            _convert(key, value, out)
+        except ValueError:
+            raise LogLineError(f"field {key}={value!r} is not a valid value") from None
+    missing = [k for k in _REQUIRED if k not in out] + [a for a in ARMS if f"{a}_ran" not in out]
+    if missing:
+        raise LogLineError(f"missing field(s): {', '.join(missing)}")
+    return out
+
+
+# --- resume, interrupted, done -----------------------------------------------------------------------------
+
+def format_resume_line(step: int, source: object) -> str:
+    """Where a run continued: ``resume step=<N> from=<checkpoint path>`` (the path runs to the line's end)."""
+    return f"{RESUME} step={step} from={source}"
+
+
+def parse_resume_line(line: str) -> dict[str, Any]:
+    """``{"step": int, "from": str}``; the checkpoint path may contain spaces. Raises :class:`LogLineError`."""
+    head, _, rest = line.strip().partition(" from=")
+    pairs = dict(_pairs(head, RESUME))
+    if "step" not in pairs or not rest:
+        raise LogLineError("expected `resume step=<N> from=<path>`")
+    return {"step": _int_field("step", pairs["step"]), "from": rest}
+
+
+def format_interrupted_line(step: int) -> str:
+    """Where a run stopped early (a checkpoint of that step was written first)."""
+    return f"{INTERRUPTED} step={step}"
+
+
+def parse_interrupted_line(line: str) -> dict[str, Any]:
+    """``{"step": int}``; raises :class:`LogLineError`."""
+    pairs = dict(_pairs(line.strip(), INTERRUPTED))
+    if "step" not in pairs:
+        raise LogLineError("missing field: step")
+    return {"step": _int_field("step", pairs["step"])}
+
+
+def format_done_line(step: int, wall_s: float) -> str:
+    """The last line of a finished run."""
+    return f"{DONE} step={step} wall_s={wall_s:.1f}"
+
+
+def parse_done_line(line: str) -> dict[str, Any]:
+    """Parse ``done step=<N> wall_s=<float>``; raises :class:`LogLineError`."""
+    out: dict[str, Any] = {}
+    for key, value in _pairs(line.strip(), DONE):
+        try:
+            out[key] = int(value) if key == "step" else float(value) if key == "wall_s" else value
+        except ValueError:
+            raise LogLineError(f"field {key}={value!r} is not a valid value") from None
+    if "step" not in out:
+        raise LogLineError("missing field: step")
+    return out
+
+
+def _int_field(key: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise LogLineError(f"field {key}={value!r} is not a valid value") from None
+
+
+# --- provenance header and metrics.jsonl -------------------------------------------------------------------
+
+def format_header(provenance: dict[str, Any]) -> list[str]:
+    """The provenance at the top of train.log: one ``# key: value`` line per field."""
+    return [f"# {k}: {v}" for k, v in provenance.items()]
+
+
+def format_metrics_row(row: dict[str, Any]) -> str:
+    """One metrics.jsonl line (NaN is written as JSON's non-standard ``NaN``, which json.loads reads back)."""
+    return json.dumps(row) + "\n"
+
+
+def parse_metrics_row(line: str) -> dict[str, Any]:
+    """One metrics.jsonl row; raises :class:`LogLineError` for a line that is not a row with a step (a write
+    cut short by a kill)."""
+    try:
+        row = json.loads(line)
+        int(row["step"])
+    except (ValueError, KeyError, TypeError):
+        raise LogLineError(f"not a metrics row: {line[:80]!r}") from None
+    return row
+
+
+# --- the replay rule --------------------------------------------------------------------------------------
+
+def replay(rows: list[Row], row: Row, step_of: Callable[[Row], int]) -> list[Row]:
+    """``rows`` with ``row`` appended; a row whose step does not advance is a replay after a resume, and it
+    supersedes every earlier row from its step on."""
+    step = step_of(row)
+    return [*(r for r in rows if step_of(r) < step), row]

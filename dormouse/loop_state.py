@@ -1,0 +1,100 @@
+"""The training loop's changing state, in one object that checkpoints itself (torchtitan's shape).
+
+Everything that changes from one step to the next and is not a model or optimizer tensor lives in
+:class:`LoopState`: the step, the tokens seen, the skipped steps, the open eval window, the metrics rows
+written so far, the probe counters of the open window and the CPU RNG. ``state_dict()`` is the loop's part
+of a checkpoint and ``load_state_dict()`` its inverse, so "nothing the loop needs lives outside the
+checkpoint" holds by construction: a field added here is saved and restored with the others. The data
+order, the depth sequence and the learning rate are functions of the step (dormouse.data, dormouse.train)
+and need no state of their own; together this makes a resumed run bit-identical on CPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import torch
+
+from dormouse.distributed import DistInfo, all_reduce_sum
+from dormouse.probes import PROBES
+
+
+@dataclass(frozen=True)
+class WindowTotals:
+    """The per-rank sums of an eval window, summed over ranks."""
+
+    loss_sum: float
+    counters: dict[str, int]  # the probe counters, "<arm>_ran"/"<arm>_asked" in the fixed arm order
+
+
+@dataclass
+class Window:
+    """Sums over the training steps since the last eval line; the eval line reports their means.
+
+    ``steps``, ``tokens`` and ``depth_sum`` are the same on every rank (a skip is decided by all ranks
+    together, ``tokens`` counts every rank's batch); ``loss_sum`` and the probe counters are this rank's
+    own, summed over ranks by :meth:`summed`; ``time`` is this rank's wall time in training steps.
+    """
+
+    loss_sum: float = 0.0  # losses of the steps that updated the weights (skipped steps have none)
+    steps: int = 0  # steps that updated the weights
+    tokens: int = 0
+    depth_sum: float = 0.0
+    time: float = 0.0
+
+    def add_update(self, loss: float, depth: int) -> None:
+        """A step whose update was applied."""
+        self.loss_sum += loss
+        self.steps += 1
+        self.depth_sum += depth
+
+    def reset(self) -> None:
+        for f in fields(self):
+            setattr(self, f.name, f.default)
+
+    def summed(self, info: DistInfo, device: torch.device) -> WindowTotals:
+        """The loss sum and probe counters over all ranks: a collective, so every rank calls it at the same
+        step. float64, so integer counters stay exact."""
+        counters = PROBES.snapshot()
+        sums = all_reduce_sum([self.loss_sum, *counters.values()], info, device)
+        return WindowTotals(sums[0], {k: int(v) for k, v in zip(counters, sums[1:], strict=True)})
+
+    def state_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for f in fields(self):
+            setattr(self, f.name, state[f.name])
+
+
+@dataclass
+class LoopState:
+    """Where the loop is: see the module docstring."""
+
+    step: int = 0  # optimizer steps taken (skipped ones included)
+    tokens: int = 0  # training tokens (bytes) seen, over all ranks
+    skipped: int = 0  # steps whose update was skipped for a non-finite loss or gradient
+    window: Window = field(default_factory=Window)
+    metrics: list[dict[str, Any]] = field(default_factory=list)  # every eval's metrics row so far
+
+    def state_dict(self, totals: WindowTotals) -> dict[str, Any]:
+        """The loop's part of a checkpoint. The open window's loss sum and probe counters are per rank, so
+        the checkpoint holds their sums over ranks (``totals``, from :meth:`Window.summed`); after a resume
+        rank 0 carries them."""
+        window = self.window.state_dict()
+        window["loss_sum"] = totals.loss_sum
+        return {"step": self.step, "tokens": self.tokens, "skipped": self.skipped, "window": window,
+                "probes": dict(totals.counters), "rng_cpu": torch.get_rng_state(), "metrics": self.metrics}
+
+    def load_state_dict(self, state: dict[str, Any], *, carries_sums: bool) -> None:
+        """Restore from a checkpoint; ``carries_sums`` on rank 0 only (see :meth:`state_dict`)."""
+        self.step, self.tokens, self.skipped = int(state["step"]), int(state["tokens"]), int(state["skipped"])
+        self.window.load_state_dict(state["window"])
+        self.metrics = [dict(r) for r in state["metrics"]]
+        torch.set_rng_state(state["rng_cpu"])
+        if carries_sums:
+            PROBES.load(state["probes"])
+        else:
+            self.window.loss_sum = 0.0
+            PROBES.reset()

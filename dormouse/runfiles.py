@@ -1,0 +1,102 @@
+"""Where things live on disk: the one owner of the file names in a run directory and a comparison directory.
+
+A run, ``<run.dir>/<run.name>/``::
+
+    config.yaml       the resolved config the run trained with
+    provenance.json   commit, versions, device, dtype, kernel path, corpus hash, parameter counts
+    train.log         provenance header, then eval / resume / interrupted / done lines (dormouse.loglines)
+    metrics.jsonl     one row per eval line
+    checkpoints/      step_XXXXXXXX.pt (the names inside are dormouse.checkpoint's)
+    ab_error.txt      only when `dormouse ab` caught an error in this run: its traceback
+
+A comparison, ``<root>/<name>/``: one run directory per (arm, seed) pair, plus ``registration.json``,
+``results.json``, ``report.md`` and the two plots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+CONFIG = "config.yaml"
+PROVENANCE = "provenance.json"
+LOG = "train.log"
+METRICS = "metrics.jsonl"
+CHECKPOINTS = "checkpoints"
+AB_ERROR = "ab_error.txt"
+
+REGISTRATION = "registration.json"
+RESULTS = "results.json"
+REPORT = "report.md"
+CURVES_PLOT = "bpb_vs_tokens.png"
+DEPTH_PLOT = "bpb_by_depth.png"
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """The paths of one run directory."""
+
+    dir: Path
+
+    @property
+    def config(self) -> Path:
+        return self.dir / CONFIG
+
+    @property
+    def provenance(self) -> Path:
+        return self.dir / PROVENANCE
+
+    @property
+    def log(self) -> Path:
+        return self.dir / LOG
+
+    @property
+    def metrics(self) -> Path:
+        return self.dir / METRICS
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.dir / CHECKPOINTS
+
+    @property
+    def ab_error(self) -> Path:
+        return self.dir / AB_ERROR
+
+    def holds_run(self) -> bool:
+        """Whether a run has already written here (its config or its metrics)."""
+        return self.config.exists() or self.metrics.exists()
+
+
+@dataclass(frozen=True)
+class ComparisonFiles:
+    """The paths of one comparison directory (its runs are ``RunFiles(comp_dir / '<arm>-s<seed>')``)."""
+
+    dir: Path
+
+    @property
+    def registration(self) -> Path:
+        return self.dir / REGISTRATION
+
+    @property
+    def results(self) -> Path:
+        return self.dir / RESULTS
+
+    @property
+    def report(self) -> Path:
+        return self.dir / REPORT
+
+    @property
+    def curves_plot(self) -> Path:
+        return self.dir / CURVES_PLOT
+
+    @property
+    def depth_plot(self) -> Path:
+        return self.dir / DEPTH_PLOT
+
+    def run(self, arm: str, seed: int) -> RunFiles:
+        return RunFiles(self.dir / run_name(arm, seed))
+
+
+def run_name(arm: str, seed: int) -> str:
+    """The run directory name of one (arm, seed) pair of a comparison."""
+    return f"{arm}-s{seed}"

@@ -1,0 +1,141 @@
+"""Every train.log / metrics.jsonl line kind: its formatter and parser agree (a round trip per kind), and
+the replay rule a resumed run's logs rely on.
+
+The literal lines below were written by the trainer at commit ea582a6, before the formats moved into
+dormouse/loglines.py: they pin that the move changed no byte of what a run writes.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from dormouse.loglines import (
+    DONE,
+    EVAL,
+    INTERRUPTED,
+    RESUME,
+    LogLineError,
+    format_done_line,
+    format_eval_line,
+    format_interrupted_line,
+    format_metrics_row,
+    format_resume_line,
+    line_kind,
+    parse_done_line,
+    parse_eval_line,
+    parse_interrupted_line,
+    parse_metrics_row,
+    parse_resume_line,
+    replay,
+)
+
+SPEC_LINE = ("eval step=400 tokens=1.64M loss=1.412 bpb=2.037 bpb@1=2.410 bpb@2=2.155 bpb@3=2.061 "
+             "bpb@4=2.037 lr=2.4e-04 tok/s=8.1k depth=4.0 arm=attnres rezero=0/0 gr=0/0 "
+             "attnres=3600/3600 kernel=torch skipped=0")
+# Written by `dormouse train preset=tiny train.steps=30 train.ckpt_every=10` at ea582a6.
+TRAINER_EVAL = ("eval step=10 tokens=1.28k loss=5.2579 bpb=6.7646 bpb@1=6.8510 bpb@2=6.7646 lr=2.60e-03 "
+                "tok/s=318 depth=2.00 arm=rezero rezero=40/40 gr=0/0 attnres=0/0 kernel=none skipped=0")
+TRAINER_DONE = "done step=30 wall_s=10.5"
+
+
+def row(step: int, arm: str = "attnres", bpb: float = 1.875, max_iter: int = 3) -> dict:
+    r = {"step": step, "tokens": step * 4096, "loss": bpb * 0.69, "bpb": bpb, "lr": 1e-3, "tok/s": 8100.0,
+         "depth": float(max_iter), "arm": arm, "kernel": "torch", "skipped": 2}
+    r.update({f"bpb@{k}": bpb + 0.1 * (max_iter - k) for k in range(1, max_iter + 1)})
+    for name in ("rezero", "gr", "attnres"):
+        r[f"{name}_ran"] = r[f"{name}_asked"] = 40 if name == arm else 0
+    return r
+
+
+def test_eval_line_round_trips_the_trainers_line_to_the_byte() -> None:
+    values = parse_eval_line(TRAINER_EVAL)
+    assert format_eval_line(values, 2) == TRAINER_EVAL
+
+
+def test_eval_row_round_trips_through_the_line() -> None:
+    r = row(300)
+    v = parse_eval_line(format_eval_line(r, 3))
+    for key in ("step", "arm", "kernel", "skipped", "attnres_ran", "attnres_asked", "gr_ran", "rezero_asked"):
+        assert v[key] == r[key], key
+    # The line keeps 4 decimals of the bpb columns and 3 significant figures of the counts.
+    for key in ("bpb", "bpb@1", "bpb@3", "loss"):
+        assert v[key] == pytest.approx(r[key], abs=5e-5)
+    assert v["tokens"] == pytest.approx(r["tokens"], rel=5e-3) and v["depth"] == r["depth"]
+
+
+def test_parse_the_spec_example_line() -> None:
+    v = parse_eval_line(SPEC_LINE)
+    assert v["step"] == 400 and v["tokens"] == 1_640_000 and v["tok/s"] == pytest.approx(8100.0)
+    assert v["bpb"] == pytest.approx(2.037) and v["bpb@1"] == pytest.approx(2.410)
+    assert v["lr"] == pytest.approx(2.4e-4) and v["depth"] == 4.0
+    assert v["arm"] == "attnres" and v["kernel"] == "torch" and v["skipped"] == 0
+    assert (v["attnres_ran"], v["attnres_asked"], v["gr_ran"], v["rezero_asked"]) == (3600, 3600, 0, 0)
+
+
+def test_parse_nan_is_a_float_not_an_error() -> None:
+    v = parse_eval_line(SPEC_LINE.replace("bpb=2.037", "bpb=nan"))
+    assert math.isnan(v["bpb"])
+
+
+@pytest.mark.parametrize("bad", [
+    "eval step=4OO tokens=1k loss=1 bpb=2 arm=gr rezero=0/0 gr=1/1 attnres=0/0",  # not an int
+    "eval step=400 tokens=1k loss=1 bpb=2 arm=gr rezero=0/0 gr=1/1",  # attnres counter missing
+    "eval step=400 tokens=1k loss=1 bpb=2 arm=gr rezero=0/0 gr=1/1 attnres=0/0 garbage",  # not key=value
+    "eval step=400 step=401 loss=1 bpb=2 arm=gr rezero=0/0 gr=1/1 attnres=0/0",  # duplicate
+    "eval step=400 tokens=1.2",  # a write cut short
+])
+def test_parse_malformed_raises_with_the_field(bad: str) -> None:
+    with pytest.raises(LogLineError):
+        parse_eval_line(bad)
+
+
+def test_resume_line_round_trips_a_path_with_spaces() -> None:
+    source = Path("runs/my run/checkpoints/step_00000010.pt")
+    line = format_resume_line(10, source)
+    assert line == "resume step=10 from=runs/my run/checkpoints/step_00000010.pt"
+    assert parse_resume_line(line) == {"step": 10, "from": str(source)}
+    with pytest.raises(LogLineError):
+        parse_resume_line("resume step=10")
+
+
+def test_interrupted_line_round_trips() -> None:
+    assert format_interrupted_line(25) == "interrupted step=25"
+    assert parse_interrupted_line(format_interrupted_line(25)) == {"step": 25}
+    with pytest.raises(LogLineError):
+        parse_interrupted_line("interrupted step=x")
+
+
+def test_done_line_round_trips_the_trainers_line() -> None:
+    assert format_done_line(30, 10.5) == TRAINER_DONE
+    assert parse_done_line(TRAINER_DONE) == {"step": 30, "wall_s": 10.5}
+    assert parse_done_line(format_done_line(2400, 339.24)) == {"step": 2400, "wall_s": 339.2}
+    with pytest.raises(LogLineError):
+        parse_done_line("done wall_s=3")
+
+
+def test_metrics_row_round_trips_nan() -> None:
+    r = row(12, bpb=float("nan"))  # every bpb column and the loss are NaN, the rest are numbers and names
+    back = parse_metrics_row(format_metrics_row(r))
+    assert list(back) == list(r)
+    nan_keys = {k for k, v in r.items() if isinstance(v, float) and math.isnan(v)}
+    assert nan_keys and all(math.isnan(back[k]) for k in nan_keys)
+    assert {k: v for k, v in back.items() if k not in nan_keys} == {k: v for k, v in r.items() if k not in nan_keys}
+    with pytest.raises(LogLineError):
+        parse_metrics_row('{"step": 1')  # a write cut short by a kill
+
+
+def test_every_line_kind_is_recognised_by_its_first_word() -> None:
+    assert [line_kind(ln) for ln in (TRAINER_EVAL, format_resume_line(4, "c.pt"), format_interrupted_line(5),
+                                     TRAINER_DONE, "# commit: abc", "warn x", "evaluation")] == \
+        [EVAL, RESUME, INTERRUPTED, DONE, None, None, None]
+
+
+def test_a_replayed_step_replaces_the_rows_from_that_step_on() -> None:
+    rows = [{"step": s, "v": "first"} for s in (10, 20, 30)]
+    step = lambda r: r["step"]  # noqa: E731
+    assert replay(rows, {"step": 20, "v": "replay"}, step) == [rows[0], {"step": 20, "v": "replay"}]
+    assert replay(rows, {"step": 40, "v": "next"}, step) == [*rows, {"step": 40, "v": "next"}]
+    assert replay(rows, {"step": 5, "v": "from scratch"}, step) == [{"step": 5, "v": "from scratch"}]
