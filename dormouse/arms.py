@@ -1,4 +1,4 @@
-"""Residual arms: how a sublayer's output is folded into the state (model.md, "The arms").
+"""Residual arms: how a sublayer's output is folded into the state (docs/model.md, "The arms").
 
 One interface, three implementations; the loop driver (:mod:`dormouse.model`) never branches on the arm::
 
@@ -134,7 +134,7 @@ class AttnRes(ResidualArm):
     joint softmax), and its output becomes a new source. Per slot: a pseudo-query w_l (zero-initialised, so
     at initialisation every input is the plain mean of its sources) and a key-RMSNorm gain g_l (ones).
 
-    Readout (attnres.md, "The readout" — our resolution of a gap in the paper): each readout point k has
+    Readout (docs/attnres.md, "The readout" — our resolution of a gap in the paper): each readout point k has
     its own zero-initialised query and gain and reads every source available after iteration k, so the
     readout after iteration k always contains iteration k's work.
 

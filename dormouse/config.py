@@ -34,7 +34,7 @@ def arm_switch(arm: str) -> str:
 
 @dataclass
 class AttnResConfig:
-    """Attention Residuals options (attnres.md). Only read when ``model.use_attnres`` is true."""
+    """Attention Residuals options (docs/attnres.md). Only read when ``model.use_attnres`` is true."""
 
     block_size: int | None = None  # null = Full AttnRes; else S sublayers per block (Eq. 5-6)
     form: str = "paper"  # "paper" (Eq. 2: q . RMSNorm(k)) or "sqrt_d" (ablation: L2 key / sqrt(d))
@@ -298,6 +298,10 @@ def validate(cfg: DictConfig) -> list[str]:
         _bad(lines, "train.nonfinite", t.nonfinite, "one of stop, skip")
     if t.resume not in ("never", "auto") and not Path(str(t.resume)).exists():
         _bad(lines, "train.resume", t.resume, "never, auto, or the path of an existing checkpoint")
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))  # set by torchrun
+    if t.batch_size > 0 and t.batch_size % world_size:
+        lines.append(f"train.batch_size={t.batch_size} does not divide by the {world_size} ranks: it is the "
+                     f"global batch, split evenly across ranks; choose a multiple of {world_size}")
     _check_device(lines, str(t.device))
     if m.use_attnres and m.kernel == "triton" and not lines:
         _check_triton(lines, str(t.device))

@@ -64,17 +64,13 @@ class ByteCorpus:
 def load_corpus(cfg: Any) -> ByteCorpus:
     """Load the corpus ``cfg`` (a ``DataConfig`` or the ``data`` node of the composed config) selects.
 
-    Raises :class:`DataError` for a missing/empty/unreadable source, an offline or unreachable dataset,
-    or a corpus too short to hold one ``seq_len + 1`` window in both the train and the val split.
+    The fields themselves (seq_len, val_fraction, one source at most) were checked by
+    :func:`dormouse.config.validate`. Raises :class:`DataError` for what only the data can tell: a
+    missing/empty/unreadable source, an offline or unreachable dataset, or a corpus too short to hold one
+    ``seq_len + 1`` window in both the train and the val split.
     """
     seq_len = int(cfg.seq_len)
     val_fraction = float(cfg.val_fraction)
-    if seq_len < 1:
-        raise DataError(f"data.seq_len={seq_len} is invalid: must be >= 1")
-    if not 0.0 < val_fraction < 1.0:
-        raise DataError(f"data.val_fraction={val_fraction} is invalid: must be in (0, 1)")
-    if cfg.path is not None and cfg.hf_dataset is not None:
-        raise DataError("data.path and data.hf_dataset are both set: choose one source")
 
     if cfg.path is not None:
         data, source, label = _load_path(str(cfg.path))
@@ -372,7 +368,7 @@ def eval_windows(val: torch.Tensor, *, seq_len: int, eval_bytes: int) -> tuple[t
     Windows of ``seq_len + 1`` bytes (input = first ``seq_len``, target = last ``seq_len``) starting every
     ``seq_len`` bytes, so consecutive windows share one byte: the last target of one window is the first
     input of the next. Then every byte of the eval span after the first is a target exactly once (bpb is
-    over "every byte of a fixed eval set", model.md). As many windows as fit in
+    over "every byte of a fixed eval set", docs/model.md). As many windows as fit in
     ``min(eval_bytes, len(val))``, and at least one. No randomness: every call, arm and run sees the same
     tensors.
     """

@@ -1,4 +1,4 @@
-"""The looped byte-level LM (model.md): embedding -> one shared block run ``depth`` times -> readouts.
+"""The looped byte-level LM (docs/model.md): embedding -> one shared block run ``depth`` times -> readouts.
 
 Tokens are bytes (vocabulary 256). The block is the usual pre-norm pair of sublayers, causal
 self-attention with RoPE (PyTorch's ``scaled_dot_product_attention``) and a SwiGLU MLP; their weights are
@@ -119,7 +119,7 @@ class LoopedByteLM(nn.Module):
         their deterministic paper-given init (zeros, ones, -2) and draw nothing from it.
 
         So for a given seed every arm starts from the same shared weights, and adding an arm or changing
-        one cannot shift anyone else's initialisation (ab-protocol.md).
+        one cannot shift anyone else's initialisation (docs/ab-protocol.md).
         """
         shared = torch.Generator().manual_seed(seed)
         for name, module in self.named_modules():

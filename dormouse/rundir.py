@@ -24,6 +24,7 @@ from dormouse.config import arm_name
 from dormouse.data import ByteCorpus
 from dormouse.distributed import DistInfo
 from dormouse.errors import TrainError
+from dormouse.runfiles import RunFiles
 
 # Keys that may differ between a checkpoint's config and a resuming run's: the step budget and logging.
 RESUMABLE_CHANGES = ("train.steps", "train.eval_every", "train.ckpt_every", "train.keep_ckpts",
@@ -92,8 +93,8 @@ def prepare_run_dir(cfg: DictConfig) -> tuple[Path, dict[str, Any] | None, Path 
     what to do with it; a resume whose config differs in anything but the step budget and logging is
     refused with the differing keys named.
     """
-    run_dir = Path(cfg.run.dir) / str(cfg.run.name)
-    ckpt_dir = run_dir / "checkpoints"
+    files = RunFiles(Path(cfg.run.dir) / str(cfg.run.name))
+    run_dir, ckpt_dir = files.dir, files.checkpoints
     resume = str(cfg.train.resume)
     state: dict[str, Any] | None = None
     source: Path | None = None
@@ -112,7 +113,7 @@ def prepare_run_dir(cfg: DictConfig) -> tuple[Path, dict[str, Any] | None, Path 
             raise TrainError(f"cannot resume from {source}: the config differs in {', '.join(differences)}; "
                              "use the checkpoint's values or start a new run (another run.name)")
         return run_dir, state, source
-    holds_run = (run_dir / "config.yaml").exists() or (run_dir / "metrics.jsonl").exists()
+    holds_run = files.holds_run()
     if holds_run and resume == "auto" and not cfg.train.overwrite:
         raise TrainError(f"train.resume=auto: {run_dir} holds a run but {ckpt_dir} has no checkpoint to resume "
                          "from; pass train.overwrite=true to restart it, or choose another run.name")

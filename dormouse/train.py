@@ -80,13 +80,12 @@ class TrainResult:
 
 
 def resolve_device(requested: str, info: DistInfo) -> torch.device:
-    """``auto`` = CUDA when present, else CPU. An impossible request was refused by validation."""
+    """``auto`` = CUDA when present, else CPU; under torchrun ``cuda`` is this rank's device. A device that
+    does not exist was refused by :func:`dormouse.config.validate`."""
     if requested == "auto":
         requested = "cuda" if torch.cuda.is_available() else "cpu"
     if requested == "cuda" and info.enabled:
         requested = f"cuda:{info.local_rank}"
-    if requested.startswith("cuda") and not torch.cuda.is_available():
-        raise TrainError(f"train.device={requested!r} was asked for but CUDA is not available; use cpu")
     return torch.device(requested)
 
 
@@ -255,9 +254,6 @@ def train(cfg: DictConfig, *, stop_at_step: int | None = None) -> TrainResult:
     """Train per ``cfg`` (already validated). ``stop_at_step`` behaves like an interrupt there (tests)."""
     info = dist_info_from_env()
     device = resolve_device(str(cfg.train.device), info)
-    if info.enabled and cfg.train.batch_size % info.world_size:
-        raise TrainError(f"train.batch_size={cfg.train.batch_size} does not divide by the "
-                         f"{info.world_size} ranks; choose a multiple of {info.world_size}")
     corpus = load_corpus(cfg.data)  # bad data fails here, before the model is built
     kernel = _resolve_kernel(cfg, device, info)
     init_distributed(info, device)

@@ -65,7 +65,7 @@ def test_batch_that_does_not_divide_by_the_ranks_is_refused(tmp_path: Path):
     env = {**os.environ, "RANK": "0", "WORLD_SIZE": "3", "LOCAL_RANK": "0"}
     out = subprocess.run([sys.executable, "-m", "dormouse", "train", *ARGS, f"run.dir={tmp_path}"],
                          capture_output=True, text=True, timeout=120, env=env)
-    assert out.returncode == 1
+    assert out.returncode == 2  # refused by validation, before any work
     assert "train.batch_size=4 does not divide by the 3 ranks" in out.stdout + out.stderr
 
 

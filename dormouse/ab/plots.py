@@ -1,4 +1,4 @@
-"""The comparison's plots (ab-protocol.md, "Outputs"): eval bpb vs tokens per arm (seeds thin, their mean
+"""The comparison's plots (docs/ab-protocol.md, "Outputs"): eval bpb vs tokens per arm (seeds thin, their mean
 thick) and final bpb by depth. Drawn with matplotlib's object API on the Agg canvas, never pyplot, so
 nothing depends on (or changes) the process's global backend or display.
 """

@@ -1,6 +1,6 @@
 """Registered comparisons: ``conf/ab/NAME.yaml`` (installed as ``dormouse.conf`` / ``ab``).
 
-Registering a comparison before running it is the point of the protocol (ab-protocol.md): arms, seeds,
+Registering a comparison before running it is the point of the protocol (docs/ab-protocol.md): arms, seeds,
 the minimum effect and everything held fixed are written down first, so nothing can be tuned after the
 results are seen. The file is schema-checked with the typed dataclass :class:`ComparisonSpec` through
 ``OmegaConf.structured`` and then validated; a bad file is refused before any run, with the field named.

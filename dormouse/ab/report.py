@@ -1,5 +1,5 @@
 """From finished runs to a verdict: read every run of a comparison, apply the protocol's statistics and
-write ``results.json`` and ``report.md`` (ab-protocol.md, "The metric and the statistics", "Outputs").
+write ``results.json`` and ``report.md`` (docs/ab-protocol.md, "The metric and the statistics", "Outputs").
 
 Everything here reads the run directories on disk, so a report made after a resume (some pairs from an
 earlier process) is the same as one made in a single sitting.

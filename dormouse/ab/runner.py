@@ -1,6 +1,6 @@
 """``dormouse ab NAME [OVERRIDES...]``: run every (arm, seed) pair of a registered comparison, then report.
 
-The flow (ab-protocol.md):
+The flow (docs/ab-protocol.md):
 
 1. Load and check the registered file (:mod:`dormouse.ab.registry`), then compose and validate every
    pair's config. Anything wrong is refused here, before any run.

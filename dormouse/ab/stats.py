@@ -1,4 +1,4 @@
-"""The statistics of the A/B protocol (ab-protocol.md, "The metric and the statistics").
+"""The statistics of the A/B protocol (docs/ab-protocol.md, "The metric and the statistics").
 
 Pure functions on plain sequences of floats; every one of them is defined for any sample size and says
 so with ``None`` where a quantity does not exist (one seed has no spread, so no interval).
@@ -16,7 +16,7 @@ from scipy import stats as sps
 BOOTSTRAP_SEED = 20240917  # fixed: two reports of the same runs agree to the last digit
 BOOTSTRAP_RESAMPLES = 10_000
 
-# The verdicts (ab-protocol.md); "insufficient" is a tie that could not even be tested (one seed).
+# The verdicts (docs/ab-protocol.md); "insufficient" is a tie that could not even be tested (one seed).
 BETTER, WORSE, TIE, INVALID, INSUFFICIENT = "better", "worse", "tie", "invalid", "insufficient"
 
 
@@ -109,7 +109,7 @@ class NoiseFloor:
 
 
 def noise_floor(min_effect: float, aa_diffs: Sequence[float] | None) -> NoiseFloor:
-    """δ = max(registered minimum, 2 · sd of the A/A paired differences) (ab-protocol.md)."""
+    """δ = max(registered minimum, 2 · sd of the A/A paired differences) (docs/ab-protocol.md)."""
     s = sd(aa_diffs) if aa_diffs is not None else None
     if s is not None and 2 * s > min_effect:
         return NoiseFloor(2 * s, min_effect, s, "2·sd(A/A)")
