@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -55,11 +56,34 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_save_bytes(text.encode(), path)
 
 
+def _current_umask() -> int:
+    """The process umask (reading it means setting it: set it straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def file_mode_for(path: Path) -> int:
+    """The mode ``open(path, "w")`` would leave: the existing file's mode, else ``0o666 & ~umask``.
+
+    ``mkstemp`` creates its file 0600 whatever the umask; an atomic write must not make a report or a
+    checkpoint private that a plain write would have shared (a teammate reading a run on a shared cluster).
+    """
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        return 0o666 & ~_current_umask()
+
+
 def atomic_save_bytes(data: bytes, path: Path) -> None:
-    """Write to a temporary file in the same folder, fsync, rename over ``path``, fsync the folder."""
+    """Write to a temporary file in the same folder, fsync, rename over ``path``, fsync the folder.
+
+    The file gets the permissions a plain write would give it (:func:`file_mode_for`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = file_mode_for(path)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -14,6 +14,7 @@ from pathlib import Path
 import typer
 from omegaconf import OmegaConf
 from rich.console import Console
+from rich.text import Text
 
 from dormouse.config import ConfigError, load_config
 
@@ -22,13 +23,29 @@ app = typer.Typer(
     help="Train a looped byte-level LM and A/B-compare residual mechanisms (ReZero, GR, AttnRes).",
     rich_markup_mode="rich",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # Typer's own: `dormouse --install-completion` / `--show-completion`
     pretty_exceptions_enable=False,
 )
 err = Console(stderr=True, highlight=False)
 
 OVERRIDES = typer.Argument(None, help="Hydra overrides, key=value (e.g. model.use_attnres=true).",
                            show_default=False)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from dormouse import __version__
+
+        print(f"dormouse {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """Train a looped byte-level LM and A/B-compare residual mechanisms (ReZero, GR, AttnRes)."""
 
 
 def _config_or_exit(overrides: list[str] | None):
@@ -70,28 +87,65 @@ def train(overrides: list[str] = OVERRIDES) -> None:
 @app.command(epilog="""[bold]Examples[/]\n
   dormouse validate\n
   dormouse validate preset=9m model.use_attnres=true\n
-  dormouse validate model.use_attnres=true model.use_gr=true   # refused: exit 2, names both fields""")
+  dormouse validate model.use_attnres=true model.use_gr=true   # refused: exit 2, names both fields\n
+  dormouse validate data.path=notes.txt run.name=myrun       # the data and the run directory, too""")
 def validate(overrides: list[str] = OVERRIDES) -> None:
-    """Compose and validate the config, print it resolved, and train nothing."""
+    """A dry run of `train`: the config, the data source and the run directory; prints the resolved config.
+
+    Exit 2 on anything `train` would refuse before step 0, like `train`. Creates nothing, trains nothing."""
     cfg = _config_or_exit(overrides)
-    print(OmegaConf.to_yaml(cfg), end="")
+    from dormouse.preflight import preflight
+
+    checked = preflight(cfg)
+    if checked.problems:
+        for line in checked.problems:
+            err.print(f"[bold red]error:[/] {line}", markup=True, soft_wrap=True)
+        raise typer.Exit(2)
+    # The checks' findings as YAML comments: `dormouse validate ... > config.yaml` stays valid YAML.
+    print(OmegaConf.to_yaml(cfg) + "".join(f"# {line}\n" for line in checked.found), end="")
 
 
 @app.command(epilog="""[bold]Examples[/]\n
+  dormouse ab --list                         # the registered comparisons and what each compares\n
   dormouse ab smoke                          # the whole flow on CPU in a few minutes\n
   dormouse ab residual                       # the registered GPU comparison (3 seeds)\n
+  dormouse ab my_comparison.yaml             # your own registration file (same fields as conf/ab/*.yaml)\n
   dormouse ab smoke train.steps=40 --restart""")
 def ab(
-    name: str = typer.Argument(..., help="A registered comparison: conf/ab/NAME.yaml."),
+    name: str = typer.Argument(None, help="A registered comparison (conf/ab/NAME.yaml) or the path of a "
+                               "registration file PATH.yaml.", show_default=False),
     overrides: list[str] = OVERRIDES,
     restart: bool = typer.Option(False, "--restart", help="Discard earlier results and start over."),
     root: Path = typer.Option(Path("runs/ab"), help="Where comparisons are written."),
+    list_: bool = typer.Option(False, "--list", help="List the registered comparisons and exit."),
 ) -> None:
     """Run a registered A/B comparison to a verdict (resumable: rerun to continue)."""
+    if list_:
+        _list_comparisons()
+        return
+    if name is None:
+        err.print("[bold red]error:[/] name a comparison: dormouse ab NAME (registered: "
+                  "dormouse ab --list) or dormouse ab PATH.yaml", markup=True, soft_wrap=True)
+        raise typer.Exit(2)
     from dormouse.ab.runner import ab_command
 
     # 0 all pairs finished; 1 a pair failed (marked in the report); 2 refused before any run; 130/143 interrupted
     raise typer.Exit(ab_command(name, list(overrides or []), restart=restart, root=root))
+
+
+def _list_comparisons() -> None:
+    """One row per registered comparison: name, arms, seeds and its description."""
+    from dormouse.ab.registry import ABSpecError, list_comparisons, load_spec
+
+    for cname in list_comparisons():
+        try:
+            spec = load_spec(cname).spec
+        except ABSpecError as exc:  # a broken registration is listed, not hidden
+            print(f"{cname}\tINVALID: {exc.lines[0]}")
+            continue
+        arms = ", ".join(spec.arms)
+        print(f"{cname}\t{len(spec.seeds)} seeds; arms {arms}; baseline {spec.baseline}\n"
+              f"\t{' '.join(spec.description.split())}")
 
 
 @app.command(epilog="""[bold]Examples[/]\n
@@ -106,6 +160,62 @@ def logs(
     from dormouse.logs import logs_command
 
     raise typer.Exit(logs_command(paths, check, Console()))
+
+
+@app.command(epilog="""[bold]Examples[/]\n
+  dormouse sample runs/rezero-20261129-101500-000000\n
+  dormouse sample runs/myrun --prompt "ROMEO:" --bytes 200 --depth all --seed 1\n
+  dormouse sample runs/myrun --depth 1 --temperature 0          # greedy, read out after iteration 1\n
+  dormouse sample runs/myrun --checkpoint runs/myrun/checkpoints/step_00001200.pt --top-k 20""")
+def sample(
+    run_dir: Path = typer.Argument(..., help="A run directory written by `dormouse train`."),
+    prompt: str = typer.Option("\n", "--prompt", help="Text the sample continues (UTF-8)."),
+    n_bytes: int = typer.Option(256, "--bytes", help="How many bytes to generate."),
+    temperature: float = typer.Option(0.8, "--temperature", help="Softmax temperature; 0 = greedy."),
+    top_k: int = typer.Option(None, "--top-k", help="Sample among the k most likely bytes only.",
+                              show_default=False),
+    seed: int = typer.Option(0, "--seed", help="Seed of the sampler: the same seed gives the same bytes."),
+    depth: str = typer.Option("last", "--depth",
+                              help="Read out after iteration k (1..model.max_iter), 'last', or 'all' (side by side)."),
+    checkpoint: Path = typer.Option(None, "--checkpoint", help="A checkpoint file (default: the run's newest).",
+                                    show_default=False),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
+) -> None:
+    """Generate bytes from a run's checkpoint, at one depth or at every depth of the loop."""
+    from dormouse.checkpoint import CheckpointError
+    from dormouse.sample import SampleError, SampleOptions, sample_run
+
+    opts = SampleOptions(prompt=prompt, n_bytes=n_bytes, temperature=temperature, top_k=top_k, seed=seed)
+    try:
+        path, step, samples = sample_run(run_dir, opts, depth=depth, checkpoint=checkpoint, device=device)
+    except (SampleError, CheckpointError) as exc:
+        err.print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
+        raise typer.Exit(2) from None
+    err.print(f"checkpoint {path} (step {step}); seed {seed}, temperature {temperature}, "
+              f"top-k {top_k or 'none'}", highlight=False, markup=False)
+    _print_samples(samples)
+
+
+def _print_samples(samples: list) -> None:
+    """One sample: the prompt and its continuation, plain. Several depths: side by side on a terminal,
+    one labelled block each otherwise (a file keeps every byte and no table borders)."""
+    out = Console(highlight=False)
+    if len(samples) == 1:
+        s = samples[0]
+        print(s.prompt.decode("utf-8", errors="replace") + s.text, flush=True)
+        return
+    if out.is_terminal:
+        from rich.table import Table
+
+        table = Table(show_lines=False, expand=True)
+        for s in samples:
+            table.add_column(f"depth {s.depth}", overflow="fold", ratio=1)
+        prompt = samples[0].prompt.decode("utf-8", errors="replace")
+        table.add_row(*[Text(prompt + s.text) for s in samples])
+        out.print(table)
+        return
+    for s in samples:
+        print(f"=== depth {s.depth} ===\n{s.prompt.decode('utf-8', errors='replace')}{s.text}", flush=True)
 
 
 def main() -> None:

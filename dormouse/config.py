@@ -139,13 +139,12 @@ def compose_config(overrides: list[str] | None = None, config_name: str = "confi
     Hydra's own errors (unknown key, bad type, missing preset) are re-raised as :class:`ConfigError`
     carrying the useful text, which Hydra keeps in ``__cause__``.
     """
+    from dormouse.overrides import check_overrides
+
     overrides = list(overrides or [])
-    additions = [o for o in overrides if o.startswith("+")]
-    if additions:
-        raise ConfigError(
-            [f"override {o!r} adds a key: the config is closed (struct mode); only existing keys can be set "
-             "(see `dormouse validate` for the full list)" for o in additions]
-        )
+    problems = check_overrides(overrides, DormouseConfig)  # in dormouse's words, before Hydra's own
+    if problems:
+        raise ConfigError(problems)
     register_configs()
     GlobalHydra.instance().clear()
     try:

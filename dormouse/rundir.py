@@ -86,8 +86,10 @@ def config_differences(old: DictConfig, new: DictConfig) -> list[str]:
             and k not in ("run.name", "run.dir")]
 
 
-def prepare_run_dir(cfg: DictConfig) -> tuple[Path, dict[str, Any] | None, Path | None]:
+def prepare_run_dir(cfg: DictConfig, *, dry_run: bool = False) -> tuple[Path, dict[str, Any] | None, Path | None]:
     """The run directory, and the checkpoint to resume from (if any).
+
+    ``dry_run`` (``dormouse validate``) decides the same and refuses the same, but removes nothing.
 
     A directory that already holds a run is refused unless ``train.resume`` or ``train.overwrite`` says
     what to do with it; a resume whose config differs in anything but the step budget and logging is
@@ -121,5 +123,6 @@ def prepare_run_dir(cfg: DictConfig) -> tuple[Path, dict[str, Any] | None, Path 
         if not cfg.train.overwrite:
             raise TrainError(f"{run_dir} already holds a run; pass train.resume=auto to continue it, "
                              "train.overwrite=true to replace it, or choose another run.name")
-        shutil.rmtree(run_dir)
+        if not dry_run:
+            shutil.rmtree(run_dir)
     return run_dir, None, None

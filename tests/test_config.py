@@ -79,22 +79,7 @@ def test_eval_every_beyond_steps_is_accepted():
     assert validate(compose_config(["train.steps=10", "train.eval_every=100"])) == []
 
 
-def test_unknown_key_is_refused_with_hydras_cause():
-    result = run_cli("validate", "model.widht=64")
-    assert result.exit_code == 2
-    assert "widht" in result.output and "not in" in result.output  # the text from __cause__
-
-
-def test_adding_a_key_is_refused():
-    result = run_cli("validate", "+train.new_knob=1")
-    assert result.exit_code == 2
-    assert "+train.new_knob=1" in result.output
-
-
-def test_bad_type_shows_the_conversion_cause():
-    result = run_cli("validate", "model.max_iter=many")
-    assert result.exit_code == 2
-    assert "model.max_iter" in result.output and "many" in result.output
+# Unknown keys, '+key', bad types, sweeps and missing presets: tests/test_overrides.py.
 
 
 def test_every_problem_is_reported_at_once():
@@ -118,7 +103,7 @@ def test_presets_and_overrides_compose():
 
 
 def test_help_of_every_command_shows_examples():
-    for command in ("train", "validate", "ab", "logs"):
+    for command in ("train", "validate", "ab", "logs", "sample"):
         result = run_cli(command, "--help")
         assert result.exit_code == 0
         assert "Examples" in result.output and "dormouse " + command in result.output

@@ -1,0 +1,90 @@
+"""``dormouse validate``: a dry run of everything ``dormouse train`` would refuse before step 0.
+
+The config itself is checked by :func:`dormouse.config.load_config`. This module checks the rest with the
+*same* functions ``train`` calls, so the two can never disagree:
+
+* the data source: :func:`dormouse.data.load_corpus` (the file or folder exists and is readable, the
+  corpus holds one ``seq_len + 1`` window in each split, a Hugging Face dataset is reachable or cached);
+* the run directory: :func:`dormouse.rundir.prepare_run_dir` in dry-run mode (an existing run without
+  ``train.resume``/``train.overwrite``, a resume whose checkpoint is unreadable or whose config differs),
+  and that the directory can be created;
+* ``logging.wandb=online`` without credentials.
+
+Nothing is created, removed or trained. Each problem is one line; each passing check says what it found.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from dormouse.checkpoint import CheckpointError
+from dormouse.config import arm_name
+from dormouse.data import DataError, load_corpus
+from dormouse.errors import TrainError
+from dormouse.rundir import prepare_run_dir
+
+
+@dataclass
+class Preflight:
+    problems: list[str] = field(default_factory=list)
+    found: list[str] = field(default_factory=list)  # what each passing check saw
+
+
+def _writable_ancestor(path: Path) -> str | None:
+    """Why ``path`` cannot be created, or None: its nearest existing ancestor must be a writable folder."""
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a folder"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable"
+    return None
+
+
+def _wandb_credentials() -> bool:
+    return bool(os.environ.get("WANDB_API_KEY")) or (Path.home() / ".netrc").exists()
+
+
+def preflight(cfg: DictConfig) -> Preflight:
+    """Every refusal ``train`` would make before step 0, for a config that passed validation."""
+    out = Preflight()
+    try:
+        corpus = load_corpus(cfg.data)
+        out.found.append(f"data: {corpus.source}: train {corpus.train.numel():,} bytes, "
+                         f"val {corpus.val.numel():,} bytes")
+    except DataError as exc:
+        out.problems.append(str(exc))
+
+    if cfg.run.name is None:
+        run_dir = Path(str(cfg.run.dir)) / f"{arm_name(cfg)}-<start time>"
+        why_not = _writable_ancestor(Path(str(cfg.run.dir)))
+        if why_not is None:
+            out.found.append(f"run directory: {run_dir} (new; run.name is null)")
+    else:
+        run_dir = Path(str(cfg.run.dir)) / str(cfg.run.name)
+        why_not = _writable_ancestor(run_dir)
+        try:
+            run_dir, state, source = prepare_run_dir(cfg, dry_run=True)
+            if state is not None:
+                out.found.append(f"run directory: {run_dir} (resume at step {int(state['step'])} from {source})")
+            elif (run_dir / "config.yaml").exists() or (run_dir / "metrics.jsonl").exists():
+                out.found.append(f"run directory: {run_dir} (holds a run: train.overwrite=true replaces it)")
+            elif why_not is None:
+                out.found.append(f"run directory: {run_dir} (new)")
+        except (TrainError, CheckpointError) as exc:
+            out.problems.append(str(exc))
+    if why_not is not None:
+        out.problems.append(f"run.dir={cfg.run.dir!r}: cannot create {run_dir}: {why_not}; choose a writable "
+                            "run.dir")
+
+    if str(cfg.logging.wandb) == "online" and not _wandb_credentials():
+        out.problems.append("logging.wandb=online needs credentials (WANDB_API_KEY or `wandb login`); "
+                            "use logging.wandb=offline to log locally")
+    return out
