@@ -34,7 +34,7 @@ def test_new_files_get_0666_minus_the_umask(tmp_path: Path, umask, mask: int):
     expected = 0o666 & ~mask  # what open(path, "w") gives, by POSIX
     for name in ("report.md", "step.pt"):
         got = mode(tmp_path / name)
-        assert got == expected, f"{name}: deviation=mode {got:o} bound=mode {expected:o}"
+        assert got == expected, f"{name}: mode deviation={got:o} bound={expected:o} (octal)"
 
 
 def test_replacing_a_file_keeps_its_mode(tmp_path: Path, umask):
@@ -55,4 +55,4 @@ def test_a_run_directory_has_one_mode_for_atomic_and_plain_files(tmp_path: Path,
     assert plain == 0o640
     for path in (run / "config.yaml", run / "provenance.json", *(run / "checkpoints").glob("*.pt")):
         got = mode(path)
-        assert got == plain, f"{path.name}: deviation=mode {got:o} bound=mode {plain:o}"
+        assert got == plain, f"{path.name}: mode deviation={got:o} bound={plain:o} (octal)"

@@ -37,17 +37,23 @@ def test_same_seed_same_bytes_other_seed_other_bytes(run_dir: Path):
 
 
 def test_each_depth_reads_out_after_its_own_iteration(run_dir: Path):
-    # Independent of the sampler: the greedy first byte at depth k is the argmax of the k-th readout of a
+    # Independent of the sampler: the greedy next byte at depth k is the argmax of the k-th readout of a
     # plain readouts="all" forward of the prompt.
     model, _, _ = load_model(run_dir / "checkpoints" / "step_00000020.pt")
-    prompt = "To be, or not"
-    idx = torch.tensor([list(prompt.encode())])
-    with torch.no_grad():
-        readouts = model(idx, readouts="all")
-    expected = [int(lg[0, -1].argmax()) for lg in readouts]
-    got = [generate(model, k, SampleOptions(prompt=prompt, n_bytes=1, temperature=0.0), 32).generated[0]
-           for k in (1, 2)]
+    with torch.no_grad():  # 20 steps leave both readouts predicting spaces: make iteration 2 count
+        model.arm.alpha[2:].fill_(5.0)
+    prompts = ["To be, or not", "ROMEO:", "the ", "And ", "What", "\n\n", "KING HENRY", "O, "]
+    expected: dict[int, list[int]] = {1: [], 2: []}
+    got: dict[int, list[int]] = {1: [], 2: []}
+    for prompt in prompts:
+        with torch.no_grad():
+            readouts = model(torch.tensor([list(prompt.encode())]), readouts="all")
+        for k in (1, 2):
+            expected[k].append(int(readouts[k - 1][0, -1].argmax()))
+            opts = SampleOptions(prompt=prompt, n_bytes=1, temperature=0.0)
+            got[k].append(generate(model, k, opts, 32).generated[0])
     assert got == expected
+    assert expected[1] != expected[2], "the two readouts agree on every prompt: the test cannot tell depths apart"
 
 
 def test_top_k_one_is_greedy_at_any_temperature(run_dir: Path):

@@ -1,0 +1,75 @@
+"""Perturbations of the learned-value probes, the sampler and the CLI surface of issue 13
+(scripts/falsify.py; format in perturbations_attnres.py). ``protects`` names what the gate guards."""
+
+from __future__ import annotations
+
+_PROBES = "dormouse/probes.py"
+_T = "tests/test_probes_learned.py::"
+
+PERTURBATIONS: list[dict] = [
+    {
+        "name": "probe_weights_before_softmax",
+        "file": _PROBES,
+        "old": "    return torch.softmax(scores, dim=0)\n",
+        "new": "    return scores\n",
+        "gates": [_T + "test_attnres_map_equals_an_independent_float64_recomputation"],
+        "why": "the depth-attention map shows the raw scores, not the softmax weights the read mixes with",
+        "protects": "probes",
+    },
+    {
+        "name": "probe_key_norm_without_eps",
+        "file": _PROBES,
+        "old": "    keys = v * torch.rsqrt(v.pow(2).mean(dim=-1, keepdim=True) + eps)\n",
+        "new": "    keys = v * torch.rsqrt(v.pow(2).mean(dim=-1, keepdim=True))\n",
+        "gates": [_T + "test_attnres_map_equals_an_independent_float64_recomputation"],
+        "why": "the probe's key RMSNorm drops the model's eps: a map slightly off the weights the model used",
+        "protects": "probes",
+    },
+    {
+        "name": "probe_readout_misses_last_iteration",
+        "file": _PROBES,
+        "old": "                seen = outputs[:r] if r < n_slots else outputs[:2 * (r - n_slots + 1)]\n",
+        "new": "                seen = outputs[:r] if r < n_slots else outputs[:2 * (r - n_slots) + 1]\n",
+        "gates": [_T + "test_attnres_map_equals_an_independent_float64_recomputation"],
+        "why": "the readout rows of the map are computed over the wrong source set (the last MLP output missing)",
+        "protects": "probes",
+    },
+    {
+        "name": "probe_gr_spread_over_slots_not_channels",
+        "file": _PROBES,
+        "old": "        out.gate_spread = [float(v) for v in per_channel.std(dim=1, unbiased=False)]\n",
+        "new": "        out.gate_spread = [float(per_channel.mean(dim=1).std(unbiased=False))]"
+               " * per_channel.shape[0]\n",
+        "gates": [_T + "test_gr_gates_equal_a_float64_recomputation_and_start_at_sigmoid_minus_2"],
+        "why": "GR's gate spread is taken over slots instead of over channels",
+        "protects": "probes",
+    },
+    {
+        "name": "probe_gr_gate_without_bias",
+        "file": _PROBES,
+        "old": "                    gate = torch.sigmoid(proj(F.rms_norm(h, (d,))) + arm.bias[s])\n",
+        "new": "                    gate = torch.sigmoid(proj(F.rms_norm(h, (d,))))\n",
+        "gates": [_T + "test_gr_gates_equal_a_float64_recomputation_and_start_at_sigmoid_minus_2"],
+        "why": "the GR probe forgets the per-slot bias: gates reported at sigmoid(0) = 0.5 at init",
+        "protects": "probes",
+    },
+    {
+        "name": "sample_depth_ignored",
+        "file": "dormouse/sample.py",
+        "old": "            logits = model(seq[:, -context:], depth=depth, readouts=\"last\")"
+               "[-1][0, -1].float().cpu()\n",
+        "new": "            logits = model(seq[:, -context:], readouts=\"last\")[-1][0, -1].float().cpu()\n",
+        "gates": ["tests/test_sample.py::test_each_depth_reads_out_after_its_own_iteration"],
+        "why": "--depth k samples from the last readout whatever k is asked",
+        "protects": "data/eval",
+    },
+    {
+        "name": "atomic_write_keeps_mkstemp_0600",
+        "file": "dormouse/checkpoint.py",
+        "old": "        os.fchmod(fd, mode)\n",
+        "new": "        pass\n",
+        "gates": ["tests/test_checkpoint.py::test_new_files_get_0666_minus_the_umask"],
+        "why": "atomic writes ignore the umask: reports and checkpoints are private (0600) on a shared cluster",
+        "protects": "training loop",
+    },
+]
