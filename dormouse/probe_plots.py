@@ -1,0 +1,117 @@
+"""Plots of what each arm learned (the learned-value probes of :mod:`dormouse.probes`).
+
+* the AttnRes depth-attention map: one row per read (each sublayer, then each readout), one column per
+  source (the embedding, then each sublayer output or block), the colour and the number in each cell the
+  mean softmax weight that read puts on that source over the fixed eval set — the layout of the AttnRes
+  paper's figures; blank cells are sources a read cannot see yet (causality over depth); the entropy of
+  each read is printed at the row's end;
+* ReZero's alpha by slot; GR's mean gate by slot with its spread over channels as error bars.
+
+Drawn from the plain ``probe/...`` fields of a metrics row, so the same functions draw a run's last eval
+and an A/B arm's map averaged over seeds. matplotlib's object API on the Agg canvas, never pyplot.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+MAP_NAME = "attnres_map.png"
+ALPHA_NAME = "rezero_alpha.png"
+GATES_NAME = "gr_gates.png"
+
+
+def mean_map(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The AttnRes map (and entropies) averaged over runs (seeds) that share reads and sources.
+
+    NaN cells (unseen sources) stay NaN; a run without a map is skipped; None when no run has one.
+    """
+    maps = [r for r in rows if r.get("probe/weights") is not None]
+    if not maps:
+        return None
+    first = maps[0]
+    key = (first["probe/reads"], first["probe/sources"])
+    same = [m for m in maps if (m["probe/reads"], m["probe/sources"]) == key]
+    weights = np.array([np.array(m["probe/weights"], dtype=float) for m in same])
+    entropy = np.array([np.array(m["probe/entropy"], dtype=float) for m in same])
+    with warnings.catch_warnings():  # an all-NaN column (a source no read sees) is expected: stays NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return {"probe/reads": first["probe/reads"], "probe/sources": first["probe/sources"],
+                "probe/weights": np.nanmean(weights, axis=0).tolist() if len(same) > 1 else weights[0].tolist(),
+                "probe/entropy": entropy.mean(axis=0).tolist(), "n": len(same)}
+
+
+def plot_attnres_map(probe: dict[str, Any], out: Path, title: str = "AttnRes depth-attention map") -> Path:
+    """Heat map reads x sources of the mean depth-attention weight (annotated), entropy per read."""
+    w = np.array(probe["probe/weights"], dtype=float)
+    reads, sources = probe["probe/reads"], probe["probe/sources"]
+    fig = Figure(figsize=(1.2 + 0.75 * len(sources), 1.0 + 0.45 * len(reads)), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    image = ax.imshow(np.ma.masked_invalid(w), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+    for i in range(w.shape[0]):
+        for j in range(w.shape[1]):
+            if np.isfinite(w[i, j]):
+                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=7,
+                        color="black" if w[i, j] > 0.6 else "white")
+        ax.text(w.shape[1] - 0.4, i, f"H={probe['probe/entropy'][i]:.2f}", ha="left", va="center", fontsize=7)
+    ax.set_xticks(range(len(sources)), sources, rotation=45, ha="right")
+    ax.set_yticks(range(len(reads)), reads)
+    ax.set_xlabel("source (what is read)")
+    ax.set_ylabel("read (sublayer input / readout)")
+    ax.set_title(title, fontsize=10)
+    fig.colorbar(image, ax=ax, fraction=0.04, pad=0.12, label="mean weight")
+    fig.tight_layout()
+    fig.savefig(out)
+    return out
+
+
+def plot_slot_values(slots: list[str], values: list[float], out: Path, *, ylabel: str, title: str,
+                     spread: list[float] | None = None, reference: float | None = None) -> Path:
+    """One bar per slot (sublayer of an iteration); ``spread`` as error bars; ``reference`` as a line."""
+    fig = Figure(figsize=(max(5.0, 0.6 * len(slots) + 2), 3.8), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    colours = ["C0" if s.startswith("attn") else "C1" for s in slots]
+    ax.bar(range(len(slots)), values, yerr=spread, capsize=3 if spread else 0, color=colours)
+    if reference is not None:
+        ax.axhline(reference, color="grey", linestyle=":", linewidth=1, label=f"init {reference:.3g}")
+        ax.legend(fontsize=8)
+    ax.axhline(0.0, color="black", linewidth=0.6)
+    ax.set_xticks(range(len(slots)), slots, rotation=45, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out)
+    return out
+
+
+def write_probe_plots(out_dir: Path, row: dict[str, Any], label: str = "") -> list[Path]:
+    """The plots a metrics row's probe fields allow, into ``out_dir``; returns their paths."""
+    written: list[Path] = []
+    suffix = f" ({label})" if label else ""
+    if row.get("probe/weights") is not None:
+        written.append(plot_attnres_map(row, out_dir / MAP_NAME, "AttnRes depth-attention map" + suffix))
+    if row.get("probe/alpha") is not None:
+        slots = _slots(len(row["probe/alpha"]))
+        written.append(plot_slot_values(slots, row["probe/alpha"], out_dir / ALPHA_NAME, ylabel="alpha",
+                                        title="ReZero alpha by slot" + suffix, reference=0.0))
+    if row.get("probe/gate_mean") is not None:
+        slots = _slots(len(row["probe/gate_mean"]))
+        written.append(plot_slot_values(slots, row["probe/gate_mean"], out_dir / GATES_NAME,
+                                        ylabel="mean gate (bars: sd over channels)",
+                                        title="GR gate by slot" + suffix, spread=row.get("probe/gate_spread"),
+                                        reference=1 / (1 + np.exp(2.0))))
+    return written
+
+
+def _slots(n: int) -> list[str]:
+    from dormouse.probes import slot_names
+
+    return slot_names(n // 2)
