@@ -10,7 +10,7 @@ A run, ``<run.dir>/<run.name>/``::
     ab_error.txt      only when `dormouse ab` caught an error in this run: its traceback
 
 A comparison, ``<root>/<name>/``: one run directory per (arm, seed) pair, plus ``registration.json``,
-``results.json``, ``report.md`` and the two plots.
+``results.json``, ``report.md`` and the plots (bpb vs tokens, bpb by depth, the forest plot).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ RESULTS = "results.json"
 REPORT = "report.md"
 CURVES_PLOT = "bpb_vs_tokens.png"
 DEPTH_PLOT = "bpb_by_depth.png"
+FOREST_PLOT = "forest.png"
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,10 @@ class ComparisonFiles:
     @property
     def depth_plot(self) -> Path:
         return self.dir / DEPTH_PLOT
+
+    @property
+    def forest_plot(self) -> Path:
+        return self.dir / FOREST_PLOT
 
     def run(self, arm: str, seed: int) -> RunFiles:
         return RunFiles(self.dir / run_name(arm, seed))

@@ -1,6 +1,7 @@
 """The comparison's plots (docs/ab-protocol.md, "Outputs"): eval bpb vs tokens per arm (seeds thin, their mean
-thick) and final bpb by depth. Drawn with matplotlib's object API on the Agg canvas, never pyplot, so
-nothing depends on (or changes) the process's global backend or display.
+thick), final bpb by depth, and the forest plot of the paired differences (the decision at a glance).
+Drawn with matplotlib's object API on the Agg canvas, never pyplot, so nothing depends on (or changes)
+the process's global backend or display.
 """
 
 from __future__ import annotations
@@ -88,10 +89,59 @@ def plot_depth(results: dict[str, Any], out: Path) -> Path:
     return out
 
 
+def plot_forest(results: dict[str, Any], out: Path) -> Path:
+    """The decision at a glance: each arm's paired Δ bpb vs the baseline (mean over seeds, a dot), its t
+    interval (thick bar) and bootstrap interval (thin bar below it), the ±δ band of no practical
+    difference (shaded) and zero (a line). Below zero = lower bpb = better. The verdict is written at the
+    right; an arm without paired seeds is listed with "no paired Δ"."""
+    arms = [(name, a) for name, a in results["arms"].items() if a["role"] != "baseline"]
+    delta = float(results["delta"])
+    fig = Figure(figsize=(8, 1.4 + 0.6 * max(1, len(arms))), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.axvspan(-delta, delta, color="grey", alpha=0.18, label=f"±δ = {delta:.4f} bpb")
+    ax.axvline(0.0, color="black", linewidth=0.8)
+    ys = list(range(len(arms)))[::-1]
+    xs: list[float] = [-delta, delta]
+    for y, (_, a) in zip(ys, arms):
+        colour = "C7" if a["role"] == "aa" else "C0"
+        t_iv, boot = a.get("t_interval"), a.get("bootstrap_interval")
+        if t_iv is not None:
+            ax.plot(t_iv, [y, y], color=colour, linewidth=3.5, solid_capstyle="butt",
+                    label="95 % t interval" if y == ys[0] else None)
+            xs += list(t_iv)
+        if boot is not None:
+            ax.plot(boot, [y - 0.18, y - 0.18], color=colour, linewidth=1.2, alpha=0.8,
+                    label="95 % bootstrap interval" if y == ys[0] else None)
+            xs += list(boot)
+        if is_finite_number(a.get("diff_mean")):
+            ax.plot([a["diff_mean"]], [y], "o", color="black", markersize=5,
+                    label="mean paired Δ" if y == ys[0] else None)
+            xs.append(float(a["diff_mean"]))
+    lo, hi = min(xs), max(xs)
+    pad = 0.08 * (hi - lo or 1.0)
+    ax.set_xlim(lo - pad, hi + pad)
+    for y, (_, a) in zip(ys, arms):
+        note = str(a.get("verdict", "?"))
+        if not is_finite_number(a.get("diff_mean")):
+            note += ": no paired Δ"
+        ax.annotate(note, xy=(1.01, y), xycoords=("axes fraction", "data"), va="center", fontsize=9)
+    ax.set_yticks(ys, [name + (" (A/A)" if a["role"] == "aa" else "") for name, a in arms])
+    ax.set_ylim(-0.8, len(arms) - 0.4)
+    ax.set_xlabel(f"Δ bpb vs {results['baseline']} (arm − baseline; < 0 is better)")
+    ax.set_title(f"ab {results['name']}: paired differences, {len(results['seeds'])} seeds", fontsize=10)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.08), ncol=4, frameon=False)
+    fig.tight_layout()
+    fig.savefig(out)
+    return out
+
+
 def write_plots(comp_dir: Path, results: dict[str, Any], records: list[RunRecord]) -> list[Path]:
-    """Both plots into ``comp_dir``; returns their paths."""
+    """The plots into ``comp_dir``; returns their paths."""
     files = ComparisonFiles(comp_dir)
     return [
         plot_curves(records, list(results["arms"]), files.curves_plot, results.get("aa_arm")),
         plot_depth(results, files.depth_plot),
+        plot_forest(results, files.forest_plot),
     ]

@@ -1,0 +1,23 @@
+"""The forest plot: drawn from results.json's arms, including arms without a paired Δ."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dormouse.ab.plots import plot_forest
+
+
+def arm(role: str, diff: float | None, t: list[float] | None, boot: list[float] | None, verdict: str) -> dict:
+    return {"role": role, "diff_mean": diff, "t_interval": t, "bootstrap_interval": boot, "verdict": verdict}
+
+
+def test_forest_plot_is_written_for_every_kind_of_arm(tmp_path: Path):
+    results = {"name": "t", "baseline": "rezero", "seeds": [1, 2, 3], "delta": 0.01, "arms": {
+        "rezero": arm("baseline", None, None, None, "baseline"),
+        "gr": arm("arm", -0.03, [-0.05, -0.01], [-0.04, -0.02], "better"),
+        "attnres": arm("arm", None, None, None, "invalid"),  # failed runs: listed, no bar
+        "one_seed": arm("arm", 0.002, None, None, "insufficient"),  # a mean but no interval
+        "aa": arm("aa", 0.001, [-0.004, 0.006], [-0.002, 0.004], "tie"),
+    }}
+    out = plot_forest(results, tmp_path / "forest.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 5000
