@@ -31,6 +31,7 @@ from typing import Any
 from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from dormouse.ab.records import final_row, load_record, read_metrics
 from dormouse.ab.registry import (
@@ -349,8 +350,8 @@ def verdict_table(results: dict[str, Any]) -> Table:
     """The verdicts as a rich table (the report's first table, abridged)."""
     table = Table(title=f"ab {results['name']}: δ = {results['delta']:.4f} bpb ({results['delta_source']})",
                   title_justify="left")
-    for c in ("arm", "bpb mean", "Δ mean", "95 % t-interval", "verdict", "kept"):
-        table.add_column(c, no_wrap=True)
+    for c in ("arm", "bpb mean", "Δ mean", "95 % t-interval", "Holm p", "verdict", "kept", "reason"):
+        table.add_column(c, overflow="fold")  # a narrow terminal wraps a value; it never cuts it to "…"
     for name, a in results["arms"].items():
         iv = a["t_interval"]
         table.add_row(
@@ -359,8 +360,10 @@ def verdict_table(results: dict[str, Any]) -> Table:
             "—" if a["diff_mean"] is None else f"{a['diff_mean']:+.4f}",
             "—" if a["role"] == "baseline" else "undefined" if iv is None
             else f"[{iv[0]:+.4f}, {iv[1]:+.4f}]",
+            "—" if a.get("p_holm") is None else f"{a['p_holm']:.3g}",
             f"[{_VERDICT_STYLE.get(a['verdict'], '')}]{a['verdict']}[/]",
             a.get("kept") or "—",
+            Text(a.get("reason") or "—"),
         )
     return table
 
