@@ -157,6 +157,11 @@ def test_triton_kernel_where_it_cannot_run_is_refused_before_any_work(tmp_path: 
 PRESETS = ("cpu", "9m", "tiny")
 
 
+def resolved_config(output: str) -> str:
+    """`dormouse validate`'s YAML without the dry run's findings (the trailing ``# data: ...`` comments)."""
+    return "".join(line for line in output.splitlines(keepends=True) if not line.startswith("# "))
+
+
 @pytest.mark.parametrize("preset", PRESETS)
 def test_each_preset_composes_to_the_config_recorded_before_defaults_moved(preset: str):
     """The schema's defaults are the CPU default and a preset holds only what differs; the composed configs
@@ -165,12 +170,12 @@ def test_each_preset_composes_to_the_config_recorded_before_defaults_moved(prese
     expected = (Path(__file__).parent / "data" / f"validate_preset_{preset}.yaml").read_text()
     result = run_cli("validate", f"preset={preset}")
     assert result.exit_code == 0, result.output
-    assert result.output == expected
+    assert resolved_config(result.output) == expected
 
 
 def test_the_default_is_the_cpu_preset_and_the_schema_defaults():
     expected = (Path(__file__).parent / "data" / "validate_preset_cpu.yaml").read_text()
-    assert run_cli("validate").output == expected
+    assert resolved_config(run_cli("validate").output) == expected
     assert OmegaConf.to_yaml(OmegaConf.structured(DormouseConfig)) == expected
 
 
