@@ -69,6 +69,7 @@ def train(overrides: list[str] = OVERRIDES) -> None:
     cfg = _config_or_exit(overrides)
     from dormouse.checkpoint import CheckpointError
     from dormouse.data import DataError
+    from dormouse.errors import RunDirRefused
     from dormouse.train import Interrupted, TrainError
     from dormouse.train import train as run_training
 
@@ -76,7 +77,8 @@ def train(overrides: list[str] = OVERRIDES) -> None:
         result = run_training(cfg)
     except (DataError, TrainError, CheckpointError) as exc:
         err.print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
-        raise typer.Exit(2 if isinstance(exc, DataError) else 1) from None
+        # Refused before step 0 (bad data, a run directory that refuses this start): 2, as `validate` says.
+        raise typer.Exit(2 if isinstance(exc, (DataError, RunDirRefused)) else 1) from None
     except Interrupted as exc:
         raise typer.Exit(exc.exit_code) from None
     final = result.metrics[-1] if result.metrics else {}
@@ -151,15 +153,20 @@ def _list_comparisons() -> None:
 @app.command(epilog="""[bold]Examples[/]\n
   dormouse logs runs/attnres-20261129-101500-000000\n
   dormouse logs runs/ab/smoke --check\n
-  dormouse logs runs/a/train.log runs/b/train.log""")
+  dormouse logs runs/a/train.log runs/b/train.log\n
+  dormouse logs runs/myrun > evals.tsv              # not a terminal: tab-separated rows, every value\n
+  dormouse logs runs/ab/smoke --format json | jq '.runs[].findings'""")
 def logs(
     paths: list[Path] = typer.Argument(..., help="Run directories, A/B directories or train.log files."),
     check: bool = typer.Option(False, "--check", help="Exit 1 when there is any finding."),
+    fmt: str = typer.Option(None, "--format", help="table | tsv | json (default: table on a terminal, else tsv).",
+                            show_default=False),
 ) -> None:
-    """Show eval lines as a table and report findings (dead or leaking arms, NaNs, malformed lines)."""
+    """Show eval lines (a table, tab-separated rows or JSON) and report findings (dead or leaking arms, NaNs,
+    malformed lines)."""
     from dormouse.logs import logs_command
 
-    raise typer.Exit(logs_command(paths, check, Console()))
+    raise typer.Exit(logs_command(paths, check, Console(), fmt=fmt, err_console=err))
 
 
 @app.command(epilog="""[bold]Examples[/]\n

@@ -1,10 +1,15 @@
-"""The two ways a training run ends early, shared by the loop, the run directory and the CLI."""
+"""The ways a training run ends early, shared by the loop, the run directory and the CLI."""
 
 from __future__ import annotations
 
 
 class TrainError(RuntimeError):
     """A run that cannot start or continue; the message says what and how to fix it."""
+
+
+class RunDirRefused(TrainError):
+    """The run directory refuses this start or resume (it holds another run, its checkpoint is unreadable
+    or was made with another config): bad input, refused before step 0 by `train` and `validate` alike."""
 
 
 class Interrupted(Exception):

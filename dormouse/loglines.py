@@ -7,7 +7,7 @@ unformatted (plus a few the line leaves out). Each kind has its formatter and it
 and ``tests/test_loglines.py`` round-trips every kind::
 
     eval step=400 tokens=1.64M loss=1.412 bpb=2.037 bpb@1=2.410 ... lr=2.4e-04 tok/s=8.1k depth=4.0
-         arm=attnres rezero=0/0 gr=0/0 attnres=3600/3600 kernel=torch skipped=0
+         arm=attnres rezero=0/0 gr=0/0 attnres=3600/3600 learned=emb_w:0.2113 kernel=torch skipped=0
     resume step=400 from=runs/x/checkpoints/step_00000400.pt
     interrupted step=437
     done step=2400 wall_s=339.2
@@ -87,14 +87,24 @@ def _pairs(line: str, head: str) -> list[tuple[str, str]]:
 # --- the eval line ---------------------------------------------------------------------------------------
 
 def eval_columns(max_iter: int) -> list[str]:
-    """The eval line's fields in their fixed order (an arm name stands for its ``ran/asked`` counter)."""
+    """The eval line's fields in their fixed order (an arm name stands for its ``ran/asked`` counter).
+
+    ``learned`` is the arm's one-number summary from the learned-value probes (dormouse.probes), written
+    ``learned=<name>:<value>`` (``alpha`` ReZero's mean alpha, ``gate`` GR's mean gate, ``emb_w`` AttnRes's
+    mean weight on the embedding source); a row without one (a run from before the probes) omits it.
+    """
     return ["step", "tokens", "loss", "bpb", *[f"bpb@{k}" for k in range(1, max_iter + 1)], "lr", "tok/s",
-            "depth", "arm", *ARMS, "kernel", "skipped"]
+            "depth", "arm", *ARMS, LEARNED, "kernel", "skipped"]
+
+
+LEARNED = "learned"  # metrics.jsonl: "learned" (the value) and "learned_name"
 
 
 def _cell(key: str, row: dict[str, Any]) -> str:
     if key in ARMS:
         return f"{row[f'{key}_ran']}/{row[f'{key}_asked']}"
+    if key == LEARNED:
+        return f"{row['learned_name']}:{row[LEARNED]:.4f}"
     if key == "tokens":
         return human(row[key])
     if key == "tok/s":
@@ -104,7 +114,8 @@ def _cell(key: str, row: dict[str, Any]) -> str:
 
 def format_eval_line(row: dict[str, Any], max_iter: int) -> str:
     """Render a metrics row as the eval line."""
-    return "eval " + " ".join(f"{key}={_cell(key, row)}" for key in eval_columns(max_iter))
+    return "eval " + " ".join(f"{key}={_cell(key, row)}" for key in eval_columns(max_iter)
+                              if key != LEARNED or LEARNED in row)
 
 
 def _convert(key: str, value: str, out: dict[str, Any]) -> None:
@@ -119,6 +130,11 @@ def _convert(key: str, value: str, out: dict[str, Any]) -> None:
         out[key] = float(value)
     elif key in _STR_KEYS:
         out[key] = value
+    elif key == LEARNED:
+        name, sep, number = value.partition(":")
+        if not sep or not name:
+            raise ValueError(value)
+        out["learned_name"], out[LEARNED] = name, float(number)
     elif (m := _COUNTER.match(value)) is not None:
         out[f"{key}_ran"], out[f"{key}_asked"] = int(m.group(1)), int(m.group(2))
     else:

@@ -23,6 +23,7 @@ evals supersede the earlier ones.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -282,35 +283,101 @@ def run_table(run: RunLog) -> Table:
             ran, asked = v[f"{name}_ran"], v[f"{name}_asked"]
             ok = (ran == asked and (ran > 0 or r.step == 0)) if name == v["arm"] else ran == asked == 0
             cells.append(Text(f"{ran}/{asked}", style="" if ok else "bold red"))
+        cells.append(Text(f"{v['learned_name']}:{v['learned']:.4f}" if "learned" in v else "-"))
         cells += [Text(str(v.get("kernel", "-"))), Text(str(v.get("skipped", "-")))]
         table.add_row(*cells, style="on grey15" if r.line in flagged else None)
     return table
 
 
-def logs_command(paths: list[Path], check: bool = False, console: Console | None = None) -> int:
-    """``dormouse logs PATH... [--check]``: print every run's eval table and its findings.
+FORMATS = ("table", "tsv", "json")
 
-    Returns the exit code: 2 when a path does not exist; with ``check``, 1 on any finding; else 0.
+
+def _plain(key: str, v: dict[str, Any]) -> str:
+    """One value of a parsed eval line, complete, as plain text (counters ``ran/asked``)."""
+    if key in ARMS:
+        return f"{v[f'{key}_ran']}/{v[f'{key}_asked']}" if f"{key}_ran" in v else ""
+    if key == "learned":
+        return f"{v['learned_name']}:{v['learned']}" if "learned" in v else ""
+    x = v.get(key, "")
+    return repr(x) if isinstance(x, float) else str(x)
+
+
+def tsv_lines(runs: list[RunLog]) -> list[str]:
+    """Every run's eval lines as tab-separated rows under one header: nothing rounded or cut, so a file or
+    a pipe keeps every value (``run`` and ``line`` say where a row comes from)."""
+    depths = sorted({int(k[4:]) for run in runs for r in run.evals for k in r.values if k.startswith("bpb@")})
+    columns = eval_columns(0)
+    at = columns.index("bpb") + 1
+    columns = [*columns[:at], *[f"bpb@{k}" for k in depths], *columns[at:]]
+    out = ["\t".join(["run", "line", *columns])]
+    for run in runs:
+        for r in run.evals:
+            out.append("\t".join([str(run.run_dir), str(r.line), *(_plain(c, r.values) for c in columns)]))
+    return out
+
+
+def _json_safe(x: Any) -> Any:
+    """NaN/inf (a finding's subject) as the strings "nan"/"inf": valid JSON that still says which."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_json_safe(v) for v in x]
+    return x
+
+
+def json_document(runs: list[RunLog]) -> dict[str, Any]:
+    """Every run, its eval rows (typed as metrics.jsonl types them) and its findings."""
+    return {"runs": [{"run": str(run.run_dir), "arm": run.config_arm or (run.last or {}).get("arm"),
+                      "finished": run.finished, "evals": [{"line": r.line, **r.values} for r in run.evals],
+                      "findings": [f.to_dict() for f in run.findings]} for run in runs]}
+
+
+def logs_command(paths: list[Path], check: bool = False, console: Console | None = None,
+                 fmt: str | None = None, err_console: Console | None = None) -> int:
+    """``dormouse logs PATH... [--check] [--format table|tsv|json]``: every run's eval rows and findings.
+
+    ``fmt`` None = a table on a terminal, tab-separated rows otherwise (a rich table in a file or a pipe is
+    cut to 80 columns). In tsv and json the rows go to stdout and the findings to stderr (json also holds
+    them). Returns the exit code: 2 when a path does not exist or the format is unknown; with ``check``, 1
+    on any finding; else 0.
     """
     console = console or Console()
+    err = err_console or Console(stderr=True, highlight=False)
+    fmt = fmt or ("table" if console.is_terminal else "tsv")
+    if fmt not in FORMATS:
+        err.print(f"[red]error:[/red] --format {fmt!r}: choose one of {', '.join(FORMATS)}")
+        return 2
     missing = [p for p in paths if not Path(p).exists()]
     for p in missing:
-        console.print(f"[red]error:[/red] {p}: no such file or directory")
+        err.print(f"[red]error:[/red] {p}: no such file or directory")
     if missing:
         return 2
     runs = read_runs([Path(p) for p in paths])
-    total = 0
-    for run in runs:
-        if run.evals:
-            console.print(run_table(run))
-        else:
-            console.print(Text(f"{run.name}: no eval lines", style="bold"))
-        for f in run.findings:
-            console.print(Text(f"  {f}", style="red"))
-            total += 1
-        if not run.findings:
-            console.print(Text(f"  {run.path}: ok", style="green"))
-        console.print()
+    total = sum(len(run.findings) for run in runs)
     verdict = "no findings" if not total else f"{total} finding(s)"
-    console.print(f"{len(runs)} run(s), {verdict}", style="green" if not total else "bold red")
+    if fmt == "json":
+        print(json.dumps(_json_safe(json_document(runs)), indent=1, default=str))
+    elif fmt == "tsv":
+        print("\n".join(tsv_lines(runs)), flush=True)
+        for run in runs:
+            for f in run.findings:
+                err.print(Text(str(f)), soft_wrap=True)
+    else:
+        if not console.is_terminal:  # a table in a file: wide enough for every column, never "…"
+            console.width = max(console.width, 1000)
+        for run in runs:
+            if run.evals:
+                console.print(run_table(run))
+            else:
+                console.print(Text(f"{run.name}: no eval lines", style="bold"))
+            for f in run.findings:
+                console.print(Text(f"  {f}", style="red"), soft_wrap=True)
+            if not run.findings:
+                console.print(Text(f"  {run.path}: ok", style="green"))
+            console.print()
+        console.print(f"{len(runs)} run(s), {verdict}", style="green" if not total else "bold red")
+        return 1 if check and total else 0
+    err.print(f"{len(runs)} run(s), {verdict}", style="green" if not total else "bold red")
     return 1 if check and total else 0

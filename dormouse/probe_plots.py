@@ -14,6 +14,7 @@ and an A/B arm's map averaged over seeds. matplotlib's object API on the Agg can
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,9 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-MAP_NAME = "attnres_map.png"
-ALPHA_NAME = "rezero_alpha.png"
-GATES_NAME = "gr_gates.png"
+from dormouse.runfiles import ATTNRES_MAP_PLOT as MAP_NAME
+from dormouse.runfiles import GR_GATES_PLOT as GATES_NAME
+from dormouse.runfiles import REZERO_ALPHA_PLOT as ALPHA_NAME
 
 
 def mean_map(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -92,23 +93,40 @@ def plot_slot_values(slots: list[str], values: list[float], out: Path, *, ylabel
     return out
 
 
-def write_probe_plots(out_dir: Path, row: dict[str, Any], label: str = "") -> list[Path]:
-    """The plots a metrics row's probe fields allow, into ``out_dir``; returns their paths."""
+def write_probe_plots(out_dir: Path, row: dict[str, Any], label: str = "",
+                      name: Callable[[str], Path] | None = None) -> list[Path]:
+    """The plots a metrics row's probe fields allow, into ``out_dir`` (``name`` maps a plot's file name to
+    its path, e.g. an A/B arm's ``attnres_map_<arm>.png``); returns their paths."""
+    where = name or (lambda plot: out_dir / plot)
     written: list[Path] = []
     suffix = f" ({label})" if label else ""
     if row.get("probe/weights") is not None:
-        written.append(plot_attnres_map(row, out_dir / MAP_NAME, "AttnRes depth-attention map" + suffix))
+        written.append(plot_attnres_map(row, where(MAP_NAME), "AttnRes depth-attention map" + suffix))
     if row.get("probe/alpha") is not None:
         slots = _slots(len(row["probe/alpha"]))
-        written.append(plot_slot_values(slots, row["probe/alpha"], out_dir / ALPHA_NAME, ylabel="alpha",
+        written.append(plot_slot_values(slots, row["probe/alpha"], where(ALPHA_NAME), ylabel="alpha",
                                         title="ReZero alpha by slot" + suffix, reference=0.0))
     if row.get("probe/gate_mean") is not None:
         slots = _slots(len(row["probe/gate_mean"]))
-        written.append(plot_slot_values(slots, row["probe/gate_mean"], out_dir / GATES_NAME,
+        written.append(plot_slot_values(slots, row["probe/gate_mean"], where(GATES_NAME),
                                         ylabel="mean gate (bars: sd over channels)",
                                         title="GR gate by slot" + suffix, spread=row.get("probe/gate_spread"),
                                         reference=1 / (1 + np.exp(2.0))))
     return written
+
+
+def mean_probe_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every probe field of ``rows`` (an arm's seeds) averaged: the map via :func:`mean_map`, the per-slot
+    lists elementwise. A field only some rows have is averaged over those."""
+    out: dict[str, Any] = {}
+    for key in ("probe/alpha", "probe/gate_mean", "probe/gate_spread"):
+        values = [r[key] for r in rows if r.get(key) is not None]
+        if values and all(len(v) == len(values[0]) for v in values):
+            out[key] = np.mean(np.array(values, dtype=float), axis=0).tolist()
+    averaged = mean_map(rows)
+    if averaged is not None:
+        out.update(averaged)
+    return out
 
 
 def _slots(n: int) -> list[str]:

@@ -235,3 +235,20 @@ def learned_values(model: Any, x_eval: torch.Tensor, batch_size: int) -> Learned
     out.weights = [[float(v) for v in row] for row in weights]
     out.entropy = [float(v) for v in h_sum / tokens]
     return out
+
+
+def probe_scalars(row: dict[str, Any]) -> dict[str, float]:
+    """A metrics row's probe lists as named scalars (for wandb): ``probe/alpha/attn1``,
+    ``probe/weights/out3<-emb``, ``probe/entropy/mlp2``; a source a read cannot see is left out."""
+    out: dict[str, float] = {}
+    n = len(row.get("probe/alpha") or row.get("probe/gate_mean") or [])
+    for key in ("probe/alpha", "probe/gate_mean", "probe/gate_spread"):
+        for slot, value in zip(slot_names(n // 2), row.get(key) or []):
+            out[f"{key}/{slot}"] = float(value)
+    reads, sources = row.get("probe/reads") or [], row.get("probe/sources") or []
+    for read, weights, entropy in zip(reads, row.get("probe/weights") or [], row.get("probe/entropy") or []):
+        out[f"probe/entropy/{read}"] = float(entropy)
+        for source, w in zip(sources, weights):
+            if math.isfinite(w):
+                out[f"probe/weights/{read}<-{source}"] = float(w)
+    return out

@@ -19,11 +19,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from dormouse import __version__
-from dormouse.checkpoint import list_checkpoints, load_checkpoint, load_newest
+from dormouse.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, load_newest
 from dormouse.config import arm_name
 from dormouse.data import ByteCorpus
 from dormouse.distributed import DistInfo
-from dormouse.errors import TrainError
+from dormouse.errors import RunDirRefused
 from dormouse.runfiles import RunFiles
 
 # Keys that may differ between a checkpoint's config and a resuming run's: the step budget and logging.
@@ -102,26 +102,29 @@ def prepare_run_dir(cfg: DictConfig, *, dry_run: bool = False) -> tuple[Path, di
     source: Path | None = None
     if resume not in ("never", "auto"):
         source = Path(resume)
-        state = load_checkpoint(source)
+        try:
+            state = load_checkpoint(source)
+        except CheckpointError as exc:
+            raise RunDirRefused(f"train.resume={resume}: {exc}") from exc
     elif resume == "auto" and list_checkpoints(ckpt_dir):
         found = load_newest(ckpt_dir, warn=lambda m: print(m, file=sys.stderr))
         if found is None:
-            raise TrainError(f"train.resume=auto: no readable checkpoint in {ckpt_dir} (all are corrupt); "
+            raise RunDirRefused(f"train.resume=auto: no readable checkpoint in {ckpt_dir} (all are corrupt); "
                              "start over with train.resume=never train.overwrite=true")
         source, state = found
     if state is not None:
         differences = config_differences(OmegaConf.create(state["config"]), cfg)
         if differences:
-            raise TrainError(f"cannot resume from {source}: the config differs in {', '.join(differences)}; "
+            raise RunDirRefused(f"cannot resume from {source}: the config differs in {', '.join(differences)}; "
                              "use the checkpoint's values or start a new run (another run.name)")
         return run_dir, state, source
     holds_run = files.holds_run()
     if holds_run and resume == "auto" and not cfg.train.overwrite:
-        raise TrainError(f"train.resume=auto: {run_dir} holds a run but {ckpt_dir} has no checkpoint to resume "
+        raise RunDirRefused(f"train.resume=auto: {run_dir} holds a run but {ckpt_dir} has no checkpoint to resume "
                          "from; pass train.overwrite=true to restart it, or choose another run.name")
     if holds_run:
         if not cfg.train.overwrite:
-            raise TrainError(f"{run_dir} already holds a run; pass train.resume=auto to continue it, "
+            raise RunDirRefused(f"{run_dir} already holds a run; pass train.resume=auto to continue it, "
                              "train.overwrite=true to replace it, or choose another run.name")
         if not dry_run:
             shutil.rmtree(run_dir)

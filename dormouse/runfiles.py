@@ -7,10 +7,15 @@ A run, ``<run.dir>/<run.name>/``::
     train.log         provenance header, then eval / resume / interrupted / done lines (dormouse.loglines)
     metrics.jsonl     one row per eval line
     checkpoints/      step_XXXXXXXX.pt (the names inside are dormouse.checkpoint's)
+    attnres_map.png   at the end, what the arm learned (dormouse.probe_plots): the AttnRes depth-attention
+    rezero_alpha.png  map, ReZero's alpha by slot or GR's gates by slot, whichever the arm has
+    gr_gates.png
+    wandb_id.txt      only with logging.wandb on: the wandb run id, so a resumed run continues that run
     ab_error.txt      only when `dormouse ab` caught an error in this run: its traceback
 
 A comparison, ``<root>/<name>/``: one run directory per (arm, seed) pair, plus ``registration.json``,
-``results.json``, ``report.md`` and the plots (bpb vs tokens, bpb by depth, the forest plot).
+``results.json``, ``report.md`` and the plots (bpb vs tokens, bpb by depth, the forest plot, and each arm's
+learned values averaged over its seeds: ``<plot name>_<arm>.png``).
 """
 
 from __future__ import annotations
@@ -24,6 +29,10 @@ LOG = "train.log"
 METRICS = "metrics.jsonl"
 CHECKPOINTS = "checkpoints"
 AB_ERROR = "ab_error.txt"
+WANDB_ID = "wandb_id.txt"
+ATTNRES_MAP_PLOT = "attnres_map.png"
+REZERO_ALPHA_PLOT = "rezero_alpha.png"
+GR_GATES_PLOT = "gr_gates.png"
 
 REGISTRATION = "registration.json"
 RESULTS = "results.json"
@@ -63,6 +72,22 @@ class RunFiles:
     def ab_error(self) -> Path:
         return self.dir / AB_ERROR
 
+    @property
+    def wandb_id(self) -> Path:
+        return self.dir / WANDB_ID
+
+    @property
+    def attnres_map(self) -> Path:
+        return self.dir / ATTNRES_MAP_PLOT
+
+    @property
+    def rezero_alpha(self) -> Path:
+        return self.dir / REZERO_ALPHA_PLOT
+
+    @property
+    def gr_gates(self) -> Path:
+        return self.dir / GR_GATES_PLOT
+
     def holds_run(self) -> bool:
         """Whether a run has already written here (its config or its metrics)."""
         return self.config.exists() or self.metrics.exists()
@@ -97,6 +122,11 @@ class ComparisonFiles:
     @property
     def forest_plot(self) -> Path:
         return self.dir / FOREST_PLOT
+
+    def arm_plot(self, plot_name: str, arm: str) -> Path:
+        """An arm's learned-value plot averaged over its seeds: ``attnres_map.png`` -> ``attnres_map_<arm>.png``."""
+        stem, _, ext = plot_name.rpartition(".")
+        return self.dir / f"{stem}_{arm}.{ext}"
 
     def run(self, arm: str, seed: int) -> RunFiles:
         return RunFiles(self.dir / run_name(arm, seed))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 import signal
 import sys
 import time
@@ -50,7 +51,7 @@ from dormouse.distributed import (
     init_distributed,
     shutdown_distributed,
 )
-from dormouse.errors import Interrupted, TrainError
+from dormouse.errors import Interrupted, RunDirRefused, TrainError
 from dormouse.loglines import (
     format_done_line,
     format_eval_line,
@@ -61,7 +62,7 @@ from dormouse.loglines import (
 )
 from dormouse.loop_state import LoopState, WindowTotals
 from dormouse.model import LoopedByteLM
-from dormouse.probes import PROBES
+from dormouse.probes import PROBES, learned_values, probe_scalars
 from dormouse.rundir import prepare_run_dir, provenance
 from dormouse.runfiles import RunFiles
 
@@ -208,7 +209,9 @@ class _Progress:
             self.bar.stop()
 
 
-def _wandb_run(cfg: DictConfig, run_dir: Path) -> Any:
+def _wandb_run(cfg: DictConfig, files: RunFiles, resumed: bool) -> Any:
+    """The wandb run (or None when off). Its id is kept in the run directory: a resumed run continues the
+    same wandb run (``resume="allow"``) instead of starting a new one; a fresh start gets a fresh id."""
     mode = str(cfg.logging.wandb)
     if mode == "disabled":
         return None
@@ -217,8 +220,13 @@ def _wandb_run(cfg: DictConfig, run_dir: Path) -> Any:
                          "use logging.wandb=offline to log locally")
     import wandb  # lazy: wandb is heavy and usually disabled
 
+    run_id = files.wandb_id.read_text().strip() if resumed and files.wandb_id.exists() else ""
+    if not run_id:
+        run_id = secrets.token_hex(6)  # wandb ids are [a-z0-9]; 48 random bits never collide in a project
+        atomic_write_text(files.wandb_id, run_id + "\n")
     return wandb.init(mode=mode, project=cfg.logging.wandb_project, group=cfg.logging.wandb_group,
-                      job_type=cfg.logging.wandb_job_type, name=str(cfg.run.name), dir=str(run_dir),
+                      job_type=cfg.logging.wandb_job_type, name=str(cfg.run.name), dir=str(files.dir),
+                      id=run_id, resume="allow",
                       config=OmegaConf.to_container(cfg, resolve=True), settings=wandb.Settings(silent=True))
 
 
@@ -367,7 +375,7 @@ def _resume_point(run: _Run) -> tuple[dict[str, Any] | None, Path | None]:
     if run.info.enabled:
         refusal, chosen = broadcast_object((refusal, None if source is None else str(source)), run.info)
         if refusal is not None:
-            raise TrainError(refusal)
+            raise RunDirRefused(refusal)
         if not run.info.is_main and chosen is not None:
             source, state = Path(chosen), load_checkpoint(Path(chosen))
     return state, source
@@ -380,8 +388,8 @@ def _open_run_dir(run: _Run, loop: LoopState, resumed_from: Path | None) -> None
         files.dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(files.config, OmegaConf.to_yaml(cfg))
     except OSError as exc:
-        raise TrainError(f"cannot write the run directory {files.dir}: {exc.strerror or exc}; choose a "
-                         "writable run.dir (and check the disk has space)") from exc
+        raise RunDirRefused(f"cannot write the run directory {files.dir}: {exc.strerror or exc}; choose a "
+                            "writable run.dir (and check the disk has space)") from exc
     prov = provenance(cfg, run.device, run.dtype, run.kernel, run.corpus, run.counts, run.info)
     atomic_write_text(files.provenance, json.dumps(prov, indent=2) + "\n")
     with files.log.open("a") as log:
@@ -394,7 +402,7 @@ def _open_run_dir(run: _Run, loop: LoopState, resumed_from: Path | None) -> None
     print(f"run {files.dir}  arm={arm_name(cfg)} params={run.counts['params']:,} "
           f"arm_params={run.counts['arm_params']:,} device={run.device} kernel={run.kernel}"
           + (f"  (resumed at step {loop.step} from {resumed_from})" if resumed_from else ""), flush=True)
-    run.wandb = _wandb_run(cfg, files.dir)
+    run.wandb = _wandb_run(cfg, files, resumed=resumed_from is not None)
 
 
 def _loop(run: _Run, loop: LoopState, stop_at_step: int | None) -> TrainResult:
@@ -425,6 +433,10 @@ def _loop(run: _Run, loop: LoopState, stop_at_step: int | None) -> TrainResult:
     wall = time.time() - run.start_time
     if info.is_main:
         run.append_log(format_done_line(loop.step, wall))
+        # What the arm learned, drawn from the final eval's probes (matplotlib: imported on rank 0 only).
+        from dormouse.probe_plots import write_probe_plots
+
+        write_probe_plots(run.files.dir, loop.metrics[-1], label=f"{run.cfg.run.name}, step {loop.step}")
         if run.wandb is not None:
             run.wandb.finish()
     barrier(info)
@@ -488,7 +500,8 @@ def eval_and_log(run: _Run, loop: LoopState) -> None:
         with run.files.metrics.open("a") as f:
             f.write(format_metrics_row(row))
         if run.wandb is not None:
-            run.wandb.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=loop.step)
+            scalars = {k: v for k, v in row.items() if isinstance(v, (int, float))}
+            run.wandb.log({**scalars, **probe_scalars(row)}, step=loop.step)
     PROBES.reset()
     loop.window.reset()
     bad_eval = run.info.is_main and not math.isfinite(loop.metrics[-1]["bpb"])
@@ -508,8 +521,13 @@ def _metrics_row(run: _Run, loop: LoopState, totals: WindowTotals) -> dict[str, 
                 "depth": window.depth_sum / window.steps if window.steps else float("nan"),
                 "arm": arm_name(run.cfg)})
     row.update(totals.counters)
+    # What the arm learned, on the same fixed eval set (no randomness); its one-number summary goes on the
+    # eval line, the per-slot / per-read values into metrics.jsonl.
+    learned = learned_values(run.model, run.eval_set[0], int(run.cfg.train.batch_size))
+    row["learned_name"], row["learned"] = learned.summary()
     row.update({"kernel": run.kernel, "skipped": loop.skipped, "time_s": time.time() - run.start_time,
                 "peak_mem_bytes": peak_memory(run.device), "params": run.counts["params"]})
+    row.update(learned.to_row())
     return row
 
 

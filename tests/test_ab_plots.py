@@ -21,3 +21,20 @@ def test_forest_plot_is_written_for_every_kind_of_arm(tmp_path: Path):
     }}
     out = plot_forest(results, tmp_path / "forest.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 5000
+
+
+def test_each_arm_gets_its_learned_values_averaged_over_seeds(tmp_path: Path):
+    from dormouse.ab.plots import plot_learned
+    from dormouse.ab.records import RunRecord
+    from dormouse.runfiles import ComparisonFiles
+
+    def rec(arm: str, seed: int, final: dict | None) -> RunRecord:
+        return RunRecord(arm, seed, tmp_path / f"{arm}-s{seed}", "x", 4, final=final)
+
+    nan = float("nan")
+    amap = {"probe/reads": ["attn1", "out1"], "probe/sources": ["emb", "attn1"], "probe/entropy": [0.0, 0.6]}
+    records = [rec("attnres_full", 1, {**amap, "probe/weights": [[1.0, nan], [0.2, 0.8]]}),
+               rec("attnres_full", 2, {**amap, "probe/weights": [[1.0, nan], [0.4, 0.6]]}),
+               rec("rezero", 1, {"probe/alpha": [0.1, 0.3]}), rec("rezero", 2, None)]  # an unfinished seed
+    written = plot_learned(ComparisonFiles(tmp_path), ["rezero", "attnres_full"], records)
+    assert [p.name for p in written] == ["rezero_alpha_rezero.png", "attnres_map_attnres_full.png"]

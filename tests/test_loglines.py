@@ -139,3 +139,14 @@ def test_a_replayed_step_replaces_the_rows_from_that_step_on() -> None:
     assert replay(rows, {"step": 20, "v": "replay"}, step) == [rows[0], {"step": 20, "v": "replay"}]
     assert replay(rows, {"step": 40, "v": "next"}, step) == [*rows, {"step": 40, "v": "next"}]
     assert replay(rows, {"step": 5, "v": "from scratch"}, step) == [{"step": 5, "v": "from scratch"}]
+
+
+def test_learned_summary_round_trips_and_is_optional() -> None:
+    r = {**row(300), "learned_name": "emb_w", "learned": 0.21125}
+    line = format_eval_line(r, 3)
+    assert " attnres=40/40 learned=emb_w:0.2112 kernel=torch " in line  # after the counters
+    v = parse_eval_line(line)
+    assert v["learned_name"] == "emb_w" and v["learned"] == 0.2112
+    assert "learned" not in format_eval_line(row(300), 3)  # a run from before the probes
+    with pytest.raises(LogLineError, match="learned"):
+        parse_eval_line(line.replace("learned=emb_w:0.2112", "learned=0.2112"))

@@ -50,7 +50,7 @@ def kinds(run_dir: Path) -> list[str]:
 
 def check(paths: list[Path]) -> tuple[int, str]:
     console = Console(record=True, width=250)
-    code = logs_command(paths, check=True, console=console)
+    code = logs_command(paths, check=True, console=console, fmt="table")  # findings inline, as on a terminal
     return code, console.export_text()
 
 

@@ -103,11 +103,13 @@ def test_learning_rate_warms_up_then_decays_to_the_floor():
     assert lr_at(55, cfg) < lr_at(20, cfg)
 
 
-def test_existing_run_dir_is_refused_without_resume_or_overwrite(tmp_path: Path):
+def test_existing_run_dir_is_refused_without_resume_or_overwrite_exit_2_as_validate_says(tmp_path: Path):
     args = ["train", *TINY, f"run.dir={tmp_path}", "run.name=r"]
     assert runner.invoke(app, args).exit_code == 0
+    dry = runner.invoke(app, ["validate", *args[1:]])
     again = runner.invoke(app, args)
-    assert again.exit_code == 1 and "already holds a run" in again.output
+    assert again.exit_code == dry.exit_code == 2
+    assert "already holds a run" in again.output and "already holds a run" in dry.output
     assert runner.invoke(app, [*args, "train.overwrite=true"]).exit_code == 0
 
 
@@ -143,7 +145,8 @@ def test_unwritable_run_dir_is_a_clear_error(tmp_path: Path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
     result = runner.invoke(app, ["train", *TINY, f"run.dir={blocker}", "run.name=r"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # refused before step 0, as `dormouse validate` refuses it
+    assert runner.invoke(app, ["validate", *TINY, f"run.dir={blocker}", "run.name=r"]).exit_code == 2
     assert "cannot write the run directory" in result.output and str(blocker) in result.output
 
 

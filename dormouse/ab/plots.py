@@ -140,8 +140,24 @@ def plot_forest(results: dict[str, Any], out: Path) -> Path:
 def write_plots(comp_dir: Path, results: dict[str, Any], records: list[RunRecord]) -> list[Path]:
     """The plots into ``comp_dir``; returns their paths."""
     files = ComparisonFiles(comp_dir)
-    return [
+    written = [
         plot_curves(records, list(results["arms"]), files.curves_plot, results.get("aa_arm")),
         plot_depth(results, files.depth_plot),
         plot_forest(results, files.forest_plot),
     ]
+    return written + plot_learned(files, list(results["arms"]), records)
+
+
+def plot_learned(files: ComparisonFiles, arms: list[str], records: list[RunRecord]) -> list[Path]:
+    """Each arm's learned values at its final eval, averaged over its seeds (an AttnRes arm's depth-attention
+    map, ReZero's alpha, GR's gates): ``<plot>_<arm>.png``. Runs without a final eval are left out."""
+    from dormouse.probe_plots import mean_probe_row, write_probe_plots
+
+    written: list[Path] = []
+    for arm in arms:
+        finals = [r.final for r in records if r.arm == arm and r.final]
+        averaged = mean_probe_row(finals)
+        if averaged:
+            label = f"{arm}, mean of {len(finals)} seed{'s' if len(finals) > 1 else ''}"
+            written += write_probe_plots(files.dir, averaged, label, name=lambda plot, a=arm: files.arm_plot(plot, a))
+    return written
