@@ -14,8 +14,8 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "eval_line_drops_a_column",
         "file": _LINES,
-        "old": '"depth", "arm", *ARMS, "kernel", "skipped"]',
-        "new": '"depth", "arm", *ARMS, "skipped"]',
+        "old": '"depth", "arm", *ARMS, LEARNED, "kernel", "skipped"]',
+        "new": '"depth", "arm", *ARMS, LEARNED, "skipped"]',
         "gates": [_T + "test_eval_line_round_trips_the_trainers_line_to_the_byte"],
         "why": "the eval line loses its kernel column: every reader of old logs and every A/B report that "
         "states which read path ran would silently disagree with what runs write",
