@@ -30,7 +30,11 @@ Resolutions of the paper's gaps (attnres.md), implemented here and gated in ``te
   key divided by sqrt(d)": ``w . x / sqrt(sum(x^2) + d*eps) / sqrt(d)``, with eps kept on the mean square
   so that ``sqrt_d`` equals ``paper`` with ``w / d`` *exactly*, at every eps (a d-fold temperature).
 * **Softmax precision:** scores, softmax and the weighted sum run in ``promote(dtype, float32)``, so
-  bf16/fp16 sources are mixed in float32 and the result is cast back to the sources' dtype.
+  bf16/fp16 sources are mixed in float32 and the result is cast back to the sources' dtype. Every read
+  (:func:`depth_attend`, :func:`phase1_stats`, :func:`phase2_input`) runs **outside autocast**: an enclosing
+  ``torch.autocast(bfloat16)`` (every CUDA training run) would otherwise turn the score matmul ``x @ q``
+  into a bf16 matmul, i.e. ~1 % score error at ``|s| ~ 20``. CPU bf16 autocast stands in for CUDA's in
+  the tests (``tests/test_attnres.py::test_depth_attend_under_autocast_is_its_fp32_result``).
 * **Uneven tail:** when L is not a multiple of S the blocks keep the fixed size S and the last block is
   short. :func:`block_sources` and :class:`BlockAttnResState` never need L; :func:`two_phase_block` takes
   the tail block's (fewer) queries.
@@ -53,6 +57,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 
 import torch
 from torch import Tensor
@@ -163,6 +168,11 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     # softmax (and the norm feeding it) at float32 at least: bf16 has 8 mantissa bits, so a score of
     # size 10 would carry an error of ~0.04 and every weight a ~4 % relative error.
     return torch.promote_types(dtype, torch.float32)
+
+
+def _outside_autocast(device: torch.device) -> AbstractContextManager:
+    """The read states its own precision (``_compute_dtype``); an enclosing autocast must not lower it."""
+    return torch.autocast(device_type=device.type, enabled=False)
 
 
 def _effective_query(query: Tensor, gain: Tensor | None, form: str, dtype: torch.dtype) -> Tensor:
@@ -285,15 +295,16 @@ def depth_attend(
     if kernel == "triton":
         raise ValueError("query: the fused kernel takes a [d] pseudo-query; per-position queries need torch")
 
-    x = srcs if isinstance(srcs, Tensor) else torch.stack(srcs)
-    out_dtype = x.dtype
-    cdtype = _compute_dtype(out_dtype)
-    x = x.to(cdtype)
-    q = _effective_query(query, gain, form, cdtype)
-    s = _scores(x, q.unsqueeze(0), eps)[0] if q.dim() == 1 else _scores_per_position(x, q, eps)
-    alpha = torch.softmax(s, dim=0)  # Eq. 2: ONE softmax jointly over all L sources
-    out = (alpha.unsqueeze(-1) * x).sum(dim=0)  # Eq. 4: the weights act on the RAW values
-    return out.to(out_dtype)
+    with _outside_autocast(device):
+        x = srcs if isinstance(srcs, Tensor) else torch.stack(srcs)
+        out_dtype = x.dtype
+        cdtype = _compute_dtype(out_dtype)
+        x = x.to(cdtype)
+        q = _effective_query(query, gain, form, cdtype)
+        s = _scores(x, q.unsqueeze(0), eps)[0] if q.dim() == 1 else _scores_per_position(x, q, eps)
+        alpha = torch.softmax(s, dim=0)  # Eq. 2: ONE softmax jointly over all L sources
+        out = (alpha.unsqueeze(-1) * x).sum(dim=0)  # Eq. 4: the weights act on the RAW values
+        return out.to(out_dtype)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -438,13 +449,14 @@ def phase1_stats(
         shape = tuple(gains.shape) if isinstance(gains, Tensor) else type(gains).__name__
         raise ValueError(f"gains must have the queries' shape {tuple(queries.shape)}, got {shape}")
     x = srcs if isinstance(srcs, Tensor) else torch.stack(srcs)
-    x = x.to(_compute_dtype(x.dtype))
-    q = _effective_query(queries, gains, form, x.dtype)
-    s = _scores(x, q, eps)  # [S, N, ...]
-    m = s.amax(dim=1)
-    p = torch.exp(s - m.unsqueeze(1))
-    o = (p.unsqueeze(-1) * x.unsqueeze(0)).sum(dim=1)
-    return m, p.sum(dim=1), o
+    with _outside_autocast(x.device):
+        x = x.to(_compute_dtype(x.dtype))
+        q = _effective_query(queries, gains, form, x.dtype)
+        s = _scores(x, q, eps)  # [S, N, ...]
+        m = s.amax(dim=1)
+        p = torch.exp(s - m.unsqueeze(1))
+        o = (p.unsqueeze(-1) * x.unsqueeze(0)).sum(dim=1)
+        return m, p.sum(dim=1), o
 
 
 MergeFn = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor, Tensor]]
@@ -469,12 +481,13 @@ def phase2_input(
     Returns ``[..., d]`` in the Phase-1 state's (compute) dtype.
     """
     m1, l1, o1 = phase1
-    if partial is not None:
-        p = partial.to(m1.dtype)
-        q = _effective_query(query.unsqueeze(0), None if gain is None else gain.unsqueeze(0), form, m1.dtype)
-        m2 = _scores(p.unsqueeze(0), q, eps)[0, 0]
-        _, l1, o1 = merge(m1, l1, o1, m2, torch.ones_like(m2), p)
-    return o1 / l1.unsqueeze(-1)
+    with _outside_autocast(o1.device):
+        if partial is not None:
+            p = partial.to(m1.dtype)
+            q = _effective_query(query.unsqueeze(0), None if gain is None else gain.unsqueeze(0), form, m1.dtype)
+            m2 = _scores(p.unsqueeze(0), q, eps)[0, 0]
+            _, l1, o1 = merge(m1, l1, o1, m2, torch.ones_like(m2), p)
+        return o1 / l1.unsqueeze(-1)
 
 
 def two_phase_block(

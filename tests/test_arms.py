@@ -7,8 +7,11 @@ logits of every readout.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
+import torch.nn.functional as F
 
 from dormouse.config import compose_config
 from dormouse.model import LoopedByteLM
@@ -302,3 +305,70 @@ def test_the_arm_registry_names_one_class_and_one_switch_per_arm():
         overrides = [] if arm == ARMS[0] else [f"model.{arm_switch(arm)}=true"]
         model = LoopedByteLM(compose_config(["preset=tiny", *overrides]).model, seed=0)
         assert type(model.arm) is arm_classes()[arm] and model.arm.name == arm
+
+
+class _ElementwiseSublayer(torch.nn.Module):
+    """A planted sublayer ``2 tanh(c h)``: elementwise, so autocast leaves it in float32."""
+
+    def __init__(self, c: float) -> None:
+        super().__init__()
+        self.c = c
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return 2 * torch.tanh(self.c * h)
+
+
+@pytest.mark.parametrize("block_size", [2, 3])
+def test_block_two_phase_eval_under_autocast_reads_in_float32(block_size: int):
+    """CPU bf16 autocast stands in for CUDA's: `evaluate` (Block -> Algorithm 1) under autocast reads what the
+    direct Eq. 6 path reads in float32, and its bpb differs only by the head's bf16 rounding.
+
+    The sublayers are planted elementwise functions, so under autocast the only autocast-eligible ops left
+    are the reads (which must leave autocast) and the head's matmul: every deviation is then either the
+    read's own arithmetic or bf16 storage of the logits.
+    """
+    from dormouse.data import bits_per_byte
+    from dormouse.train import evaluate
+
+    model = tiny_model("attnres_block", f"model.attnres.block_size={block_size}")
+    model.sublayers = [_ElementwiseSublayer(3.0), _ElementwiseSublayer(-2.0)]
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        model.arm.queries.copy_(3 * torch.randn(model.arm.queries.shape, generator=gen))  # |s| up to ~20
+        model.arm.gains.copy_(1 + 0.5 * torch.randn(model.arm.gains.shape, generator=gen))
+    x = torch.randint(0, 256, (4, 32), generator=gen)
+    y = torch.randint(0, 256, (4, 32), generator=gen)
+    head_in: list[torch.Tensor] = []
+    hook = model.final_norm.register_forward_pre_hook(lambda _m, a: head_in.append(a[0].float()))
+    try:
+        with torch.no_grad():
+            direct = model.train()(x)  # the direct Eq. 6 form, float32, no autocast
+        want_in, head_in[:] = list(head_in), []
+        bf16 = evaluate(model, x, y, 2, torch.device("cpu"), lambda: torch.autocast("cpu", dtype=torch.bfloat16))
+    finally:
+        hook.remove()
+    n_read = model.max_iter  # evaluate ran two batches of 2: regroup its captured head inputs per readout
+    got_in = [torch.cat([head_in[b * n_read + k] for b in range(2)]) for k in range(n_read)]
+    # The read's own arithmetic, float32 both ways (Alg. 1's merge vs one softmax: a reordering): a score
+    # carries ~d * 2^-24 |s| ~ 1e-4 at |s| ~ 20, d = 64 (worst case; ~1e-5 typical), i.e. that much relative
+    # on the weights and on h (|h| <= 2); the tanh sublayers amplify a deviation by at most 2c = 6 per
+    # layer. 1e-3 covers a worst-case score error carried through one layer (measured <= 1.2e-5). A bf16
+    # score carries 2^-8 |s| ~ 0.08: the inputs then move by O(0.01 .. 1) (measured 4.1e-2).
+    for k, (g, w) in enumerate(zip(got_in, want_in), start=1):
+        dev = (g - w).abs().max().item()
+        assert dev <= 1e-3, (
+            f"readout {k}: autocast eval read differs from the float32 direct read (deviation={dev:.3e}, bound=1e-3)"
+        )
+    # bpb: the head's F.linear under autocast rounds its input, its weight and its output to bf16 (2^-9
+    # relative each): |dlogit_j| <= 3 * 2^-9 * sum_k |n_k| |W_jk| per token, plus the read term above through
+    # the final norm (gain 1). A per-token CE moves by <= 2 max_j |dlogit_j| (log-softmax is 2-Lipschitz in
+    # the max norm), so bpb moves by <= mean_t 2 max_j |dlogit_tj| / ln 2 (~0.016 here; measured <= 6e-5).
+    weight = model.embed.weight.detach().abs()
+    for k in range(n_read):
+        with torch.no_grad():
+            n = model.final_norm(want_in[k]).abs()
+        per_token = 3 * 2.0**-9 * (n @ weight.T).amax(dim=-1) + 1e-3 * weight.sum(dim=-1).max()
+        bound = (2 * per_token).mean().item() / math.log(2)
+        ce = F.cross_entropy(direct[k].reshape(-1, 256), y.reshape(-1)).item()
+        dev = abs(bf16[f"bpb@{k + 1}"] - bits_per_byte(ce))
+        assert dev <= bound, f"bpb@{k + 1} under autocast vs float32 direct: deviation={dev:.3e} bound={bound:.1e}"

@@ -26,6 +26,8 @@ from dormouse.attnres import (
     block_sources,
     depth_attend,
     online_softmax_merge,
+    phase1_stats,
+    phase2_input,
     resolve_kernel,
     two_phase_block,
 )
@@ -457,6 +459,31 @@ def test_bf16_sources_are_mixed_in_float32() -> None:
     assert ratio <= 1.0, (
         f"bf16 read vs float64: deviation={err.max().item():.3e} ({ratio:.2f}x the bound) bound=2^-8|h|+2e-4"
     )
+
+
+def test_depth_attend_under_autocast_is_its_fp32_result() -> None:
+    """The read leaves autocast: under bf16 autocast (CPU standing in for CUDA) the torch read of float32
+    sources is its float32 result, and so is Alg. 1's Phase 1 + Phase 2."""
+    gen = torch.Generator().manual_seed(23)
+    srcs = [(3 * torch.randn(4, 16, 64, generator=gen)) for _ in range(6)]
+    w = torch.randn(64, generator=gen)  # |w| ~ 8: scores ~ N(0, 64), |s| up to ~20
+    g = 1 + 0.5 * torch.randn(64, generator=gen)
+    queries, gains = torch.randn(3, 64, generator=gen), 1 + 0.5 * torch.randn(3, 64, generator=gen)
+    want = depth_attend(srcs, w, gain=g, kernel="torch")
+    want_p1 = phase1_stats(srcs[:-1], queries, gains=gains)
+    want_p2 = phase2_input(tuple(t[1] for t in want_p1), srcs[-1], queries[1], gain=gains[1])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = depth_attend(srcs, w, gain=g, kernel="torch")
+        got_p1 = phase1_stats(srcs[:-1], queries, gains=gains)
+        got_p2 = phase2_input(tuple(t[1] for t in got_p1), srcs[-1], queries[1], gain=gains[1])
+    # The same float32 ops on the same inputs: bitwise equal is expected; 8 float32 ulps of the largest
+    # value (|h| <= ~10) leave room for a backend that picks another summation order. A bf16 score matmul
+    # puts 2^-8 |s| ~ 0.08 on each score: outputs move by ~1e-1 (measured 0.10 in the bf16 test above).
+    for what, a, b in [("depth_attend", got, want), ("phase1 m", got_p1[0], want_p1[0]),
+                       ("phase1 l", got_p1[1], want_p1[1]), ("phase1 o", got_p1[2], want_p1[2]),
+                       ("phase2 h", got_p2, want_p2)]:
+        assert a.dtype == b.dtype == torch.float32, f"{what}: dtype {a.dtype} under autocast (deviation=dtype)"
+        _assert_close(a, b, 8 * 2.0**-23 * b.abs().max().item(), f"{what} under autocast vs float32")
 
 
 # ----------------------------------------------------------------------------------------------------
