@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from dormouse.attnres import BlockAttnResState, depth_attend, online_softmax_merge, phase1_stats, phase2_input
+from dormouse.attnres import BlockAttnResState, online_softmax_merge, phase1_stats, phase2_input
 from dormouse.config import AttnResConfig, model_arm
 from dormouse.probes import PROBES
 
@@ -176,10 +176,15 @@ class AttnRes(ResidualArm):
         return query, gain
 
     def _read(self, state: _AttnResState, index: int) -> Tensor:
-        """Eq. 2-4 over the sources Eq. 6 allows: the direct form."""
-        sources = state.blocks.sources()
-        query, gain = self._query_and_gain(index, sources)
-        return depth_attend(sources, query, gain=gain, eps=self.eps, form=self.form, kernel=self.kernel)
+        """Eq. 2-4 over the sources Eq. 6 allows: the direct form (each source's inverse RMS kept by the state)."""
+        blocks = state.blocks
+        if self.query_proj is None:
+            query, gain = self.queries[index], (self.gains[index] if self.gains is not None else None)
+        else:
+            # the input-dependent query is part of the read: it leaves autocast with it
+            with torch.autocast(device_type=blocks.embedding.device.type, enabled=False):
+                query, gain = self._query_and_gain(index, blocks.sources())
+        return blocks.read(query, gain=gain, eps=self.eps, form=self.form, kernel=self.kernel)
 
     def _two_phase_input(self, state: _AttnResState, slot: int) -> Tensor:
         """Algorithm 1, streamed through the loop: the same mixture as :meth:`_read`, computed in two phases.

@@ -58,9 +58,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 FORMS: tuple[str, ...] = ("paper", "sqrt_d")
 KERNELS: tuple[str, ...] = ("torch", "triton", "auto")
@@ -203,11 +205,6 @@ def _scores(x: Tensor, q: Tensor, eps: float) -> Tensor:
     return dots * _inv_rms(x, eps)
 
 
-def _scores_per_position(x: Tensor, q: Tensor, eps: float) -> Tensor:
-    """Eq. 2-3 with one query per position: ``x`` [N, ..., d], ``q`` [..., d] -> scores [N, ...]."""
-    return (x * q).sum(dim=-1) * _inv_rms(x, eps)
-
-
 # ----------------------------------------------------------------------------------------------------
 # kernel routing
 # ----------------------------------------------------------------------------------------------------
@@ -295,16 +292,80 @@ def depth_attend(
     if kernel == "triton":
         raise ValueError("query: the fused kernel takes a [d] pseudo-query; per-position queries need torch")
 
-    with _outside_autocast(device):
-        x = srcs if isinstance(srcs, Tensor) else torch.stack(srcs)
-        out_dtype = x.dtype
+    return _attend(list(srcs.unbind(0)) if isinstance(srcs, Tensor) else srcs, None, query, gain, eps, form)
+
+
+def _attend(
+    sources: list[Tensor], inv_rms: list[Tensor] | None, query: Tensor, gain: Tensor | None, eps: float, form: str
+) -> Tensor:
+    """The torch read over validated sources; ``inv_rms`` (one ``[...]`` per source, in the compute dtype) is
+    the sources' cached :func:`_inv_rms` at ``eps``, or None to compute it here."""
+    with _outside_autocast(sources[0].device):
+        out_dtype = sources[0].dtype
         cdtype = _compute_dtype(out_dtype)
-        x = x.to(cdtype)
+        xs = [x.to(cdtype) for x in sources]
+        if inv_rms is None:
+            inv_rms = [_inv_rms(x, eps) for x in xs]
         q = _effective_query(query, gain, form, cdtype)
-        s = _scores(x, q.unsqueeze(0), eps)[0] if q.dim() == 1 else _scores_per_position(x, q, eps)
-        alpha = torch.softmax(s, dim=0)  # Eq. 2: ONE softmax jointly over all L sources
-        out = (alpha.unsqueeze(-1) * x).sum(dim=0)  # Eq. 4: the weights act on the RAW values
-        return out.to(out_dtype)
+        return _DepthRead.apply(q, len(xs), *xs, *inv_rms).to(out_dtype)
+
+
+class _DepthRead(torch.autograd.Function):
+    """Eq. 2-4 for one ``[d]`` query over L sources with their inverse RMS given, with a one-pass backward.
+
+    Forward: ``s_i = r_i (q . x_i)``, ``alpha = softmax_i(s)`` (one joint softmax), ``out = sum_i alpha_i x_i``
+    (raw values). Nothing is stacked: each source is read where it lies. Backward, with ``g = dL/dout``
+    (the fused kernel's, kernels/depth_attend.py; ``sum_i alpha_i x_i = out`` gives ``g . out`` for free)::
+
+        ds_i = alpha_i (g . x_i - sum_j alpha_j g . x_j)      softmax Jacobian
+        dx_i = alpha_i g + ds_i r_i q                         value path + the key's direct path
+        dr_i = ds_i (q . x_i)                                 the key's norm path
+        dq   = sum_i sum_tokens ds_i r_i x_i
+
+    ``dr_i`` flows on through ``r_i = rsqrt(mean(x_i^2) + eps)`` by autograd, summed over every read of
+    source i first, so the norm's backward runs once per source, not once per read. The gain and the
+    form enter through ``q`` (folded by :func:`_effective_query`), so their chain rule is autograd's.
+    Inputs: ``q`` [d] (or [..., d], one query per position), ``n`` = L, then the L sources [..., d] and the
+    L inverse RMS [...], one dtype.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, q: Tensor, n: int, *xr: Tensor) -> Tensor:
+        xs, rs = xr[:n], xr[n:]
+        dots = torch.stack([x @ q if q.dim() == 1 else (x * q).sum(dim=-1) for x in xs])  # q . x_i, [L, ...]
+        alpha = torch.softmax(dots * torch.stack(rs), dim=0)  # Eq. 2: ONE softmax jointly over all L sources
+        out = xs[0] * alpha[0].unsqueeze(-1)  # Eq. 4: the weights act on the RAW values
+        for i in range(1, n):
+            out.addcmul_(xs[i], alpha[i].unsqueeze(-1))
+        ctx.n = n
+        ctx.save_for_backward(q, alpha, dots, *xr)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, ...]:
+        q, alpha, dots, *xr = ctx.saved_tensors
+        n = ctx.n
+        xs, rs = xr[:n], xr[n:]
+        g = g.to(q.dtype)
+        g_dots = torch.stack([(x * g).sum(dim=-1) for x in xs])  # g . x_i, [L, ...]
+        ds = alpha * (g_dots - (alpha * g_dots).sum(dim=0))  # g . out = sum_j alpha_j g . x_j
+        c = ds * torch.stack(rs)  # ds_i r_i: the weight of q in dx_i and of x_i in dq
+        need_x, need_r = any(ctx.needs_input_grad[2 : 2 + n]), any(ctx.needs_input_grad[2 + n :])
+        grad_x: list[Tensor | None] = [None] * n
+        if need_x:
+            for i in range(n):
+                gx = g * alpha[i].unsqueeze(-1)
+                grad_x[i] = gx.addcmul_(c[i].unsqueeze(-1), q)
+        grad_r = list((ds * dots).unbind(0)) if need_r else [None] * n
+        grad_q = None
+        if ctx.needs_input_grad[0]:
+            if q.dim() == 1:  # one query for every position: its gradient sums over them
+                d = q.shape[-1]
+                grad_q = sum(c[i].reshape(-1) @ xs[i].reshape(-1, d) for i in range(n))
+            else:
+                grad_q = sum(xs[i] * c[i].unsqueeze(-1) for i in range(n))
+        return (grad_q, None, *grad_x, *grad_r)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -372,6 +433,11 @@ class BlockAttnResState:
         self.layers_pushed: int = 0
         self._completed: list[Tensor] = []  # b_1 .. b_{n-1}
         self._partial: Tensor | None = None  # b_n^{i-1}; None while the block is empty (b_n^0 = 0)
+        # Each source's inverse RMS (the key's norm, Eq. 3) is a property of the source: computed at its
+        # first read and kept, not recomputed by every later read (O(L) norms over a depth, not O(L^2)).
+        # The partial changes at every push, so its entry is dropped then. Valid for one eps at a time.
+        self._inv_rms: dict[int, Tensor] = {}  # source index in sources() -> inverse RMS [...]
+        self._inv_rms_eps: float | None = None
 
     def sources(self) -> list[Tensor]:
         """What the next read sees (Eq. 6): ``[b_0, b_1, ..., b_{n-1}]`` + ``[b_n^{i-1}]`` if non-empty."""
@@ -389,15 +455,38 @@ class BlockAttnResState:
         form: str = "paper",
         kernel: str = "torch",
     ) -> Tensor:
-        """Eq. 2-4 over :meth:`sources`: the input of the next layer (or a readout)."""
-        return depth_attend(self.sources(), query, gain=gain, eps=eps, form=form, kernel=kernel)
+        """Eq. 2-4 over :meth:`sources`: the input of the next layer (or a readout).
+
+        The torch path reuses each source's inverse RMS (the sources were validated at :meth:`push`).
+        """
+        srcs = self.sources()
+        if kernel != "torch":
+            return depth_attend(srcs, query, gain=gain, eps=eps, form=form, kernel=kernel)
+        _check_form(form)
+        _check_eps(eps)
+        _check_query(query, self.embedding.shape)
+        _check_vector(gain, self.embedding.shape[-1], "gain", allow_none=True)
+        if eps != self._inv_rms_eps:
+            self._inv_rms, self._inv_rms_eps = {}, eps
+        cdtype = _compute_dtype(self.embedding.dtype)
+        with _outside_autocast(self.embedding.device):
+            for i, x in enumerate(srcs):
+                if i not in self._inv_rms:
+                    self._inv_rms[i] = _inv_rms(x.to(cdtype), eps)
+        return _attend(srcs, [self._inv_rms[i] for i in range(len(srcs))], query, gain, eps, form)
 
     def push(self, output: Tensor) -> None:
         """Fold layer ``layers_pushed + 1``'s output in: ``b_n^i = b_n^{i-1} + f_l(h_l)`` (Eq. 5)."""
         if not isinstance(output, Tensor) or output.shape != self.embedding.shape:
             shape = tuple(output.shape) if isinstance(output, Tensor) else type(output).__name__
             raise ValueError(f"output has shape {shape} but the embedding has {tuple(self.embedding.shape)}")
+        if output.dtype != self.embedding.dtype or output.device != self.embedding.device:
+            raise ValueError(
+                f"output is {output.dtype} on {output.device} but the embedding is {self.embedding.dtype} on "
+                f"{self.embedding.device}: every source must have one dtype and device"
+            )
         self._partial = output if self._partial is None else self._partial + output
+        self._inv_rms.pop(1 + len(self._completed), None)  # the partial's entry: it just changed
         self.layers_pushed += 1
         if self.layers_pushed % self.block_size == 0:  # the block is complete: it becomes b_n, once
             self._completed.append(self._partial)

@@ -48,6 +48,11 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return rotated.to(x.dtype)
 
 
+# RoPE tables are built once, for this many positions, and sliced per forward; a longer sequence builds its
+# own tables on the fly (same values, more work).
+ROPE_CACHE_LEN = 2048
+
+
 class CausalSelfAttention(nn.Module):
     """Pre-norm causal self-attention with RoPE: ``f(x) = W_o SDPA(RoPE(W_q n(x)), RoPE(W_k n(x)), W_v n(x))``."""
 
@@ -59,13 +64,22 @@ class CausalSelfAttention(nn.Module):
         self.norm = RMSNorm(d_model)
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.proj = nn.Linear(d_model, d_model, bias=False)
+        cos, sin = rope_tables(ROPE_CACHE_LEN, self.head_dim, rope_base, torch.device("cpu"))
+        # buffers: they follow .to(device); not persistent: they are a function of the config, not state
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
         batch, seq, d = x.shape
-        q, k, v = self.qkv(self.norm(x)).split(d, dim=-1)
-        q, k, v = (t.view(batch, seq, self.n_heads, self.head_dim).transpose(1, 2) for t in (q, k, v))
-        cos, sin = rope_tables(seq, self.head_dim, self.rope_base, x.device)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        qkv = self.qkv(self.norm(x)).view(batch, seq, 3, self.n_heads, self.head_dim)
+        if seq <= self.rope_cos.shape[0]:
+            cos, sin = self.rope_cos[:seq], self.rope_sin[:seq]
+        else:
+            cos, sin = rope_tables(seq, self.head_dim, self.rope_base, x.device)
+        # q and k rotated in one pass: [batch, seq, 2, heads, head_dim] against [seq, 1, 1, head_dim / 2]
+        qk = apply_rope(qkv[:, :, :2], cos[:, None, None, :].float(), sin[:, None, None, :].float())
+        q, k = (t.transpose(1, 2) for t in qk.unbind(2))
+        v = qkv[:, :, 2].transpose(1, 2)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.proj(y.transpose(1, 2).reshape(batch, seq, d))
 
@@ -108,8 +122,7 @@ class LoopedByteLM(nn.Module):
         self.final_norm = RMSNorm(self.d_model)
         self.head = None if cfg.tie_head else nn.Linear(self.d_model, VOCAB, bias=False)
         self.arm: ResidualArm = build_arm(cfg, kernel)
-        # Sublayers as called by the loop; `compile_sublayers` swaps in compiled versions, leaving the
-        # loop driver and the arm (where the probe counters live) eager.
+        # the sublayers in the order the loop calls them (a list, so a test can plant its own)
         self.sublayers: list[nn.Module] = [self.attn, self.mlp]
         self.init_weights(seed)
 
@@ -133,9 +146,14 @@ class LoopedByteLM(nn.Module):
             elif isinstance(module, nn.Embedding):
                 module.weight.copy_(torch.randn(module.weight.shape, generator=shared) * 0.02)
 
-    def compile_sublayers(self, backend: str = "inductor") -> None:
-        """``train.compile``: compile the heavy, shared sublayers; the loop and the arm stay eager."""
-        self.sublayers = [torch.compile(self.attn, backend=backend), torch.compile(self.mlp, backend=backend)]
+    def compile_whole(self, backend: str = "inductor", mode: str | None = None) -> nn.Module:
+        """``train.compile``: the whole forward (embedding, loop, arm, readouts, probe counters) as one graph.
+
+        ``fullgraph=True``: a graph break is an error, not a silent split (the counters are in-graph adds,
+        :mod:`dormouse.probes`). Returns the compiled module; it shares this module's parameters. Each
+        distinct depth, readout choice and train/eval mode is its own graph (recompiled once, then cached).
+        """
+        return torch.compile(self, fullgraph=True, backend=backend, mode=mode)
 
     def readout(self, x: Tensor) -> Tensor:
         x = self.final_norm(x)

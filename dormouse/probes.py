@@ -8,12 +8,13 @@ Every arm has a pair ``<arm>=<ran>/<asked>`` for the window since the last eval 
 
 The counters are the project's one piece of global mutable state, owned by :data:`PROBES`.
 
-torch.compile: a Python side effect inside a compiled region runs once, at trace time. Two things keep the
-counts right. (1) ``train.compile`` compiles the shared block's sublayers only; the loop driver and the arms
-(where the counting happens) run eagerly. (2) The counting methods are wrapped in
-``torch.compiler.disable``, so even a user who compiles the whole model gets a graph break at each count
-and the count runs on every call rather than once.
-``tests/test_arms.py::test_counters_keep_counting_under_torch_compile`` pins both.
+**Counters inside the graph.** Each counter is an int64 element of a device tensor, incremented by an
+in-place add in the same graph that computes the output. So a compiled model (``torch.compile`` of the
+whole forward, ``fullgraph=True``; CUDA graphs under ``mode="reduce-overhead"``) counts every call, not
+once at trace time, with no graph break and no host synchronisation: the counts are read on the host
+only when an eval line is written (:meth:`ProbeCounters.snapshot`). ``PROBES.to(device)`` puts the
+counters on the model's device. ``tests/test_arms.py`` pins "N calls -> N counts" eager, compiled per
+call and for the whole-model ``fullgraph`` path.
 """
 
 from __future__ import annotations
@@ -29,26 +30,36 @@ import torch.nn.functional as F
 
 from dormouse.config import ARMS
 
+_INDEX = {arm: i for i, arm in enumerate(ARMS)}
+
 
 class ProbeCounters:
-    """Per-arm ``ran``/``asked`` integers for the current eval window."""
+    """Per-arm ``ran``/``asked`` counts for the current eval window, as two int64 tensors ``[len(ARMS)]``."""
 
-    def __init__(self) -> None:
-        self.ran: dict[str, int] = dict.fromkeys(ARMS, 0)
-        self.asked: dict[str, int] = dict.fromkeys(ARMS, 0)
+    def __init__(self, device: torch.device | str = "cpu") -> None:
+        self._ran = torch.zeros(len(ARMS), dtype=torch.int64, device=device)
+        self._asked = torch.zeros(len(ARMS), dtype=torch.int64, device=device)
         self._paused = 0
 
-    @torch.compiler.disable
-    def count_ran(self, arm: str, n: int = 1) -> None:
-        """Called by an arm where its aggregation becomes the state."""
-        if not self._paused:
-            self.ran[arm] += n
+    @property
+    def device(self) -> torch.device:
+        return self._ran.device
 
-    @torch.compiler.disable
+    def to(self, device: torch.device | str) -> ProbeCounters:
+        """Keep the counters on ``device`` (the model's), carrying the open window's counts over."""
+        self._ran = self._ran.to(device)
+        self._asked = self._asked.to(device)
+        return self
+
+    def count_ran(self, arm: str, n: int = 1) -> None:
+        """Called by an arm where its aggregation becomes the state (an in-graph add, no host sync)."""
+        if not self._paused:
+            self._ran[_INDEX[arm]] += n
+
     def count_asked(self, arm: str, n: int = 1) -> None:
         """Called by the loop driver for each aggregation the config asks of ``arm``."""
         if not self._paused:
-            self.asked[arm] += n
+            self._asked[_INDEX[arm]] += n
 
     @contextmanager
     def paused(self) -> Iterator[None]:
@@ -60,23 +71,34 @@ class ProbeCounters:
             self._paused -= 1
 
     def reset(self) -> None:
-        for arm in ARMS:
-            self.ran[arm] = 0
-            self.asked[arm] = 0
+        self._ran.zero_()
+        self._asked.zero_()
+
+    @property
+    def ran(self) -> dict[str, int]:
+        """``{arm: ran}`` read on the host (a device sync on CUDA: for eval lines and tests)."""
+        return dict(zip(ARMS, self._ran.tolist()))
+
+    @property
+    def asked(self) -> dict[str, int]:
+        """``{arm: asked}`` read on the host."""
+        return dict(zip(ARMS, self._asked.tolist()))
 
     def snapshot(self) -> dict[str, int]:
         """Flat ``{"<arm>_ran": n, "<arm>_asked": n}`` in the fixed arm order (for metrics.jsonl)."""
+        ran, asked = self.ran, self.asked
         out: dict[str, int] = {}
         for arm in ARMS:
-            out[f"{arm}_ran"] = self.ran[arm]
-            out[f"{arm}_asked"] = self.asked[arm]
+            out[f"{arm}_ran"] = ran[arm]
+            out[f"{arm}_asked"] = asked[arm]
         return out
 
     def load(self, snapshot: dict[str, int]) -> None:
         """Restore an open window (a resumed run continues the window it was interrupted in)."""
-        for arm in ARMS:
-            self.ran[arm] = int(snapshot.get(f"{arm}_ran", 0))
-            self.asked[arm] = int(snapshot.get(f"{arm}_asked", 0))
+        ran = [int(snapshot.get(f"{arm}_ran", 0)) for arm in ARMS]
+        asked = [int(snapshot.get(f"{arm}_asked", 0)) for arm in ARMS]
+        self._ran.copy_(torch.tensor(ran, dtype=torch.int64))
+        self._asked.copy_(torch.tensor(asked, dtype=torch.int64))
 
 
 PROBES = ProbeCounters()

@@ -338,7 +338,7 @@ def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: st
                eval_set)
     state, source = _resume_point(run)
     loop = LoopState()
-    PROBES.reset()
+    PROBES.to(device).reset()  # the counters live beside the model: in-graph adds, read at eval lines
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
@@ -349,13 +349,13 @@ def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: st
                       "nothing to resume", flush=True)
             return TrainResult(run.files.dir, loop.metrics, [], 0.0, **run.counts, kernel=kernel,
                                device=str(device))
-    if t.compile:
-        model.compile_sublayers()
+    if t.compile:  # the whole training forward as one graph, probe counters inside it (eval stays eager)
+        run.train_model = model.compile_whole()
     if info.enabled:
         # Every parameter gets a gradient at every depth and readout choice: the per-slot arm parameters
         # are rows of one tensor each, so DDP's unused-parameter search is not needed.
         run.train_model = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None)
+            run.train_model, device_ids=[device.index] if device.type == "cuda" else None)
     if info.is_main:
         _open_run_dir(run, loop, source)
     return _loop(run, loop, stop_at_step)

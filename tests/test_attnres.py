@@ -553,6 +553,64 @@ def test_depth_attend_gradients_match_finite_differences(form: str) -> None:
     )
 
 
+def _streaming_loss(b0: Tensor, outs: list[Tensor], Q: Tensor, G: Tensor, R: Tensor, S: int, attend) -> Tensor:
+    """Every read of a depth of len(outs) layers (+ the readout), each weighted by its own R: the sources are
+    read many times, so a cached inverse RMS must collect its gradient from every read."""
+    loss = torch.zeros((), dtype=F64)
+    for l in range(1, len(outs) + 2):
+        loss = loss + (attend(l, ref_eq6_sources(b0, outs, S, l)) * R[l - 1]).sum()
+    return loss
+
+
+@pytest.mark.parametrize(("S", "form"), [(1, "paper"), (2, "paper"), (1, "sqrt_d")])
+def test_streaming_read_gradients_match_autograd_of_the_float64_reference(S: int, form: str) -> None:
+    """The torch read's one-pass backward (sources read where they lie, inverse RMS cached per source) against
+    autograd of the naive float64 reference, at every read of a depth; then against finite differences."""
+    gen = torch.Generator().manual_seed(29)
+    L = 4
+    b0 = torch.randn(1, 2, D, generator=gen, dtype=F64).requires_grad_()
+    outs = [(torch.randn(1, 2, D, generator=gen, dtype=F64) * (1 + i)).requires_grad_() for i in range(L)]
+    Q = (2 * torch.randn(L + 1, D, generator=gen, dtype=F64)).requires_grad_()
+    G = (1 + 0.3 * torch.randn(L + 1, D, generator=gen, dtype=F64)).requires_grad_()
+    R = torch.randn(L + 1, 1, 2, D, generator=gen, dtype=F64)
+    params = {"embedding": [b0], "outputs": outs, "queries": [Q], "gains": [G]}
+
+    def streamed() -> Tensor:
+        state, loss = BlockAttnResState(b0, S), torch.zeros((), dtype=F64)
+        for l in range(1, L + 2):
+            loss = loss + (state.read(Q[l - 1], gain=G[l - 1], form=form) * R[l - 1]).sum()
+            if l <= L:
+                state.push(outs[l - 1])
+        return loss
+
+    flat = [p for ps in params.values() for p in ps]
+    got = torch.autograd.grad(streamed(), flat)
+    want = torch.autograd.grad(
+        _streaming_loss(b0, outs, Q, G, R, S, lambda l, srcs: ref_attend(srcs, Q[l - 1], G[l - 1], form=form)), flat
+    )
+    # float64 both ways, different association of the same sums: ~1e-15 relative on O(1-10) gradients.
+    # A dropped term of the backward (the g . out shift, the key's norm path, the q term) is O(0.1-1).
+    for (name, _), a, b in zip([(n, p) for n, ps in params.items() for p in ps], got, want, strict=True):
+        _assert_close(a, b, 1e-10 * (1 + b.abs().max().item()), f"d loss/d {name} vs autograd of the reference")
+    if S == 2:  # and once against central differences, independent of any autograd (slow: one case, two groups)
+        _check_grads(streamed, {"outputs": outs, "queries": [Q]})
+
+
+def test_per_position_query_gradients_match_autograd_of_the_float64_reference() -> None:
+    """One query per position (the input-dependent query) through the same one-pass backward."""
+    gen = torch.Generator().manual_seed(31)
+    srcs = [(torch.randn(2, 3, D, generator=gen, dtype=F64) * (1 + i)).requires_grad_() for i in range(4)]
+    w = (2 * torch.randn(2, 3, D, generator=gen, dtype=F64)).requires_grad_()
+    g = (1 + 0.3 * torch.randn(D, generator=gen, dtype=F64)).requires_grad_()
+    r = torch.randn(2, 3, D, generator=gen, dtype=F64)
+    flat = [*srcs, w, g]
+    got = torch.autograd.grad((depth_attend(srcs, w, gain=g) * r).sum(), flat)
+    want = torch.autograd.grad((ref_attend(srcs, w, g) * r).sum(), flat)
+    # float64 both ways: ~1e-15 relative; a wrong per-position dq (e.g. summed over positions) is O(1)
+    for i, (a, b) in enumerate(zip(got, want, strict=True)):
+        _assert_close(a, b, 1e-10 * (1 + b.abs().max().item()), f"gradient {i} vs autograd of the reference")
+
+
 def test_two_phase_gradients_match_finite_differences() -> None:
     gen = torch.Generator().manual_seed(23)
     S = 3

@@ -1,0 +1,145 @@
+#!/usr/bin/env python
+"""Training tokens/s of dormouse (ReZero, AttnRes) next to nanoGPT's, side by side on one CPU.
+
+nanoGPT (Karpathy, https://github.com/karpathy/nanoGPT, commit 3adf61e) is the public reference for a
+small GPT's training speed. It is run from its own repository (never vendored here) in its README's
+"baby" CPU shape: d 128, 4 heads, 4 layers, context 64, batch 12, dropout 0, fp32, no compile. dormouse
+runs the same shape: ``model.max_iter=4`` gives 8 sublayers, as nanoGPT's 4 layers do. Both train on the
+**same bytes and split**: dormouse's embedded corpus, whose train and val halves are written as nanoGPT's
+``train.bin``/``val.bin`` (vocabulary 256, one token per byte).
+
+The arms are interleaved (nanoGPT, ReZero, AttnRes, nanoGPT, ...) for ``--rounds`` rounds, so a machine
+whose load drifts slows every arm alike; the table gives each arm's median over rounds and the median of
+the per-round ratios to nanoGPT (a ratio is more robust to load than an absolute figure).
+
+How tokens/s is measured, per run of ``--steps`` steps:
+
+* nanoGPT: its own log line ``iter k: ... time X ms`` (wall time of one iteration, the next batch's load
+  included); tokens/s = 12 * 64 * (steps - 2) / sum of X over iterations 2.. (iteration 0 runs an eval;
+  iteration 1 pays the first backward's set-up).
+* dormouse: ``tok/s`` of the final row of ``metrics.jsonl``, i.e. the eval line's training tokens over the
+  training time of the window (one window = the whole run; evaluation time excluded).
+
+    python scripts/bench_vs_nanogpt.py --nanogpt /path/to/nanoGPT            # 6 rounds x 200 steps
+    python scripts/bench_vs_nanogpt.py --nanogpt DIR --rounds 2 --steps 50   # a quick look
+
+``--nanogpt`` is a checkout of nanoGPT (``git clone https://github.com/karpathy/nanoGPT; git -C nanoGPT
+checkout 3adf61e``); the script copies it to a temporary directory and writes the data there, so the
+checkout stays untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+SHAPE = {"d": 128, "heads": 4, "layers": 4, "context": 64, "batch": 12}
+_ITER = re.compile(r"^iter (\d+): loss [-\d.naninf]+, time ([\d.]+)ms")
+
+DORMOUSE_ARMS: dict[str, list[str]] = {
+    "dormouse ReZero": [],
+    "dormouse AttnRes": ["model.use_attnres=true", "model.kernel=torch"],
+}
+
+
+def write_nanogpt_data(root: Path) -> Path:
+    """dormouse's embedded corpus, split as dormouse splits it, as nanoGPT's uint16 token files."""
+    from dormouse.config import compose_config
+    from dormouse.data import load_corpus
+
+    cfg = compose_config([f"data.seq_len={SHAPE['context']}"])
+    corpus = load_corpus(cfg.data)
+    data_dir = root / "data" / "dormouse_bytes"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    corpus.train.numpy().astype(np.uint16).tofile(data_dir / "train.bin")
+    corpus.val.numpy().astype(np.uint16).tofile(data_dir / "val.bin")
+    with open(data_dir / "meta.pkl", "wb") as f:
+        pickle.dump({"vocab_size": 256}, f)
+    return data_dir
+
+
+def run_nanogpt(root: Path, steps: int, out: Path) -> float:
+    cmd = [
+        sys.executable, "train.py", "config/train_shakespeare_char.py", "--dataset=dormouse_bytes",
+        "--device=cpu", "--compile=False", "--dtype=float32", f"--out_dir={out}",
+        f"--n_layer={SHAPE['layers']}", f"--n_head={SHAPE['heads']}", f"--n_embd={SHAPE['d']}",
+        f"--block_size={SHAPE['context']}", f"--batch_size={SHAPE['batch']}", "--dropout=0.0",
+        f"--max_iters={steps}", f"--lr_decay_iters={steps}", "--eval_iters=1", "--eval_interval=1000000",
+        "--log_interval=1", "--always_save_checkpoint=False",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"nanoGPT failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    times = {int(m.group(1)): float(m.group(2)) for m in map(_ITER.match, proc.stdout.splitlines()) if m}
+    timed = [ms for k, ms in times.items() if k >= 2]
+    if not timed:
+        raise RuntimeError(f"nanoGPT printed no iteration times:\n{proc.stdout[-2000:]}")
+    return SHAPE["batch"] * SHAPE["context"] * len(timed) / (sum(timed) / 1e3)
+
+
+def run_dormouse(extra: list[str], steps: int, run_dir: Path, name: str) -> float:
+    overrides = [
+        "preset=cpu", f"model.d_model={SHAPE['d']}", f"model.n_heads={SHAPE['heads']}", "model.max_iter=4",
+        f"data.seq_len={SHAPE['context']}", f"train.batch_size={SHAPE['batch']}", f"train.steps={steps}",
+        f"train.eval_every={steps}", "train.warmup=10", "train.ckpt_every=0", "data.eval_bytes=4096",
+        f"run.dir={run_dir}", f"run.name={name}", *extra,
+    ]  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "dormouse", "train", *overrides], capture_output=True,
+                          text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"dormouse {' '.join(overrides)} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    rows = [json.loads(line) for line in (run_dir / name / "metrics.jsonl").read_text().splitlines() if line]
+    return float(rows[-1]["tok/s"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nanogpt", type=Path, required=True, help="a nanoGPT checkout (3adf61e)")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--out", type=Path, help="write every round's numbers here as JSON")
+    args = ap.parse_args(argv)
+    if not (args.nanogpt / "train.py").is_file() or not (args.nanogpt / "model.py").is_file():
+        print(f"--nanogpt {args.nanogpt}: no nanoGPT train.py/model.py there", file=sys.stderr)
+        return 2
+
+    results: dict[str, list[float]] = {"nanoGPT": [], **{a: [] for a in DORMOUSE_ARMS}}
+    with tempfile.TemporaryDirectory(prefix="bench_vs_nanogpt_") as tmp:
+        root = Path(tmp) / "nanoGPT"
+        shutil.copytree(args.nanogpt, root, ignore=shutil.ignore_patterns(".git", "out*", "data"))
+        (root / "config").mkdir(exist_ok=True)
+        write_nanogpt_data(root)
+        for r in range(args.rounds):
+            t0 = time.time()
+            results["nanoGPT"].append(run_nanogpt(root, args.steps, Path(tmp) / f"out{r}"))
+            for arm, extra in DORMOUSE_ARMS.items():
+                name = f"{arm.split()[-1].lower()}-{r}"
+                results[arm].append(run_dormouse(extra, args.steps, Path(tmp) / "runs", name))
+            print(f"round {r + 1}/{args.rounds} ({time.time() - t0:.0f} s): "
+                  + ", ".join(f"{a} {v[-1]:,.0f} tok/s" for a, v in results.items()), flush=True)
+
+    base = results["nanoGPT"]
+    print(f"\ntokens/s, shape {SHAPE}, {args.rounds} interleaved rounds x {args.steps} steps (median; ratio = "
+          "median of the per-round ratios to nanoGPT)")
+    for arm, values in results.items():
+        ratio = statistics.median(v / b for v, b in zip(values, base))
+        print(f"  {arm:18s} {statistics.median(values):9,.0f} tok/s   x{ratio:.2f} nanoGPT")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"shape": SHAPE, "steps": args.steps, "tok/s": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
