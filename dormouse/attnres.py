@@ -507,11 +507,17 @@ def online_softmax_merge(
     (``m``, ``l``: ``[...]``; ``o``: ``[..., d]``). With ``m = max(m1, m2)`` the merged state is
     ``l = e^{m1-m} l1 + e^{m2-m} l2`` and ``o = e^{m1-m} o1 + e^{m2-m} o2``; ``o / l`` is then the
     softmax mixture over the union of the two sets.
+
+    An empty state (``m = -inf``, ``l = 0``, ``o = 0``) weighs 0: the exponentials are shifted by a finite
+    max, so two empty states merge to an empty state instead of ``exp(-inf - (-inf)) = NaN``, with zero
+    (not NaN) gradients. The one merge of the project: the fused kernel's backward recomputes through it.
     """
     m = torch.maximum(m1, m2)
-    a1 = torch.exp(m1 - m)
-    a2 = torch.exp(m2 - m)
-    return m, a1 * l1 + a2 * l2, a1.unsqueeze(-1) * o1 + a2.unsqueeze(-1) * o2
+    # a torch.where over exp(m1 - m) would still back-propagate 0 * NaN when both states are empty
+    m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    w1 = torch.exp(m1 - m_safe)
+    w2 = torch.exp(m2 - m_safe)
+    return m, w1 * l1 + w2 * l2, w1.unsqueeze(-1) * o1 + w2.unsqueeze(-1) * o2
 
 
 def phase1_stats(

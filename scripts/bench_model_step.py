@@ -1,18 +1,25 @@
 #!/usr/bin/env python
-"""Time one training step (forward + backward + AdamW): ReZero vs GR vs AttnRes, at any preset.
+"""Time one training step (forward + backward + AdamW) of every arm, interleaved, at any preset.
 
-Arms: ``rezero`` (the baseline), ``attnres`` with ``model.kernel=auto`` (the fused Triton read on CUDA)
-and, for attribution, ``attnres`` with ``model.kernel=torch``. Each arm: a fresh model from the same seed,
-bf16 autocast on CUDA (as dormouse.train does), the preset's batch and sequence length, warmup steps,
-then the median of timed steps (CUDA-synchronised wall time). Prints a table with the step-time ratio
-AttnRes / ReZero and how many fused-kernel calls one step made (0 means the fused path did not run).
+Arms: ``rezero`` (the baseline), ``gr``, ``attnres`` (Full) and ``attnres_block`` (Block, S = 2) with
+the torch read, and on CUDA ``attnres_fused`` / ``attnres_block_fused`` (``model.kernel=triton``). Each
+arm is a fresh model from the same seed, run as dormouse.train runs it: bf16 autocast on CUDA, the
+preset's batch and sequence length, readouts as ``train.readout``. ``--modes`` adds the compiled forward
+(``compile``: ``LoopedByteLM.compile_whole()``, what ``train.compile=true`` runs; ``reduce-overhead``: the
+same with CUDA graphs).
 
-    python scripts/bench_model_step.py [--preset 9m] [--steps 10] [--out runs/bench_model_step.json]
-    python scripts/bench_model_step.py --preset cpu --cpu --steps 20   # the CPU default's tokens/s
+Timing is made for a shared, noisy machine: every (arm, mode) is built and warmed up first (compiles
+included), then the variants are **interleaved** (A B C A B C ...) for ``--rounds`` rounds of ``--steps``
+steps each, so load that drifts hits all of them alike. The table gives, per variant, the median over
+rounds of the per-round median step time, tokens/s, and the median over rounds of the per-round ratio to
+ReZero in the same mode (ratios are more robust to load than absolute times).
 
-It is a script, kept tolerant of small API drift: the model is built as dormouse.train builds it
-(``LoopedByteLM(cfg.model, seed=...)``, ``model.arm.kernel = resolve_kernel(...)``), and anything
-missing is reported rather than guessed.
+    python scripts/bench_model_step.py --preset cpu --cpu                     # the CPU default preset
+    python scripts/bench_model_step.py --preset 9m --modes eager compile reduce-overhead   # on a GPU
+    python scripts/bench_model_step.py --preset cpu --cpu --arms rezero attnres --rounds 3 --steps 3
+
+Also prints, per variant, the probe counts of one step (``ran/asked``: the arm ran inside the compiled
+graph too) and, on CUDA, how many fused-kernel calls one step made and the peak memory.
 """
 
 from __future__ import annotations
@@ -22,23 +29,29 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-ARMS = {
+ARMS: dict[str, list[str]] = {
     "rezero": [],
     "gr": ["model.use_gr=true"],
-    "attnres (kernel=auto)": ["model.use_attnres=true", "model.kernel=auto"],
-    "attnres (kernel=torch)": ["model.use_attnres=true", "model.kernel=torch"],
+    "attnres": ["model.use_attnres=true", "model.kernel=torch"],
+    "attnres_block": ["model.use_attnres=true", "model.kernel=torch", "model.attnres.block_size=2"],
+    "attnres_fused": ["model.use_attnres=true", "model.kernel=triton"],
+    "attnres_block_fused": ["model.use_attnres=true", "model.kernel=triton", "model.attnres.block_size=2"],
 }
+CUDA_ONLY = ("attnres_fused", "attnres_block_fused")
+MODES = ("eager", "compile", "reduce-overhead")
 
 
 def _count_fused_calls() -> dict[str, int]:
-    """Wrap dormouse_kernels.depth_attend_fused with a call counter (the routing looks it up by
-    attribute at call time, so the wrapper sees every fused read)."""
+    """Wrap dormouse_kernels.depth_attend_fused with a call counter (the routing looks it up by attribute at
+    call time). Under torch.compile the wrapper runs at trace time only, so the count is for eager steps."""
     counter = {"calls": 0}
     try:
         import dormouse_kernels as dk
@@ -46,7 +59,7 @@ def _count_fused_calls() -> dict[str, int]:
         return counter
     inner = dk.depth_attend_fused
 
-    def counted(*args, **kwargs):
+    def counted(*args: Any, **kwargs: Any) -> Any:
         counter["calls"] += 1
         return inner(*args, **kwargs)
 
@@ -54,125 +67,157 @@ def _count_fused_calls() -> dict[str, int]:
     return counter
 
 
-def build(overrides: list[str], device: torch.device):
-    from dormouse.config import compose_config
-    from dormouse.model import LoopedByteLM
+class Variant:
+    """One (arm, mode): a model, its optimizer, a fixed batch and a ``step()``."""
 
-    cfg = compose_config(overrides)
-    kernel = "none"
-    if cfg.model.use_attnres:
-        try:
-            from dormouse.attnres import resolve_kernel
+    def __init__(self, arm: str, mode: str, preset: str, device: torch.device) -> None:
+        from dormouse.attnres import resolve_kernel
+        from dormouse.config import compose_config
+        from dormouse.model import LoopedByteLM
 
-            kernel = resolve_kernel(str(cfg.model.kernel), device)
-        except Exception as exc:  # e.g. kernel=triton refused: say so in the table
-            kernel = f"unresolved ({type(exc).__name__}: {exc})"[:80]
-    model = LoopedByteLM(cfg.model, seed=0, kernel=kernel if kernel in ("torch", "triton") else "torch").to(device)
-    return cfg, model, kernel
+        self.arm, self.mode, self.device = arm, mode, device
+        cfg = compose_config([f"preset={preset}", *ARMS[arm]])
+        self.kernel = resolve_kernel(str(cfg.model.kernel), device) if cfg.model.use_attnres else "none"
+        self.model = LoopedByteLM(cfg.model, seed=0, kernel=self.kernel if self.kernel != "none" else "torch")
+        self.model.to(device)
+        self.forward: Callable[..., Any] = self.model
+        if mode != "eager":
+            self.forward = self.model.compile_whole(mode=None if mode == "compile" else mode)
+        self.batch, self.seq = int(cfg.train.batch_size), int(cfg.data.seq_len)
+        self.readout = str(cfg.train.readout)
+        self.opt = torch.optim.AdamW(self.model.param_groups(0.1), lr=1e-3, fused=device.type == "cuda")
+        gen = torch.Generator(device=device).manual_seed(0)
+        self.x = torch.randint(0, 256, (self.batch, self.seq), device=device, generator=gen)
+        self.y = torch.randint(0, 256, (self.batch, self.seq), device=device, generator=gen)
+        self.autocast = (
+            (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda" else nullcontext
+        )
+        self.d_model, self.max_iter = int(cfg.model.d_model), int(cfg.model.max_iter)
 
-
-def time_arm(overrides: list[str], device: torch.device, steps: int, warmup: int, counter: dict) -> dict:
-    cfg, model, kernel = build(overrides, device)
-    batch = int(cfg.train.batch_size)
-    seq = int(cfg.data.seq_len)
-    params = model.param_groups(0.1) if hasattr(model, "param_groups") else model.parameters()
-    opt = torch.optim.AdamW(params, lr=1e-3, fused=device.type == "cuda")
-    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda" else nullcontext
-    gen = torch.Generator(device=device).manual_seed(0)
-    x = torch.randint(0, 256, (batch, seq), device=device, generator=gen)
-    y = torch.randint(0, 256, (batch, seq), device=device, generator=gen)
-
-    def step() -> float:
-        opt.zero_grad(set_to_none=True)
-        with autocast():
-            out = model(x)
-        logits = out if isinstance(out, (list, tuple)) else [out]
-        loss = torch.stack([F.cross_entropy(lg.float().reshape(-1, lg.shape[-1]), y.reshape(-1)) for lg in logits])
-        loss = loss.mean()
+    def step(self) -> torch.Tensor:
+        self.opt.zero_grad(set_to_none=True)
+        with self.autocast():
+            logits = self.forward(self.x, readouts=self.readout)
+        losses = [F.cross_entropy(lg.float().reshape(-1, lg.shape[-1]), self.y.reshape(-1)) for lg in logits]
+        loss = torch.stack(losses).mean()
         loss.backward()
-        opt.step()
-        return float(loss.detach())
+        self.opt.step()
+        return loss.detach()
 
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    for _ in range(warmup):
-        step()
-    sync()
-    counter["calls"] = 0
+    @property
+    def name(self) -> str:
+        return f"{self.arm} [{self.mode}]"
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_steps(v: Variant, steps: int) -> list[float]:
     times = []
     for _ in range(steps):
-        sync()
+        _sync(v.device)
         t0 = time.perf_counter()
-        loss = step()
-        sync()
+        v.step()
+        _sync(v.device)
         times.append((time.perf_counter() - t0) * 1e3)
-    peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
-    return {
-        "overrides": overrides,
-        "kernel": kernel,
-        "batch": batch,
-        "seq_len": seq,
-        "d_model": int(cfg.model.d_model),
-        "max_iter": int(cfg.model.max_iter),
-        "step_ms": statistics.median(times),
-        "step_ms_all": times,
-        "fused_calls_per_step": counter["calls"] / steps,
-        "loss": loss,
-        "peak_gib": peak,
-    }
+    return times
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="9m")
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--out", type=Path)
+    ap.add_argument("--arms", nargs="+", choices=list(ARMS), help="default: all (the fused ones on CUDA only)")
+    ap.add_argument("--modes", nargs="+", choices=MODES, default=["eager"])
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
+    ap.add_argument("--steps", type=int, default=4, help="timed steps per variant per round")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed steps per variant first (compiles here)")
+    ap.add_argument("--out", type=Path, help="write every round's times here as JSON")
     ap.add_argument("--cpu", action="store_true", help="allow running on CPU (the CPU preset's timing)")
     args = ap.parse_args(argv)
 
     if not torch.cuda.is_available() and not args.cpu:
-        print("bench_model_step.py needs a CUDA GPU (pass --cpu for a smoke run)", file=sys.stderr)
+        print("bench_model_step.py: no CUDA GPU (pass --cpu to time on the CPU)", file=sys.stderr)
         return 2
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    arms = args.arms or [a for a in ARMS if device.type == "cuda" or a not in CUDA_ONLY]
+    if "rezero" not in arms:
+        arms = ["rezero", *arms]
     counter = _count_fused_calls()
-    rows = {}
-    for name, extra in ARMS.items():
-        overrides = [f"preset={args.preset}", *extra]
-        try:
-            if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(device)
-            rows[name] = time_arm(overrides, device, args.steps, args.warmup, counter)
-        except Exception as exc:  # one broken arm must not hide the others
-            rows[name] = {"overrides": overrides, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-        print(name, {k: v for k, v in rows[name].items() if k != "step_ms_all"}, flush=True)
+
+    from dormouse.probes import PROBES
+
+    if hasattr(PROBES, "to"):  # older dormouse: host-side counters
+        PROBES.to(device)
+    variants: list[Variant] = []
+    info: dict[str, dict[str, Any]] = {}
+    for mode in args.modes:
+        for arm in arms:
+            name = f"{arm} [{mode}]"
+            try:
+                v = Variant(arm, mode, args.preset, device)
+                t0 = time.perf_counter()
+                counter["calls"] = 0
+                for _ in range(args.warmup):
+                    v.step()
+                _sync(device)
+                PROBES.reset()
+                loss = float(v.step())
+                snap = PROBES.snapshot()
+                counted = "attnres" if arm.startswith("attnres") else arm
+                info[name] = {
+                    "kernel": v.kernel, "warmup_s": time.perf_counter() - t0, "loss": loss,
+                    "counts": f"{snap[f'{counted}_ran']}/{snap[f'{counted}_asked']}",
+                    "fused_calls_per_step": counter["calls"] / (args.warmup + 1) if mode == "eager" else None,
+                }  # fmt: skip
+                variants.append(v)
+                print(f"built and warmed up {name} in {info[name]['warmup_s']:.1f} s", flush=True)
+            except Exception as exc:  # one broken variant must not hide the others
+                info[name] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+                print(f"{name}: {info[name]['error']}", flush=True)
+
+    times: dict[str, list[list[float]]] = {v.name: [] for v in variants}
+    for r in range(args.rounds):
+        for v in variants:
+            times[v.name].append(time_steps(v, args.steps))
+        print(f"round {r + 1}/{args.rounds}: " + ", ".join(
+            f"{n} {statistics.median(t[-1]):.1f} ms" for n, t in times.items()), flush=True)
+
+    rows: dict[str, dict[str, Any]] = {}
+    for v in variants:
+        per_round = [statistics.median(t) for t in times[v.name]]
+        base = [statistics.median(t) for t in times.get(f"rezero [{v.mode}]", [])]
+        ratios = [a / b for a, b in zip(per_round, base)] if base else []
+        step_ms = statistics.median(per_round)
+        rows[v.name] = {
+            **info[v.name], "step_ms": step_ms, "tok_s": v.batch * v.seq / (step_ms / 1e3),
+            "x_rezero": statistics.median(ratios) if ratios else None, "round_ms": per_round,
+        }  # fmt: skip
         if device.type == "cuda":
-            torch.cuda.empty_cache()
+            rows[v.name]["peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+    for name, r in info.items():
+        rows.setdefault(name, r)
 
-    base = rows.get("rezero", {}).get("step_ms")
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        meta = {
-            "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-            "torch": torch.__version__,
-        }
-        args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-        print(f"wrote {args.out}")
-
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title=f"training step, preset={args.preset} (median of {args.steps} steps, {device.type})")
-    for col in ("arm", "read path", "step ms", "tok/s", "x ReZero", "fused calls/step", "peak GiB"):
-        t.add_column(col, justify="right" if col != "arm" else "left")
+    title = (f"training step, preset={args.preset}, {device.type}: median over {args.rounds} interleaved rounds "
+             f"of the median of {args.steps} steps")
+    print("\n" + title)
+    print(f"{'variant':32s} {'read':7s} {'step ms':>9s} {'tok/s':>9s} {'x ReZero':>9s} {'ran/asked':>10s} "
+          f"{'fused/step':>10s} {'warmup s':>9s}")
     for name, r in rows.items():
         if "error" in r:
-            t.add_row(name, "-", r["error"][:60], "-", "-", "-", "-")
+            print(f"{name:32s} {r['error'][:100]}")
             continue
-        ratio = f"{r['step_ms'] / base:.3f}" if base else "-"
-        tok_s = r["batch"] * r["seq_len"] / (r["step_ms"] / 1e3)
-        fused = f"{r['fused_calls_per_step']:.0f}"
-        t.add_row(name, str(r["kernel"]), f"{r['step_ms']:.2f}", f"{tok_s:,.0f}", ratio, fused, f"{r['peak_gib']:.2f}")
-    Console(width=160).print(t)
+        ratio = f"{r['x_rezero']:.3f}" if r["x_rezero"] is not None else "-"
+        fused = f"{r['fused_calls_per_step']:.0f}" if r["fused_calls_per_step"] is not None else "-"
+        print(f"{name:32s} {r['kernel']:7s} {r['step_ms']:9.1f} {r['tok_s']:9,.0f} {ratio:>9s} {r['counts']:>10s} "
+              f"{fused:>10s} {r['warmup_s']:9.1f}")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        meta = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+                "torch": torch.__version__, "preset": args.preset, "rounds": args.rounds, "steps": args.steps}
+        args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+        print(f"wrote {args.out}")
     return 0 if all("error" not in r for r in rows.values()) else 1
 
 

@@ -2,7 +2,9 @@
 # One-shot GPU check of the fused AttnRes kernels, sized for < 8 minutes on one H200:
 #   1. the kernel tests natively on CUDA (tests/test_kernels.py, tests/test_attnres.py);
 #   2. the kernel benchmark, reduced shape set (scripts/bench_kernels.py --quick);
-#   3. the 9m training-step comparison, ReZero vs AttnRes (scripts/bench_model_step.py);
+#   3. the 9m training step, ReZero vs AttnRes with the fused read, each eager, with the whole forward
+#      compiled (train.compile) and compiled with CUDA graphs (mode=reduce-overhead), interleaved
+#      (scripts/bench_model_step.py);
 # then a short summary table. Results (JSON, logs) go to $OUT (default runs/gpu_check/).
 #
 # Works with the repo NOT pip-installed (the GPU machine has torch/triton/typer/rich but not hydra-core,
@@ -18,9 +20,9 @@ cd "$ROOT"
 OUT="${OUT:-$ROOT/runs/gpu_check}"
 mkdir -p "$OUT"
 PY="${PYTHON:-python3}"
-T_TESTS="${T_TESTS:-200}"   # per-stage limits (s); the sum stays under 8 minutes
-T_BENCH="${T_BENCH:-170}"
-T_MODEL="${T_MODEL:-90}"
+T_TESTS="${T_TESTS:-150}"   # per-stage limits (s); the sum (460 s) stays under 8 minutes
+T_BENCH="${T_BENCH:-110}"
+T_MODEL="${T_MODEL:-200}"   # 6 variants, 4 of them compiled (inductor, ~20-40 s each on 16 cores)
 START=$(date +%s)
 
 # --- environment ---------------------------------------------------------------------------------
@@ -72,8 +74,8 @@ fi
 run_stage bench "$T_BENCH" "$PY" scripts/bench_kernels.py --quick --reps 10 --out "$OUT/bench_kernels.json"
 
 # --- 3. model step ------------------------------------------------------------------------------------
-run_stage model_step "$T_MODEL" "$PY" scripts/bench_model_step.py --steps 8 --warmup 3 \
-    --out "$OUT/bench_model_step.json"
+run_stage model_step "$T_MODEL" "$PY" scripts/bench_model_step.py --preset 9m --arms rezero attnres_fused \
+    --modes eager compile reduce-overhead --rounds 3 --steps 5 --warmup 3 --out "$OUT/bench_model_step.json"
 
 # --- summary (last) -----------------------------------------------------------------------------------
 STAGES=""
@@ -112,13 +114,15 @@ if b.exists():
 m = out / "bench_model_step.json"
 if m.exists():
     rows = json.loads(m.read_text())["rows"]
-    base = rows.get("rezero", {}).get("step_ms")
+    eager = {n.split(" [")[0]: r.get("step_ms") for n, r in rows.items() if n.endswith("[eager]")}
     print()
     for name, r in rows.items():
         if "error" in r:
-            print(f"{name:<24} ERROR {r['error'][:70]}")
-        else:
-            ratio = r["step_ms"] / base if base else float("nan")
-            print(f"{name:<24} path={r['kernel']:<7} step {r['step_ms']:8.2f} ms  x ReZero {ratio:5.3f}  "
-                  f"fused calls/step {r['fused_calls_per_step']:.0f}")
+            print(f"{name:<34} ERROR {r['error'][:70]}")
+            continue
+        ratio = r["x_rezero"] if r.get("x_rezero") is not None else float("nan")
+        e = eager.get(name.split(" [")[0])
+        speedup = e / r["step_ms"] if e else float("nan")
+        print(f"{name:<34} path={r['kernel']:<7} step {r['step_ms']:8.2f} ms  x ReZero {ratio:5.3f}  "
+              f"x eager {speedup:5.2f}  ran/asked {r['counts']}  warmup {r['warmup_s']:.0f}s")
 EOF

@@ -156,8 +156,8 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "merge_without_rescaling_o1",
         "file": _FILE,
-        "old": "a1.unsqueeze(-1) * o1 + a2.unsqueeze(-1) * o2",
-        "new": "o1 + a2.unsqueeze(-1) * o2",
+        "old": "w1.unsqueeze(-1) * o1 + w2.unsqueeze(-1) * o2",
+        "new": "o1 + w2.unsqueeze(-1) * o2",
         "gates": [_T + "test_online_softmax_merge_matches_one_joint_softmax"],
         "why": "the online-softmax merge forgets e^{m1-m} on o1 when the new max comes from the other side",
     },

@@ -99,4 +99,14 @@ PERTURBATIONS: list[dict] = [
         "why": "the counter incremented outside the graph (the old design): a graph break at every sublayer",
         "protects": "counters",
     },
+    # --- one online-softmax merge, guarding m = -inf (issue 9, item 7) ---------------------------------
+    {
+        "name": "merge_without_the_empty_state_guard",
+        "file": _ATTNRES,
+        "old": "    m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)\n",
+        "new": "    m_safe = m\n",
+        "gates": [_TA + "test_online_softmax_merge_of_empty_states_weighs_them_zero"],
+        "why": "the merge shifted by m itself: two empty partials give exp(-inf - (-inf)) = NaN",
+        "protects": "mechanism",
+    },
 ]

@@ -439,6 +439,26 @@ def test_online_softmax_merge_matches_one_joint_softmax() -> None:
         _assert_close(m, s.amax(dim=1), 0.0, "merged max")
 
 
+def test_online_softmax_merge_of_empty_states_weighs_them_zero() -> None:
+    """An empty state (m = -inf, l = 0, o = 0) weighs 0: merged with a live one it returns the live one;
+    two empty ones merge to an empty one. Both with finite (zero) gradients, never NaN."""
+    live_m, live_l, live_o = torch.tensor([0.7]), torch.tensor([2.5]), torch.tensor([[1.0, -2.0]])
+    empty_m, empty_l, empty_o = torch.tensor([-math.inf]), torch.tensor([0.0]), torch.zeros(1, 2)
+    ins = [t.clone().requires_grad_() for t in (empty_m, empty_l, empty_o, live_m, live_l, live_o)]
+    m, l, o = online_softmax_merge(*ins)
+    for what, got, want in (("m", m, live_m), ("l", l, live_l), ("o", o, live_o)):
+        dev = (got - want).abs().max().item()  # exact: exp(-inf) = 0 and exp(0) = 1 are exact
+        assert dev == 0.0, f"empty + live: {what} deviation={dev:.3e} bound=0"
+    both = [t.clone().requires_grad_() for t in (empty_m, empty_l, empty_o, empty_m, empty_l, empty_o)]
+    m, l, o = online_softmax_merge(*both)
+    assert torch.isneginf(m).all() and l.item() == 0.0 and (o == 0).all(), (
+        f"two empty states merged to m={m.tolist()} l={l.tolist()} o={o.tolist()} (deviation=nan, bound=empty)"
+    )
+    (l.sum() + o.sum()).backward()
+    bad = sum(int((~torch.isfinite(t.grad)).sum()) for t in both)
+    assert bad == 0, f"two empty states: {bad} non-finite gradient entries (deviation={bad}, bound=0)"
+
+
 def test_bf16_sources_are_mixed_in_float32() -> None:
     """bf16 in, bf16 out; score, softmax and sum in float32 (attnres.md: the softmax in float32 at least)."""
     gen = torch.Generator().manual_seed(17)
