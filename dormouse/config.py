@@ -83,7 +83,7 @@ class TrainConfig:
     eval_every: int = 600
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
     seed: int = 1337
-    compile: bool = False  # torch.compile the shared block's sublayers
+    compile: bool = False  # torch.compile the whole training forward, fullgraph (LoopedByteLM.compile_whole)
     readout: str = "all"  # "all": mean CE over every iteration's readout; "last": the final one only
     ckpt_every: int = 0  # 0 = only the final checkpoint
     keep_ckpts: int = 2
