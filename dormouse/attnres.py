@@ -344,6 +344,11 @@ class _DepthRead(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, ...]:
+        with _outside_autocast(g.device):  # a backward inside autocast keeps the read's precision
+            return _DepthRead._backward(ctx, g)
+
+    @staticmethod
+    def _backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, ...]:
         q, alpha, dots, *xr = ctx.saved_tensors
         n = ctx.n
         xs, rs = xr[:n], xr[n:]

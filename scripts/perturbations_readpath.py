@@ -109,4 +109,13 @@ PERTURBATIONS: list[dict] = [
         "why": "the merge shifted by m itself: two empty partials give exp(-inf - (-inf)) = NaN",
         "protects": "mechanism",
     },
+    {
+        "name": "read_backward_under_autocast",
+        "file": _ATTNRES,
+        "old": "        with _outside_autocast(g.device):  # a backward inside autocast keeps the read's precision\n",
+        "new": "        if True:\n",
+        "gates": [_TA + "test_depth_attend_backward_under_autocast_is_its_fp32_backward"],
+        "why": "the read's one-pass backward left to an enclosing autocast: its dq matmul runs in bf16",
+        "protects": "mechanism",
+    },
 ]

@@ -439,6 +439,21 @@ def test_online_softmax_merge_matches_one_joint_softmax() -> None:
         _assert_close(m, s.amax(dim=1), 0.0, "merged max")
 
 
+def test_depth_attend_backward_under_autocast_is_its_fp32_backward() -> None:
+    """A backward called inside bf16 autocast (CPU standing in for CUDA) keeps the read's float32 precision."""
+    gen = torch.Generator().manual_seed(24)
+    srcs = [(3 * torch.randn(4, 16, 64, generator=gen)).requires_grad_() for _ in range(5)]
+    w = torch.randn(64, generator=gen).requires_grad_()  # |s| up to ~20
+    r = torch.randn(4, 16, 64, generator=gen)
+    want = torch.autograd.grad((depth_attend(srcs, w) * r).sum(), [*srcs, w])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = torch.autograd.grad((depth_attend(srcs, w) * r).sum(), [*srcs, w])
+    # the same float32 ops both ways (bitwise expected); 8 ulps of the largest gradient leave room for a
+    # backend's summation order. A bf16 dq matmul (2^-8 relative on a sum over 1024 tokens) is ~1e2 ulps.
+    for i, (a, b) in enumerate(zip(got, want, strict=True)):
+        _assert_close(a, b, 8 * 2.0**-23 * b.abs().max().item(), f"gradient {i} under autocast vs float32")
+
+
 def test_online_softmax_merge_of_empty_states_weighs_them_zero() -> None:
     """An empty state (m = -inf, l = 0, o = 0) weighs 0: merged with a live one it returns the live one;
     two empty ones merge to an empty one. Both with finite (zero) gradients, never NaN."""
