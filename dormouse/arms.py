@@ -178,12 +178,9 @@ class AttnRes(ResidualArm):
     def _read(self, state: _AttnResState, index: int) -> Tensor:
         """Eq. 2-4 over the sources Eq. 6 allows: the direct form (each source's inverse RMS kept by the state)."""
         blocks = state.blocks
-        if self.query_proj is None:
-            query, gain = self.queries[index], (self.gains[index] if self.gains is not None else None)
-        else:
-            # the input-dependent query is part of the read: it leaves autocast with it
-            with torch.autocast(device_type=blocks.embedding.device.type, enabled=False):
-                query, gain = self._query_and_gain(index, blocks.sources())
+        # the (input-dependent) query is part of the read: it leaves autocast with it
+        with torch.autocast(device_type=blocks.embedding.device.type, enabled=False):
+            query, gain = self._query_and_gain(index, blocks.sources())
         return blocks.read(query, gain=gain, eps=self.eps, form=self.form, kernel=self.kernel)
 
     def _two_phase_input(self, state: _AttnResState, slot: int) -> Tensor:
