@@ -110,16 +110,31 @@ def validate(overrides: list[str] = OVERRIDES) -> None:
 @app.command(epilog="""[bold]Examples[/]\n
   dormouse ab --list                         # the registered comparisons and what each compares\n
   dormouse ab smoke                          # the whole flow on CPU in a few minutes\n
-  dormouse ab residual                       # the registered GPU comparison (3 seeds)\n
+  dormouse ab residual                       # the registered GPU comparison (3 seeds), one pair at a time\n
+  dormouse ab residual --jobs 8              # 8 pairs at once: one GPU each (or a share of the CPU cores)\n
+  dormouse ab residual --launcher slurm launcher.partition=gpu launcher.time_min=120\n
+  dormouse ab residual --plan                # what would run, what is done, the cost; trains nothing\n
+  dormouse ab residual --status              # done/running/pending/failed, ETA; safe during a run\n
   dormouse ab my_comparison.yaml             # your own registration file (same fields as conf/ab/*.yaml)\n
   dormouse ab smoke train.steps=40 --restart""")
 def ab(
     name: str = typer.Argument(None, help="A registered comparison (conf/ab/NAME.yaml) or the path of a "
                                "registration file PATH.yaml.", show_default=False),
-    overrides: list[str] = OVERRIDES,
+    overrides: list[str] = typer.Argument(
+        None, show_default=False,
+        help="Hydra overrides for every pair (key=value), and launcher.KEY=VALUE for --launcher slurm."),
     restart: bool = typer.Option(False, "--restart", help="Discard earlier results and start over."),
     root: Path = typer.Option(Path("runs/ab"), help="Where comparisons are written."),
     list_: bool = typer.Option(False, "--list", help="List the registered comparisons and exit."),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="Pairs at once on this machine, each in its own process "
+                             "(one GPU each on CUDA, an equal share of the cores on CPU)."),
+    threads: int = typer.Option(None, "--threads", show_default=False,
+                                help="CPU threads per pair (default: the cores divided by --jobs)."),
+    launcher: str = typer.Option("local", "--launcher",
+                                 help="local (this machine; see --jobs) or slurm (conf/launcher/slurm.yaml)."),
+    plan: bool = typer.Option(False, "--plan", help="Print the pairs, their overrides, what is done and the "
+                              "estimated cost; train nothing."),
+    status: bool = typer.Option(False, "--status", help="Show where the comparison stands (read-only)."),
 ) -> None:
     """Run a registered A/B comparison to a verdict (resumable: rerun to continue)."""
     if list_:
@@ -129,10 +144,13 @@ def ab(
         err.print("[bold red]error:[/] name a comparison: dormouse ab NAME (registered: "
                   "dormouse ab --list) or dormouse ab PATH.yaml", markup=True, soft_wrap=True)
         raise typer.Exit(2)
-    from dormouse.ab.runner import ab_command
+    from dormouse.ab.runner import LaunchRequest, ab_command, split_overrides
 
+    hydra_overrides, launcher_overrides = split_overrides(list(overrides or []))
+    request = LaunchRequest(jobs=jobs, threads=threads, launcher=launcher, launcher_overrides=launcher_overrides)
     # 0 all pairs finished; 1 a pair failed (marked in the report); 2 refused before any run; 130/143 interrupted
-    raise typer.Exit(ab_command(name, list(overrides or []), restart=restart, root=root))
+    raise typer.Exit(ab_command(name, hydra_overrides, restart=restart, root=root, launch=request, plan=plan,
+                                status=status))
 
 
 def _list_comparisons() -> None:

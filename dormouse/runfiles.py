@@ -15,7 +15,13 @@ A run, ``<run.dir>/<run.name>/``::
 
 A comparison, ``<root>/<name>/``: one run directory per (arm, seed) pair, plus ``registration.json``,
 ``results.json``, ``report.md`` and the plots (bpb vs tokens, bpb by depth, the forest plot, and each arm's
-learned values averaged over its seeds: ``<plot name>_<arm>.png``).
+learned values averaged over its seeds: ``<plot name>_<arm>.png``), and how the pairs were launched::
+
+    ab.lock           held by the running `dormouse ab` (dormouse.ab.lock); names its pid and host
+    locks/PAIR.lock   held by whichever process trains the pair
+    launch/PAIR.json  the pair's attempts: where, with how many threads, by which launcher, how it ended
+    launch/PAIR.out   a worker's or cluster job's own output (--jobs, --launcher slurm)
+    submitit/         submitit's job pickles and logs (--launcher slurm; launcher.folder moves it)
 """
 
 from __future__ import annotations
@@ -40,6 +46,10 @@ REPORT = "report.md"
 CURVES_PLOT = "bpb_vs_tokens.png"
 DEPTH_PLOT = "bpb_by_depth.png"
 FOREST_PLOT = "forest.png"
+LOCK = "ab.lock"
+PAIR_LOCKS = "locks"
+LAUNCH = "launch"
+SUBMITIT = "submitit"
 
 
 @dataclass(frozen=True)
@@ -127,6 +137,27 @@ class ComparisonFiles:
         """An arm's learned-value plot averaged over its seeds: ``attnres_map.png`` -> ``attnres_map_<arm>.png``."""
         stem, _, ext = plot_name.rpartition(".")
         return self.dir / f"{stem}_{arm}.{ext}"
+
+    @property
+    def lock(self) -> Path:
+        return self.dir / LOCK
+
+    @property
+    def pair_locks(self) -> Path:
+        return self.dir / PAIR_LOCKS
+
+    def pair_lock(self, pair: str) -> Path:
+        return self.dir / PAIR_LOCKS / f"{pair}.lock"
+
+    def launch_record(self, pair: str) -> Path:
+        return self.dir / LAUNCH / f"{pair}.json"
+
+    def launch_output(self, pair: str) -> Path:
+        return self.dir / LAUNCH / f"{pair}.out"
+
+    @property
+    def submitit(self) -> Path:
+        return self.dir / SUBMITIT
 
     def run(self, arm: str, seed: int) -> RunFiles:
         return RunFiles(self.dir / run_name(arm, seed))

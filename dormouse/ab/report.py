@@ -381,13 +381,24 @@ def render_report(results: dict[str, Any], plots: list[str]) -> str:
                 "| arm | " + " | ".join(depth_keys) + " |", "|---|" + "---|" * len(depth_keys)]
         for name, a in arms.items():
             out.append(f"| `{name}` | " + " | ".join(_f(a["bpb_by_depth"].get(k)) for k in depth_keys) + " |")
-    out += ["", "## Runs", "", "| arm | seed | complete | last step | final bpb | run |",
-            "|---|---|---|---|---|---|"]
+    # How each pair ran (dormouse/ab/pairjob.py records every attempt): on CPU the per-pair thread count
+    # fixes the order of a reduction, so it belongs next to the numbers.
+    launch = r.get("launch", {})
+    ran = launch.get("pairs", {})
+    out += ["", "## Runs", "", "| arm | seed | complete | last step | final bpb | threads | launcher | run |",
+            "|---|---|---|---|---|---|---|---|"]
     for run in r["runs"]:
         bpb = run["final"]["bpb"] if run["final"] else None
         status = "yes" if run["complete"] else f"no{': ' + run['error'] if run['error'] else ''}"
+        how = ran.get(Path(run["run_dir"]).name, {})
         out.append(f"| `{run['arm']}` | {run['seed']} | {status} | {run['last_step']} | {_f(bpb)} | "
-                   f"`{Path(run['run_dir']).name}` |")
+                   f"{', '.join(map(str, how.get('threads', []))) or '—'} | "
+                   f"{', '.join(how.get('launchers', [])) or '—'} | `{Path(run['run_dir']).name}` |")
+    if launch.get("this_invocation"):
+        inv = launch["this_invocation"]
+        out += ["", "This report's invocation: " + ", ".join(f"{k}={v}" for k, v in inv.items() if v is not None)
+                + ". Threads and launcher above are per pair, over all its attempts (a pair resumed under "
+                "another setting lists both)."]
     if plots:
         out += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     out += ["", "## Registration", "",

@@ -21,9 +21,8 @@ import hashlib
 import json
 import re
 import shutil
-import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,20 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dormouse.ab.records import final_row, load_record, read_metrics
+from dormouse.ab.launch import (
+    DONE,
+    InProcessLauncher,
+    Job,
+    Launcher,
+    LaunchError,
+    ProcessLauncher,
+    Slot,
+    plan_slots,
+)
+from dormouse.ab.live import PairBoard
+from dormouse.ab.lock import LockHeld, comparison_lock, is_locked
+from dormouse.ab.pairjob import Pair, PairTask, pair_state, read_launch_record, run_pair
+from dormouse.ab.records import load_record
 from dormouse.ab.registry import (
     RUNNER_KEYS,
     ABSpecError,
@@ -43,42 +55,18 @@ from dormouse.ab.registry import (
     override_key,
 )
 from dormouse.ab.report import analyze, write_outputs
-from dormouse.checkpoint import atomic_write_text, list_checkpoints
+from dormouse.ab.status import comparison_status, render_plan, render_status
+from dormouse.checkpoint import atomic_write_text
 from dormouse.config import ConfigError, arm_name, load_config
 from dormouse.errors import Interrupted
-from dormouse.logs import read_run
-from dormouse.runfiles import REGISTRATION, ComparisonFiles, RunFiles, run_name
+from dormouse.runfiles import LAUNCH, LOCK, REGISTRATION, ComparisonFiles, run_name
 
 __all__ = ["ComparisonError", "ABSpecError", "Pair", "plan_pairs", "pair_state", "run_comparison",
-           "ab_command", "STAMP_NAME"]
+           "ab_command", "STAMP_NAME", "LaunchRequest"]
 
 STAMP_NAME = REGISTRATION
 TrainFn = Callable[[DictConfig], Any]
 _PLAIN_VALUE = re.compile(r"^[A-Za-z0-9_./-]+$")
-
-
-@dataclass
-class Pair:
-    """One (arm, seed) run of the comparison."""
-
-    arm: str
-    seed: int
-    cfg: DictConfig  # composed and validated
-    run_dir: Path
-    status: str = "pending"  # pending | running | resuming | done | kept | failed | interrupted
-    note: str = ""
-
-    @property
-    def name(self) -> str:
-        return self.run_dir.name
-
-    @property
-    def files(self) -> RunFiles:
-        return RunFiles(self.run_dir)
-
-    @property
-    def steps(self) -> int:
-        return int(self.cfg.train.steps)
 
 
 def _quote(value: str) -> str:
@@ -115,13 +103,15 @@ def check_cli_overrides(reg: Registered, overrides: list[str]) -> None:
 
 def plan_pairs(reg: Registered, overrides: list[str], comp_dir: Path) -> list[Pair]:
     """Compose and validate every pair's config (seed-major order). Raises :class:`ComparisonError` with
-    one line per problem, each naming the arm, before anything runs.
+    one line per problem, before anything runs: a problem of one arm names the arm, a problem every arm
+    shares (a bad CLI or fixed override) is said once for the comparison.
 
     Each arm is composed once (Hydra composition is the slow part); its seeds differ only in
     ``train.seed`` and ``run.name``, which are set on copies.
     """
     spec = reg.spec
     lines: list[str] = []
+    arm_lines: dict[str, list[str]] = {}
     arm_cfgs: dict[str, DictConfig] = {}
     for arm, arm_overrides in spec.arms.items():
         full = [*spec.fixed, *arm_overrides, *overrides,
@@ -131,7 +121,12 @@ def plan_pairs(reg: Registered, overrides: list[str], comp_dir: Path) -> list[Pa
         try:
             arm_cfgs[arm] = load_config(full)
         except ConfigError as exc:
-            lines += [f"{reg.source}: arm {arm!r}: {line}" for line in exc.lines]
+            arm_lines[arm] = list(exc.lines)
+    # A problem every arm has (a bad CLI or fixed override) is the comparison's: say it once.
+    shared = [ln for ln in dict.fromkeys(ln for lns in arm_lines.values() for ln in lns)
+              if len(arm_lines) == len(spec.arms) and all(ln in lns for lns in arm_lines.values())]
+    lines += [f"{reg.source}: every arm: {ln}" for ln in shared]
+    lines += [f"{reg.source}: arm {arm!r}: {ln}" for arm, lns in arm_lines.items() for ln in lns if ln not in shared]
     if not lines and spec.aa_arm is not None:
         base_kind, aa_kind = arm_name(arm_cfgs[spec.baseline]), arm_name(arm_cfgs[spec.aa_arm])
         if base_kind != aa_kind:
@@ -147,23 +142,6 @@ def plan_pairs(reg: Registered, overrides: list[str], comp_dir: Path) -> list[Pa
             cfg.run.name = run_name(arm, seed)
             pairs.append(Pair(arm, seed, cfg, comp_dir / cfg.run.name))
     return pairs
-
-
-def pair_state(pair: Pair) -> tuple[str, str]:
-    """``(state, why)`` with state one of ``new``, ``complete``, ``resume`` or ``restart``.
-
-    Complete = the final metrics row is at train.steps with a finite bpb and the log has its ``done`` line
-    (a kill between the final eval and ``done`` resumes: the final checkpoint makes that a no-op run).
-    """
-    if not pair.run_dir.exists():
-        return "new", "not started"
-    rows = read_metrics(pair.files.metrics)
-    last = rows[-1]["step"] if rows else None
-    if final_row(rows, pair.steps) is not None and read_run(pair.run_dir).finished:
-        return "complete", f"finished at step {pair.steps}"
-    if list_checkpoints(pair.files.checkpoints):
-        return "resume", f"interrupted (last eval at step {last}); resuming from its checkpoint"
-    return "restart", f"interrupted (last eval at step {last}) without a checkpoint; restarting it"
 
 
 def _stamp(reg: Registered, overrides: list[str]) -> dict[str, Any]:
@@ -184,8 +162,16 @@ def _check_registration(comp_dir: Path, reg: Registered, overrides: list[str], r
     stamp_path = ComparisonFiles(comp_dir).registration
     new = _stamp(reg, overrides)
     if comp_dir.exists() and restart:
+        busy = [p.name[: -len(".lock")] for p in ComparisonFiles(comp_dir).pair_locks.glob("*.lock")
+                if is_locked(p)]
+        if busy:
+            raise ComparisonError([f"--restart: pair(s) {', '.join(busy)} are still being trained by another "
+                                   f"process (see `dormouse ab {reg.spec.name} --status`); stop them first"])
         console.print(f"[yellow]--restart:[/] discarding {comp_dir}")
-        shutil.rmtree(comp_dir)
+        for entry in comp_dir.iterdir():
+            if entry.name == LOCK:  # this process holds it
+                continue
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
     if stamp_path.is_file():
         old = json.loads(stamp_path.read_text())
         if old.get("hash") == new["hash"]:
@@ -199,7 +185,7 @@ def _check_registration(comp_dir: Path, reg: Registered, overrides: list[str], r
         lines.append("rerun with the original file and overrides to continue, or pass --restart to discard "
                      f"the runs in {comp_dir} and start over")
         raise ComparisonError(lines)
-    if comp_dir.exists() and any(comp_dir.iterdir()):
+    if comp_dir.exists() and any(e.name != LOCK for e in comp_dir.iterdir()):
         raise ComparisonError([f"{comp_dir} holds files but no {STAMP_NAME}: it is not a comparison this "
                                "tool started; pass --restart to discard it, or choose another --root"])
     comp_dir.mkdir(parents=True, exist_ok=True)
@@ -207,76 +193,46 @@ def _check_registration(comp_dir: Path, reg: Registered, overrides: list[str], r
     return new
 
 
-_STYLE = {"pending": "dim", "running": "bold cyan", "resuming": "bold cyan", "done": "green",
-          "kept": "green", "failed": "bold red", "interrupted": "yellow"}
+@dataclass
+class LaunchRequest:
+    """How to run the pairs: ``jobs`` at once on this machine (each ``threads`` CPU threads, one GPU each
+    on CUDA), or ``launcher`` = ``slurm`` (``conf/launcher/slurm.yaml``) with ``launcher_overrides``
+    (``KEY=VALUE``, the ``launcher.`` prefix stripped)."""
+
+    jobs: int = 1
+    threads: int | None = None
+    launcher: str = "local"
+    launcher_overrides: list[str] = field(default_factory=list)
 
 
-def progress_table(name: str, pairs: list[Pair]) -> Table:
-    """Pairs as a table: one row per arm, one column per seed, each cell the pair's status."""
-    seeds = sorted({p.seed for p in pairs})
-    table = Table(title=f"ab {name}", title_justify="left")
-    table.add_column("arm")
-    for s in seeds:
-        table.add_column(f"seed {s}")
-    arms = list(dict.fromkeys(p.arm for p in pairs))
-    cell = {(p.arm, p.seed): p for p in pairs}
-    for arm in arms:
-        row = [arm]
-        for s in seeds:
-            p = cell.get((arm, s))
-            row.append("" if p is None else f"[{_STYLE.get(p.status, '')}]{p.status}[/]")
-        table.add_row(*row)
-    return table
+def _uses_cuda(pairs: list[Pair]) -> bool:
+    import torch
+
+    devices = {str(p.cfg.train.device) for p in pairs}
+    return any(d.startswith("cuda") for d in devices) or ("auto" in devices and torch.cuda.is_available())
 
 
-# Exceptions that mean "the user stopped it": they end the comparison (rerun resumes), whereas any other
-# error fails only its pair.
-STOP = (KeyboardInterrupt, Interrupted)
+def make_launcher(request: LaunchRequest, pairs: list[Pair], comp_dir: Path, name: str) -> Launcher:
+    """The launcher a request asks for; :class:`LaunchError` (before any run) when it cannot be honoured."""
+    if request.launcher == "local":
+        if request.launcher_overrides:
+            raise LaunchError([f"launcher overrides {request.launcher_overrides} need --launcher slurm"])
+        cuda = _uses_cuda(pairs)
+        if request.jobs == 1:
+            slot = plan_slots(1, cuda=False, threads=request.threads)[0]
+            return InProcessLauncher(slot if request.threads is not None else Slot())
+        return ProcessLauncher(plan_slots(request.jobs, cuda=cuda, threads=request.threads))
+    if request.jobs != 1 or request.threads is not None:
+        raise LaunchError([f"--jobs/--threads are for the local launcher; with --launcher {request.launcher} "
+                           "set launcher.array_parallelism and launcher.cpus_per_task instead"])
+    from dormouse.ab.cluster import SubmititLauncher, default_folder, load_launcher_config, make_executor
+
+    config = load_launcher_config(request.launcher, request.launcher_overrides)
+    return SubmititLauncher(config, make_executor(config, default_folder(comp_dir, config), f"ab-{name}"))
 
 
-def _default_train_fn() -> TrainFn:
-    from dormouse.train import train
-
-    return train
-
-
-def _run_pair(pair: Pair, train_fn: TrainFn, console: Console) -> None:
-    """Bring one pair to completion: keep, resume or (re)start it. Sets ``pair.status`` and ``pair.note``."""
-    state, why = pair_state(pair)
-    if state == "complete":
-        pair.status, pair.note = "kept", why
-        return
-    if state == "resume":
-        pair.status = "resuming"
-        console.print(f"[cyan]{pair.name}[/]: {why}")
-        cfg = copy.deepcopy(pair.cfg)
-        cfg.train.resume = "auto"
-        try:
-            train_fn(cfg)
-        except STOP:
-            raise
-        except Exception as exc:  # a checkpoint that cannot be resumed: start the pair over
-            console.print(f"[yellow]{pair.name}[/]: resume failed ({type(exc).__name__}: {exc}); "
-                          "restarting it")
-            state = "restart"
-    if state in ("new", "restart"):
-        if state == "restart" and pair.status != "resuming":
-            console.print(f"[cyan]{pair.name}[/]: {why}")
-        if pair.run_dir.exists():
-            shutil.rmtree(pair.run_dir)  # the runner owns this directory; a fresh run needs it empty
-        pair.status = "running"
-        cfg = copy.deepcopy(pair.cfg)
-        cfg.train.resume = "never"
-        train_fn(cfg)
-    state, why = pair_state(pair)
-    if state == "complete":
-        pair.status, pair.note = "done", why
-    else:
-        rows = read_metrics(pair.files.metrics)
-        last = rows[-1] if rows else {}
-        pair.status = "failed"
-        pair.note = (f"the run returned without its final eval (last eval at step {last.get('step')}, "
-                     f"bpb={last.get('bpb')}; train.steps={pair.steps})")
+def _launch_lines(launcher: Launcher) -> str:
+    return ", ".join(f"{k}={v}" for k, v in launcher.settings().items() if v is not None)
 
 
 def run_comparison(
@@ -288,62 +244,145 @@ def run_comparison(
     console: Console | None = None,
     train_fn: TrainFn | None = None,
     registry: Path | None = None,
+    launch: LaunchRequest | None = None,
 ) -> Path:
     """Run (or continue) registered comparison ``name`` and write its results; returns the comparison dir.
 
     ``overrides`` are Hydra overrides applied to every run after the registered ones (they are part of the
     registration hash). ``registry`` is a directory of NAME.yaml files (default: the installed
-    ``dormouse.conf/ab``). ``train_fn(cfg)`` defaults to :func:`dormouse.train.train`.
+    ``dormouse.conf/ab``). ``train_fn(cfg)`` defaults to :func:`dormouse.train.train` (anything but an
+    importable function needs the sequential launcher). ``launch`` says how the pairs run (default: one
+    after another in this process).
 
-    Raises :class:`ComparisonError` (with ``.lines``) for a bad registration, bad overrides or a changed
-    registration; these are raised before any run. A failed pair does not raise: it is marked in the
-    report (its arm is ``invalid``) and retried by the next invocation. A user interrupt (Ctrl-C, or
-    ``dormouse.train.Interrupted``) propagates after the progress table is printed.
+    Raises :class:`ComparisonError` (with ``.lines``) for a bad registration, bad overrides, a changed
+    registration or a launch that cannot be honoured, and :class:`LockHeld` when another live process
+    runs this comparison; all before any run. A failed pair does not raise: it is marked in the report
+    (its arm is ``invalid``) and retried by the next invocation. A stop by signal (Ctrl-C, SIGTERM)
+    raises :class:`dormouse.errors.Interrupted` once the running pairs have checkpointed.
     """
     console = console or Console()
     overrides = list(overrides)
+    launch = launch or LaunchRequest()
     reg = load_spec(name, registry)
     check_cli_overrides(reg, overrides)
     comp_dir = (Path(root) / reg.spec.name).resolve()
     pairs = plan_pairs(reg, overrides, comp_dir)
-    stamp = _check_registration(comp_dir, reg, overrides, restart, console)
-    train_fn = train_fn or _default_train_fn()
+    try:
+        launcher = make_launcher(launch, pairs, comp_dir, reg.spec.name)
+    except LaunchError as exc:
+        raise ComparisonError(exc.lines) from exc
+    with comparison_lock(comp_dir) as lock:
+        if lock.stale_message():
+            console.print(f"[yellow]note:[/] {lock.stale_message()}")
+        stamp = _check_registration(comp_dir, reg, overrides, restart, console)
+        train_fn = train_fn or _default_train_fn()
+        tasks: list[Job] = []
+        for pair in pairs:
+            state, why = pair_state(pair)
+            if state == "complete":
+                pair.status = "kept"
+                continue
+            if state in ("resume", "restart"):
+                console.print(f"[cyan]{pair.name}[/]: {why}")
+            task = PairTask(pair, comp_dir, train_fn, launcher.name,
+                            output_to_file=not isinstance(launcher, InProcessLauncher))
+            tasks.append(Job(pair.name, run_pair, (task,)))
+        console.print(f"ab {reg.spec.name}: {len(tasks)} of {len(pairs)} pairs to run ({_launch_lines(launcher)})"
+                      + (f"; workers' output in {comp_dir / LAUNCH}" if tasks and not isinstance(
+                          launcher, InProcessLauncher) else ""))
+        with PairBoard(reg.spec.name, pairs, console) as board:
+            outcomes = launcher.run(tasks, board.start, board.finish)
+        errors = {(p.arm, p.seed): o.note for o in outcomes if o.status != DONE
+                  for p in pairs if p.name == o.key}
+        if launcher.stopped_by is not None:
+            console.print(f"[yellow]interrupted[/]: rerun `dormouse ab {reg.spec.name}` with the same overrides "
+                          "to continue (finished pairs are kept, interrupted ones resume from their checkpoints)")
+            raise Interrupted(launcher.stopped_by, "the comparison was interrupted")
 
-    for pair in pairs:
-        if pair_state(pair)[0] == "complete":
-            pair.status = "kept"
-    errors: dict[tuple[str, int], str] = {}
-    for pair in pairs:
-        if pair.status == "kept":
-            continue
-        console.print(progress_table(reg.spec.name, pairs))
-        try:
-            _run_pair(pair, train_fn, console)
-        except STOP:
-            pair.status = "interrupted"
-            console.print(progress_table(reg.spec.name, pairs))
-            console.print(f"[yellow]interrupted[/]: rerun `dormouse ab {reg.spec.name}` with the same "
-                          "overrides "
-                          "to continue")
-            raise
-        except Exception as exc:  # one failed run must not lose the others: record it and go on
-            pair.status = "failed"
-            pair.note = f"{type(exc).__name__}: {exc}"
-            pair.run_dir.mkdir(parents=True, exist_ok=True)
-            pair.files.ab_error.write_text(traceback.format_exc())
-        if pair.status == "failed":
-            errors[(pair.arm, pair.seed)] = pair.note
-            console.print(f"[bold red]{pair.name} failed[/]: {pair.note}")
-    console.print(progress_table(reg.spec.name, pairs))
-
-    records = [load_record(p.arm, p.seed, p.run_dir, arm_name(p.cfg), p.steps, errors.get((p.arm, p.seed)))
-               for p in pairs]
-    stamp_public = {k: v for k, v in stamp.items() if k != "registered"}
-    results = analyze(reg.spec, records, overrides=overrides, registration=stamp_public)
-    write_outputs(comp_dir, results, records)
+        records = [load_record(p.arm, p.seed, p.run_dir, arm_name(p.cfg), p.steps, errors.get((p.arm, p.seed)))
+                   for p in pairs]
+        stamp_public = {k: v for k, v in stamp.items() if k != "registered"}
+        results = analyze(reg.spec, records, overrides=overrides, registration=stamp_public)
+        results["launch"] = {"this_invocation": launcher.settings(),
+                             "pairs": {p.name: _pair_launch(comp_dir, p.name) for p in pairs}}
+        write_outputs(comp_dir, results, records)
     console.print(verdict_table(results))
     console.print(f"report: {ComparisonFiles(comp_dir).report}")
     return comp_dir
+
+
+def _pair_launch(comp_dir: Path, pair: str) -> dict[str, Any]:
+    """How a pair ran, from its attempt records: the thread counts, launchers and hosts of its attempts."""
+    attempts = read_launch_record(comp_dir, pair).get("attempts", [])
+    return {"attempts": len(attempts),
+            "threads": sorted({a["threads"] for a in attempts if a.get("threads") is not None}),
+            "launchers": sorted({a["launcher"] for a in attempts if a.get("launcher")}),
+            "hosts": sorted({a["host"] for a in attempts if a.get("host")}),
+            "cuda_visible_devices": sorted({str(a["cuda_visible_devices"]) for a in attempts
+                                            if a.get("cuda_visible_devices") is not None})}
+
+
+def plan_command(name: str, overrides: list[str], *, root: Path, registry: Path | None, launch: LaunchRequest,
+                 console: Console) -> None:
+    """``--plan``: compose and check everything a run would, print the plan, write nothing."""
+    reg = load_spec(name, registry)
+    check_cli_overrides(reg, overrides)
+    comp_dir = (Path(root) / reg.spec.name).resolve()
+    pairs = plan_pairs(reg, overrides, comp_dir)
+    try:
+        settings = _launch_settings(launch, pairs)
+    except LaunchError as exc:
+        raise ComparisonError(exc.lines) from exc
+    render_plan(reg.spec.name, pairs, comp_dir, fixed=list(reg.spec.fixed), cli=overrides,
+                arm_overrides=dict(reg.spec.arms), launch=settings,
+                registration=_registration_state(comp_dir, reg, overrides), console=console)
+
+
+def _launch_settings(launch: LaunchRequest, pairs: list[Pair]) -> dict[str, Any]:
+    """What a launcher would be, without creating one (no executor, no SLURM contact)."""
+    if launch.launcher == "local":
+        if launch.launcher_overrides:
+            raise LaunchError([f"launcher overrides {launch.launcher_overrides} need --launcher slurm"])
+        cuda = _uses_cuda(pairs)
+        slots = plan_slots(launch.jobs, cuda=cuda, threads=launch.threads)
+        return {"launcher": "sequential" if launch.jobs == 1 else "local-processes", "jobs": launch.jobs,
+                "threads_per_pair": slots[0].threads if launch.jobs > 1 or launch.threads else "torch default",
+                "cuda_devices": [s.cuda_devices for s in slots] if cuda else None}
+    from dormouse.ab.cluster import load_launcher_config
+
+    c = load_launcher_config(launch.launcher, launch.launcher_overrides)
+    return {"launcher": launch.launcher, "jobs": c.array_parallelism, "cluster": c.cluster,
+            "partition": c.partition, "time_min": c.time_min, "gpus_per_pair": c.gpus_per_pair,
+            "cpus_per_task": c.cpus_per_task}
+
+
+def _registration_state(comp_dir: Path, reg: Registered, overrides: list[str]) -> str:
+    stamp_path = ComparisonFiles(comp_dir).registration
+    if not stamp_path.is_file():
+        return "new comparison (nothing run yet)"
+    old = json.loads(stamp_path.read_text())
+    if old.get("hash") == registration_hash(reg, overrides):
+        return f"continues {comp_dir} (same registered file and CLI overrides)"
+    return (f"DIFFERS from the one {comp_dir} was started with: a run would be refused (pass the original "
+            "overrides, or --restart to discard the runs)")
+
+
+def status_command(name: str, *, root: Path, registry: Path | None, console: Console) -> int:
+    """``--status``: where a comparison stands (read-only; safe while it runs). Exit 0; 2 if never started."""
+    reg = load_spec(name, registry)
+    comp_dir = (Path(root) / reg.spec.name).resolve()
+    stamp_path = ComparisonFiles(comp_dir).registration
+    if not stamp_path.is_file():
+        console.print(f"ab {reg.spec.name}: not started ({stamp_path} does not exist); "
+                      f"`dormouse ab {reg.spec.name} --plan` shows what it would run")
+        return 2
+    stamp = json.loads(stamp_path.read_text())
+    if stamp.get("sha256") != reg.sha256:
+        console.print(f"[yellow]note:[/] {reg.source} changed since the comparison started; the pairs below "
+                      "follow the file as it is now")
+    pairs = plan_pairs(reg, list(stamp.get("overrides", [])), comp_dir)
+    render_status(reg.spec.name, comp_dir, comparison_status(pairs, comp_dir), console)
+    return 0
 
 
 def verdict_table(results: dict[str, Any]) -> Table:
@@ -372,6 +411,18 @@ _VERDICT_STYLE = {"better": "bold green", "worse": "bold red", "tie": "yellow", 
                   "insufficient": "yellow", "baseline": "dim"}
 
 
+def _default_train_fn() -> TrainFn:
+    from dormouse.train import train
+
+    return train
+
+
+def split_overrides(args: list[str]) -> tuple[list[str], list[str]]:
+    """``launcher.KEY=VALUE`` arguments (the launcher's, prefix stripped) apart from the Hydra overrides."""
+    launcher = [a[len("launcher."):] for a in args if a.startswith("launcher.")]
+    return [a for a in args if not a.startswith("launcher.")], launcher
+
+
 def ab_command(
     name: str,
     overrides: list[str],
@@ -382,20 +433,37 @@ def ab_command(
     err_console: Console | None = None,
     train_fn: TrainFn | None = None,
     registry: Path | None = None,
+    launch: LaunchRequest | None = None,
+    plan: bool = False,
+    status: bool = False,
 ) -> int:
     """The whole CLI command: returns the exit code. 0 = every pair finished (whatever the verdicts);
-    1 = some pair failed (the report says which; rerun to retry); 2 = refused before any run;
-    130/143 = interrupted (Ctrl-C / SIGTERM; rerun to resume)."""
+    1 = some pair failed (the report says which; rerun to retry); 2 = refused before any run (a bad
+    request, or another live process holds the comparison); 130/143 = interrupted (Ctrl-C / SIGTERM;
+    rerun to resume). ``plan`` and ``status`` only read (exit 0; ``status`` exits 2 if never started)."""
     console = console or Console()
     err = err_console or Console(stderr=True, highlight=False)
+    launch = launch or LaunchRequest()
     try:
+        if plan and status:
+            raise ComparisonError(["--plan and --status are two different questions: ask one at a time"])
+        if status:
+            return status_command(name, root=root, registry=registry, console=console)
+        if plan:
+            plan_command(name, overrides, root=root, registry=registry, launch=launch, console=console)
+            return 0
         comp_dir = run_comparison(name, overrides, restart=restart, root=root, console=console,
-                                  train_fn=train_fn, registry=registry)
-    except (ComparisonError, ConfigError) as exc:
+                                  train_fn=train_fn, registry=registry, launch=launch)
+    except (ComparisonError, ConfigError, LaunchError) as exc:
         for line in exc.lines:
             err.print(f"[bold red]error:[/] {line}", soft_wrap=True)
         return 2
-    except STOP as exc:
-        return int(getattr(exc, "exit_code", 130))
+    except LockHeld as exc:
+        err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+        return 2
+    except Interrupted as exc:
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        return 130
     results = json.loads(ComparisonFiles(comp_dir).results.read_text())
     return 0 if results["complete"] else 1

@@ -1,0 +1,322 @@
+"""How the pairs of a comparison run: one launcher interface, three engines, none of them home-made.
+
+- :class:`InProcessLauncher` — one pair after another in this process (``dormouse ab NAME``);
+- :class:`ProcessLauncher` — up to N pairs at once, each in its own process (the standard library's
+  ``ProcessPoolExecutor``, one worker per slot) (``--jobs N``);
+- :class:`dormouse.ab.cluster.SubmititLauncher` — each pair a submitit job (``--launcher slurm``; the
+  tests use submitit's local executor).
+
+A launcher is handed :class:`Job` s (a key, a picklable function and its arguments) and reports, for each,
+when it started and the :class:`Outcome` it returned. It knows nothing about pairs: what a job does (keep,
+resume or restart one pair) is the runner's. What it owns is *where* a job runs: its :class:`Slot`, the
+CPU threads (``torch.set_num_threads``) and CUDA devices (``CUDA_VISIBLE_DEVICES``) the job may use.
+
+The pairs of a comparison are independent by construction (same data order, depth sequence and initial
+weights per seed, each a pure function of (seed, step)), so a pair's numbers do not depend on which
+launcher ran it or what ran beside it; on CPU only the thread count changes the order of a reduction,
+which is why it is part of the slot and recorded with each pair.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import socket
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+# Outcome statuses a job function returns.
+DONE, FAILED, INTERRUPTED = "done", "failed", "interrupted"
+
+
+class LaunchError(ValueError):
+    """A launch request that cannot be honoured (too many jobs for the devices, no SLURM, ...)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+@dataclass(frozen=True)
+class Slot:
+    """What one job may use. ``threads=None`` leaves torch's default; ``cuda_devices=None`` inherits the
+    parent's ``CUDA_VISIBLE_DEVICES`` (a cluster job: the scheduler set it)."""
+
+    index: int = 0
+    threads: int | None = None
+    cuda_devices: tuple[int, ...] | None = None
+
+    def describe(self) -> str:
+        parts = [f"slot {self.index}"]
+        if self.threads is not None:
+            parts.append(f"{self.threads} thread{'s' if self.threads != 1 else ''}")
+        if self.cuda_devices is not None:
+            parts.append("CUDA " + (",".join(map(str, self.cuda_devices)) or "none"))
+        return ", ".join(parts)
+
+
+@dataclass
+class Outcome:
+    """What a job returned. ``exit_code`` is 130/143 for an interrupted job (SIGINT/SIGTERM)."""
+
+    key: str
+    status: str  # done | failed | interrupted
+    note: str = ""
+    exit_code: int | None = None
+    where: dict[str, Any] = field(default_factory=dict)  # host, pid, threads, CUDA devices it ran with
+
+
+@dataclass
+class Job:
+    """One unit of work: ``fn(*args)`` returns an :class:`Outcome` with ``key``. ``fn`` must be importable
+    by name (a module-level function) for the process and submitit launchers."""
+
+    key: str
+    fn: Callable[..., Outcome]
+    args: tuple[Any, ...] = ()
+
+
+StartFn = Callable[[str, str], None]  # (job key, where it runs)
+FinishFn = Callable[[Outcome], None]
+
+
+class Launcher(Protocol):
+    """Runs jobs; calls ``on_start`` when a job starts and ``on_finish`` with its outcome. Stops starting
+    new jobs once one comes back interrupted (the user or the scheduler stopped the comparison), lets
+    the running ones checkpoint, and returns every outcome it got."""
+
+    name: str
+
+    def settings(self) -> dict[str, Any]:
+        """What the report records about how the pairs were run."""
+        ...
+
+    def run(self, jobs: Sequence[Job], on_start: StartFn, on_finish: FinishFn) -> list[Outcome]: ...
+
+    @property
+    def stopped_by(self) -> int | None:
+        """130/143 when a signal (Ctrl-C, SIGTERM) stopped the launch, else None."""
+        ...
+
+
+# --- slots ----------------------------------------------------------------------------------------------
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity, which a cluster or `taskset` may restrict)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def visible_cuda_devices() -> list[int]:
+    """Indices of the CUDA devices this process can use, as ``CUDA_VISIBLE_DEVICES`` numbers them."""
+    import torch
+
+    return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+
+
+def plan_slots(jobs: int, *, cuda: bool, threads: int | None = None, cores: int | None = None,
+               devices: Sequence[int] | None = None) -> list[Slot]:
+    """``jobs`` slots that share the machine: the cores split evenly (``threads`` per job unless given),
+    and on CUDA one device per job. Refuses what cannot be honoured, naming what to change.
+
+    Why split the cores rather than let every job use them all: N jobs each running ``cores`` threads
+    oversubscribe the CPU N-fold and every job slows down by more than N (thread contention), and the
+    per-pair thread count is what fixes the reduction order of a CPU run, so it must be set explicitly.
+    """
+    lines: list[str] = []
+    if jobs < 1:
+        lines.append(f"--jobs {jobs}: must be >= 1")
+    cores = available_cores() if cores is None else cores
+    if threads is not None and threads < 1:
+        lines.append(f"--threads {threads}: must be >= 1")
+    per_job = threads if threads is not None else max(1, cores // max(jobs, 1))
+    if jobs >= 1 and threads is None and jobs > cores and not cuda:
+        lines.append(f"--jobs {jobs} on a CPU with {cores} core(s): each pair would get a fraction of a core; "
+                     f"use --jobs {cores} or fewer (or --threads 1 to oversubscribe on purpose)")
+    slots: list[Slot] = []
+    if cuda:
+        devices = list(visible_cuda_devices() if devices is None else devices)
+        if jobs > len(devices):
+            lines.append(f"--jobs {jobs} with CUDA: each job needs its own GPU and {len(devices)} are visible "
+                         f"({os.environ.get('CUDA_VISIBLE_DEVICES', 'CUDA_VISIBLE_DEVICES unset')}); use "
+                         f"--jobs {max(1, len(devices))}, or train.device=cpu")
+    if lines:
+        raise LaunchError(lines)
+    for i in range(jobs):
+        slots.append(Slot(i, per_job, (devices[i],) if cuda and devices is not None else None))
+    return slots
+
+
+def enter_slot(slot: Slot) -> dict[str, Any]:
+    """Apply a slot in this process, before any CUDA call; returns where the job runs (for the record)."""
+    import torch
+
+    if slot.cuda_devices is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, slot.cuda_devices))
+    if slot.threads is not None:
+        torch.set_num_threads(slot.threads)
+    return {"host": socket.gethostname(), "pid": os.getpid(), "threads": torch.get_num_threads(),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "slot": slot.index}
+
+
+def run_in_slot(slot: Slot, fn: Callable[..., Outcome], args: tuple[Any, ...]) -> Outcome:
+    """The body of one job in a fresh process: enter the slot, run the job, note where it ran."""
+    enter_slot(slot)
+    return run_job(fn, args)
+
+
+def run_job(fn: Callable[..., Outcome], args: tuple[Any, ...]) -> Outcome:
+    """Run one job in a process whose slot is already set; note where it ran."""
+    import torch
+
+    outcome = fn(*args)
+    outcome.where = {"host": socket.gethostname(), "pid": os.getpid(), "threads": torch.get_num_threads(),
+                     "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), **outcome.where}
+    return outcome
+
+
+# --- sequential, in this process ------------------------------------------------------------------------
+
+class InProcessLauncher:
+    """One job after another in this process: the default, and what the tests' fake trainers need (a
+    closure cannot cross a process boundary). The slot's thread count is set for each job and the
+    process's own restored afterwards."""
+
+    name = "sequential"
+
+    def __init__(self, slot: Slot | None = None) -> None:
+        self.slot = slot or Slot()
+        self.stopped_by: int | None = None
+
+    def settings(self) -> dict[str, Any]:
+        return {"launcher": self.name, "jobs": 1, "threads_per_pair": self.slot.threads}
+
+    def run(self, jobs: Sequence[Job], on_start: StartFn, on_finish: FinishFn) -> list[Outcome]:
+        import torch
+
+        outcomes: list[Outcome] = []
+        before = torch.get_num_threads()
+        try:
+            for job in jobs:
+                on_start(job.key, self.slot.describe())
+                where = enter_slot(Slot(self.slot.index, self.slot.threads, None))  # never re-point CUDA here
+                outcome = job.fn(*job.args)
+                outcome.where = {**where, **outcome.where}
+                outcomes.append(outcome)
+                on_finish(outcome)
+                if outcome.status == INTERRUPTED:
+                    self.stopped_by = outcome.exit_code or 130
+                    break
+        finally:
+            torch.set_num_threads(before)
+        return outcomes
+
+
+# --- N at once, a process each --------------------------------------------------------------------------
+
+def _worker_init(slot: Slot) -> None:
+    """A slot's worker process, before any job: its CUDA devices and thread count (set before any CUDA
+    call, which is when ``CUDA_VISIBLE_DEVICES`` is read), and SIGINT ignored outside a training loop
+    (the loop installs its own handler). A terminal's Ctrl-C reaches the whole process group; a worker
+    killed by it while idle would break its pool before the running pairs could checkpoint."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    enter_slot(slot)
+
+
+class ProcessLauncher:
+    """Up to ``len(slots)`` jobs at once, each in its own process: one single-worker
+    ``ProcessPoolExecutor`` (spawn start method) per slot, whose worker is pinned to the slot's CUDA
+    devices and thread count when it starts. A slot's worker runs its pairs one after another, like the
+    sequential launcher runs all of them; what one pair leaves in the process (nothing the next pair
+    reads: the trainer resets its counters and peak-memory statistics) does not change another's numbers.
+
+    One long-lived worker per slot rather than a fresh process per pair: importing torch costs seconds,
+    more than a small pair's training. A worker that dies (OOM killer) fails its pair and is replaced.
+
+    Ctrl-C at a terminal reaches every process: the running pairs checkpoint at their next step and
+    return ``interrupted``; no new pair starts. A SIGTERM sent to this process alone is passed on to the
+    workers as SIGINT (the same graceful stop), and the comparison exits 143.
+    """
+
+    name = "local-processes"
+
+    def __init__(self, slots: Sequence[Slot]) -> None:
+        self.slots = list(slots)
+        self.stopped_by: int | None = None
+
+    def settings(self) -> dict[str, Any]:
+        return {"launcher": self.name, "jobs": len(self.slots),
+                "threads_per_pair": self.slots[0].threads if self.slots else None,
+                "cuda_devices": [list(s.cuda_devices) for s in self.slots if s.cuda_devices is not None] or None}
+
+    def run(self, jobs: Sequence[Job], on_start: StartFn, on_finish: FinishFn) -> list[Outcome]:
+        ctx = multiprocessing.get_context("spawn")
+
+        def pool_for(slot: Slot) -> ProcessPoolExecutor:
+            return ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_worker_init, initargs=(slot,))
+
+        pools = {slot.index: pool_for(slot) for slot in self.slots}
+        pending = list(jobs)
+        free = list(self.slots)
+        running: dict[Future[Outcome], tuple[Job, Slot]] = {}
+        outcomes: list[Outcome] = []
+        stopping: list[int] = []  # the exit code of the signal that stopped the comparison, if any
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            stopping.append(143)
+            for child in multiprocessing.active_children():
+                try:
+                    os.kill(child.pid, signal.SIGINT)  # type: ignore[arg-type]
+                except OSError:
+                    pass
+
+        previous = signal.signal(signal.SIGTERM, on_sigterm) if _main_thread() else None
+        try:
+            while pending or running:
+                while pending and free and not stopping:
+                    job, slot = pending.pop(0), free.pop(0)
+                    running[pools[slot.index].submit(run_job, job.fn, job.args)] = (job, slot)
+                    on_start(job.key, slot.describe())
+                if not running:
+                    break
+                try:
+                    done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                except KeyboardInterrupt:  # Ctrl-C: the workers got it too; collect their checkpoints
+                    stopping.append(130)
+                    continue
+                for fut in done:
+                    job, slot = running.pop(fut)
+                    free.append(slot)
+                    try:
+                        outcome = fut.result()
+                    except Exception as exc:  # the worker process died (OOM kill, segfault, ...)
+                        outcome = Outcome(job.key, FAILED, f"the worker process failed: {type(exc).__name__}: {exc}")
+                        pools[slot.index].shutdown(wait=False)
+                        pools[slot.index] = pool_for(slot)
+                    if outcome.status == INTERRUPTED and not stopping:
+                        stopping.append(outcome.exit_code or 130)
+                    outcomes.append(outcome)
+                    on_finish(outcome)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+            for pool in pools.values():
+                pool.shutdown(wait=True, cancel_futures=True)
+        self.stopped_by = stopping[0] if stopping else None
+        return outcomes
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def outcome_record(outcome: Outcome) -> dict[str, Any]:
+    """An outcome as JSON-ready data."""
+    return asdict(outcome)

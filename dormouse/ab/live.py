@@ -1,0 +1,117 @@
+"""The comparison's progress as it runs: one table updated in place (rich ``Live``) on a terminal, plain
+timestamped lines otherwise (a log file, CI, a pipe), never a table reprinted before every pair.
+
+The board learns when a pair starts and how it ended from the launcher; what a running pair is doing
+(its step and last bpb) it reads from the pair's ``metrics.jsonl`` at each refresh, so it shows the same
+thing whether the pair trains in this process, in a worker or in a cluster job.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from dormouse.ab.launch import Outcome
+from dormouse.ab.pairjob import Pair
+from dormouse.ab.records import read_metrics
+
+STYLE = {"pending": "dim", "running": "bold cyan", "resuming": "bold cyan", "done": "green",
+         "kept": "green", "failed": "bold red", "interrupted": "yellow", "stopped": "yellow"}
+
+
+def _fmt_s(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}" if seconds >= 3600 \
+        else f"{seconds // 60}:{seconds % 60:02d}"
+
+
+class PairBoard:
+    """``with PairBoard(name, pairs, console) as board:`` then ``board.start(key, where)`` and
+    ``board.finish(outcome)`` (the launcher's callbacks)."""
+
+    def __init__(self, name: str, pairs: list[Pair], console: Console, refresh_per_second: float = 2.0) -> None:
+        self.name = name
+        self.pairs = {p.name: p for p in pairs}
+        self.console = console
+        self.where: dict[str, str] = {}
+        self.started: dict[str, float] = {}
+        self.elapsed: dict[str, float] = {}
+        self.live: Live | None = None
+        self.refresh_per_second = refresh_per_second
+
+    # -- the launcher's callbacks --
+    def start(self, key: str, where: str) -> None:
+        pair = self.pairs[key]
+        pair.status = "resuming" if pair.run_dir.exists() else "running"
+        self.where[key] = where
+        self.started[key] = time.time()
+        if self.live is None:
+            self._line(f"start {key} ({where})")
+
+    def finish(self, outcome: Outcome) -> None:
+        pair = self.pairs.get(outcome.key)
+        if pair is None:
+            return
+        pair.status, pair.note = outcome.status, outcome.note
+        if outcome.key in self.started:
+            self.elapsed[outcome.key] = time.time() - self.started[outcome.key]
+        row = self._last_row(pair)
+        bpb = f" bpb={row['bpb']:.4f}" if row and isinstance(row.get("bpb"), float) else ""
+        msg = f"{outcome.status} {outcome.key}{bpb} ({_fmt_s(self.elapsed.get(outcome.key))})"
+        if outcome.note:
+            msg += f": {outcome.note}"
+        if self.live is None or outcome.status in ("failed", "interrupted", "stopped"):
+            self._line(msg)
+
+    def note(self, text: str) -> None:
+        self._line(text)
+
+    # -- rendering --
+    def _line(self, text: str) -> None:
+        stamp = datetime.now().strftime("%H:%M:%S")
+        (self.live.console if self.live else self.console).print(f"{stamp} {text}", markup=False,
+                                                                  highlight=False, soft_wrap=True)
+
+    @staticmethod
+    def _last_row(pair: Pair) -> dict[str, Any] | None:
+        rows = read_metrics(pair.files.metrics)
+        return rows[-1] if rows else None
+
+    def table(self) -> Table:
+        table = Table(title=f"ab {self.name}", title_justify="left")
+        for col in ("pair", "status", "step", "bpb", "elapsed", "where"):
+            table.add_column(col, no_wrap=True)
+        now = time.time()
+        for key, pair in self.pairs.items():
+            row = self._last_row(pair) if pair.status != "pending" else None
+            step = f"{row['step']}/{pair.steps}" if row else ""
+            bpb = f"{row['bpb']:.4f}" if row and isinstance(row.get("bpb"), float) else ""
+            el = self.elapsed.get(key, now - self.started[key] if key in self.started else None)
+            table.add_row(key, f"[{STYLE.get(pair.status, '')}]{pair.status}[/]", step, bpb, _fmt_s(el),
+                          self.where.get(key, ""))
+        return table
+
+    def __rich__(self) -> Table:
+        return self.table()
+
+    def __enter__(self) -> PairBoard:
+        if self.console.is_terminal:
+            self.live = Live(self, console=self.console, refresh_per_second=self.refresh_per_second,
+                             redirect_stdout=True, redirect_stderr=True)
+            self.live.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.live is not None:
+            self.live.refresh()
+            self.live.stop()  # the last frame stays on screen
+            self.live = None
+        else:
+            self.console.print(self.table())

@@ -1,0 +1,242 @@
+"""``dormouse ab NAME --plan`` and ``--status``: what a comparison will do, and where it stands.
+
+Both only read. ``--plan`` composes every pair (so a bad override is refused exactly as a run would
+refuse it) and prints the pairs, what each runs, what is already done, and the estimated cost; it writes
+nothing and takes no lock. ``--status`` is safe while a comparison runs: it reads the run directories,
+the pairs' attempt records and probes the locks (a shared probe, never taken): a pair whose lock is held
+is running, wherever it runs.
+
+The compute estimate counts the matmul FLOPs of training only (no eval), ×3 for forward + backward:
+per token and per iteration of the shared block, 2·(4d² + 3dh) for the attention projections and the
+SwiGLU, 2·T·d for causal attention scores and mixing (half of the 4·T·d of full attention), and
+2·256·d per readout (the byte vocabulary). The arms' own work (a gate, a depth softmax) is left out: it
+is O(d) or O(L·d) per token against O(d²). Expected depth is (max_iter + 1)/2 under random depth.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from omegaconf import DictConfig
+from rich.console import Console
+from rich.table import Table
+
+from dormouse.ab.lock import is_locked, read_holder
+from dormouse.ab.pairjob import Pair, pair_state, read_launch_record
+from dormouse.loglines import EVAL, RESUME, LogLineError, line_kind, parse_resume_line
+from dormouse.logs import read_run
+from dormouse.runfiles import ComparisonFiles, RunFiles
+
+VOCAB = 256
+
+
+def pair_cost(cfg: DictConfig) -> dict[str, float]:
+    """Training tokens and the estimated training FLOPs of one pair (see the module docstring)."""
+    from dormouse.model import swiglu_hidden
+
+    m, t, d = cfg.model, cfg.train, int(cfg.model.d_model)
+    h = swiglu_hidden(d, m.mlp_hidden)
+    seq = int(cfg.data.seq_len)
+    depth = (int(m.max_iter) + 1) / 2 if m.random_depth else int(m.max_iter)
+    readouts = depth if str(t.readout) == "all" else 1
+    tokens = int(t.steps) * int(t.batch_size) * seq
+    per_token_fwd = depth * (2 * (4 * d * d + 3 * d * h) + 2 * seq * d) + readouts * 2 * VOCAB * d
+    return {"tokens": float(tokens), "flops": 3.0 * per_token_fwd * tokens}
+
+
+def _si(x: float) -> str:
+    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{unit}"
+    return f"{x:.3g}"
+
+
+def _fmt_s(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    s = int(round(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def pair_wall_s(pair: Pair, comp_dir: Path) -> float | None:
+    """How long a finished pair took: its attempts' elapsed time summed, else its log's done line."""
+    attempts = read_launch_record(comp_dir, pair.name).get("attempts", [])
+    total = sum(float(a.get("elapsed_s") or 0) for a in attempts)
+    if total > 0:
+        return total
+    done = read_run(pair.run_dir).done
+    return float(done["wall_s"]) if done and "wall_s" in done else None
+
+
+# --- the plan -------------------------------------------------------------------------------------------
+
+def render_plan(name: str, pairs: list[Pair], comp_dir: Path, *, fixed: list[str], cli: list[str],
+                arm_overrides: dict[str, list[str]], launch: dict[str, Any], registration: str,
+                console: Console) -> None:
+    """Print the plan (see the module docstring)."""
+    def say(text: str) -> None:
+        console.print(text, soft_wrap=True, highlight=False)
+
+    say(f"[bold]plan: ab {name}[/] -> {comp_dir}  (trains nothing, writes nothing)")
+    say(f"registration: {registration}")
+    say("launch: " + ", ".join(f"{k}={v}" for k, v in launch.items() if v is not None))
+    say("each pair runs the Hydra overrides, in order: fixed, the arm's, the CLI's, then "
+        "train.seed=<seed> run.name=<arm>-s<seed> run.dir=<comparison dir>")
+    say(f"  fixed: {' '.join(fixed) or '(none)'}")
+    width = max(len(a) for a in arm_overrides)
+    for arm, ovs in arm_overrides.items():
+        say(f"  arm {arm:<{width}}: {' '.join(ovs) or '(none)'}")
+    say(f"  CLI:   {' '.join(cli) or '(none)'}")
+    table = Table(title_justify="left")
+    for col in ("pair", "state", "tokens", "est. FLOPs", "wall"):
+        table.add_column(col, no_wrap=True)
+    measured: dict[str, list[float]] = {}
+    states = {}
+    for p in pairs:
+        states[p.name] = pair_state(p)
+        if states[p.name][0] == "complete":
+            w = pair_wall_s(p, comp_dir)
+            if w is not None:
+                measured.setdefault(p.arm, []).append(w)
+    total_flops = total_tokens = 0.0
+    remaining_s: float | None = 0.0
+    left = 0
+    for p in pairs:
+        state, why = states[p.name]
+        cost = pair_cost(p.cfg)
+        wall = pair_wall_s(p, comp_dir) if state == "complete" else None
+        if state != "complete":
+            left += 1
+            total_flops += cost["flops"]
+            total_tokens += cost["tokens"]
+            est = median(measured[p.arm]) if p.arm in measured else None
+            remaining_s = None if est is None or remaining_s is None else remaining_s + est
+        table.add_row(p.name, "done" if state == "complete" else f"{state}: {why}" if state != "new" else "new",
+                      _si(cost["tokens"]), _si(cost["flops"]), _fmt_s(wall) if wall else "")
+    console.print(table)
+    jobs = int(launch.get("jobs") or 1)
+    say(f"left to run: {left} of {len(pairs)} pairs, {_si(total_tokens)} training tokens, "
+                  f"≈{_si(total_flops)} FLOPs (matmuls only, ×3 for backward; eval excluded)")
+    if left and remaining_s is not None:
+        say(f"estimated wall time: ≈{_fmt_s(remaining_s / max(1, jobs))} at {jobs} pair(s) at once "
+                      "(from this comparison's finished pairs, per arm)")
+    elif left:
+        say("estimated wall time: unknown until a pair of each arm has finished on this machine "
+                      "(then --plan and --status use the measured time)")
+
+
+# --- the status -----------------------------------------------------------------------------------------
+
+def _log_lines(run_dir: Path) -> list[str]:
+    try:
+        return RunFiles(run_dir).log.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+def _last_eval_line(run_dir: Path) -> str:
+    return next((ln for ln in reversed(_log_lines(run_dir)) if line_kind(ln) == EVAL), "")
+
+
+def pair_status(pair: Pair, comp_dir: Path, now: float | None = None) -> dict[str, Any]:
+    """One pair's state for ``--status``: done / running / failed / interrupted / pending, its last eval
+    line, elapsed time and (running) an ETA from its own pace since its attempt started."""
+    now = time.time() if now is None else now
+    lock_path = ComparisonFiles(Path(comp_dir)).pair_lock(pair.name)
+    attempts = read_launch_record(comp_dir, pair.name).get("attempts", [])
+    last_attempt = attempts[-1] if attempts else {}
+    state, why = pair_state(pair)
+    run = read_run(pair.run_dir) if pair.run_dir.exists() else None
+    step = int(run.last["step"]) if run and run.last else 0
+    out: dict[str, Any] = {"pair": pair.name, "arm": pair.arm, "seed": pair.seed, "step": step,
+                           "steps": pair.steps, "last_eval": _last_eval_line(pair.run_dir), "elapsed_s": None,
+                           "eta_s": None, "where": "", "note": ""}
+    if state == "complete":
+        out.update(state="done", elapsed_s=pair_wall_s(pair, comp_dir))
+    elif is_locked(lock_path):
+        holder = read_holder(lock_path) or {}
+        out["state"] = "running"
+        out["where"] = f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}"
+        started = last_attempt.get("started")
+        if started:
+            elapsed = now - datetime.fromisoformat(started).timestamp()
+            out["elapsed_s"] = elapsed
+            first = _attempt_start_step(pair.run_dir)
+            if step > first:
+                out["eta_s"] = elapsed / (step - first) * (pair.steps - step)
+    elif last_attempt.get("state") == "failed" or pair.files.ab_error.is_file():
+        out.update(state="failed", note=last_attempt.get("note", "see ab_error.txt"))
+    elif state in ("resume", "restart"):
+        out.update(state="interrupted", note=why)
+    else:
+        out["state"] = "pending"
+    return out
+
+
+def _attempt_start_step(run_dir: Path) -> int:
+    """The step the current attempt started at (its last ``resume step=N`` line), else 0."""
+    for ln in reversed(_log_lines(run_dir)):
+        if line_kind(ln) == RESUME:
+            try:
+                return int(parse_resume_line(ln)["step"])
+            except LogLineError:
+                return 0
+    return 0
+
+
+def comparison_status(pairs: list[Pair], comp_dir: Path) -> dict[str, Any]:
+    """Every pair's status, the driver (lock holder) if one is alive, and the comparison's ETA:
+    the longest running pair's ETA plus the pending pairs at the measured mean pair time, shared over
+    as many pairs as are running now."""
+    now = time.time()
+    rows = [pair_status(p, comp_dir, now) for p in pairs]
+    lock_path = ComparisonFiles(Path(comp_dir)).lock
+    driver = read_holder(lock_path) if is_locked(lock_path) else None
+    done_walls = [r["elapsed_s"] for r in rows if r["state"] == "done" and r["elapsed_s"]]
+    running = [r for r in rows if r["state"] == "running"]
+    todo = [r for r in rows if r["state"] in ("pending", "interrupted", "failed")]
+    eta = None
+    if running or todo:
+        per_pair = sum(done_walls) / len(done_walls) if done_walls else None
+        run_eta = [r["eta_s"] for r in running]
+        if per_pair is not None and all(e is not None for e in run_eta):
+            width = max(1, len(running))
+            eta = max(run_eta, default=0.0) + per_pair * len(todo) / width
+    counts = {s: sum(r["state"] == s for r in rows) for s in ("done", "running", "pending", "interrupted", "failed")}
+    return {"pairs": rows, "driver": driver, "counts": counts, "eta_s": eta}
+
+
+def render_status(name: str, comp_dir: Path, status: dict[str, Any], console: Console) -> None:
+    driver = status["driver"]
+    who = (f"driver: pid {driver.get('pid')} on {driver.get('host')} since {driver.get('started')}"
+           if driver else "no `dormouse ab` is running on it")
+    counts = ", ".join(f"{n} {s}" for s, n in status["counts"].items() if n)
+    console.print(f"[bold]status: ab {name}[/] ({comp_dir}): {counts}; {who}")
+    table = Table(title_justify="left")
+    for col in ("pair", "state", "step", "elapsed", "ETA", "where", "last eval line / note"):
+        table.add_column(col, no_wrap=col not in ("last eval line / note",))
+    style = {"done": "green", "running": "bold cyan", "failed": "bold red", "interrupted": "yellow",
+             "pending": "dim"}
+    for r in status["pairs"]:
+        table.add_row(r["pair"], f"[{style[r['state']]}]{r['state']}[/]", f"{r['step']}/{r['steps']}",
+                      _fmt_s(r["elapsed_s"]), _fmt_s(r["eta_s"]) if r["state"] == "running" else "",
+                      r["where"], r["note"] or _abridge(r["last_eval"]))
+    console.print(table)
+    if status["counts"]["done"] < len(status["pairs"]):
+        console.print(f"comparison ETA: {_fmt_s(status['eta_s'])}"
+                      + ("" if status["eta_s"] is not None else " (unknown until a pair has finished)"))
+
+
+def _abridge(line: str) -> str:
+    """The eval line's head (step, tokens, loss, bpb...) without the per-depth and counter fields."""
+    keep = [w for w in line.split() if w.split("=")[0] in ("step", "loss", "bpb", "tok/s", "depth")]
+    return " ".join(keep)
+
+
+def status_json(status: dict[str, Any]) -> str:
+    return json.dumps(status, indent=2, default=str)
