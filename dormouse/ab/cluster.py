@@ -134,6 +134,14 @@ def validate_launcher_config(c: SlurmLauncherConfig) -> list[str]:
     return lines
 
 
+def check_cluster(c: SlurmLauncherConfig) -> None:
+    """Refuse, before anything is written, a SLURM launch where there is no SLURM."""
+    if c.cluster == "slurm" and submitit.SlurmExecutor.affinity() <= 0:
+        raise LaunchError(["--launcher slurm: `srun` is not on PATH, so this is not a SLURM login node "
+                           "(submitit submits with sbatch and runs with srun); run it on the cluster, or pass "
+                           "launcher.cluster=local to run the same jobs on this machine"])
+
+
 def make_executor(c: SlurmLauncherConfig, folder: Path, job_name: str) -> Any:
     """The submitit executor for ``c``: SLURM (refused loudly off a cluster) or the local executor."""
     tasks = max(1, c.gpus_per_pair)
@@ -142,11 +150,8 @@ def make_executor(c: SlurmLauncherConfig, folder: Path, job_name: str) -> Any:
         ex.update_parameters(timeout_min=c.time_min, tasks_per_node=tasks, gpus_per_node=c.gpus_per_pair,
                              signal_delay_s=c.signal_delay_s, setup=list(c.setup))
         return ex
-    try:
-        ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=c.max_requeues)
-    except RuntimeError as exc:
-        raise LaunchError([f"--launcher slurm: {exc} (submitit looks for `srun`); run it on a SLURM login "
-                           "node, or pass launcher.cluster=local to run the same jobs on this machine"]) from exc
+    check_cluster(c)
+    ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=c.max_requeues)
     params: dict[str, Any] = {
         "job_name": job_name, "time": c.time_min, "nodes": 1, "ntasks_per_node": tasks,
         "cpus_per_task": c.cpus_per_task, "signal_delay_s": c.signal_delay_s,
@@ -197,12 +202,13 @@ class PairJob(submitit.helpers.Checkpointable):
 
 
 class SubmititLauncher:
-    """Each job a submitit job on ``executor`` (SLURM or local). Waits for them all; Ctrl-C cancels the
+    """Each job a submitit job (SLURM, or submitit's local executor). Waits for them all; Ctrl-C cancels the
     comparison's unfinished jobs (each stops at its next step with a checkpoint) and returns."""
 
-    def __init__(self, config: SlurmLauncherConfig, executor: Any) -> None:
+    def __init__(self, config: SlurmLauncherConfig, folder: Path, job_name: str) -> None:
+        check_cluster(config)
         self.config = config
-        self.executor = executor
+        self.folder, self.job_name = Path(folder), job_name
         self.name = "slurm" if config.cluster == "slurm" else "submitit-local"
         self.stopped_by: int | None = None
 
@@ -212,10 +218,14 @@ class SubmititLauncher:
                 **{k: c[k] for k in ("partition", "time_min", "gpus_per_pair", "cpus_per_task", "max_requeues")}}
 
     def run(self, jobs: Sequence[Job], on_start: StartFn, on_finish: FinishFn) -> list[Outcome]:
+        if not jobs:
+            return []
+        # The executor (and its folder) only now: after the comparison's lock and registration check.
+        executor = make_executor(self.config, self.folder, self.job_name)
         submitted: list[tuple[Job, Any]] = []
-        with self.executor.batch():
+        with executor.batch():
             for job in jobs:
-                submitted.append((job, self.executor.submit(PairJob(job.fn, job.args, self.config.cpus_per_task))))
+                submitted.append((job, executor.submit(PairJob(job.fn, job.args, self.config.cpus_per_task))))
         for job, sj in submitted:
             on_start(job.key, f"{self.name} job {sj.job_id}")
         outcomes: list[Outcome] = []

@@ -3,15 +3,24 @@
 The flow (docs/ab-protocol.md):
 
 1. Load and check the registered file (:mod:`dormouse.ab.registry`), then compose and validate every
-   pair's config. Anything wrong is refused here, before any run.
-2. Check the registration stamp in ``<root>/<name>/registration.json``: the hash of the registered file
+   pair's config, and build the launcher the request asks for (:mod:`dormouse.ab.launch`,
+   :mod:`dormouse.ab.cluster`). Anything wrong is refused here, before any run; a problem every arm
+   shares (a bad CLI override) is said once.
+2. Take the comparison's lock (:mod:`dormouse.ab.lock`): a second ``dormouse ab`` on the same directory is
+   refused with the holder's pid and host; a dead holder's lock is taken over, with a message.
+3. Check the registration stamp in ``<root>/<name>/registration.json``: the hash of the registered file
    plus the CLI overrides. A comparison is continued only under the registration it started with;
    ``restart=True`` discards its runs and starts over.
-3. Run the pairs in-process, one after another, seed-major (all arms of seed 1 first, so paired results
-   exist early). A pair whose final metrics row is at ``train.steps`` with a finite bpb and whose log has
-   its ``done`` line is kept; an interrupted pair resumes from its newest checkpoint
-   (``train.resume=auto``) or, without one (or if the resume fails), is restarted from scratch.
-4. Analyse and write ``results.json``, ``report.md`` and the plots (:mod:`dormouse.ab.report`).
+4. Hand every unfinished pair to the launcher, seed-major (all arms of seed 1 first, so paired results
+   exist early): one after another in this process, ``--jobs N`` at once in worker processes, or as
+   submitit jobs. Each runs :func:`dormouse.ab.pairjob.run_pair`: a pair whose final metrics row is at
+   ``train.steps`` with a finite bpb and whose log has its ``done`` line is kept; an interrupted pair
+   resumes from its newest checkpoint (``train.resume=auto``) or, without one (or if the resume fails),
+   is restarted from scratch. :class:`dormouse.ab.live.PairBoard` shows the progress.
+5. Analyse and write ``results.json``, ``report.md`` and the plots (:mod:`dormouse.ab.report`), with how
+   each pair ran (threads, launcher) from its attempt records.
+
+``--plan`` and ``--status`` (:mod:`dormouse.ab.status`) only read.
 """
 
 from __future__ import annotations
@@ -225,10 +234,10 @@ def make_launcher(request: LaunchRequest, pairs: list[Pair], comp_dir: Path, nam
     if request.jobs != 1 or request.threads is not None:
         raise LaunchError([f"--jobs/--threads are for the local launcher; with --launcher {request.launcher} "
                            "set launcher.array_parallelism and launcher.cpus_per_task instead"])
-    from dormouse.ab.cluster import SubmititLauncher, default_folder, load_launcher_config, make_executor
+    from dormouse.ab.cluster import SubmititLauncher, default_folder, load_launcher_config
 
     config = load_launcher_config(request.launcher, request.launcher_overrides)
-    return SubmititLauncher(config, make_executor(config, default_folder(comp_dir, config), f"ab-{name}"))
+    return SubmititLauncher(config, default_folder(comp_dir, config), f"ab-{name}")
 
 
 def _launch_lines(launcher: Launcher) -> str:

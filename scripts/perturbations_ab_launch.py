@@ -1,0 +1,111 @@
+"""Perturbations of how a comparison's pairs are launched (issue 12): the locks, the per-pair slots, the
+submitit requeue hook, --status, the live board and errors said once (scripts/falsify.py; format in
+perturbations_attnres.py). ``protects`` names what a defect here would break."""
+
+from __future__ import annotations
+
+_LOCK = "dormouse/ab/lock.py"
+_LAUNCH = "dormouse/ab/launch.py"
+_CLUSTER = "dormouse/ab/cluster.py"
+_PAIRJOB = "dormouse/ab/pairjob.py"
+_RUNNER = "dormouse/ab/runner.py"
+_STATUS = "dormouse/ab/status.py"
+_LIVE = "dormouse/ab/live.py"
+_L = "tests/test_ab_lock.py::"
+_T = "tests/test_ab_launch.py::"
+
+PERTURBATIONS: list[dict] = [
+    {
+        "name": "comparison_lock_shared",
+        "file": _LOCK,
+        "old": "            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n",
+        "new": "            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)\n",
+        "gates": [_L + "test_a_lock_held_by_a_live_process_is_refused_naming_its_pid_and_host"],
+        "why": "a shared lock admits a second `dormouse ab`: two processes train the same pair and one "
+               "deletes the other's folder",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "stale_lock_taken_silently",
+        "file": _LOCK,
+        "old": "        self.took_over = read_holder(self.path)\n",
+        "new": "        self.took_over = None\n",
+        "gates": [_L + "test_a_stale_lock_from_a_dead_process_is_taken_over_with_a_message"],
+        "why": "a dead holder's lock is taken over without saying whose it was",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "pair_lock_not_the_pairs",
+        "file": _PAIRJOB,
+        "old": "        lock = pair_lock(task.comp_dir, pair.name).acquire()\n",
+        "new": "        lock = pair_lock(task.comp_dir, pair.name + '-x').acquire()\n",
+        "gates": [_T + "test_a_pair_trained_by_another_process_is_not_touched"],
+        "why": "a new driver restarts a pair an orphaned job is still training (deleting its directory)",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "slot_threads_not_applied",
+        "file": _LAUNCH,
+        "old": "        torch.set_num_threads(slot.threads)\n",
+        "new": "        pass\n",
+        "gates": [_T + "test_parallel_pairs_equal_the_sequential_pairs_bit_for_bit"],
+        "why": "--threads / the per-pair share of the cores is recorded but not applied: the reduction order "
+               "(and the report's thread count) is not what was asked",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "cores_not_shared_between_jobs",
+        "file": _LAUNCH,
+        "old": "    per_job = threads if threads is not None else max(1, cores // max(jobs, 1))\n",
+        "new": "    per_job = threads if threads is not None else cores\n",
+        "gates": [_T + "test_slots_share_the_cores_and_refuse_what_cannot_be_honoured"],
+        "why": "every job runs on all the cores: N jobs oversubscribe the CPU N-fold",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "cuda_jobs_share_one_gpu",
+        "file": _LAUNCH,
+        "old": "        slots.append(Slot(i, per_job, (devices[i],) if cuda and devices is not None else None))\n",
+        "new": "        slots.append(Slot(i, per_job, (devices[0],) if cuda and devices is not None else None))\n",
+        "gates": [_T + "test_slots_share_the_cores_and_refuse_what_cannot_be_honoured"],
+        "why": "--jobs N on an N-GPU node puts every pair on GPU 0",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "preempted_job_not_requeued",
+        "file": _CLUSTER,
+        "old": "        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)\n",
+        "new": "        return None\n",
+        "gates": [_T + "test_submitit_local_jobs_complete_and_a_preempted_job_requeues_and_resumes"],
+        "why": "submitit's checkpointing hook declines: a preempted or timed-out pair is lost instead of "
+               "requeued and resumed",
+        "protects": "training loop",
+    },
+    {
+        "name": "override_error_said_per_arm",
+        "file": _RUNNER,
+        "old": "              if len(arm_lines) == len(spec.arms) and all(ln in lns for lns in arm_lines.values())]\n",
+        "new": "              if False]\n",
+        "gates": [_T + "test_an_invalid_override_is_reported_once_for_the_comparison"],
+        "why": "a bad CLI override is reported once per arm (five identical errors)",
+        "protects": "arms' set-up",
+    },
+    {
+        "name": "status_misses_running_pairs",
+        "file": _STATUS,
+        "old": "    elif is_locked(lock_path):\n",
+        "new": "    elif False:\n",
+        "gates": [_T + "test_status_during_a_run_shows_done_running_pending_and_failed"],
+        "why": "--status shows a pair being trained as interrupted or pending",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "board_never_live",
+        "file": _LIVE,
+        "old": "        if self.console.is_terminal:\n",
+        "new": "        if False:\n",
+        "gates": [_T + "test_the_board_is_plain_lines_off_a_terminal_and_a_live_table_on_one"],
+        "why": "on a terminal the progress scrolls as lines instead of one table updated in place",
+        "protects": "A/B rule",
+    },
+]
