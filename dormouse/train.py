@@ -152,8 +152,14 @@ def evaluate(model: LoopedByteLM, x: torch.Tensor, y: torch.Tensor, batch_size: 
     return out
 
 
+# SIGUSR2 is a cluster's "preempted, or near the time limit" (SLURM's --signal, submitit's default): the same
+# graceful stop, so a cluster job requeues from a checkpoint at the step it reached (dormouse/ab/cluster.py).
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGUSR2") if hasattr(signal, name))
+
+
 class _SignalFlag:
-    """SIGINT/SIGTERM set a flag; the loop finishes its step, checkpoints and exits 130/143."""
+    """SIGINT/SIGTERM/SIGUSR2 set a flag; the loop finishes its step, checkpoints and exits 128 + the
+    signal's number (130, 143, 140)."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
@@ -161,7 +167,7 @@ class _SignalFlag:
 
     def __enter__(self) -> _SignalFlag:
         if hasattr(signal, "SIGTERM") and _in_main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in STOP_SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
@@ -552,7 +558,7 @@ def _stop(run: _Run, loop: LoopState, losses: list[float], checkpoint: Path | No
         run.append_log(format_interrupted_line(loop.step))
     if signum is None:
         return run.result(loop, losses, time.time() - run.start_time)
-    raise Interrupted(143 if signum == signal.SIGTERM else 130, msg)
+    raise Interrupted(128 + int(signum), msg)
 
 
 def peak_memory(device: torch.device) -> int:

@@ -76,9 +76,19 @@ PERTURBATIONS: list[dict] = [
         "file": _CLUSTER,
         "old": "        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)\n",
         "new": "        return None\n",
-        "gates": [_T + "test_submitit_local_jobs_complete_and_a_preempted_job_requeues_and_resumes"],
+        "gates": [_T + "test_submitit_local_jobs_complete_and_preempted_jobs_requeue_and_resume"],
         "why": "submitit's checkpointing hook declines: a preempted or timed-out pair is lost instead of "
                "requeued and resumed",
+        "protects": "training loop",
+    },
+    {
+        "name": "preempted_pair_not_handed_to_submitit",
+        "file": _CLUSTER,
+        "old": "        if outcome.status == INTERRUPTED and outcome.exit_code == 128 + int(usr):\n",
+        "new": "        if outcome.status == INTERRUPTED and outcome.exit_code == -1:\n",
+        "gates": [_T + "test_submitit_local_jobs_complete_and_preempted_jobs_requeue_and_resume"],
+        "why": "the trainer checkpointed on the preemption signal but the job ends instead of requeueing: "
+               "the pair stays unfinished until someone reruns the comparison",
         "protects": "training loop",
     },
     {

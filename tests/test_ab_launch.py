@@ -151,26 +151,34 @@ def test_parallel_pairs_equal_the_sequential_pairs_bit_for_bit(tmp_path: Path) -
 
 # --- submitit, local executor ---------------------------------------------------------------------------
 
-PREEMPTED = "gr-s1"
+PREEMPTED = "gr-s1"  # the trainer caught the preemption signal at step 2 and checkpointed (exit 128+USR2)
+KILLED = "rezero-s2"  # preempted where the trainer was not listening: submitit's own handler requeues
 
 
 def preempt_once(cfg: DictConfig) -> Any:
-    """The trainer, except that the first attempt of PREEMPTED stops at step 2 with a checkpoint and then
-    receives submitit's preemption signal, as a SLURM job does when it is preempted or times out."""
+    """The trainer, except that the first attempt of two pairs is preempted at step 2, as a SLURM job is
+    when it is preempted or reaches its time limit (USR2): PREEMPTED as the training loop reports it
+    (a checkpoint at step 2, then Interrupted(128+USR2)), KILLED by the raw signal after its step-2
+    checkpoint, outside the loop's handler."""
+    from dormouse.errors import Interrupted
     from dormouse.train import train
 
-    if str(cfg.run.name) == PREEMPTED and str(cfg.train.resume) == "never":
+    first = str(cfg.train.resume) == "never"
+    if first and str(cfg.run.name) == PREEMPTED:
+        train(cfg, stop_at_step=2)
+        raise Interrupted(128 + int(signal.SIGUSR2), "preempted at step 2 (planted)")
+    if first and str(cfg.run.name) == KILLED:
         train(cfg, stop_at_step=2)
         os.kill(os.getpid(), signal.SIGUSR2)
         time.sleep(60)  # submitit's handler requeues the job and exits this process
     return train(cfg)
 
 
-def test_submitit_local_jobs_complete_and_a_preempted_job_requeues_and_resumes(
+def test_submitit_local_jobs_complete_and_preempted_jobs_requeue_and_resume(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each pair a submitit job (local executor: real processes, no SLURM). A preempted job goes through
-    submitit's checkpointing hook, is requeued and resumes its pair from the checkpoint: its numbers equal
-    an uninterrupted sequential run's, and the report is the same."""
+    """Each pair a submitit job (local executor: real processes, no SLURM). Preempted jobs go through
+    submitit's checkpointing hook, are requeued and resume their pair from the checkpoint: the numbers
+    equal an uninterrupted sequential run's, and so does the report."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
     reg = _registry(tmp_path)
     seq = run_comparison("t", [], root=tmp_path / "seq", console=_console(), registry=reg,
@@ -183,12 +191,14 @@ def test_submitit_local_jobs_complete_and_a_preempted_job_requeues_and_resumes(
     a, b = _numbers(seq), _numbers(out)
     assert a == b, f"submitit pairs differ from sequential: deviation={_deviation(a, b):.3g} bound=0"
     assert _verdicts(out) == _verdicts(seq)
-    attempts = read_launch_record(out, PREEMPTED)["attempts"]
-    assert [a["state"] for a in attempts] == ["stopped", "done"], attempts  # requeued once, then resumed
-    assert attempts[1]["note"] == "resumed from its checkpoint" and attempts[0]["job_id"] == attempts[1]["job_id"]
-    assert "resume step=2" in (out / PREEMPTED / "train.log").read_text()
-    assert all(a["threads"] == 1 and a["launcher"] == "submitit-local" for a in attempts)
-    assert [a["state"] for a in read_launch_record(out, "rezero-s2")["attempts"]] == ["done"]
+    for name, first in ((PREEMPTED, "interrupted"), (KILLED, "stopped")):
+        attempts = read_launch_record(out, name)["attempts"]
+        assert [a["state"] for a in attempts] == [first, "done"], attempts  # requeued once, then resumed
+        assert attempts[1]["note"] == "resumed from its checkpoint"
+        assert attempts[0]["job_id"] == attempts[1]["job_id"]  # the same job, requeued
+        assert "resume step=2" in (out / name / "train.log").read_text()
+        assert all(a["threads"] == 1 and a["launcher"] == "submitit-local" for a in attempts)
+    assert [a["state"] for a in read_launch_record(out, "rezero-s1")["attempts"]] == ["done"]
     text = console.export_text()
     assert "submitit-local job" in text and "done gr-s1" in text
     assert "| submitit-local |" in (out / "report.md").read_text()

@@ -107,7 +107,7 @@ def _cli(args: list[str], **kw) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, text=True, env=env, **kw)
 
 
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGUSR2, 140)])
 def test_signal_finishes_the_step_checkpoints_and_says_how_to_resume(tmp_path: Path, sig, code):
     args = [*TINY, "train.steps=100000", "train.eval_every=100000", "train.ckpt_every=0",
             f"run.dir={tmp_path}", "run.name=r"]
