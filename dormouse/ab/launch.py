@@ -13,8 +13,9 @@ CPU threads (``torch.set_num_threads``) and CUDA devices (``CUDA_VISIBLE_DEVICES
 
 The pairs of a comparison are independent by construction (same data order, depth sequence and initial
 weights per seed, each a pure function of (seed, step)), so a pair's numbers do not depend on which
-launcher ran it or what ran beside it; on CPU only the thread count changes the order of a reduction,
-which is why it is part of the slot and recorded with each pair.
+launcher ran it or what ran beside it. What can change them is the device and, on CPU, the thread count
+(it can change the order of a reduction), which is why both are part of the slot and recorded with each
+pair.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import signal
 import socket
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 # Outcome statuses a job function returns.
@@ -60,7 +61,8 @@ class Slot:
 
 @dataclass
 class Outcome:
-    """What a job returned. ``exit_code`` is 130/143 for an interrupted job (SIGINT/SIGTERM)."""
+    """What a job returned. ``exit_code`` is 128 + the signal for an interrupted job (130 SIGINT, 143
+    SIGTERM, 140 SIGUSR2)."""
 
     key: str
     status: str  # done | failed | interrupted
@@ -315,8 +317,3 @@ def _main_thread() -> bool:
     import threading
 
     return threading.current_thread() is threading.main_thread()
-
-
-def outcome_record(outcome: Outcome) -> dict[str, Any]:
-    """An outcome as JSON-ready data."""
-    return asdict(outcome)
