@@ -30,6 +30,7 @@ import hashlib
 import json
 import re
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -450,7 +451,8 @@ def ab_command(
     1 = some pair failed (the report says which; rerun to retry); 2 = refused before any run (a bad
     request, or another live process holds the comparison); 130/143 = interrupted (Ctrl-C / SIGTERM;
     rerun to resume). ``plan`` and ``status`` only read (exit 0; ``status`` exits 2 if never started)."""
-    console = console or Console()
+    # In a file or a pipe rich assumes 80 columns and would wrap every table cell: give it room.
+    console = console or Console(width=None if sys.stdout.isatty() else 200)
     err = err_console or Console(stderr=True, highlight=False)
     launch = launch or LaunchRequest()
     try:
