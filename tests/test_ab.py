@@ -119,7 +119,7 @@ def run(registry: Path, root: Path, fake: FakeTrain, overrides: list[str] | None
 # --- the registered files -------------------------------------------------------------------------------
 
 def test_shipped_comparisons_load_and_compose() -> None:
-    assert {"residual", "smoke"} <= set(list_comparisons())
+    assert {"residual", "residual_ext", "smoke"} <= set(list_comparisons())
     for name in ("residual", "smoke"):
         reg = load_spec(name)
         assert reg.spec.baseline == "rezero" and reg.spec.aa_arm == "rezero_aa"
@@ -187,8 +187,10 @@ def test_end_to_end_report_results_and_plots_agree(tmp_path: Path, registry: Pat
     arms = results["arms"]
     assert results["complete"] is True
     verdicts = {a: arms[a]["verdict"] for a in arms}
+    # The A/A arm sets delta = 2 sd of its own differences; at 3 seeds its own interval's half-width is
+    # t(0.975, 2) / (2 sqrt 3) = 1.24 delta, so it cannot be shown inside (-delta, +delta): undecided.
     assert verdicts == {"rezero": "baseline", "gr": "better", "attnres_full": "tie", "attnres_block": "worse",
-                        "rezero_aa": "tie"}
+                        "rezero_aa": "undecided"}
     assert arms["attnres_full"]["kept"] == "rezero"  # tie: the simpler arm is kept
     assert arms["gr"]["kept"] == "gr" and arms["attnres_block"]["kept"] == "rezero"
 
@@ -219,6 +221,7 @@ def test_end_to_end_report_results_and_plots_agree(tmp_path: Path, registry: Pat
         if a["role"] != "baseline":
             assert f"{a['diff_mean']:+.4f}" in line and f"{a['t_interval'][0]:+.4f}" in line
     assert "the mechanism is rejected; the simpler arm is kept (ReZero, then GR, then AttnRes)" in report
+    assert "rule: tie = the interval lies inside (−δ, +δ)" in report
     assert "bpb_vs_tokens.png" in report and "bpb_by_depth.png" in report
     assert f"δ = **{results['delta']:.4f} bpb**" in report
 
@@ -323,16 +326,16 @@ def test_a_foreign_directory_is_not_taken_over(tmp_path: Path, registry: Path) -
         run(registry, tmp_path / "ab", FakeTrain())
 
 
-def test_one_seed_gives_insufficient_not_a_crash(tmp_path: Path, registry: Path) -> None:
+def test_one_seed_gives_undecided_not_a_crash(tmp_path: Path, registry: Path) -> None:
     (registry / "t.yaml").write_text(SPEC.replace("seeds: [1, 2, 3]", "seeds: [2]"))
     out = run(registry, tmp_path / "ab", FakeTrain())
     results = json.loads((out / "results.json").read_text())
     for name in ("gr", "attnres_full", "attnres_block", "rezero_aa"):
         a = results["arms"][name]
-        assert a["verdict"] == "insufficient" and a["t_interval"] is None and a["p"] is None
+        assert a["verdict"] == "undecided" and a["t_interval"] is None and a["p"] is None
     assert results["arms"]["gr"]["kept"] == "rezero"
     report = (out / "report.md").read_text()
-    assert "undefined" in report and "only one paired seed" in report
+    assert "undefined" in report and "1 paired seed(s): no spread, so no interval" in report
 
 
 def test_wandb_grouping_and_run_names(tmp_path: Path, registry: Path) -> None:
@@ -394,7 +397,7 @@ def test_real_smoke_comparison_resumes_and_passes_the_log_check(tmp_path: Path) 
     assert results["complete"]
     for name, a in results["arms"].items():
         assert a["counter_check"] == "pass", (name, a["findings"])
-        assert a["verdict"] in ("baseline", "better", "worse", "tie"), name
+        assert a["verdict"] in ("baseline", "better", "worse", "tie", "undecided"), name
         assert len(a["seeds"]) == 3
     # The registered A/A arm changes the data-order stream, so its paired differences measure run-to-run
     # noise (non-zero) and set delta; a zero spread would mean the A/A arm calibrates nothing.

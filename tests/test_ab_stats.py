@@ -29,7 +29,7 @@ def test_one_value_has_no_interval_no_p_no_sd() -> None:
     assert stats.bootstrap_interval([0.5]) is None
     assert stats.t_test_p([0.5]) is None
     assert stats.sd([0.5]) is None
-    assert stats.verdict(-0.5, None, 0.01) == stats.INSUFFICIENT
+    assert stats.verdict(-0.5, None, 0.01) == stats.UNDECIDED  # one seed settles nothing
 
 
 def test_t_test_p_matches_the_t_distribution() -> None:
@@ -70,11 +70,35 @@ def test_noise_floor_takes_the_larger_of_minimum_and_twice_the_aa_sd() -> None:
 @pytest.mark.parametrize(("mean", "interval", "delta", "p", "expected"), [
     (-0.05, (-0.08, -0.02), 0.01, None, stats.BETTER),
     (0.05, (0.02, 0.08), 0.01, None, stats.WORSE),
-    (-0.05, (-0.11, 0.01), 0.01, None, stats.TIE),  # interval contains 0
-    (-0.005, (-0.008, -0.002), 0.01, None, stats.TIE),  # significant but smaller than delta
-    (-0.05, (-0.08, -0.02), 0.01, 0.2, stats.TIE),  # not significant after Holm
+    (-0.05, (-0.11, 0.01), 0.01, None, stats.UNDECIDED),  # contains 0 and reaches beyond -delta
+    (-0.005, (-0.008, -0.002), 0.01, None, stats.TIE),  # significant but shown smaller than delta
+    (-0.008, (-0.015, -0.001), 0.01, None, stats.UNDECIDED),  # below 0, small mean, not shown small
+    (0.001, (-0.004, 0.006), 0.01, None, stats.TIE),  # inside (-delta, +delta)
+    (-0.05, (-0.08, -0.02), 0.01, 0.2, stats.UNDECIDED),  # not significant after Holm: not a tie either
     (-0.05, (-0.08, -0.02), 0.01, 0.01, stats.BETTER),
 ])
 def test_verdict_rules(mean: float, interval: tuple[float, float], delta: float, p: float | None,
                        expected: str) -> None:
-    assert stats.verdict(mean, interval, delta, p) == expected
+    got = stats.verdict(mean, interval, delta, p)
+    assert got == expected, f"verdict {got!r} for mean {mean}, interval {interval}, delta {delta}, p {p}; " \
+                            f"expected {expected!r} (deviation={got} bound={expected})"
+
+
+# Each verdict's boundary, one comparison at a time: the rule's inequalities are >= delta (size), < alpha
+# (Holm), < 0 / > 0 strictly (side), and the open interval (-delta, +delta) (tie).
+@pytest.mark.parametrize(("mean", "interval", "p", "expected"), [
+    (-0.01, (-0.02, -0.001), None, stats.BETTER),  # |mean| == delta: big enough
+    (-0.0099, (-0.02, -0.001), None, stats.UNDECIDED),  # just under delta, interval reaches past -delta
+    (-0.05, (-0.08, -0.02), 0.05, stats.UNDECIDED),  # Holm p == alpha: not significant
+    (-0.05, (-0.08, -0.02), 0.0499, stats.BETTER),
+    (-0.05, (-0.10, 0.0), None, stats.UNDECIDED),  # hi == 0: not below 0
+    (0.05, (0.0, 0.10), None, stats.UNDECIDED),  # lo == 0: not above 0
+    (0.0, (-0.01, 0.005), None, stats.UNDECIDED),  # lo == -delta: not inside the open band
+    (0.0, (-0.0099, 0.005), None, stats.TIE),
+    (0.0, (-0.005, 0.01), None, stats.UNDECIDED),  # hi == +delta
+    (0.0, (-0.005, 0.0099), None, stats.TIE),
+])
+def test_verdict_boundaries(mean: float, interval: tuple[float, float], p: float | None, expected: str) -> None:
+    got = stats.verdict(mean, interval, 0.01, p, 0.05)
+    assert got == expected, f"verdict {got!r} at mean {mean}, interval {interval}, p {p} (delta 0.01); " \
+                            f"expected {expected!r} (deviation={got} bound={expected})"

@@ -19,6 +19,9 @@ Schema (every key; unknown keys are refused)::
       rezero: []
       gr: [model.use_gr=true]
     extension: "..."               # the rule, fixed in advance, for adding seeds after a first look
+    extension_comparison: name_ext # optional: the registered comparison that rule runs (the report names
+                                   # `dormouse ab name_ext` for an undecided arm); it must differ from this
+                                   # one only in name, description, seeds (a superset) and extension fields
 """
 
 from __future__ import annotations
@@ -64,6 +67,11 @@ class ComparisonSpec:
     fixed: list[str] = field(default_factory=list)
     arms: dict[str, list[str]] = MISSING
     extension: str = ""
+    extension_comparison: str | None = None
+
+
+# Fields an extension comparison may change (seeds only grow); everything else is what was registered.
+EXTENSION_MAY_DIFFER = ("name", "description", "seeds", "extension", "extension_comparison")
 
 
 class ComparisonError(ValueError):
@@ -194,6 +202,24 @@ def validate_spec(spec: ComparisonSpec, source: str, expected_name: str | None =
         bad("seeds", f"{spec.seeds} repeats a seed; paired differences need distinct seeds")
     if not (math.isfinite(spec.min_effect) and spec.min_effect >= 0):
         bad("min_effect", f"{spec.min_effect} must be a finite number >= 0 (bpb)")
+    if spec.extension_comparison is not None:
+        if not _SAFE_NAME.match(spec.extension_comparison):
+            bad("extension_comparison", f"{spec.extension_comparison!r} must be a plain name")
+        elif spec.extension_comparison == spec.name:
+            bad("extension_comparison", "must name another registered comparison, not this one")
+    return lines
+
+
+def extension_problems(spec: ComparisonSpec, ext: ComparisonSpec, source: str) -> list[str]:
+    """Why ``ext`` is not a faithful extension of ``spec``: it may add seeds and nothing else."""
+    lines = []
+    for key in ComparisonSpec.__dataclass_fields__:
+        if key not in EXTENSION_MAY_DIFFER and getattr(spec, key) != getattr(ext, key):
+            lines.append(f"{source}: field 'extension_comparison': {ext.name!r} changes {key!r} "
+                         f"({getattr(spec, key)!r} -> {getattr(ext, key)!r}); an extension adds seeds only")
+    if not set(spec.seeds) < set(ext.seeds):
+        lines.append(f"{source}: field 'extension_comparison': {ext.name!r} has seeds {ext.seeds}, which must "
+                     f"strictly contain this comparison's {spec.seeds}")
     return lines
 
 
@@ -207,6 +233,14 @@ def load_spec(name: str, registry: Path | None = None) -> Registered:
     spec = parse_spec(text, source)
     expected = None if name.endswith((".yaml", ".yml")) else name
     problems = validate_spec(spec, source, expected)
+    if not problems and spec.extension_comparison is not None:
+        try:
+            ext_text, ext_source = _read_text(spec.extension_comparison, registry)
+            ext = parse_spec(ext_text, ext_source)
+        except ABSpecError as exc:
+            problems += [f"{source}: field 'extension_comparison': {line}" for line in exc.lines]
+        else:
+            problems += extension_problems(spec, ext, source)
     if problems:
         raise ABSpecError(problems)
     return Registered(spec=spec, text=text, source=source)

@@ -27,28 +27,30 @@ from dormouse.runfiles import ComparisonFiles
 ALPHA = 0.05
 CONFIDENCE = 0.95
 
+# What each verdict means for the mechanism (after the sentence that states the rule and the numbers).
 MEANING = {
-    stats.BETTER: "the arm lowers final bpb: the 95 % interval of the paired difference lies below 0, the "
-                  "Holm-adjusted p < 0.05, and the mean improvement is at least δ. The mechanism is kept "
-                  "if its cost (below) is acceptable.",
-    stats.WORSE: "the arm raises final bpb beyond noise and by at least δ: the mechanism is rejected.",
-    stats.TIE: "no difference worth claiming (the interval includes 0, or the effect is smaller than δ): "
-               "the mechanism is rejected; the simpler arm is kept (ReZero, then GR, then AttnRes).",
+    stats.BETTER: "the arm lowers final bpb by at least δ beyond noise. The mechanism is kept if its cost "
+                  "(below) is acceptable.",
+    stats.WORSE: "the arm raises final bpb by at least δ beyond noise: the mechanism is rejected.",
+    stats.TIE: "the effect is shown to be smaller than δ either way: the mechanism is rejected; the simpler "
+               "arm is kept (ReZero, then GR, then AttnRes).",
+    stats.UNDECIDED: "the data cannot tell an effect of δ from none. Nothing is adopted: the simpler arm "
+                     "stays for now (ReZero, then GR, then AttnRes), and the registered extension decides.",
     stats.INVALID: "no verdict: the arm's counters show it did not run as asked (ran ≠ asked, or 0), an "
                    "unselected arm leaked, or a run failed or is incomplete. Fix the cause and rerun; an "
                    "invalid arm is never a tie.",
-    stats.INSUFFICIENT: "only one paired seed: a spread, and with it any interval, is undefined, so the "
-                        "comparison tested nothing. By the protocol nothing is adopted (the simpler arm is "
-                        "kept) until more seeds are run.",
 }
 
 AA_MEANING = {
-    stats.TIE: "as expected: the baseline run again is indistinguishable from the baseline.",
+    stats.TIE: "as expected: the baseline run again is shown to be within δ of the baseline.",
+    stats.UNDECIDED: "no difference beyond noise was shown, but the interval is too wide to show the repeat "
+                     "lies within δ of the baseline. Expected at few seeds when δ comes from the A/A spread "
+                     "itself: the interval's half-width is t(0.975, n−1)/(2√n)·δ, 1.24 δ at 3 seeds. Only a "
+                     "`better`/`worse` A/A arm is a warning.",
     stats.BETTER: "the baseline run again differs from the baseline beyond δ: the noise is larger than "
                   "the A/A seeds showed, or the runs are not reproducible. Treat every verdict above with "
                   "suspicion and find out why.",
     stats.INVALID: MEANING[stats.INVALID] + " Without it δ is the registered minimum.",
-    stats.INSUFFICIENT: "one seed: the A/A spread is undefined and δ is the registered minimum.",
 }
 AA_MEANING[stats.WORSE] = AA_MEANING[stats.BETTER]
 
@@ -170,14 +172,17 @@ def analyze(spec: ComparisonSpec, records: list[RunRecord], *, overrides: list[s
             r["reason"] = "the baseline is invalid: " + _invalid_reason(arms[base])
         else:
             p_adj = r["p_holm"] if r["role"] == "arm" else None
-            r["verdict"] = stats.verdict(r["diff_mean"], r["t_interval"], floor.delta, p_adj, ALPHA)
-            r["reason"] = _reason(r, floor.delta)
+            decision = stats.decide(r["diff_mean"] if r["diffs"] else math.nan,
+                                    None if r["t_interval"] is None else tuple(r["t_interval"]),
+                                    floor.delta, p_adj, ALPHA)
+            r["verdict"] = decision.verdict
+            r["reason"] = rule_sentence(decision, len(r["diffs"]), CONFIDENCE)
         kind, bkind = r["kind"] or "?", base_kind
         if r["role"] == "aa":
             r["kept"] = None  # a noise check decides nothing about mechanisms
         elif r["verdict"] == stats.BETTER:
             r["kept"] = arm
-        elif r["verdict"] in (stats.TIE, stats.INSUFFICIENT):
+        elif r["verdict"] in (stats.TIE, stats.UNDECIDED):
             r["kept"] = base if simpler(kind, bkind) == bkind else arm
         elif r["verdict"] == stats.WORSE:
             r["kept"] = base
@@ -195,7 +200,7 @@ def analyze(spec: ComparisonSpec, records: list[RunRecord], *, overrides: list[s
     if aa_diffs is not None and len(aa_diffs) < 2:
         notes.append("With fewer than 2 A/A seeds the A/A spread is undefined; δ is the registered minimum.")
     if len(spec.seeds) < 2:
-        notes.append("One seed: paired intervals are undefined; every valid arm is `insufficient`.")
+        notes.append("One seed: paired intervals are undefined; every valid arm is `undecided`.")
     if cpu:
         notes.append("Peak memory on CPU is the process's max RSS, which only grows across the runs of one "
                      "process; its ratios are not reported.")
@@ -219,6 +224,7 @@ def analyze(spec: ComparisonSpec, records: list[RunRecord], *, overrides: list[s
         "overrides": list(overrides or []),
         "fixed": list(spec.fixed),
         "extension": spec.extension,
+        "extension_comparison": spec.extension_comparison,
         "registration": registration or {},
         "notes": notes,
         "arms": arms,
@@ -245,16 +251,37 @@ def _invalid_reason(r: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _reason(r: dict[str, Any], delta: float) -> str:
-    if r["t_interval"] is None:
-        return f"{len(r['diffs'])} paired seed(s): no interval"
-    lo, hi = r["t_interval"]
-    side = "below 0" if hi < 0 else "above 0" if lo > 0 else "contains 0"
-    size = "≥" if abs(r["diff_mean"]) >= delta else "<"
-    text = f"interval {side}; |mean Δ| {abs(r['diff_mean']):.4f} {size} δ {delta:.4f}"
-    if r.get("p_holm") is not None:
-        text += f"; Holm p {r['p_holm']:.3g}"
-    return text
+def rule_sentence(d: stats.Decision, n_paired: int, confidence: float) -> str:
+    """The rule that produced ``d.verdict``, with the numbers it compared (every clause is one of the
+    comparisons :func:`dormouse.ab.stats.decide` made, so the sentence cannot contradict the numbers)."""
+    if d.interval is None:
+        return (f"{n_paired} paired seed(s): no spread, so no interval; a verdict other than undecided needs "
+                "an interval")
+    lo, hi = d.interval
+    ci = f"the {confidence * 100:.0f} % t-interval [{lo:+.4f}, {hi:+.4f}]"
+    side = "lies below 0" if d.below_zero else "lies above 0" if d.above_zero else "contains 0"
+    size = f"|mean Δ| {abs(d.diff_mean):.4f} {'≥' if d.big else '<'} δ {d.delta:.4f}"
+    holm = ("" if d.p_adjusted is None else
+            f"Holm-adjusted p {d.p_adjusted:.3g} {'<' if d.significant else '≥'} {d.alpha}")
+    band = f"(−δ, +δ) = ({-d.delta:+.4f}, {d.delta:+.4f})"
+    if d.verdict in (stats.BETTER, stats.WORSE):
+        clauses = [f"{ci} {side}", size] + ([holm] if holm else [])
+        return f"rule: {d.verdict} = interval {side}, |mean Δ| ≥ δ and Holm p < α; here " + ", ".join(clauses)
+    if d.verdict == stats.TIE:
+        return f"rule: tie = the interval lies inside {band}; here {ci} does"
+    # undecided: say which condition of better/worse failed and why the interval is not a tie.
+    failed = []
+    if not (d.below_zero or d.above_zero):
+        failed.append(f"{ci} {side}")
+    else:
+        failed.append(f"{ci} {side}")
+        if not d.big:
+            failed.append(size)
+        if not d.significant:
+            failed.append(holm)
+    return (f"rule: undecided = neither better/worse (interval on one side of 0, |mean Δ| ≥ δ, Holm p < α) "
+            f"nor tie (interval inside {band}); here " + ", ".join(failed) + f", and the interval is not "
+            f"inside {band}")
 
 
 def _run_json(r: RunRecord) -> dict[str, Any]:
@@ -310,6 +337,16 @@ def _count(n: float | None) -> str:
     return f"{n:.0f}"
 
 
+def extension_sentence(results: dict[str, Any]) -> str:
+    """What an undecided arm leads to: the extension registered in advance and the command that runs it."""
+    rule = results.get("extension") or "none registered"
+    comp = results.get("extension_comparison")
+    if comp:
+        return f"Registered extension: {rule} Run it with `dormouse ab {comp}`."
+    return (f"Registered extension: {rule} No extension comparison is registered, so none can be run under "
+            "this registration.")
+
+
 def render_report(results: dict[str, Any], plots: list[str]) -> str:
     """The report.md text."""
     r = results
@@ -328,7 +365,9 @@ def render_report(results: dict[str, Any], plots: list[str]) -> str:
         f"2·sd of the A/A paired differences = {_f(None if r['aa_sd'] is None else 2 * r['aa_sd'])}).",
         f"- Decision: Δ = bpb(arm) − bpb({base}) per seed; `better` if the {int(r['confidence'] * 100)} % "
         f"t-interval lies below 0, the Holm-adjusted p < {r['alpha']} and |mean Δ| ≥ δ; `worse` likewise "
-        "above 0; otherwise `tie`; `invalid` if the counter check fails or a run is missing. The bootstrap "
+        "above 0; `tie` if the interval lies inside (−δ, +δ) (the effect is shown to be small); "
+        "`undecided` otherwise (the simpler arm stays; the registered extension decides); `invalid` if the "
+        "counter check fails or a run is missing. The bootstrap "
         f"interval ({r['bootstrap']['resamples']} resamples, seed {r['bootstrap']['seed']}) is a "
         "cross-check. The Holm family is every registered arm except the baseline and the A/A arm.",
         f"- Status: {'complete' if r['complete'] else '**incomplete** (some runs failed or are missing)'}.",
@@ -356,6 +395,8 @@ def render_report(results: dict[str, Any], plots: list[str]) -> str:
             continue
         what = (AA_MEANING if a["role"] == "aa" else MEANING).get(a["verdict"], "")
         kept = f" Kept: `{a['kept']}`." if a["kept"] else ""
+        if a["verdict"] == stats.UNDECIDED and a["role"] == "arm":
+            kept = f" Stays for now: `{a['kept']}`. " + extension_sentence(r)
         role = " (the A/A arm: a noise check, expected to be a tie)" if a["role"] == "aa" else ""
         out.append(f"- `{name}`{role} — **{a['verdict']}** ({a['reason']}): {what}{kept}")
     out += ["", "## Cost relative to the baseline", "",

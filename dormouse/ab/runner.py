@@ -37,7 +37,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -142,6 +142,8 @@ def plan_pairs(reg: Registered, overrides: list[str], comp_dir: Path) -> list[Pa
         if base_kind != aa_kind:
             lines.append(f"{reg.source}: field 'aa_arm': {spec.aa_arm!r} selects {aa_kind} but the baseline "
                          f"{spec.baseline!r} selects {base_kind}; an A/A arm is the baseline again")
+    if not lines:
+        lines += _data_problems(reg, arm_cfgs)
     if lines:
         raise ComparisonError(lines)
     pairs: list[Pair] = []
@@ -152,6 +154,26 @@ def plan_pairs(reg: Registered, overrides: list[str], comp_dir: Path) -> list[Pa
             cfg.run.name = run_name(arm, seed)
             pairs.append(Pair(arm, seed, cfg, comp_dir / cfg.run.name))
     return pairs
+
+
+def _data_problems(reg: Registered, arm_cfgs: dict[str, DictConfig]) -> list[str]:
+    """Load each distinct data config once, before any run: a registered comparison runs the eval set it
+    registered or nothing (``data.eval_bytes`` larger than the val split is refused here, naming it)."""
+    from dormouse.data import DataError, load_corpus
+
+    lines: list[str] = []
+    seen: dict[str, str | None] = {}
+    for arm, cfg in arm_cfgs.items():
+        key = json.dumps(OmegaConf.to_container(cfg.data, resolve=True), sort_keys=True)
+        if key not in seen:
+            try:
+                load_corpus(cfg.data)
+                seen[key] = None
+            except DataError as exc:
+                seen[key] = str(exc)
+        if seen[key] is not None:
+            lines.append(f"{reg.source}: arm {arm!r}: {seen[key]}")
+    return lines
 
 
 def _stamp(reg: Registered, overrides: list[str]) -> dict[str, Any]:
@@ -418,7 +440,7 @@ def verdict_table(results: dict[str, Any]) -> Table:
 
 
 _VERDICT_STYLE = {"better": "bold green", "worse": "bold red", "tie": "yellow", "invalid": "bold red",
-                  "insufficient": "yellow", "baseline": "dim"}
+                  "undecided": "yellow", "baseline": "dim"}
 
 
 def _default_train_fn() -> TrainFn:

@@ -16,8 +16,8 @@ from scipy import stats as sps
 BOOTSTRAP_SEED = 20240917  # fixed: two reports of the same runs agree to the last digit
 BOOTSTRAP_RESAMPLES = 10_000
 
-# The verdicts (docs/ab-protocol.md); "insufficient" is a tie that could not even be tested (one seed).
-BETTER, WORSE, TIE, INVALID, INSUFFICIENT = "better", "worse", "tie", "invalid", "insufficient"
+# The verdicts (docs/ab-protocol.md). ``undecided`` covers every case the data cannot settle, one seed included.
+BETTER, WORSE, TIE, UNDECIDED, INVALID = "better", "worse", "tie", "undecided", "invalid"
 
 
 def mean(xs: Sequence[float]) -> float:
@@ -116,6 +116,63 @@ def noise_floor(min_effect: float, aa_diffs: Sequence[float] | None) -> NoiseFlo
     return NoiseFloor(min_effect, min_effect, s, "registered minimum")
 
 
+@dataclass(frozen=True)
+class Decision:
+    """One arm's verdict and every condition the rule tested, so the report's sentence is built from the
+    same comparisons that produced the verdict (a sentence that contradicts its numbers is impossible)."""
+
+    verdict: str
+    diff_mean: float
+    interval: tuple[float, float] | None
+    delta: float
+    p_adjusted: float | None
+    alpha: float
+    below_zero: bool  # hi < 0
+    above_zero: bool  # lo > 0
+    big: bool  # |mean Δ| ≥ δ
+    significant: bool  # Holm-adjusted p < α (True when no p was given)
+    inside_delta: bool  # −δ < lo and hi < δ
+
+
+def decide(
+    diff_mean: float,
+    interval: tuple[float, float] | None,
+    delta: float,
+    p_adjusted: float | None = None,
+    alpha: float = 0.05,
+) -> Decision:
+    """The protocol's verdict for one arm vs the baseline (bpb: lower is better; ab-protocol.md).
+
+    * ``better``: the interval lies below 0, |mean Δ| ≥ δ, and (when given) the Holm-adjusted p < α, so
+      that the correction across arms takes part in the decision rather than decorating the report;
+    * ``worse``: likewise above 0;
+    * ``tie``: the effect is shown to be small: the interval lies inside (−δ, +δ) (an equivalence test:
+      each one-sided test at the interval's level rejects an effect of δ or more in its direction);
+    * ``undecided``: anything else, one seed (no interval) included: the data cannot tell a real effect
+      from none.
+
+    ``better`` and ``tie`` cannot both hold: ``hi < 0`` with ``mean ≤ −δ`` puts ``lo < −δ``.
+    (``invalid`` is decided by the counter check, not here.)
+    """
+    significant = p_adjusted is None or p_adjusted < alpha
+    if interval is None or not math.isfinite(diff_mean):
+        return Decision(UNDECIDED, diff_mean, None, delta, p_adjusted, alpha,
+                        False, False, math.isfinite(diff_mean) and abs(diff_mean) >= delta, significant, False)
+    lo, hi = interval
+    below, above = hi < 0, lo > 0
+    big = abs(diff_mean) >= delta
+    inside = -delta < lo and hi < delta
+    if below and big and significant:
+        v = BETTER
+    elif above and big and significant:
+        v = WORSE
+    elif inside:
+        v = TIE
+    else:
+        v = UNDECIDED
+    return Decision(v, diff_mean, (lo, hi), delta, p_adjusted, alpha, below, above, big, significant, inside)
+
+
 def verdict(
     diff_mean: float,
     interval: tuple[float, float] | None,
@@ -123,20 +180,5 @@ def verdict(
     p_adjusted: float | None = None,
     alpha: float = 0.05,
 ) -> str:
-    """The protocol's verdict for one arm vs the baseline (bpb: lower is better).
-
-    ``better``: the interval lies below 0 and |mean Δ| ≥ δ; ``worse``: above 0 and |mean Δ| ≥ δ;
-    otherwise ``tie``. When a Holm-adjusted p-value is given it must also be < α, so that the correction
-    across arms takes part in the decision rather than decorating the report. No interval (one seed) →
-    ``insufficient``. (``invalid`` is decided by the counter check, not here.)
-    """
-    if interval is None or not math.isfinite(diff_mean):
-        return INSUFFICIENT
-    lo, hi = interval
-    big = abs(diff_mean) >= delta
-    significant = p_adjusted is None or p_adjusted < alpha
-    if hi < 0 and big and significant:
-        return BETTER
-    if lo > 0 and big and significant:
-        return WORSE
-    return TIE
+    """:func:`decide`'s verdict alone."""
+    return decide(diff_mean, interval, delta, p_adjusted, alpha).verdict
