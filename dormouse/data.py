@@ -66,8 +66,9 @@ def load_corpus(cfg: Any) -> ByteCorpus:
 
     The fields themselves (seq_len, val_fraction, one source at most) were checked by
     :func:`dormouse.config.validate`. Raises :class:`DataError` for what only the data can tell: a
-    missing/empty/unreadable source, an offline or unreachable dataset, or a corpus too short to hold one
-    ``seq_len + 1`` window in both the train and the val split.
+    missing/empty/unreadable source, an offline or unreachable dataset, a corpus too short to hold one
+    ``seq_len + 1`` window in both the train and the val split, or a ``data.eval_bytes`` larger than the
+    val split (the eval set is never cut silently).
     """
     seq_len = int(cfg.seq_len)
     val_fraction = float(cfg.val_fraction)
@@ -80,6 +81,15 @@ def load_corpus(cfg: Any) -> ByteCorpus:
         data, source, label = _load_embedded()
 
     train, val = _split(data, seq_len=seq_len, val_fraction=val_fraction, label=label)
+    eval_bytes = getattr(cfg, "eval_bytes", None)
+    if eval_bytes is not None and int(eval_bytes) > val.numel():
+        # A registered comparison must run the eval set it registered: cutting it silently to the val split
+        # (as before) would report a smaller eval than the one asked for.
+        raise DataError(
+            f"data.eval_bytes={int(eval_bytes)} is larger than the val split of {label}: {val.numel()} bytes "
+            f"(data.val_fraction={val_fraction} of {len(data)} bytes); set data.eval_bytes<={val.numel()} "
+            "or raise data.val_fraction"
+        )
     return ByteCorpus(train=train, val=val, source=source, sha256=hashlib.sha256(data).hexdigest())
 
 
@@ -368,9 +378,9 @@ def eval_windows(val: torch.Tensor, *, seq_len: int, eval_bytes: int) -> tuple[t
     Windows of ``seq_len + 1`` bytes (input = first ``seq_len``, target = last ``seq_len``) starting every
     ``seq_len`` bytes, so consecutive windows share one byte: the last target of one window is the first
     input of the next. Then every byte of the eval span after the first is a target exactly once (bpb is
-    over "every byte of a fixed eval set", docs/model.md). As many windows as fit in
-    ``min(eval_bytes, len(val))``, and at least one. No randomness: every call, arm and run sees the same
-    tensors.
+    over "every byte of a fixed eval set", docs/model.md). As many windows as fit in ``eval_bytes``, and at
+    least one. An ``eval_bytes`` larger than ``val`` is refused, never cut. No randomness: every call, arm
+    and run sees the same tensors.
     """
     if seq_len < 1 or eval_bytes < 1:
         raise ValueError(f"seq_len={seq_len} and eval_bytes={eval_bytes} must both be >= 1")
@@ -379,7 +389,9 @@ def eval_windows(val: torch.Tensor, *, seq_len: int, eval_bytes: int) -> tuple[t
         raise ValueError(
             f"val must be 1-D with at least seq_len + 1 = {window} bytes, got shape {tuple(val.shape)}"
         )
-    n_windows = max(1, (min(eval_bytes, val.numel()) - 1) // seq_len)
+    if eval_bytes > val.numel():
+        raise ValueError(f"eval_bytes={eval_bytes} is larger than the val split ({val.numel()} bytes)")
+    n_windows = max(1, (eval_bytes - 1) // seq_len)
     windows = val.unfold(0, window, seq_len)[:n_windows].long()
     return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
 

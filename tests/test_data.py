@@ -164,12 +164,14 @@ def test_eval_windows_are_identical_across_calls_and_cover_each_byte_once() -> N
     assert torch.equal(x1[:, 0], val[0 : 61 * 9 : 9].long())
 
 
-def test_eval_windows_take_at_least_one_window_and_at_most_val() -> None:
+def test_eval_windows_take_at_least_one_window_and_refuse_more_than_val() -> None:
     val = torch.arange(100, dtype=torch.uint8)
     x, _ = eval_windows(val, seq_len=9, eval_bytes=3)  # eval_bytes smaller than one window
     assert x.shape == (1, 9)
-    x, _ = eval_windows(val, seq_len=9, eval_bytes=10**9)  # capped by len(val)
+    x, _ = eval_windows(val, seq_len=9, eval_bytes=100)  # the whole of val
     assert x.shape == (11, 9)  # (100 - 1) // 9
+    with pytest.raises(ValueError, match="eval_bytes=101 is larger than the val split"):
+        eval_windows(val, seq_len=9, eval_bytes=101)  # refused, never cut to len(val)
 
 
 def test_bits_per_byte_divides_nats_by_ln2() -> None:

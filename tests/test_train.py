@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from dormouse.cli import app
 from dormouse.config import load_config
-from dormouse.train import depth_for_step, lr_at, train
+from dormouse.schedule import lr_at
+from dormouse.train import depth_for_step, train
 
 runner = CliRunner()
 TINY = ["preset=tiny", "train.steps=12", "train.eval_every=6", "data.eval_bytes=1024"]
@@ -118,7 +119,7 @@ def test_data_path_of_local_text_files_trains(tmp_path: Path):
     corpus.mkdir()
     (corpus / "a.txt").write_text("to be or not to be, that is the question. " * 40)
     (corpus / "b.txt").write_text("whether tis nobler in the mind to suffer. " * 40)
-    result = runner.invoke(app, ["train", *TINY, "model.use_gr=true", f"data.path={corpus}",
+    result = runner.invoke(app, ["train", *TINY, "data.eval_bytes=160", "model.use_gr=true", f"data.path={corpus}",
                                  f"run.dir={tmp_path / 'runs'}", "run.name=r"])
     assert result.exit_code == 0, result.output
     assert "files:" in (tmp_path / "runs" / "r" / "provenance.json").read_text()
