@@ -2,7 +2,9 @@
 
 ``runs/<run.name>/`` holds one run. Starting over a directory that already holds a run is refused unless
 ``train.resume`` or ``train.overwrite`` says what to do with it, and a resume whose config differs from the
-checkpoint's in anything but the step budget and logging is refused with the keys named.
+checkpoint's in anything but the eval/checkpoint cadence and logging is refused with the keys named; a change
+of the learning-rate schedule (train.steps, warmup, lr, min_lr_ratio) is allowed only when every step already
+taken keeps its learning rate.
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ from dormouse.data import ByteCorpus
 from dormouse.distributed import DistInfo
 from dormouse.errors import RunDirRefused
 from dormouse.runfiles import RunFiles
+from dormouse.schedule import SCHEDULE_KEYS, schedule_change_problem
 
-# Keys that may differ between a checkpoint's config and a resuming run's: the step budget and logging.
-RESUMABLE_CHANGES = ("train.steps", "train.eval_every", "train.ckpt_every", "train.keep_ckpts",
+# Keys that may differ between a checkpoint's config and a resuming run's: the eval/checkpoint cadence and
+# logging. The schedule's keys (dormouse.schedule.SCHEDULE_KEYS: train.steps among them) may change only when
+# the steps already taken keep their learning rates (schedule_change_problem).
+RESUMABLE_CHANGES = ("train.eval_every", "train.ckpt_every", "train.keep_ckpts",
                      "train.resume", "train.overwrite", "logging.")
 
 
@@ -113,10 +118,14 @@ def prepare_run_dir(cfg: DictConfig, *, dry_run: bool = False) -> tuple[Path, di
                              "start over with train.resume=never train.overwrite=true")
         source, state = found
     if state is not None:
-        differences = config_differences(OmegaConf.create(state["config"]), cfg)
+        old = OmegaConf.create(state["config"])
+        differences = [k for k in config_differences(old, cfg) if k not in SCHEDULE_KEYS]
         if differences:
             raise RunDirRefused(f"cannot resume from {source}: the config differs in {', '.join(differences)}; "
                              "use the checkpoint's values or start a new run (another run.name)")
+        problem = schedule_change_problem(old, cfg, int(state["step"]))
+        if problem:
+            raise TrainError(f"cannot resume from {source}: {problem}")
         return run_dir, state, source
     holds_run = files.holds_run()
     if holds_run and resume == "auto" and not cfg.train.overwrite:

@@ -65,6 +65,7 @@ from dormouse.model import LoopedByteLM
 from dormouse.probes import PROBES, learned_values, probe_scalars
 from dormouse.rundir import prepare_run_dir, provenance
 from dormouse.runfiles import RunFiles
+from dormouse.schedule import lr_at
 
 
 @dataclass
@@ -88,15 +89,6 @@ def resolve_device(requested: str, info: DistInfo) -> torch.device:
     if requested == "cuda" and info.enabled:
         requested = f"cuda:{info.local_rank}"
     return torch.device(requested)
-
-
-def lr_at(step: int, cfg: DictConfig) -> float:
-    """Linear warmup over ``warmup`` steps, then cosine from lr to lr * min_lr_ratio at ``steps``."""
-    t = cfg.train
-    if step < t.warmup:
-        return t.lr * (step + 1) / t.warmup
-    progress = min(1.0, (step - t.warmup) / max(1, t.steps - t.warmup))
-    return t.lr * (t.min_lr_ratio + (1 - t.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
 def depth_for_step(seed: int, step: int, max_iter: int, random_depth: bool) -> int:
