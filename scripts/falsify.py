@@ -2,7 +2,9 @@
 """Falsification record: every gate must be able to go red.
 
 A perturbation is a named TEXT mutation of one source file (scripts/perturbations_*.py, each defining
-``PERTURBATIONS: list[dict]`` with ``name, file, old, new, gates, why``). For each one this script:
+``PERTURBATIONS: list[dict]`` with ``name, file, old, new, gates, why, protects``; ``protects`` is what the
+gate guards, one of PROTECTS below, and a perturbation without it is a load error, never guessed). For each
+one this script:
 
 1. copies the repo's ``dormouse/`` -> TMP/dormouse, ``conf/`` -> TMP/dormouse/conf, ``kernels/`` ->
    TMP/dormouse_kernels, ``tests/`` -> TMP/tests (plus pyproject.toml and scripts/), never touching the repo;
@@ -19,6 +21,7 @@ The table (perturbation | gate that went red | by how much | restored green) is 
     python scripts/falsify.py                 # everything
     python scripts/falsify.py --list          # what would run
     python scripts/falsify.py --only temperature_1_over_sqrt_d --json out.json
+    python scripts/falsify.py --markdown docs/falsification.md   # the record, grouped by what it protects
 """
 
 from __future__ import annotations
@@ -50,7 +53,10 @@ LAYOUT: dict[str, str] = {
     "scripts": "scripts",
 }
 EXTRA_FILES: tuple[str, ...] = ("pyproject.toml",)
-REQUIRED_KEYS: tuple[str, ...] = ("name", "file", "old", "new", "gates", "why")
+REQUIRED_KEYS: tuple[str, ...] = ("name", "file", "old", "new", "gates", "why", "protects")
+# What a gate protects, in the order docs/falsification.md lists the groups.
+PROTECTS: tuple[str, ...] = ("mechanism", "kernels", "training loop", "data/eval", "arms' set-up", "A/B rule",
+                             "counters")
 RUN_TIMEOUT_S = 600
 
 # Runs inside TMP: pytest in-process, then report where the packages were imported from (the repo is
@@ -81,6 +87,7 @@ class Result:
     why: str
     source: str
     gates: list[str]
+    protects: str = ""
     status: str = "pending"  # red | survived | stale | error
     gate: str | None = None
     deviation: str | None = None
@@ -123,6 +130,10 @@ def load_perturbations(files: list[Path] | None = None) -> tuple[list[dict[str, 
                 continue
             if not p["gates"] or not all(isinstance(g, str) for g in p["gates"]):
                 errors.append(f"{path.name}: {p['name']}: gates must be a non-empty list of node ids")
+                continue
+            if p["protects"] not in PROTECTS:
+                errors.append(f"{path.name}: {p['name']}: protects={p['protects']!r} is not one of "
+                              f"{', '.join(repr(x) for x in PROTECTS)}")
                 continue
             names.add(p["name"])
             found.append({**p, "source": path.name})
@@ -285,7 +296,7 @@ def import_problem(tree: Path, imports: dict[str, str | None], mutated: str, red
 
 
 def falsify_one(p: dict[str, Any], workdir: Path) -> Result:
-    res = Result(p["name"], p["file"], p["why"], p["source"], list(p["gates"]))
+    res = Result(p["name"], p["file"], p["why"], p["source"], list(p["gates"]), p["protects"])
     start = time.monotonic()
     tree = workdir / p["name"]
     try:
@@ -395,6 +406,98 @@ def print_table(results: list[Result], seconds: float) -> None:
     _console().print(table)
 
 
+_GROUP_TITLES = {
+    "mechanism": "Mechanism: the arms' and AttnRes's equations (Eq. 1-6, the two-phase schedule)",
+    "kernels": "Kernels: the fused Triton read, its backward and the Phase-2 merge",
+    "training loop": "Training loop: schedule, optimizer, depth, what the loss trains",
+    "data/eval": "Data and eval: the split, the eval set and its size",
+    "arms' set-up": "Arms' set-up: starting values and per-slot parameters",
+    "A/B rule": "A/B rule: the verdict, Holm, the report's sentences, the registered extension",
+    "counters": "Counters: ran/asked and the log check",
+}
+
+
+def _machine() -> str:
+    import platform
+
+    parts = [f"{os.cpu_count()} CPU cores", f"Python {platform.python_version()}"]
+    for mod in ("torch", "triton"):
+        try:
+            parts.append(f"{mod} {__import__(mod).__version__}")
+        except ImportError:
+            parts.append(f"no {mod}")
+    try:
+        import torch
+
+        gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except Exception:  # noqa: BLE001 - a broken CUDA set-up must not stop the record from being written
+        gpu = None
+    parts.append(gpu or "no GPU (the kernel gates run under TRITON_INTERPRET=1)")
+    return ", ".join(parts)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(results: list[Result], seconds: float, command: str, status: int, date: str,
+                    load_errors: list[str]) -> str:
+    """docs/falsification.md: the record, grouped by what each gate protects (PROTECTS order)."""
+    red = sum(r.status == "red" for r in results)
+    restored = sum(r.restored is True for r in results)
+    sources = sorted({r.source for r in results})
+    out = [
+        "# Falsification record",
+        "",
+        "Every gate must be able to go red. `scripts/falsify.py` applies each named text mutation from",
+        "`scripts/perturbations_*.py` to a temporary copy of the package (never to the repo), runs that",
+        "perturbation's gates with `pytest -x` against the copy (checking from inside the run that the copy, not",
+        "the editable install, was imported), records the first gate that went red and the `deviation=` /",
+        "`bound=` its message reports, then runs the same gates on an unperturbed copy (restore must be green).",
+        "It exits 1 if a perturbation left every gate green, was stale (its `old` snippet no longer occurs",
+        "exactly once), could not be run, or did not restore green. This file is written by the run itself",
+        "(`--markdown`); do not edit it by hand.",
+        "",
+        f"- Date: {date}",
+        f"- Command: `{command}` (repo root; exit status {status})",
+        f"- Machine: {_machine()}",
+        f"- Wall time: {seconds:.0f} s for {len(results)} perturbations ({', '.join(f'`{x}`' for x in sources)});"
+        f" {red} went red, {restored} restored green.",
+    ]
+    if load_errors:
+        out += ["- **Load errors**: " + "; ".join(_cell(e) for e in load_errors)]
+    out += [
+        "",
+        "\"by how much\" is the failing assertion's measured deviation, its bound, and their ratio; \"N sources",
+        "(bound 0)\" means a source set had N sources more or fewer than Eq. 6 says; \"bound >1e-4\" means the",
+        "output had to move by more than 1e-4 and moved by the deviation shown. `--list` prints each",
+        "perturbation's file and gates; `--only NAME` runs one.",
+        "",
+        "| protects | perturbations | red | restored green |",
+        "|---|---|---|---|",
+    ]
+    groups = {g: [r for r in results if r.protects == g] for g in PROTECTS}
+    for g, rs in groups.items():
+        out.append(f"| {g} | {len(rs)} | {sum(r.status == 'red' for r in rs)} | "
+                   f"{sum(r.restored is True for r in rs)} |")
+    for g, rs in groups.items():
+        if not rs:
+            continue
+        out += ["", f"## {_GROUP_TITLES[g]}", "",
+                "| perturbation | the defect | gate that went red | by how much | restored green |",
+                "|---|---|---|---|---|"]
+        for r in rs:
+            if r.status == "red":
+                gate = f"`{r.gate.removeprefix('tests/')}`" if r.gate else ""
+                much = _cell(r.deviation or "")
+            else:
+                gate, much = f"**{r.status.upper()}**", _cell(r.detail)
+            back = {True: "yes", False: "**NO**", None: "-"}[r.restored]
+            out.append(f"| `{r.name}` ({r.source.removeprefix('perturbations_').removesuffix('.py')}) | "
+                       f"{_cell(r.why)} | {gate} | {much} | {back} |")
+    return "\n".join(out) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -406,6 +509,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--list", action="store_true", help="list the perturbations and exit")
     ap.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
+    ap.add_argument("--markdown", type=Path, metavar="PATH",
+                    help="also write the record as markdown, grouped by what each gate protects "
+                    "(docs/falsification.md)")
     ap.add_argument(
         "--file",
         type=Path,
@@ -439,6 +545,12 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.monotonic() - start
 
     failed = [r for r in results if r.status != "red" or r.restored is not True]
+    status = 1 if failed or (errors and not only) else 0
+    command = " ".join(["python", "scripts/falsify.py", *(argv if argv is not None else sys.argv[1:])])
+    date = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+    if args.markdown:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(render_markdown(results, seconds, command, status, date, errors))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(
@@ -459,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table(results, seconds)
     if failed:
         print(f"{len(failed)} perturbation(s) not falsified cleanly: {', '.join(r.name for r in failed)}")
-    return 1 if failed or (errors and not only) else 0
+    return status
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ PERTURBATIONS: list[dict] = [
         "new": "        new_state = state + 0 * self.alpha[slot].to(output.dtype) * output\n",
         "gates": [_T + "test_arm_parameters_move_the_logits_at_every_depth"],
         "why": "ReZero runs and counts but its update never reaches the state: a dead arm with a live counter",
+        "protects": "mechanism",
     },
     {
         "name": "gr_gate_ignores_its_bias",
@@ -28,6 +29,7 @@ PERTURBATIONS: list[dict] = [
         "new": "        gate = torch.sigmoid(gate_proj(normed) - 2.0)\n",
         "gates": [_T + "test_arm_parameters_move_the_logits_at_every_depth"],
         "why": "GR's per-slot bias never reaches the gate (the 9b343d3-shaped GR defect): its parameters are dead",
+        "protects": "mechanism",
     },
     {
         "name": "attnres_query_not_used",
@@ -36,6 +38,7 @@ PERTURBATIONS: list[dict] = [
         "new": "        query = self.queries[index].detach() * 0\n",
         "gates": [_T + "test_arm_parameters_move_the_logits_at_every_depth"],
         "why": "AttnRes reads with a constant query: the arm counts while its pseudo-queries move nothing",
+        "protects": "mechanism",
     },
     {
         "name": "counter_outside_the_arm",
@@ -44,6 +47,7 @@ PERTURBATIONS: list[dict] = [
         "new": "                PROBES.count_asked(self.arm.name)\n                PROBES.count_ran(\"rezero\")\n",
         "gates": [_T + "test_selected_arm_counts_ran_equal_asked_and_others_zero"],
         "why": "a counter noted by the loop for every arm (seed 002 gate 4): the unselected ReZero leaks counts",
+        "protects": "counters",
     },
     {
         "name": "readout_before_the_iterations_last_sublayer",
@@ -52,6 +56,7 @@ PERTURBATIONS: list[dict] = [
         "new": "                state = self.arm.absorb(state, slot, out) if j == 0 or k == 0 else state\n",
         "gates": [_T + "test_attnres_readout_after_iteration_k_depends_on_iteration_k"],
         "why": "iteration k's MLP output never becomes a source: readout k misses iteration k's work",
+        "protects": "mechanism",
     },
     {
         "name": "two_phase_eval_merges_without_rescale",
@@ -60,6 +65,7 @@ PERTURBATIONS: list[dict] = [
         "new": "        merge = lambda m1, l1, o1, m2, l2, o2: (m1, l1 + l2, o1 + o2)  # noqa: E731\n",
         "gates": [_T + "test_block_two_phase_eval_gives_the_direct_forms_logits"],
         "why": "the eval-time two-phase merge adds the intra-block partial without the online-softmax rescale",
+        "protects": "mechanism",
     },
     {
         "name": "eval_never_takes_the_two_phase_path",
@@ -68,6 +74,7 @@ PERTURBATIONS: list[dict] = [
         "new": "        return False\n",
         "gates": [_T + "test_block_two_phase_eval_gives_the_direct_forms_logits"],
         "why": "the two-phase schedule is never run, so its equivalence test would be vacuous",
+        "protects": "mechanism",
     },
 ]
 
@@ -80,5 +87,6 @@ PERTURBATIONS.append(
         "gates": ["tests/test_train.py::test_each_arm_trains_end_to_end_through_the_cli"],
         "why": "the loop computes and clips gradients but never steps: every counter fires, nothing learns "
         "(happened once while this loop was edited; the end-to-end test then asserted only file contents)",
+        "protects": "training loop",
     }
 )

@@ -20,6 +20,7 @@ PERTURBATIONS: list[dict] = [
         "new": "alpha = torch.softmax(dots * torch.stack(rs) / math.sqrt(q.shape[-1]), dim=0)",
         "gates": [_T + "test_gold_fixture_a"],
         "why": "a 1/sqrt(d) temperature on the score; Eq. 2 has none (seed 000 §3)",
+        "protects": "mechanism",
     },
     {
         "name": "l2_norm_instead_of_rmsnorm",
@@ -28,6 +29,7 @@ PERTURBATIONS: list[dict] = [
         "new": "torch.rsqrt(x.pow(2).sum(dim=-1) + eps)",
         "gates": [_T + "test_gold_fixture_a"],
         "why": "the L2 norm (sum) in place of the mean-form RMSNorm of ref. [66]: keys sqrt(d) too small",
+        "protects": "mechanism",
     },
     {
         "name": "eps_outside_the_root",
@@ -36,6 +38,7 @@ PERTURBATIONS: list[dict] = [
         "new": "(torch.rsqrt(x.pow(2).mean(dim=-1)) + eps)",
         "gates": [_T + "test_gold_fixture_a"],
         "why": "eps added to 1/rms instead of inside the root: the eps rows of Fixture A move by ~1e-7",
+        "protects": "mechanism",
     },
     {
         "name": "sqrt_d_form_with_sqrt_d_not_d",
@@ -44,6 +47,7 @@ PERTURBATIONS: list[dict] = [
         "new": "        q = q / math.sqrt(q.shape[-1])\n",
         "gates": [_T + "test_gold_fixture_a", _T + "test_sqrt_d_form_is_paper_form_with_w_over_d"],
         "why": "the sqrt_d ablation folded as w/sqrt(d): L2(x)/sqrt(d) is RMSNorm(x)/d, not /sqrt(d)",
+        "protects": "mechanism",
     },
     {
         "name": "normalised_values",
@@ -52,6 +56,7 @@ PERTURBATIONS: list[dict] = [
         "new": "            out.addcmul_(xs[i] * rs[i].unsqueeze(-1), alpha[i].unsqueeze(-1))",
         "gates": [_T + "test_gold_fixture_a"],
         "why": "the weights applied to RMSNorm(v) instead of the raw v (Eq. 4 / Fig. 2: values are raw)",
+        "protects": "mechanism",
     },
     {
         "name": "independent_sigmoid_gates_not_one_softmax",
@@ -60,6 +65,7 @@ PERTURBATIONS: list[dict] = [
         "new": "alpha = torch.sigmoid(dots * torch.stack(rs))",
         "gates": [_T + "test_gold_fixture_a"],
         "why": "per-source gates instead of one softmax jointly normalised over all sources (Table 5 fn 2)",
+        "protects": "mechanism",
     },
     {
         "name": "softmax_in_the_input_dtype",
@@ -68,6 +74,7 @@ PERTURBATIONS: list[dict] = [
         "new": "    return dtype\n",
         "gates": [_T + "test_bf16_sources_are_mixed_in_float32"],
         "why": "bf16 scores/softmax: ~2**-8 |s| error on every score (softmax must run in float32 at least)",
+        "protects": "mechanism",
     },
     {
         "name": "gain_gradient_dropped",
@@ -79,6 +86,7 @@ PERTURBATIONS: list[dict] = [
             _T + "test_two_phase_gradients_match_finite_differences",
         ],
         "why": "the key-norm gain gets no gradient (forward unchanged: only the FD gradient gate can see it)",
+        "protects": "mechanism",
     },
     # --- Block AttnRes source sets (Eq. 5-6) ----------------------------------------------------------
     {
@@ -88,6 +96,7 @@ PERTURBATIONS: list[dict] = [
         "new": "self._partial: Tensor | None = embedding",
         "gates": [_T + "test_gold_fixture_b_streaming"],
         "why": "b_0 folded into block 1 instead of a permanent separate source (seed D5)",
+        "protects": "mechanism",
     },
     {
         "name": "completed_block_merged_twice",
@@ -96,6 +105,7 @@ PERTURBATIONS: list[dict] = [
         "new": "            self._completed.append(self._partial)\n",
         "gates": [_T + "test_gold_fixture_b_streaming"],
         "why": "a closed block stays in the running partial: it enters as b_n AND inside later partials (D8)",
+        "protects": "mechanism",
     },
     {
         "name": "empty_partial_entered_as_zero_source",
@@ -107,6 +117,7 @@ PERTURBATIONS: list[dict] = [
         "new": "    sources.append(_sum(partial_terms) if partial_terms else torch.zeros_like(embedding))\n",
         "gates": [_T + "test_gold_fixture_b_block_sources"],
         "why": "the first layer of a block reads b_n^0 = 0 as an extra source (Eq. 6, i = 1 has none)",
+        "protects": "mechanism",
     },
     # --- the two-phase schedule (Algorithm 1) --------------------------------------------------------
     {
@@ -120,6 +131,7 @@ PERTURBATIONS: list[dict] = [
         ),
         "gates": [_T + "test_gold_fixture_b_two_phase"],
         "why": "layer i merges b_n^i (its own output) instead of b_n^{i-1}: Alg. 1 line 10 read 1-based",
+        "protects": "mechanism",
     },
     {
         "name": "two_phase_merge_without_lse",
@@ -128,6 +140,7 @@ PERTURBATIONS: list[dict] = [
         "new": "merge(m1, torch.ones_like(m2), o1 / l1.unsqueeze(-1), m2, torch.ones_like(m2), p)",
         "gates": [_T + "test_gold_fixture_b_two_phase"],
         "why": "Phase 1's normalised o merged with weight exp(m1) instead of exp(LSE) = l1 exp(m1)",
+        "protects": "mechanism",
     },
     {
         "name": "partial_accumulates_layer_input",
@@ -136,6 +149,7 @@ PERTURBATIONS: list[dict] = [
         "new": "        partial = h if partial is None else partial + h  # Eq. 5",
         "gates": [_T + "test_gold_fixture_b_two_phase"],
         "why": "the block partial sums the layer INPUTS h instead of the outputs f(h) (seed D10)",
+        "protects": "mechanism",
     },
     {
         "name": "phase2_uses_the_blocks_first_query",
@@ -144,6 +158,7 @@ PERTURBATIONS: list[dict] = [
         "new": "partial, queries[0], gain=gain",
         "gates": [_T + "test_paths_agree_with_naive_reference"],
         "why": "the intra-block source scored with layer 1's query (Fixture B cannot see it: equal queries)",
+        "protects": "mechanism",
     },
     {
         "name": "phase1_ignores_the_gain",
@@ -152,6 +167,7 @@ PERTURBATIONS: list[dict] = [
         "new": "    q = _effective_query(queries, None, form, x.dtype)\n",
         "gates": [_T + "test_paths_agree_with_naive_reference"],
         "why": "Phase 1 scores without the key-norm gain while Phase 2 uses it (Fixture B has gain 1)",
+        "protects": "mechanism",
     },
     {
         "name": "merge_without_rescaling_o1",
@@ -160,5 +176,6 @@ PERTURBATIONS: list[dict] = [
         "new": "o1 + w2.unsqueeze(-1) * o2",
         "gates": [_T + "test_online_softmax_merge_matches_one_joint_softmax"],
         "why": "the online-softmax merge forgets e^{m1-m} on o1 when the new max comes from the other side",
+        "protects": "mechanism",
     },
 ]

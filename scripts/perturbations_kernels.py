@@ -26,6 +26,7 @@ PERTURBATIONS: list[dict] = [
         ],
         "why": "d(RMSNorm)/dv without the 1/d of the mean: the predecessor's defect (seed 000 §3), green "
         "through every test there because the L2 form it tested has m = 1",
+        "protects": "kernels",
     },
     {
         "name": "forward_skips_online_softmax_rescale",
@@ -35,6 +36,7 @@ PERTURBATIONS: list[dict] = [
         "gates": [_T + "test_forward_matches_oracle[N50-d33-L3-paper-float32]"],
         "why": "the accumulator is not rescaled when the running max grows: earlier sources keep weights "
         "relative to a stale max",
+        "protects": "kernels",
     },
     {
         "name": "backward_forgets_gain",
@@ -47,6 +49,7 @@ PERTURBATIONS: list[dict] = [
         ],
         "why": "the query gradient of s = (w * g) . k without the chain-rule factor g: exact at gain = 1, "
         "so only a test with a non-unit gain sees it",
+        "protects": "kernels",
     },
     {
         "name": "backward_drops_softmax_centring",
@@ -55,6 +58,7 @@ PERTURBATIONS: list[dict] = [
         "new": "            ds = alpha * tl.sum(go * v, axis=1)\n",
         "gates": [_T + "test_backward_matches_oracle_autograd[N50-d33-L3-paper-float32]"],
         "why": "the softmax Jacobian without its -alpha (G . out) term (the one that needs no second pass)",
+        "protects": "kernels",
     },
     {
         "name": "lse_without_normaliser",
@@ -67,6 +71,7 @@ PERTURBATIONS: list[dict] = [
         ],
         "why": "the saved statistic is the running max only: the backward's alpha = exp(s - lse) is then "
         "unnormalised (the forward output is still right)",
+        "protects": "kernels",
     },
     {
         "name": "forward_grid_drops_tail_block",
@@ -76,6 +81,7 @@ PERTURBATIONS: list[dict] = [
         "gates": [_T + "test_forward_low_level_writes_every_element_of_caller_buffers"],
         "why": "floor instead of ceil division: the last N % BLOCK_N tokens are never written -- invisible "
         "unless the output buffer is poisoned and N is not a multiple of the block",
+        "protects": "kernels",
     },
     {
         "name": "backward_persistent_loop_skips_blocks",
@@ -85,6 +91,7 @@ PERTURBATIONS: list[dict] = [
         "gates": [_T + "test_backward_low_level_fills_poisoned_buffers_across_programs"],
         "why": "a persistent grid whose stride does not match the program count: some token blocks get no "
         "gradient; needs more blocks than programs to show (the interpreter runs 2-3 programs)",
+        "protects": "kernels",
     },
     {
         "name": "sqrt_d_form_uses_mean",
@@ -94,6 +101,7 @@ PERTURBATIONS: list[dict] = [
         "gates": [_T + "test_forward_matches_oracle[N50-d33-L3-sqrt_d-float32]"],
         "why": "the runtime form flag ignored when scoring a source: the sqrt_d ablation silently runs the paper "
         "form (a d-fold temperature difference, attnres.md)",
+        "protects": "kernels",
     },
     {
         "name": "forward_ignores_gain",
@@ -102,6 +110,7 @@ PERTURBATIONS: list[dict] = [
         "new": "        qg = query.to(acc)\n",
         "gates": [_T + "test_forward_matches_oracle[N29-d130-L9-paper-float32]"],
         "why": "the RMSNorm gain not folded into the query: exact at the gain's init (ones)",
+        "protects": "kernels",
     },
     {
         "name": "alignment_hint_for_misaligned_sources",
@@ -111,6 +120,7 @@ PERTURBATIONS: list[dict] = [
         "gates": [_T + "test_misaligned_sources_are_correct_and_not_hinted"],
         "why": "tl.multiple_of claimed for sources that are views at an odd offset: on a GPU, misaligned "
         "128-bit loads (the interpreter would not notice, hence a host-side assertion)",
+        "protects": "kernels",
     },
     {
         "name": "merge_forgets_second_rescale",
@@ -119,6 +129,7 @@ PERTURBATIONS: list[dict] = [
         "new": "    o = w1[:, None] * o1 + o2\n",
         "gates": [_T + "test_merge_matches_oracle_and_direct_mixture[float32]"],
         "why": "Alg. 1 Phase 2 with the second accumulator left at its own max instead of the merged one",
+        "protects": "kernels",
     },
     {
         "name": "merge_empty_partials_turn_nan",
@@ -128,6 +139,7 @@ PERTURBATIONS: list[dict] = [
         "gates": [_T + "test_merge_matches_oracle_and_direct_mixture[float32]"],
         "why": "exp(m_i - m) with both partials empty is exp(-inf + inf) = NaN: an empty merge must stay "
         "empty (m = -inf, l = 0, o = 0)",
+        "protects": "kernels",
     },
 ]
 PERTURBATIONS.append(
@@ -139,5 +151,6 @@ PERTURBATIONS.append(
         "gates": ["tests/test_attnres.py::test_triton_kernel_matches_reference[sqrt_d-eps0.125]"],
         "why": "sqrt_d with eps on the sum of squares (the predecessor's form): then sqrt_d(w) != paper(w/d) at "
         "eps > 0, against attnres.md's identity",
+        "protects": "kernels",
     }
 )

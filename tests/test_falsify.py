@@ -87,3 +87,23 @@ def test_falsify_reports_harmless_and_stale_perturbations(tmp_path: Path) -> Non
     assert status["comment_only"]["restored"] is True, status["comment_only"]
     assert status["no_longer_matches"]["status"] == "stale", status["no_longer_matches"]
     assert "occurs 0 times" in status["no_longer_matches"]["detail"]
+
+
+def test_a_perturbation_without_protects_is_a_load_error_and_the_record_is_grouped(tmp_path: Path) -> None:
+    falsify = _falsify()
+    base = {"name": "x", "file": "dormouse/attnres.py", "old": "a", "new": "b", "gates": ["tests/t.py::t"],
+            "why": "w"}
+    pfile = tmp_path / "perturbations_t.py"
+    pfile.write_text(f"PERTURBATIONS = {[base, {**base, 'name': 'y', 'protects': 'vibes'}]!r}\n")
+    perts, errors = falsify.load_perturbations([pfile])
+    assert perts == [] and len(errors) == 2, errors
+    assert "missing ['protects']" in errors[0] and "protects='vibes' is not one of" in errors[1], errors
+    results = [falsify.Result("k1", "f", "why k1", "perturbations_k.py", ["g"], "kernels", status="red",
+                              gate="tests/test_k.py::t", deviation="2 (bound 1), 2x", restored=True),
+               falsify.Result("m1", "f", "why m1", "perturbations_m.py", ["g"], "mechanism", status="survived",
+                              detail="every gate stayed green", restored=True)]
+    md = falsify.render_markdown(results, 3.0, "python scripts/falsify.py", 1, "2026-12-01", [])
+    assert md.index("## Mechanism") < md.index("## Kernels")  # the PROTECTS order, not the run order
+    assert "| `k1` (k) | why k1 | `test_k.py::t` | 2 (bound 1), 2x | yes |" in md
+    assert "| `m1` (m) | why m1 | **SURVIVED** | every gate stayed green | yes |" in md
+    assert "| mechanism | 1 | 0 | 1 |" in md and "exit status 1" in md

@@ -1,0 +1,202 @@
+"""Perturbations of the training loop, the data/eval path and the arms' set-up (issue 10, gates 1-6;
+scripts/falsify.py; format in perturbations_attnres.py, plus ``protects``).
+
+Each is a plausible one-line mistake in code that decides a verdict as much as the mechanism does: the
+schedule, the optimizer's groups, the depth the loop runs, what the loss trains, which split eval reads,
+how big the eval set is, and where each arm starts.
+"""
+
+from __future__ import annotations
+
+_TRAIN = "dormouse/train.py"
+_SCHEDULE = "dormouse/schedule.py"
+_RUNDIR = "dormouse/rundir.py"
+_MODEL = "dormouse/model.py"
+_ARMS = "dormouse/arms.py"
+_DATA = "dormouse/data.py"
+_LOOP = "tests/test_loop.py::"
+_EVAL = "tests/test_eval_set.py::"
+_SETUP = "tests/test_arm_setup.py::"
+
+PERTURBATIONS: list[dict] = [
+    # --- gate 2: the learning-rate schedule ----------------------------------------------------------------
+    {
+        "name": "warmup_starts_at_zero",
+        "file": _SCHEDULE,
+        "old": "        return t.lr * (step + 1) / t.warmup\n",
+        "new": "        return t.lr * step / t.warmup\n",
+        "gates": [_LOOP + "test_learning_rate_the_optimizer_applies_at_the_schedule_boundaries"],
+        "why": "warmup counted from 0: the first step trains at lr 0 and the peak comes one step late",
+        "protects": "training loop",
+    },
+    {
+        "name": "cosine_horizon_ignores_warmup",
+        "file": _SCHEDULE,
+        "old": "(step - t.warmup) / max(1, t.steps - t.warmup)",
+        "new": "(step - t.warmup) / max(1, t.steps)",
+        "gates": [_LOOP + "test_learning_rate_the_optimizer_applies_at_the_schedule_boundaries"],
+        "why": "the cosine spans train.steps instead of the steps after warmup: it never reaches its floor",
+        "protects": "training loop",
+    },
+    {
+        "name": "loop_applies_the_previous_steps_lr",
+        "file": _TRAIN,
+        "old": "                    group[\"lr\"] = lr_at(step, cfg)\n",
+        "new": "                    group[\"lr\"] = lr_at(max(0, step - 1), cfg)\n",
+        "gates": [_LOOP + "test_learning_rate_the_optimizer_applies_at_the_schedule_boundaries"],
+        "why": "the loop sets the lr of the step before (the eval line's lr convention leaking into training)",
+        "protects": "training loop",
+    },
+    {
+        "name": "resume_bends_the_schedule",
+        "file": _RUNDIR,
+        "old": "        problem = schedule_change_problem(old, cfg, int(state[\"step\"]))\n",
+        "new": "        problem = None\n",
+        "gates": ["tests/test_resume_schedule.py::"
+                  "test_changing_train_steps_after_warmup_is_refused_naming_the_key_and_the_way_out"],
+        "why": "a resume may change train.steps mid-cosine (as before): the run follows neither schedule",
+        "protects": "training loop",
+    },
+    # --- gate 3: the optimizer the loop builds ---------------------------------------------------------------
+    {
+        "name": "optimizer_decays_everything",
+        "file": _TRAIN,
+        "old": "torch.optim.AdamW(model.param_groups(float(t.weight_decay)), ",
+        "new": "torch.optim.AdamW([{\"params\": list(model.parameters()), "
+               "\"weight_decay\": float(t.weight_decay)}], ",
+        "gates": [_LOOP + "test_the_optimizer_the_loop_steps_decays_matrices_only"],
+        "why": "the loop builds AdamW over every parameter: gains, biases, ReZero's alpha and the queries decay",
+        "protects": "training loop",
+    },
+    {
+        "name": "arm_matrices_rule_only_by_ndim",
+        "file": _MODEL,
+        "old": "            if p.ndim < 2 or name in arm_no_decay:\n",
+        "new": "            if p.ndim < 2:\n",
+        "gates": [_LOOP + "test_the_optimizer_the_loop_steps_decays_matrices_only"],
+        "why": "decay decided by ndim alone: GR's [slots, d] bias and AttnRes's [reads, d] queries and gains decay",
+        "protects": "training loop",
+    },
+    # --- gate 4: random depth ------------------------------------------------------------------------------------
+    {
+        "name": "random_depth_never_reaches_max_iter",
+        "file": _TRAIN,
+        "old": "torch.randint(1, max_iter + 1, (1,)",
+        "new": "torch.randint(1, max(2, max_iter), (1,)",
+        "gates": [_LOOP + "test_random_depth_covers_exactly_one_to_max_iter"],
+        "why": "an exclusive upper bound read as inclusive: depth max_iter is never drawn",
+        "protects": "training loop",
+    },
+    {
+        "name": "depth_drawn_once_for_the_run",
+        "file": _TRAIN,
+        "old": "depth = depth_for_step(int(t.seed), step, ",
+        "new": "depth = depth_for_step(int(t.seed), 0, ",
+        "gates": [_LOOP + "test_the_loop_runs_the_depth_drawn_for_each_step"],
+        "why": "the loop keys the depth draw on step 0: every step runs one depth (counters stay consistent)",
+        "protects": "training loop",
+    },
+    # --- gate 1: what the loss trains ---------------------------------------------------------------------------
+    {
+        "name": "readout_config_ignored",
+        "file": _TRAIN,
+        "old": "readouts=str(t.readout))",
+        "new": "readouts=\"all\")",
+        "gates": [_LOOP + "test_readout_all_trains_every_readout_and_last_only_the_final_one"],
+        "why": "train.readout=last is ignored: every readout is trained",
+        "protects": "training loop",
+    },
+    {
+        "name": "readout_losses_summed_not_averaged",
+        "file": _TRAIN,
+        "old": "    return torch.stack(losses).mean()\n",
+        "new": "    return torch.stack(losses).sum()\n",
+        "gates": [_LOOP + "test_readout_all_trains_every_readout_and_last_only_the_final_one"],
+        "why": "readout=all sums the readouts' CE: each readout's gradient is max_iter times the registered one",
+        "protects": "training loop",
+    },
+    # --- gate 6 and the eval-size rule ------------------------------------------------------------------------
+    {
+        "name": "eval_reads_the_train_split",
+        "file": _TRAIN,
+        "old": "eval_windows(corpus.val, ",
+        "new": "eval_windows(corpus.train, ",
+        "gates": [_EVAL + "test_eval_reads_the_val_split_and_training_never_does"],
+        "why": "the fixed eval set is cut from the train split: bpb measures memorisation, not generalisation",
+        "protects": "data/eval",
+    },
+    {
+        "name": "split_puts_val_at_the_head",
+        "file": _DATA,
+        "old": "    return everything[:n_train].clone(), everything[n_train:].clone()\n",
+        "new": "    return everything[n_val:].clone(), everything[:n_val].clone()\n",
+        "gates": [_EVAL + "test_eval_reads_the_val_split_and_training_never_does"],
+        "why": "val taken from the head and train from the rest: training reads the bytes the eval was meant for",
+        "protects": "data/eval",
+    },
+    {
+        "name": "eval_bytes_beyond_val_accepted",
+        "file": _DATA,
+        "old": "    if eval_bytes is not None and int(eval_bytes) > val.numel():\n",
+        "new": "    if False:\n",
+        "gates": [_EVAL + "test_eval_bytes_larger_than_the_val_split_is_refused_naming_it"],
+        "why": "an eval_bytes larger than the val split passes the data check (the residual registration's "
+               "1 MiB that silently read 244 KiB)",
+        "protects": "data/eval",
+    },
+    # --- gate 5: each arm's starting point and per-slot independence --------------------------------------------
+    {
+        "name": "gr_bias_starts_at_minus_one",
+        "file": _ARMS,
+        "old": "torch.full((self.n_slots, d_model), -2.0)",
+        "new": "torch.full((self.n_slots, d_model), -1.0)",
+        "gates": [_SETUP + "test_each_arm_starts_from_its_papers_values"],
+        "why": "GR's gate bias starts at -1 (gate 0.27) instead of -2 (0.12): another arm than the registered one",
+        "protects": "arms' set-up",
+    },
+    {
+        "name": "shared_init_overwrites_the_arm",
+        "file": _MODEL,
+        "old": "            if name.startswith(\"arm\"):\n                continue\n",
+        "new": "",
+        "gates": [_SETUP + "test_each_arm_starts_from_its_papers_values"],
+        "why": "the shared-weight init also draws the arm's matrices: GR's W starts random, not 0",
+        "protects": "arms' set-up",
+    },
+    {
+        "name": "rezero_alpha_shared_by_iterations",
+        "file": _ARMS,
+        "old": "self.alpha[slot].to(output.dtype)",
+        "new": "self.alpha[slot % 2].to(output.dtype)",
+        "gates": [_SETUP + "test_a_slots_parameters_move_only_the_readouts_at_and_after_its_iteration"],
+        "why": "ReZero's alpha indexed per sublayer kind, not per slot: later iterations' alphas are dead",
+        "protects": "arms' set-up",
+    },
+    {
+        "name": "gr_bias_shared_by_iterations",
+        "file": _ARMS,
+        "old": "self.bias[slot].to(normed.dtype)",
+        "new": "self.bias[slot % 2].to(normed.dtype)",
+        "gates": [_SETUP + "test_a_slots_parameters_move_only_the_readouts_at_and_after_its_iteration"],
+        "why": "GR's bias indexed per sublayer kind: iteration 0's bias steers every later iteration",
+        "protects": "arms' set-up",
+    },
+    {
+        "name": "attnres_readouts_share_one_query",
+        "file": _ARMS,
+        "old": "        return self._read(state, self.n_slots + k)\n",
+        "new": "        return self._read(state, self.n_slots)\n",
+        "gates": [_SETUP + "test_an_attnres_readout_query_moves_its_own_readout_only"],
+        "why": "every readout point reads with readout 0's query: the other readout queries are dead",
+        "protects": "arms' set-up",
+    },
+    {
+        "name": "gr_gate_reads_the_raw_state",
+        "file": _ARMS,
+        "old": "        normed = F.rms_norm(state, (self.d_model,))\n",
+        "new": "        normed = state\n",
+        "gates": [_SETUP + "test_gr_gate_reads_the_rms_normalised_state"],
+        "why": "GR's gate reads the raw state: it saturates as the residual stream grows with depth",
+        "protects": "arms' set-up",
+    },
+]
