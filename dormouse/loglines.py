@@ -8,6 +8,7 @@ and ``tests/test_loglines.py`` round-trips every kind::
 
     eval step=400 tokens=1.64M loss=1.412 bpb=2.037 bpb@1=2.410 ... lr=2.4e-04 tok/s=8.1k depth=4.0
          arm=attnres rezero=0/0 gr=0/0 attnres=3600/3600 learned=emb_w:0.2113 kernel=torch skipped=0
+         window_steps=450 depth_sum=1800
     resume step=400 from=runs/x/checkpoints/step_00000400.pt
     interrupted step=437
     done step=2400 wall_s=339.2
@@ -33,7 +34,7 @@ KINDS = (EVAL, RESUME, INTERRUPTED, DONE)
 
 _SUFFIX = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 _COUNTER = re.compile(r"^(\d+)/(\d+)$")
-_INT_KEYS = ("step", "skipped")
+_INT_KEYS = ("step", "skipped", "window_steps", "depth_sum")
 _FLOAT_KEYS = ("loss", "bpb", "lr", "depth")
 _STR_KEYS = ("arm", "kernel")
 # Without these an eval line cannot be checked; every arm's counter is required too (docs/model.md).
@@ -100,6 +101,13 @@ def eval_columns(max_iter: int) -> list[str]:
 LEARNED = "learned"  # metrics.jsonl: "learned" (the value) and "learned_name"
 
 
+# What the window's schedule asked, from the loop's own depth draws (not from the counters): the training
+# forwards of the window (skipped updates included) and the sum of their depths over every rank. The loop
+# always writes them; lines written before they existed lack them, so they close the line when present.
+# `dormouse logs --check` verifies the selected arm's asked = 2 x depth_sum (two sublayers per iteration).
+WINDOW_COLUMNS = ("window_steps", "depth_sum")
+
+
 def _cell(key: str, row: dict[str, Any]) -> str:
     if key in ARMS:
         return f"{row[f'{key}_ran']}/{row[f'{key}_asked']}"
@@ -114,8 +122,9 @@ def _cell(key: str, row: dict[str, Any]) -> str:
 
 def format_eval_line(row: dict[str, Any], max_iter: int) -> str:
     """Render a metrics row as the eval line."""
-    return "eval " + " ".join(f"{key}={_cell(key, row)}" for key in eval_columns(max_iter)
-                              if key != LEARNED or LEARNED in row)
+    keys = [key for key in eval_columns(max_iter) if key != LEARNED or LEARNED in row]
+    keys += [key for key in WINDOW_COLUMNS if key in row]
+    return "eval " + " ".join(f"{key}={_cell(key, row)}" for key in keys)
 
 
 def _convert(key: str, value: str, out: dict[str, Any]) -> None:

@@ -9,6 +9,8 @@ The checks are the proof the A/B comparison leans on (``dormouse ab`` runs them 
 failing arm invalid):
 
 * the selected arm's counter reads 0 or ``ran != asked`` (a dead arm: the mechanism did not run);
+* the selected arm's ``asked`` is not 2 x the eval line's ``depth_sum`` (the depths the schedule drew for the
+  window's training steps): a sublayer the loop skipped, which lowers ran and asked together;
 * an unselected arm's counter is non-zero (a leaking arm: two mechanisms ran);
 * a NaN/inf loss or bpb;
 * eval lines missing (none at all, or a multiple of ``train.eval_every`` skipped) or out of order;
@@ -38,6 +40,7 @@ from dormouse.loglines import (
     DONE,
     EVAL,
     RESUME,
+    WINDOW_COLUMNS,
     LogLineError,
     eval_columns,
     human,
@@ -153,6 +156,15 @@ def _check_row(run: RunLog, row: EvalRow) -> None:
         elif ran != 0 or asked != 0:
             run.add(n, "leaking-arm", f"unselected arm {name}={ran}/{asked} at step {row.step} "
                     f"(arm={arm}): it must read 0/0")
+    # `asked` means asked: the depths the schedule drew for the window's training forwards ask for two
+    # sublayer aggregations per iteration. A sublayer the loop skipped lowers ran and asked together, which
+    # the check above cannot see; this one can. (Lines written before these fields existed lack them.)
+    if arm in ARMS and "depth_sum" in v and f"{arm}_asked" in v and v[f"{arm}_asked"] != 2 * v["depth_sum"]:
+        asked, want = v[f"{arm}_asked"], 2 * v["depth_sum"]
+        run.add(n, "asked-mismatch", f"selected arm {arm} asked={asked} but the window's "
+                f"{v.get('window_steps', '?')} training steps drew depths summing to {v['depth_sum']}, which "
+                f"ask for 2 x {v['depth_sum']} = {want} aggregations at step {row.step}: a sublayer did not "
+                "run as the schedule asked")
     bad = [k for k, x in v.items() if (k in ("loss", "bpb") or k.startswith("bpb@"))
            and isinstance(x, float) and not math.isfinite(x)]
     if bad:
@@ -266,7 +278,7 @@ def run_table(run: RunLog) -> Table:
     # The eval line's columns; the table shows every depth any row has (a malformed run may differ).
     columns = eval_columns(0)
     at = columns.index("bpb") + 1
-    cols = ["line", *columns[:at], *[f"bpb@{k}" for k in depths], *columns[at:]]
+    cols = ["line", *columns[:at], *[f"bpb@{k}" for k in depths], *columns[at:], *WINDOW_COLUMNS]
     for c in cols:
         table.add_column(c, justify="left" if c in ("arm", "kernel") else "right", no_wrap=True)
     for r in run.evals:
@@ -285,6 +297,7 @@ def run_table(run: RunLog) -> Table:
             cells.append(Text(f"{ran}/{asked}", style="" if ok else "bold red"))
         cells.append(Text(f"{v['learned_name']}:{v['learned']:.4f}" if "learned" in v else "-"))
         cells += [Text(str(v.get("kernel", "-"))), Text(str(v.get("skipped", "-")))]
+        cells += [Text(str(v.get(k, "-"))) for k in WINDOW_COLUMNS]
         table.add_row(*cells, style="on grey15" if r.line in flagged else None)
     return table
 

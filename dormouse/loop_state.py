@@ -42,6 +42,15 @@ class Window:
     tokens: int = 0
     depth_sum: float = 0.0
     time: float = 0.0
+    # Every training forward (skipped updates included) and the depth the schedule drew for it: what the
+    # probe counters' `asked` must equal, 2 per iteration (dormouse.loglines.WINDOW_COLUMNS).
+    forwards: int = 0
+    forward_depth_sum: int = 0
+
+    def add_forward(self, depth: int) -> None:
+        """A training forward at the depth drawn for its step."""
+        self.forwards += 1
+        self.forward_depth_sum += depth
 
     def add_update(self, loss: float, depth: int) -> None:
         """A step whose update was applied."""

@@ -459,6 +459,7 @@ def train_step(run: _Run, loop: LoopState) -> float:
         group["lr"] = lr_at(loop.step, cfg)
     with run.autocast():
         logits = run.train_model(x, depth=depth, readouts=str(t.readout))
+    loop.window.add_forward(depth)
     loss = readout_loss(logits, y)
     loss_value = float(loss.detach())
     what = "loss" if broadcast_flag(not math.isfinite(loss_value), info, run.device) else None
@@ -524,7 +525,9 @@ def _metrics_row(run: _Run, loop: LoopState, totals: WindowTotals) -> dict[str, 
     learned = learned_values(run.model, run.eval_set[0], int(run.cfg.train.batch_size))
     row["learned_name"], row["learned"] = learned.summary()
     row.update({"kernel": run.kernel, "skipped": loop.skipped, "time_s": time.time() - run.start_time,
-                "peak_mem_bytes": peak_memory(run.device), "params": run.counts["params"]})
+                "peak_mem_bytes": peak_memory(run.device), "params": run.counts["params"],
+                # the schedule's side of the counter check: every rank drew the same depths
+                "window_steps": window.forwards, "depth_sum": window.forward_depth_sum * world})
     row.update(learned.to_row())
     return row
 

@@ -19,7 +19,7 @@ PERTURBATIONS: list[dict] = [
         "gates": [_T + "test_eval_line_round_trips_the_trainers_line_to_the_byte"],
         "why": "the eval line loses its kernel column: every reader of old logs and every A/B report that "
         "states which read path ran would silently disagree with what runs write",
-        "protects": "structure",
+        "protects": "counters",
     },
     {
         "name": "done_line_changes_precision",
@@ -28,7 +28,7 @@ PERTURBATIONS: list[dict] = [
         "new": 'return f"{DONE} step={step} wall_s={wall_s:.2f}"',
         "gates": [_T + "test_done_line_round_trips_the_trainers_line"],
         "why": "a format drift in a line kind that used to be a raw f-string in train.py",
-        "protects": "structure",
+        "protects": "counters",
     },
     {
         "name": "replay_keeps_the_superseded_row",
@@ -38,7 +38,7 @@ PERTURBATIONS: list[dict] = [
         "gates": [_T + "test_a_replayed_step_replaces_the_rows_from_that_step_on"],
         "why": "after a resume the interrupted run's row of the replayed step would survive next to the "
         "replay: duplicate steps in the A/B curves and a final row that may not be the final run's",
-        "protects": "structure",
+        "protects": "A/B rule",
     },
     {
         "name": "arm_order_swapped",
@@ -48,7 +48,7 @@ PERTURBATIONS: list[dict] = [
         "gates": [_T + "test_eval_line_round_trips_the_trainers_line_to_the_byte"],
         "why": "the registry's order is the eval line's counter order (and the tie-break simplicity order): "
         "reordering it changes every line a run writes",
-        "protects": "structure",
+        "protects": "counters",
     },
     {
         "name": "schema_default_drifts_from_the_cpu_default",
@@ -58,7 +58,7 @@ PERTURBATIONS: list[dict] = [
         "gates": ["tests/test_config.py::test_each_preset_composes_to_the_config_recorded_before_defaults_moved"],
         "why": "the CPU preset no longer repeats the defaults, so a schema edit changes `dormouse train` "
         "with no arguments (the dataclass default of 4 that the preset used to hide)",
-        "protects": "structure",
+        "protects": "training loop",
     },
     {
         "name": "loop_state_window_not_restored",
@@ -69,6 +69,6 @@ PERTURBATIONS: list[dict] = [
                   "tests/test_resume.py::test_resumed_run_is_bit_identical_to_an_uninterrupted_one"],
         "why": "a resumed run would open an empty eval window: the first eval line after a resume reports "
         "the loss and depth of only the steps since the resume",
-        "protects": "structure",
+        "protects": "training loop",
     },
 ]

@@ -17,6 +17,7 @@ _DATA = "dormouse/data.py"
 _LOOP = "tests/test_loop.py::"
 _EVAL = "tests/test_eval_set.py::"
 _SETUP = "tests/test_arm_setup.py::"
+_ASKED = "tests/test_asked.py::"
 
 PERTURBATIONS: list[dict] = [
     # --- gate 2: the learning-rate schedule ----------------------------------------------------------------
@@ -41,8 +42,8 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "loop_applies_the_previous_steps_lr",
         "file": _TRAIN,
-        "old": "                    group[\"lr\"] = lr_at(step, cfg)\n",
-        "new": "                    group[\"lr\"] = lr_at(max(0, step - 1), cfg)\n",
+        "old": "        group[\"lr\"] = lr_at(loop.step, cfg)\n",
+        "new": "        group[\"lr\"] = lr_at(max(0, loop.step - 1), cfg)\n",
         "gates": [_LOOP + "test_learning_rate_the_optimizer_applies_at_the_schedule_boundaries"],
         "why": "the loop sets the lr of the step before (the eval line's lr convention leaking into training)",
         "protects": "training loop",
@@ -90,7 +91,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "depth_drawn_once_for_the_run",
         "file": _TRAIN,
-        "old": "depth = depth_for_step(int(t.seed), step, ",
+        "old": "depth = depth_for_step(int(t.seed), loop.step, ",
         "new": "depth = depth_for_step(int(t.seed), 0, ",
         "gates": [_LOOP + "test_the_loop_runs_the_depth_drawn_for_each_step"],
         "why": "the loop keys the depth draw on step 0: every step runs one depth (counters stay consistent)",
@@ -143,6 +144,17 @@ PERTURBATIONS: list[dict] = [
         "why": "an eval_bytes larger than the val split passes the data check (the residual registration's "
                "1 MiB that silently read 244 KiB)",
         "protects": "data/eval",
+    },
+    # --- gate 8: asked means asked ---------------------------------------------------------------------------
+    {
+        "name": "last_iteration_skips_its_mlp",
+        "file": _MODEL,
+        "old": "            for j, sublayer in enumerate(self.sublayers):\n",
+        "new": "            for j, sublayer in enumerate(self.sublayers[: 1 if 0 < k == depth - 1 else 2]):\n",
+        "gates": [_ASKED + "test_a_real_runs_asked_is_twice_the_depths_its_schedule_drew"],
+        "why": "the loop skips a sublayer: ran and asked drop together (ran = asked passes); only asked = "
+               "2 x the drawn depths sees it",
+        "protects": "counters",
     },
     # --- gate 5: each arm's starting point and per-slot independence --------------------------------------------
     {

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
+from dormouse.ab.records import RunRecord
 from dormouse.ab.registry import ComparisonSpec
-from dormouse.ab.report import RunRecord, analyze, render_report
+from dormouse.ab.report import analyze, render_report
 
 BASE = {1: 2.00, 2: 2.10, 3: 2.20}
 KINDS = {"rezero": "rezero", "gr": "gr", "attnres_full": "attnres", "attnres_block": "attnres",

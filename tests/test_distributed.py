@@ -53,7 +53,8 @@ def test_two_gloo_ranks_match_one_process_with_the_same_global_batch(tmp_path: P
 
 @pytest.mark.slow
 def test_a_run_resumes_under_torchrun(tmp_path: Path):
-    args = [*ARGS, "train.eval_every=2", f"run.dir={tmp_path}", "run.name=r"]
+    # warmup 8: the 4 steps taken keep their learning rates under the 8-step budget (one schedule)
+    args = [*ARGS, "train.eval_every=2", "train.warmup=8", f"run.dir={tmp_path}", "run.name=r"]
     torchrun(2, [*args, "train.steps=4"])
     out = torchrun(2, [*args, "train.steps=8", "train.resume=auto"])
     assert "resumed at step 4" in out.stdout
@@ -72,9 +73,10 @@ def test_batch_that_does_not_divide_by_the_ranks_is_refused(tmp_path: Path):
 @pytest.mark.slow
 def test_torchrun_resumes_from_an_explicit_checkpoint_path(tmp_path: Path):
     """Every rank must load the checkpoint rank 0 chose (an explicit path here), or the ranks desynchronise."""
-    torchrun(2, [*ARGS, "train.steps=4", "train.eval_every=2", f"run.dir={tmp_path}", "run.name=a"])
+    torchrun(2, [*ARGS, "train.steps=4", "train.eval_every=2", "train.warmup=6", f"run.dir={tmp_path}",
+                 "run.name=a"])
     ckpt = tmp_path / "a" / "checkpoints" / "step_00000004.pt"
-    out = torchrun(2, [*ARGS, "train.steps=6", "train.eval_every=2", f"run.dir={tmp_path}", "run.name=b",
-                       f"train.resume={ckpt}"])
+    out = torchrun(2, [*ARGS, "train.steps=6", "train.eval_every=2", "train.warmup=6", f"run.dir={tmp_path}",
+                       "run.name=b", f"train.resume={ckpt}"])
     assert "resumed at step 4" in out.stdout
     assert [r["step"] for r in rows(tmp_path / "b")] == [2, 4, 6]

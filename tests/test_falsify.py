@@ -67,6 +67,7 @@ def test_falsify_reports_harmless_and_stale_perturbations(tmp_path: Path) -> Non
             "new": "# (a comment changed)",
             "gates": [gate],
             "why": "a no-op",
+            "protects": "mechanism",
         },
         {
             "name": "no_longer_matches",
@@ -75,6 +76,7 @@ def test_falsify_reports_harmless_and_stale_perturbations(tmp_path: Path) -> Non
             "new": "",
             "gates": [gate],
             "why": "stale",
+            "protects": "mechanism",
         },
     ]
     pfile = tmp_path / "perturbations_test.py"
