@@ -125,7 +125,7 @@ def prepare_run_dir(cfg: DictConfig, *, dry_run: bool = False) -> tuple[Path, di
                              "use the checkpoint's values or start a new run (another run.name)")
         problem = schedule_change_problem(old, cfg, int(state["step"]))
         if problem:
-            raise TrainError(f"cannot resume from {source}: {problem}")
+            raise RunDirRefused(f"cannot resume from {source}: {problem}")
         return run_dir, state, source
     holds_run = files.holds_run()
     if holds_run and resume == "auto" and not cfg.train.overwrite:

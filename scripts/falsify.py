@@ -56,7 +56,7 @@ EXTRA_FILES: tuple[str, ...] = ("pyproject.toml",)
 REQUIRED_KEYS: tuple[str, ...] = ("name", "file", "old", "new", "gates", "why", "protects")
 # What a gate protects, in the order docs/falsification.md lists the groups.
 PROTECTS: tuple[str, ...] = ("mechanism", "kernels", "training loop", "data/eval", "arms' set-up", "A/B rule",
-                             "counters")
+                             "counters", "probes")
 RUN_TIMEOUT_S = 600
 
 # Runs inside TMP: pytest in-process, then report where the packages were imported from (the repo is
@@ -414,6 +414,7 @@ _GROUP_TITLES = {
     "arms' set-up": "Arms' set-up: starting values and per-slot parameters",
     "A/B rule": "A/B rule: the verdict, Holm, the report's sentences, the registered extension",
     "counters": "Counters: ran/asked and the log check",
+    "probes": "Probes: the learned values the runs and the report plot",
 }
 
 
