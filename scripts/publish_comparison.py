@@ -1,0 +1,91 @@
+"""Copy a finished comparison's outcome into the repository, with its provenance.
+
+    python scripts/publish_comparison.py residual_cpu --command "dormouse ab residual_cpu --jobs 2"
+
+From ``runs/ab/NAME/`` (what ``dormouse ab NAME`` wrote) to ``docs/results/NAME/``: ``report.md``,
+``results.json``, the plots, ``registration.json`` and each pair's launch record (where and with how many
+threads it ran, when, how long). ``provenance.json`` adds what the report does not hold: the exact command,
+the commit the pairs ran on (from their provenance files; refused if they differ), the machine (cores,
+torch and Python versions, platform) and the comparison's wall time (first pair started to last pair
+finished, from the launch records). The prose README of the results folder is written by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import torch
+
+from dormouse.checkpoint import atomic_write_text
+from dormouse.runfiles import ComparisonFiles
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("name")
+    ap.add_argument("--command", required=True, help="the exact command that produced the comparison")
+    ap.add_argument("--root", type=Path, default=REPO / "runs" / "ab")
+    ap.add_argument("--out", type=Path, default=None, help="default docs/results/NAME")
+    args = ap.parse_args()
+
+    comp = (args.root / args.name).resolve()
+    files = ComparisonFiles(comp)
+    results = json.loads(files.results.read_text())
+    if not results.get("complete"):
+        print(f"{comp}: the comparison is not complete; finish it first (rerun `{args.command}`)")
+        return 2
+    out = args.out or REPO / "docs" / "results" / args.name
+    out.mkdir(parents=True, exist_ok=True)
+    for name in [files.results.name, files.report.name, "registration.json", *results.get("plots", [])]:
+        shutil.copy2(comp / name, out / name)
+    (out / "launch").mkdir(exist_ok=True)
+    starts, ends, threads = [], [], set()
+    for record in sorted((comp / "launch").glob("*.json")):
+        shutil.copy2(record, out / "launch" / record.name)
+        for attempt in json.loads(record.read_text())["attempts"]:
+            starts.append(attempt["started"])
+            if attempt.get("finished"):
+                ends.append(attempt["finished"])
+            threads.add(attempt.get("threads"))
+
+    commits = set()
+    for run in results["runs"]:
+        prov = json.loads((Path(run["run_dir"]) / "provenance.json").read_text())
+        commits.add(str(prov.get("commit")))
+    if len(commits) != 1 or any(c.endswith("+dirty") for c in commits):
+        print(f"the pairs ran on {sorted(commits)}: a published comparison runs on one clean commit")
+        return 2
+    t0, t1 = min(starts), max(ends)
+    wall = (datetime.fromisoformat(t1) - datetime.fromisoformat(t0)).total_seconds()
+    provenance = {
+        "comparison": args.name,
+        "command": args.command,
+        "commit": commits.pop(),
+        "started": t0,
+        "finished": t1,
+        "wall_s": wall,
+        "threads_per_pair": sorted(t for t in threads if t is not None),
+        "machine": {
+            "cores": os.cpu_count(),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+        },
+    }
+    atomic_write_text(out / "provenance.json", json.dumps(provenance, indent=2) + "\n")
+    print(json.dumps(provenance, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

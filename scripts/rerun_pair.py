@@ -1,0 +1,100 @@
+"""Re-run one (arm, seed) pair of a published comparison and check it reproduces the published final bpb.
+
+    python scripts/rerun_pair.py residual_cpu gr 3            # trains into runs/rerun/residual_cpu/gr-s3
+    python scripts/rerun_pair.py residual_cpu gr 3 --print    # only print the equivalent `dormouse train`
+
+The pair is composed exactly as `dormouse ab` composes it (``runner.plan_pairs`` on the registered file:
+fixed values, the arm's overrides, ``train.seed``), into a fresh directory, and trained by the same trainer.
+CPU training is deterministic at a given thread count (fixed RNG objects; the thread count fixes the order
+of the CPU reductions: in the pilot, seed 101 at 2 threads differed from 1 thread by 6.7e-6 bpb at step 700),
+so the pair is re-run with the thread count its launch record says it used, and on the same kind of machine
+the final bpb must be *equal*, not close: the check is bit-for-bit on the float that results.json stores. Exit 0 when it
+reproduces, 1 when it does not, 2 when the published results do not match the registration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from dormouse.ab.records import final_row, read_metrics
+from dormouse.ab.registry import load_spec
+from dormouse.ab.runner import plan_pairs
+from dormouse.runfiles import RunFiles
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("name", help="registered comparison (conf/ab/NAME.yaml)")
+    ap.add_argument("arm")
+    ap.add_argument("seed", type=int)
+    ap.add_argument("--results", type=Path, default=None,
+                    help="published results.json (default docs/results/NAME/results.json)")
+    ap.add_argument("--root", type=Path, default=REPO / "runs" / "rerun", help="where the re-run goes")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads (default: what the published pair ran with, from its launch record)")
+    ap.add_argument("--print", dest="print_only", action="store_true", help="print the command and stop")
+    args = ap.parse_args()
+
+    reg = load_spec(args.name)
+    results_path = args.results or REPO / "docs" / "results" / args.name / "results.json"
+    published = json.loads(results_path.read_text())
+    if published["registration"].get("sha256") != reg.sha256:
+        print(f"{results_path} was produced under another registration "
+              f"(sha256 {published['registration'].get('sha256')}) than conf/ab/{args.name}.yaml "
+              f"({reg.sha256}); refusing to compare")
+        return 2
+    comp_dir = (args.root / args.name).resolve()
+    pairs = {(p.arm, p.seed): p for p in plan_pairs(reg, list(published.get("overrides", [])), comp_dir)}
+    if (args.arm, args.seed) not in pairs:
+        print(f"no pair {args.arm}-s{args.seed} in {args.name}: arms {list(reg.spec.arms)}, "
+              f"seeds {reg.spec.seeds}")
+        return 2
+    pair = pairs[(args.arm, args.seed)]
+    overrides = [*reg.spec.fixed, *reg.spec.arms[args.arm], f"train.seed={args.seed}",
+                 f"run.dir={comp_dir}", f"run.name={pair.run_dir.name}"]
+    print("equivalent command: dormouse train " + " ".join(overrides))
+    expected = published["arms"][args.arm]["final_bpb"].get(str(args.seed))
+    print(f"published final bpb ({results_path}): {expected!r}")
+    if args.print_only:
+        return 0
+    threads = args.threads
+    record = results_path.parent / "launch" / f"{pair.run_dir.name}.json"
+    if threads is None and record.is_file():
+        used = {a.get("threads") for a in json.loads(record.read_text())["attempts"]}
+        if len(used) != 1:
+            print(f"{record}: the published pair ran with several thread counts {sorted(map(str, used))}: "
+                  "it cannot be reproduced bit for bit; pass --threads to re-run anyway")
+            return 2
+        threads = used.pop()
+    if threads is None:
+        print(f"no launch record {record} says the pair's thread count; pass --threads")
+        return 2
+    print(f"threads: {threads} (the thread count fixes the order of CPU reductions)")
+    if pair.run_dir.exists():
+        print(f"{pair.run_dir} exists: remove it first (a re-run must start from nothing)")
+        return 2
+
+    import torch
+
+    from dormouse.train import train
+
+    torch.set_num_threads(threads)
+    t0 = time.perf_counter()
+    train(pair.cfg)
+    wall = time.perf_counter() - t0
+    row = final_row(read_metrics(RunFiles(pair.run_dir).metrics), pair.steps)
+    got = None if row is None else float(row["bpb"])
+    same = got is not None and got == expected
+    print(f"re-run final bpb: {got!r}  published: {expected!r}  "
+          f"{'REPRODUCED (bit-equal)' if same else 'DIFFERENT'}  wall {wall:.0f} s")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
