@@ -321,7 +321,8 @@ def tsv_lines(runs: list[RunLog]) -> list[str]:
     depths = sorted({int(k[4:]) for run in runs for r in run.evals for k in r.values if k.startswith("bpb@")})
     columns = eval_columns(0)
     at = columns.index("bpb") + 1
-    columns = [*columns[:at], *[f"bpb@{k}" for k in depths], *columns[at:]]
+    # window_steps and depth_sum last, as on the eval line: what `logs --check` checks asked against
+    columns = [*columns[:at], *[f"bpb@{k}" for k in depths], *columns[at:], *WINDOW_COLUMNS]
     out = ["\t".join(["run", "line", *columns])]
     for run in runs:
         for r in run.evals:

@@ -106,6 +106,12 @@ def write_probe_plots(out_dir: Path, row: dict[str, Any], label: str = "",
         slots = _slots(len(row["probe/alpha"]))
         written.append(plot_slot_values(slots, row["probe/alpha"], where(ALPHA_NAME), ylabel="alpha",
                                         title="ReZero alpha by slot" + suffix, reference=0.0))
+    elif row.get("probe/alpha_abs") is not None:  # several seeds: see mean_probe_row
+        slots = _slots(len(row["probe/alpha_abs"]))
+        written.append(plot_slot_values(slots, row["probe/alpha_abs"], where(ALPHA_NAME),
+                                        ylabel="|alpha| (bars: sd over seeds)",
+                                        title="ReZero |alpha| by slot" + suffix,
+                                        spread=row.get("probe/alpha_abs_sd"), reference=0.0))
     if row.get("probe/gate_mean") is not None:
         slots = _slots(len(row["probe/gate_mean"]))
         written.append(plot_slot_values(slots, row["probe/gate_mean"], where(GATES_NAME),
@@ -117,9 +123,21 @@ def write_probe_plots(out_dir: Path, row: dict[str, Any], label: str = "",
 
 def mean_probe_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Every probe field of ``rows`` (an arm's seeds) averaged: the map via :func:`mean_map`, the per-slot
-    lists elementwise. A field only some rows have is averaged over those."""
+    lists elementwise. A field only some rows have is averaged over those.
+
+    ReZero's alpha is averaged as ``|alpha|`` (``probe/alpha_abs``, with its sd over seeds): its sign is not
+    identifiable. Negating the shared output projection W_o and every attention slot's alpha computes the
+    same function (likewise W_down and the MLP slots), so two seeds can learn the same use of a slot with
+    opposite signs, and their signed mean is ~0 (the residual_cpu pilot: mlp1 at -0.363 and +0.369).
+    """
     out: dict[str, Any] = {}
-    for key in ("probe/alpha", "probe/gate_mean", "probe/gate_spread"):
+    alphas = [r["probe/alpha"] for r in rows if r.get("probe/alpha") is not None]
+    if alphas and all(len(a) == len(alphas[0]) for a in alphas):
+        magnitudes = np.abs(np.array(alphas, dtype=float))
+        out["probe/alpha_abs"] = magnitudes.mean(axis=0).tolist()
+        if len(alphas) > 1:
+            out["probe/alpha_abs_sd"] = magnitudes.std(axis=0, ddof=1).tolist()
+    for key in ("probe/gate_mean", "probe/gate_spread"):
         values = [r[key] for r in rows if r.get(key) is not None]
         if values and all(len(v) == len(values[0]) for v in values):
             out[key] = np.mean(np.array(values, dtype=float), axis=0).tolist()

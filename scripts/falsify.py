@@ -51,6 +51,7 @@ LAYOUT: dict[str, str] = {
     "kernels": "dormouse_kernels",
     "tests": "tests",
     "scripts": "scripts",
+    "docs": "docs",  # docs/results/: the published comparisons tests/test_published_results.py reads
 }
 EXTRA_FILES: tuple[str, ...] = ("pyproject.toml",)
 REQUIRED_KEYS: tuple[str, ...] = ("name", "file", "old", "new", "gates", "why", "protects")

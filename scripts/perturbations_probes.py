@@ -72,4 +72,14 @@ PERTURBATIONS: list[dict] = [
         "why": "atomic writes ignore the umask: reports and checkpoints are private (0600) on a shared cluster",
         "protects": "training loop",
     },
+    {
+        "name": "rezero_alpha_averaged_with_its_sign",
+        "file": "dormouse/probe_plots.py",
+        "old": "        magnitudes = np.abs(np.array(alphas, dtype=float))\n",
+        "new": "        magnitudes = np.array(alphas, dtype=float)\n",
+        "gates": ["tests/test_ab_plots.py::test_rezero_alpha_is_averaged_over_seeds_as_a_magnitude"],
+        "why": "the A/B report's ReZero plot averages signed alpha over seeds: two seeds that use a slot with "
+               "opposite signs (a symmetry of the shared projections) show it as unused",
+        "protects": "probes",
+    },
 ]

@@ -79,4 +79,24 @@ PERTURBATIONS: list[dict] = [
         "why": "the registered extension may change what was held fixed: 'more seeds' becomes another comparison",
         "protects": "A/B rule",
     },
+    {
+        "name": "published_registration_edited_after_the_run",
+        "file": "conf/ab/residual_cpu.yaml",
+        "old": "seeds: [1, 2, 3, 4, 5]\n",
+        "new": "seeds: [1, 2, 3, 4, 6]\n",
+        "gates": ["tests/test_published_results.py::test_published_results_come_from_the_registered_file"],
+        "why": "the registration in conf/ab no longer says what the published results ran: the README's "
+               "verdicts would be credited to a file that did not produce them",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "published_verdict_edited_by_hand",
+        "file": "docs/results/residual_cpu/results.json",
+        "old": "\"verdict\": \"better\"",
+        "new": "\"verdict\": \"undecided\"",
+        "gates": ["tests/test_published_results.py::test_published_verdicts_follow_the_registered_rule"],
+        "why": "a published verdict that the registered rule does not give for the published numbers (GR's "
+               "better turned undecided): the README's table would no longer follow from the runs",
+        "protects": "A/B rule",
+    },
 ]

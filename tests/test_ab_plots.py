@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from dormouse.ab.plots import plot_forest
 
 
@@ -38,3 +40,14 @@ def test_each_arm_gets_its_learned_values_averaged_over_seeds(tmp_path: Path):
                rec("rezero", 1, {"probe/alpha": [0.1, 0.3]}), rec("rezero", 2, None)]  # an unfinished seed
     written = plot_learned(ComparisonFiles(tmp_path), ["rezero", "attnres_full"], records)
     assert [p.name for p in written] == ["rezero_alpha_rezero.png", "attnres_map_attnres_full.png"]
+
+
+def test_rezero_alpha_is_averaged_over_seeds_as_a_magnitude():
+    """ReZero's sign is not identifiable ((alpha, W_o) and (-alpha, -W_o) compute the same), so two seeds
+    that use a slot equally with opposite signs must not average to 0 (the pilot's mlp1: -0.363, +0.369)."""
+    from dormouse.probe_plots import mean_probe_row
+
+    row = mean_probe_row([{"probe/alpha": [-0.363, 0.0002, 0.05]}, {"probe/alpha": [0.369, -0.0002, 0.05]}])
+    assert "probe/alpha" not in row  # the signed mean (0.003, 0, 0.05) is not what is plotted
+    assert row["probe/alpha_abs"] == pytest.approx([0.366, 0.0002, 0.05], abs=1e-12)
+    assert row["probe/alpha_abs_sd"] == pytest.approx([0.006 / 2**0.5, 0.0, 0.0], abs=1e-12)

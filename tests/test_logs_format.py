@@ -17,7 +17,7 @@ runner = CliRunner()
 def row(step: int, bpb: float) -> dict:
     r = {"step": step, "tokens": step * 4096, "loss": 1.4, "bpb": bpb, "bpb@1": bpb + 0.1, "bpb@2": bpb,
          "lr": 2.4e-4, "tok/s": 8100.0, "depth": 2.0, "arm": "gr", "kernel": "none", "skipped": 0,
-         "learned_name": "gate", "learned": 0.1532}
+         "learned_name": "gate", "learned": 0.1532, "window_steps": 1200, "depth_sum": 2400}
     for name in ("rezero", "gr", "attnres"):
         r[f"{name}_ran"] = r[f"{name}_asked"] = 2400 if name == "gr" else 0
     return r
@@ -42,6 +42,7 @@ def test_not_a_terminal_gives_tab_separated_rows_with_every_value(run_dir: Path)
     cells = dict(zip(header.split("\t"), first.split("\t")))
     assert cells["run"] == str(run_dir) and cells["step"] == "1200" and cells["bpb"] == "2.5123"
     assert cells["tokens"] == "4920000" and cells["gr"] == "2400/2400" and cells["learned"] == "gate:0.1532"
+    assert cells["window_steps"] == "1200" and cells["depth_sum"] == "2400"  # what asked is checked against
     assert "non-finite" in result.stderr  # findings go to stderr: the rows stay a clean TSV
 
 
