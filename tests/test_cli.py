@@ -50,6 +50,10 @@ def test_shell_completion_is_installable_and_completes_commands_and_options():
     cmd = [sys.executable, "-c", "from dormouse.cli import main; main()"]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == ["--depth", "--device"], done.stdout + done.stderr
+    # Typer detects the shell from the process tree (shellingham), which fails under nohup or a detached CI
+    # runner ("Shell  not supported"); with detection disabled --show-completion takes the shell by name.
+    shell_env = {k: v for k, v in os.environ.items() if not k.startswith("_DORMOUSE")}
+    shell_env["_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION"] = "1"
     shown = subprocess.run([*cmd, "--show-completion", "bash"], capture_output=True, text=True, timeout=60,
-                           env={k: v for k, v in os.environ.items() if not k.startswith("_DORMOUSE")})
+                           env=shell_env)
     assert shown.returncode == 0 and "_dormouse_completion" in shown.stdout, shown.stderr
