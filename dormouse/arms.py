@@ -81,7 +81,7 @@ class ReZero(ResidualArm):
         return state
 
     def absorb(self, state: Tensor, slot: int, output: Tensor) -> Tensor:
-        new_state = state + self.alpha[slot].to(output.dtype) * output
+        new_state = torch.addcmul(state, self.alpha[slot].to(output.dtype), output)  # x + alpha_s f(x), one pass
         PROBES.count_ran(self.name)
         return new_state
 
@@ -117,8 +117,9 @@ class GatedResidual(ResidualArm):
     def absorb(self, state: Tensor, slot: int, output: Tensor) -> Tensor:
         gate_proj = self.gate_attn if slot % 2 == 0 else self.gate_mlp
         normed = F.rms_norm(state, (self.d_model,))
-        gate = torch.sigmoid(gate_proj(normed) + self.bias[slot].to(normed.dtype))
-        new_state = state + gate * output
+        # W n(x) + b_s as one matmul-add, then x + gate * f(x) as one fused multiply-add
+        gate = torch.sigmoid(F.linear(normed, gate_proj.weight.to(normed.dtype), self.bias[slot].to(normed.dtype)))
+        new_state = torch.addcmul(state, gate, output)
         PROBES.count_ran(self.name)
         return new_state
 
@@ -165,6 +166,11 @@ class AttnRes(ResidualArm):
         self.query_proj = nn.Parameter(torch.zeros(n_reads, d_model, d_model)) if self.input_query else None
 
     def begin(self, embedding: Tensor) -> _AttnResState:
+        if self.kernel == "torch" and self.query_proj is None:
+            # every read's query is a parameter, known before the first read: the state scores each source
+            # against all of them at once (BlockAttnResState.read_row)
+            return _AttnResState(BlockAttnResState(embedding, self.block_size or 1, queries=self.queries,
+                                                   gains=self.gains, eps=self.eps, form=self.form), table=True)
         return _AttnResState(BlockAttnResState(embedding, self.block_size or 1))
 
     def _query_and_gain(self, index: int, sources: list[Tensor]) -> tuple[Tensor, Tensor | None]:
@@ -178,6 +184,8 @@ class AttnRes(ResidualArm):
     def _read(self, state: _AttnResState, index: int) -> Tensor:
         """Eq. 2-4 over the sources Eq. 6 allows: the direct form (each source's inverse RMS kept by the state)."""
         blocks = state.blocks
+        if state.table:
+            return blocks.read_row(index)
         # the (input-dependent) query is part of the read: it leaves autocast with it
         with torch.autocast(device_type=blocks.embedding.device.type, enabled=False):
             query, gain = self._query_and_gain(index, blocks.sources())
@@ -233,6 +241,7 @@ class _AttnResState:
     """AttnRes's loop state: the Eq. 6 source sets, plus Algorithm 1's Phase-1 statistics in eval."""
 
     blocks: BlockAttnResState
+    table: bool = False  # the reads go through the state's query table (torch path, static queries)
     phase1: tuple[Tensor, Tensor, Tensor] | None = None
     phase1_start: int = 0
 

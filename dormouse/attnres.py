@@ -307,70 +307,88 @@ def _attend(
         if inv_rms is None:
             inv_rms = [_inv_rms(x, eps) for x in xs]
         q = _effective_query(query, gain, form, cdtype)
-        return _DepthRead.apply(q, len(xs), *xs, *inv_rms).to(out_dtype)
+        # Eq. 2-3 per source: s_i = r_i (q . x_i); a per-position query dots token by token
+        scores = torch.stack([(x @ q if q.dim() == 1 else torch.linalg.vecdot(x, q)) * r for x, r in zip(xs, inv_rms)])
+        return _SoftmaxMix.apply(scores, *xs).to(out_dtype)
 
 
-class _DepthRead(torch.autograd.Function):
-    """Eq. 2-4 for one ``[d]`` query over L sources with their inverse RMS given, with a one-pass backward.
+class _SoftmaxMix(torch.autograd.Function):
+    """Eq. 2 and 4 from the scores: ``alpha = softmax_i(s_i)`` (one joint softmax over the L sources) and
+    ``out = sum_i alpha_i x_i`` (the RAW values), with a one-pass backward.
 
-    Forward: ``s_i = r_i (q . x_i)``, ``alpha = softmax_i(s)`` (one joint softmax), ``out = sum_i alpha_i x_i``
-    (raw values). Nothing is stacked: each source is read where it lies. Backward, with ``g = dL/dout``
-    (the fused kernel's, kernels/depth_attend.py; ``sum_i alpha_i x_i = out`` gives ``g . out`` for free)::
+    Nothing is stacked: each source is read where it lies. Backward, with ``g = dL/dout`` (the fused kernel's,
+    kernels/depth_attend.py; ``sum_i alpha_i x_i = out`` gives ``g . out = sum_j alpha_j g . x_j`` for free)::
 
         ds_i = alpha_i (g . x_i - sum_j alpha_j g . x_j)      softmax Jacobian
-        dx_i = alpha_i g + ds_i r_i q                         value path + the key's direct path
-        dr_i = ds_i (q . x_i)                                 the key's norm path
-        dq   = sum_i sum_tokens ds_i r_i x_i
+        dx_i = alpha_i g                                      the value path
 
-    ``dr_i`` flows on through ``r_i = rsqrt(mean(x_i^2) + eps)`` by autograd, summed over every read of
-    source i first, so the norm's backward runs once per source, not once per read. The gain and the
-    form enter through ``q`` (folded by :func:`_effective_query`), so their chain rule is autograd's.
-    Inputs: ``q`` [d] (or [..., d], one query per position), ``n`` = L, then the L sources [..., d] and the
-    L inverse RMS [...], one dtype.
+    The scores' own graph (``r_i (q . x_i)``: the key's norm, the query, the gain and the form folded into
+    it) is autograd's, so the key path of ``dx_i`` and the gradients of q, g and r come from there. Inputs:
+    ``scores`` [L, ...], then the L sources [..., d], one dtype.
     """
 
     @staticmethod
-    def forward(ctx: Any, q: Tensor, n: int, *xr: Tensor) -> Tensor:
-        xs, rs = xr[:n], xr[n:]
-        dots = torch.stack([x @ q if q.dim() == 1 else (x * q).sum(dim=-1) for x in xs])  # q . x_i, [L, ...]
-        alpha = torch.softmax(dots * torch.stack(rs), dim=0)  # Eq. 2: ONE softmax jointly over all L sources
+    def forward(ctx: Any, scores: Tensor, *xs: Tensor) -> Tensor:
+        alpha = torch.softmax(scores, dim=0)  # Eq. 2: ONE softmax jointly over all L sources
         out = xs[0] * alpha[0].unsqueeze(-1)  # Eq. 4: the weights act on the RAW values
-        for i in range(1, n):
+        for i in range(1, len(xs)):
             out.addcmul_(xs[i], alpha[i].unsqueeze(-1))
-        ctx.n = n
-        ctx.save_for_backward(q, alpha, dots, *xr)
+        ctx.save_for_backward(alpha, *xs)
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, ...]:
         with _outside_autocast(g.device):  # a backward inside autocast keeps the read's precision
-            return _DepthRead._backward(ctx, g)
+            return _SoftmaxMix._backward(ctx, g)
 
     @staticmethod
     def _backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, ...]:
-        q, alpha, dots, *xr = ctx.saved_tensors
-        n = ctx.n
-        xs, rs = xr[:n], xr[n:]
-        g = g.to(q.dtype)
-        g_dots = torch.stack([(x * g).sum(dim=-1) for x in xs])  # g . x_i, [L, ...]
+        alpha, *xs = ctx.saved_tensors
+        g = g.to(alpha.dtype)
+        g_dots = torch.stack([torch.linalg.vecdot(x, g) for x in xs])  # g . x_i, [L, ...]
         ds = alpha * (g_dots - (alpha * g_dots).sum(dim=0))  # g . out = sum_j alpha_j g . x_j
-        c = ds * torch.stack(rs)  # ds_i r_i: the weight of q in dx_i and of x_i in dq
-        need_x, need_r = any(ctx.needs_input_grad[2 : 2 + n]), any(ctx.needs_input_grad[2 + n :])
-        grad_x: list[Tensor | None] = [None] * n
-        if need_x:
-            for i in range(n):
-                gx = g * alpha[i].unsqueeze(-1)
-                grad_x[i] = gx.addcmul_(c[i].unsqueeze(-1), q)
-        grad_r = list((ds * dots).unbind(0)) if need_r else [None] * n
-        grad_q = None
-        if ctx.needs_input_grad[0]:
-            if q.dim() == 1:  # one query for every position: its gradient sums over them
-                d = q.shape[-1]
-                grad_q = sum(c[i].reshape(-1) @ xs[i].reshape(-1, d) for i in range(n))
-            else:
-                grad_q = sum(xs[i] * c[i].unsqueeze(-1) for i in range(n))
-        return (grad_q, None, *grad_x, *grad_r)
+        grad_s = ds if ctx.needs_input_grad[0] else None
+        grad_x = [g * alpha[i].unsqueeze(-1) if ctx.needs_input_grad[1 + i] else None for i in range(len(xs))]
+        return (grad_s, *grad_x)
+
+
+class _KeyScores(torch.autograd.Function):
+    """Eq. 2-3 for one source against R queries at once: ``s = r (x @ Q^T)`` with ``r = rsqrt(mean(x^2) + eps)``.
+
+    ``x`` [..., d], ``Q`` [R, d] (the effective queries: gain and form folded in) -> ``s`` [..., R]. The key
+    ``RMSNorm(x)`` is never materialised: ``q . (r x) = r (q . x)``. Backward, with ``gs = dL/ds``::
+
+        dQ = sum_tokens (gs r) x^T              the query (and, through the fold, the gain)
+        dr = sum_R gs (x @ Q^T)                 the key's norm
+        dx = (gs r) @ Q - dr r^3 x / d          the key's direct path + the norm's (dr/dx = -r^3 x / d)
+
+    Written out (not left to autograd) so that a backward called under autocast keeps float32: an enclosing
+    bf16 autocast would otherwise run the backward's matmuls in bf16 (CPU autocast, and CUDA's on this thread).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, table: Tensor, eps: float) -> Tensor:
+        r = _inv_rms(x, eps)
+        dots = x @ table.T
+        ctx.save_for_backward(x, table, r, dots)
+        return dots * r.unsqueeze(-1)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, gs: Tensor) -> tuple[Tensor | None, ...]:
+        x, table, r, dots = ctx.saved_tensors
+        with _outside_autocast(gs.device):
+            gs = gs.to(table.dtype)
+            d, rows = x.shape[-1], table.shape[0]
+            g_dots = gs * r.unsqueeze(-1)  # d s / d (q . x) = r
+            grad_x = grad_table = None
+            if ctx.needs_input_grad[0]:
+                g_r = (gs * dots).sum(dim=-1)  # d s / d r = q . x
+                grad_x = torch.addcmul(g_dots @ table, x, (-g_r * r.pow(3) / d).unsqueeze(-1))
+            if ctx.needs_input_grad[1]:
+                grad_table = g_dots.reshape(-1, rows).T @ x.reshape(-1, d)
+        return grad_x, grad_table, None
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -429,7 +447,16 @@ class BlockAttnResState:
         layers_pushed: how many layer outputs have been pushed.
     """
 
-    def __init__(self, embedding: Tensor, block_size: int) -> None:
+    def __init__(
+        self,
+        embedding: Tensor,
+        block_size: int,
+        *,
+        queries: Tensor | None = None,
+        gains: Tensor | None = None,
+        eps: float = 1e-6,
+        form: str = "paper",
+    ) -> None:
         _check_block_size(block_size)
         if not isinstance(embedding, Tensor) or embedding.dim() == 0:
             raise ValueError("embedding must be a [..., d] Tensor (b_0)")
@@ -443,6 +470,16 @@ class BlockAttnResState:
         # The partial changes at every push, so its entry is dropped then. Valid for one eps at a time.
         self._inv_rms: dict[int, Tensor] = {}  # source index in sources() -> inverse RMS [...]
         self._inv_rms_eps: float | None = None
+        # The query table (read_row): when every read's static query is known up front (a model's
+        # pseudo-queries), a source's scores against ALL of them are one [..., d] x [d, R] product, made
+        # once per source: O(L) passes over the sources for the scores of a whole depth, not O(L^2).
+        self._table: Tensor | None = None  # [R, d] effective queries (gain and form folded in)
+        self._table_eps = eps
+        self._table_scores: dict[int, Tensor] = {}  # source index -> scores against every row [..., R]
+        if queries is not None:
+            self._table = self._query_table(queries, gains, eps, form)
+        elif gains is not None:
+            raise ValueError("gains= needs queries=: the gains belong to the rows of the query table")
 
     def sources(self) -> list[Tensor]:
         """What the next read sees (Eq. 6): ``[b_0, b_1, ..., b_{n-1}]`` + ``[b_n^{i-1}]`` if non-empty."""
@@ -480,6 +517,40 @@ class BlockAttnResState:
                     self._inv_rms[i] = _inv_rms(x.to(cdtype), eps)
         return _attend(srcs, [self._inv_rms[i] for i in range(len(srcs))], query, gain, eps, form)
 
+    def _query_table(self, queries: Tensor, gains: Tensor | None, eps: float, form: str) -> Tensor:
+        _check_form(form)
+        _check_eps(eps)
+        d = self.embedding.shape[-1]
+        if not isinstance(queries, Tensor) or queries.dim() != 2 or queries.shape[1] != d or queries.shape[0] < 1:
+            shape = tuple(queries.shape) if isinstance(queries, Tensor) else type(queries).__name__
+            raise ValueError(f"queries must have shape (R, {d}) with R >= 1 (one row per read), got {shape}")
+        if gains is not None and (not isinstance(gains, Tensor) or gains.shape != queries.shape):
+            shape = tuple(gains.shape) if isinstance(gains, Tensor) else type(gains).__name__
+            raise ValueError(f"gains must have the queries' shape {tuple(queries.shape)}, got {shape}")
+        with _outside_autocast(self.embedding.device):
+            return _effective_query(queries, gains, form, _compute_dtype(self.embedding.dtype))
+
+    def read_row(self, row: int) -> Tensor:
+        """Eq. 2-4 over :meth:`sources` with the query (and gain) of row ``row`` of the table given at
+        construction: the same read as ``read(queries[row], gain=gains[row], eps=eps, form=form)``.
+
+        Each source's scores against every row, ``r_i (x_i @ Q^T)`` (Eq. 2-3), are computed at the source's
+        first read and kept; a read then takes its column and mixes (:class:`_SoftmaxMix`).
+        """
+        if self._table is None:
+            raise ValueError("read_row needs the query table: construct the state with queries=")
+        if isinstance(row, bool) or not isinstance(row, int) or not 0 <= row < self._table.shape[0]:
+            raise ValueError(f"row={row!r} is outside the query table's rows 0..{self._table.shape[0] - 1}")
+        srcs = self.sources()
+        cdtype = self._table.dtype
+        with _outside_autocast(self.embedding.device):
+            xs = [x.to(cdtype) for x in srcs]
+            for i, x in enumerate(xs):
+                if i not in self._table_scores:
+                    self._table_scores[i] = _KeyScores.apply(x, self._table, self._table_eps)
+            scores = torch.stack([self._table_scores[i][..., row] for i in range(len(xs))])
+            return _SoftmaxMix.apply(scores, *xs).to(self.embedding.dtype)
+
     def push(self, output: Tensor) -> None:
         """Fold layer ``layers_pushed + 1``'s output in: ``b_n^i = b_n^{i-1} + f_l(h_l)`` (Eq. 5)."""
         if not isinstance(output, Tensor) or output.shape != self.embedding.shape:
@@ -492,6 +563,7 @@ class BlockAttnResState:
             )
         self._partial = output if self._partial is None else self._partial + output
         self._inv_rms.pop(1 + len(self._completed), None)  # the partial's entry: it just changed
+        self._table_scores.pop(1 + len(self._completed), None)  # and its scores
         self.layers_pushed += 1
         if self.layers_pushed % self.block_size == 0:  # the block is complete: it becomes b_n, once
             self._completed.append(self._partial)

@@ -41,11 +41,44 @@ def rope_tables(seq_len: int, head_dim: int, base: float, device: torch.device) 
     return angles.cos(), angles.sin()
 
 
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate pairs (x1, x2) of the two halves of the head dimension by position-dependent angles."""
-    x1, x2 = x.float().chunk(2, dim=-1)
-    rotated = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
-    return rotated.to(x.dtype)
+def rope_rotation_tables(cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """Full-width tables for :func:`apply_rope`: ``(cos, cos)`` and ``(-sin, sin)``, shape [seq_len, head_dim]."""
+    return torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)
+
+
+def _rotate_halves(x: Tensor, cos_full: Tensor, sin_signed: Tensor) -> Tensor:
+    """``(x1 cos - x2 sin, x1 sin + x2 cos)`` for the halves (x1, x2) of the last dim, as one multiply and one
+    fused multiply-add: ``x * (cos, cos) + (x2, x1) * (-sin, sin)``."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.addcmul(x * cos_full, torch.cat((x2, x1), dim=-1), sin_signed)
+
+
+class _Rope(torch.autograd.Function):
+    """RoPE (Su et al. 2021) on the halves layout: each pair (x1_i, x2_i) is rotated by its position's angle.
+
+    A rotation's transpose is the rotation by minus the angle, so the backward is the same rotation with
+    ``sin`` negated: ``dx = R(-theta) g``: one fused pass each way instead of autograd's graph of the halves'
+    products. Computed in at least the tables' dtype (float32), returned in ``x``'s dtype.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, cos_full: Tensor, sin_signed: Tensor) -> Tensor:
+        ctx.save_for_backward(cos_full, sin_signed)
+        return _rotate_halves(x.to(torch.promote_types(x.dtype, cos_full.dtype)), cos_full, sin_signed).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, ...]:
+        cos_full, sin_signed = ctx.saved_tensors
+        g_rot = _rotate_halves(g.to(torch.promote_types(g.dtype, cos_full.dtype)), cos_full, -sin_signed)
+        return g_rot.to(g.dtype), None, None
+
+
+def apply_rope(x: Tensor, cos_full: Tensor, sin_signed: Tensor) -> Tensor:
+    """Rotate pairs (x1, x2) of the two halves of the head dimension by position-dependent angles.
+
+    ``cos_full``, ``sin_signed``: :func:`rope_rotation_tables`, broadcastable against ``x`` [..., head_dim].
+    """
+    return _Rope.apply(x, cos_full, sin_signed)
 
 
 # RoPE tables are built once, for this many positions, and sliced per forward; a longer sequence builds its
@@ -64,7 +97,7 @@ class CausalSelfAttention(nn.Module):
         self.norm = RMSNorm(d_model)
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.proj = nn.Linear(d_model, d_model, bias=False)
-        cos, sin = rope_tables(ROPE_CACHE_LEN, self.head_dim, rope_base, torch.device("cpu"))
+        cos, sin = rope_rotation_tables(*rope_tables(ROPE_CACHE_LEN, self.head_dim, rope_base, torch.device("cpu")))
         # buffers: they follow .to(device); not persistent: they are a function of the config, not state
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
@@ -75,11 +108,14 @@ class CausalSelfAttention(nn.Module):
         if seq <= self.rope_cos.shape[0]:
             cos, sin = self.rope_cos[:seq], self.rope_sin[:seq]
         else:
-            cos, sin = rope_tables(seq, self.head_dim, self.rope_base, x.device)
-        # q and k rotated in one pass: [batch, seq, 2, heads, head_dim] against [seq, 1, 1, head_dim / 2]
-        qk = apply_rope(qkv[:, :, :2], cos[:, None, None, :].float(), sin[:, None, None, :].float())
+            cos, sin = rope_rotation_tables(*rope_tables(seq, self.head_dim, self.rope_base, x.device))
+        # q and k rotated in one pass: [batch, seq, 2, heads, head_dim] against [seq, 1, 1, head_dim]
+        # split, not sliced: the backward of a split is one concatenation, that of two slices two zero-filled
+        # copies of the whole qkv gradient
+        qk, v = qkv.split((2, 1), dim=2)
+        qk = apply_rope(qk, cos[:, None, None, :], sin[:, None, None, :])
         q, k = (t.transpose(1, 2) for t in qk.unbind(2))
-        v = qkv[:, :, 2].transpose(1, 2)
+        v = v.squeeze(2).transpose(1, 2)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.proj(y.transpose(1, 2).reshape(batch, seq, d))
 

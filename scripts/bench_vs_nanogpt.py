@@ -18,7 +18,11 @@ How tokens/s is measured, per run of ``--steps`` steps:
   included); tokens/s = 12 * 64 * (steps - 2) / sum of X over iterations 2.. (iteration 0 runs an eval;
   iteration 1 pays the first backward's set-up).
 * dormouse: ``tok/s`` of the final row of ``metrics.jsonl``, i.e. the eval line's training tokens over the
-  training time of the window (one window = the whole run; evaluation time excluded).
+  training time of the window (one window = the whole run, its first steps included; evaluation excluded).
+
+dormouse runs twice per arm: with its default objective (``train.readout=all``: the mean cross-entropy of one
+readout per iteration, 4 here) and with nanoGPT's (``train.readout=last``: one readout, after the last layer).
+The second is the like-for-like arithmetic; the first is what a dormouse run costs.
 
     python scripts/bench_vs_nanogpt.py --nanogpt /path/to/nanoGPT            # 6 rounds x 200 steps
     python scripts/bench_vs_nanogpt.py --nanogpt DIR --rounds 2 --steps 50   # a quick look
@@ -50,6 +54,10 @@ _ITER = re.compile(r"^iter (\d+): loss [-\d.naninf]+, time ([\d.]+)ms")
 DORMOUSE_ARMS: dict[str, list[str]] = {
     "dormouse ReZero": [],
     "dormouse AttnRes": ["model.use_attnres=true", "model.kernel=torch"],
+    # nanoGPT's objective: one cross-entropy, after the last layer (dormouse's default, readout=all, averages
+    # one per iteration: 3 more head matmuls and softmaxes at max_iter=4)
+    "dormouse ReZero (readout=last)": ["train.readout=last"],
+    "dormouse AttnRes (readout=last)": ["model.use_attnres=true", "model.kernel=torch", "train.readout=last"],
 }
 
 
@@ -124,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.time()
             results["nanoGPT"].append(run_nanogpt(root, args.steps, Path(tmp) / f"out{r}"))
             for arm, extra in DORMOUSE_ARMS.items():
-                name = f"{arm.split()[-1].lower()}-{r}"
+                name = f"{re.sub(r'[^a-z0-9]+', '-', arm.lower()).strip('-')}-{r}"
                 results[arm].append(run_dormouse(extra, args.steps, Path(tmp) / "runs", name))
             print(f"round {r + 1}/{args.rounds} ({time.time() - t0:.0f} s): "
                   + ", ".join(f"{a} {v[-1]:,.0f} tok/s" for a, v in results.items()), flush=True)
@@ -134,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
           "median of the per-round ratios to nanoGPT)")
     for arm, values in results.items():
         ratio = statistics.median(v / b for v, b in zip(values, base))
-        print(f"  {arm:18s} {statistics.median(values):9,.0f} tok/s   x{ratio:.2f} nanoGPT")
+        print(f"  {arm:32s} {statistics.median(values):9,.0f} tok/s   x{ratio:.2f} nanoGPT")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"shape": SHAPE, "steps": args.steps, "tok/s": results}, indent=1))

@@ -16,8 +16,8 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "rezero_result_discarded",
         "file": _ARMS,
-        "old": "        new_state = state + self.alpha[slot].to(output.dtype) * output\n",
-        "new": "        new_state = state + 0 * self.alpha[slot].to(output.dtype) * output\n",
+        "old": "        new_state = torch.addcmul(state, self.alpha[slot].to(output.dtype), output)",
+        "new": "        new_state = torch.addcmul(state, 0 * self.alpha[slot].to(output.dtype), output)",
         "gates": [_T + "test_arm_parameters_move_the_logits_at_every_depth"],
         "why": "ReZero runs and counts but its update never reaches the state: a dead arm with a live counter",
         "protects": "mechanism",
@@ -25,8 +25,8 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "gr_gate_ignores_its_bias",
         "file": _ARMS,
-        "old": "        gate = torch.sigmoid(gate_proj(normed) + self.bias[slot].to(normed.dtype))\n",
-        "new": "        gate = torch.sigmoid(gate_proj(normed) - 2.0)\n",
+        "old": "gate_proj.weight.to(normed.dtype), self.bias[slot].to(normed.dtype)))",
+        "new": "gate_proj.weight.to(normed.dtype), torch.full_like(self.bias[slot], -2.0).detach()))",
         "gates": [_T + "test_arm_parameters_move_the_logits_at_every_depth"],
         "why": "GR's per-slot bias never reaches the gate (the 9b343d3-shaped GR defect): its parameters are dead",
         "protects": "mechanism",

@@ -16,8 +16,8 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "temperature_1_over_sqrt_d",
         "file": _FILE,
-        "old": "alpha = torch.softmax(dots * torch.stack(rs), dim=0)",
-        "new": "alpha = torch.softmax(dots * torch.stack(rs) / math.sqrt(q.shape[-1]), dim=0)",
+        "old": "alpha = torch.softmax(scores, dim=0)",
+        "new": "alpha = torch.softmax(scores / math.sqrt(xs[0].shape[-1]), dim=0)",
         "gates": [_T + "test_gold_fixture_a"],
         "why": "a 1/sqrt(d) temperature on the score; Eq. 2 has none (seed 000 §3)",
         "protects": "mechanism",
@@ -61,8 +61,8 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "independent_sigmoid_gates_not_one_softmax",
         "file": _FILE,
-        "old": "alpha = torch.softmax(dots * torch.stack(rs), dim=0)",
-        "new": "alpha = torch.sigmoid(dots * torch.stack(rs))",
+        "old": "alpha = torch.softmax(scores, dim=0)",
+        "new": "alpha = torch.sigmoid(scores)",
         "gates": [_T + "test_gold_fixture_a"],
         "why": "per-source gates instead of one softmax jointly normalised over all sources (Table 5 fn 2)",
         "protects": "mechanism",

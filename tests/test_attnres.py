@@ -261,6 +261,10 @@ def test_paths_agree_with_naive_reference(L: int, S: int, form: str, eps: float,
     # (layer L + 1 is the readout after the last layer: every source, the short tail's partial included)
 
     state = BlockAttnResState(b0, S)
+    # the model's path: every read's query (and gain) given up front as a table, each source scored against
+    # all of them once (read_row)
+    table = BlockAttnResState(b0, S, queries=Q[: L + 1], gains=None if G is None else G[: L + 1], eps=eps,
+                              form=form)
     for l in range(1, L + 2):
         # the source SET first: exact, because the implementation and Eq. 6 fold the same terms in order
         ref_set = ref_eq6_sources(b0, outs, S, l)
@@ -276,10 +280,12 @@ def test_paths_agree_with_naive_reference(L: int, S: int, form: str, eps: float,
             assert dev == 0.0, f"{name} layer {l}: source set differs (deviation={dev:.3e} bound=0)"
         kw = {"gain": gain(l - 1), "eps": eps, "form": form}
         _assert_close(state.read(Q[l - 1], **kw), want[l - 1], _READ_BOUND, f"streaming h_{l}")
+        _assert_close(table.read_row(l - 1), want[l - 1], _READ_BOUND, f"query-table h_{l}")
         direct = depth_attend(block_sources(b0, outs[: l - 1], S), Q[l - 1], **kw)
         _assert_close(direct, want[l - 1], _READ_BOUND, f"block_sources+depth_attend h_{l}")
         if l <= L:
             state.push(outs[l - 1])
+            table.push(outs[l - 1])
     assert state.layers_pushed == L
 
     completed, got, received = [b0], [], {}
@@ -521,6 +527,39 @@ def test_depth_attend_under_autocast_is_its_fp32_result() -> None:
         _assert_close(a, b, 8 * 2.0**-23 * b.abs().max().item(), f"{what} under autocast vs float32")
 
 
+def test_query_table_read_under_autocast_is_its_fp32_result_and_backward() -> None:
+    """The model's read (a query table, every source scored against all rows at once) leaves autocast too:
+    under bf16 autocast (CPU standing in for CUDA) its output and its gradients are their float32 values."""
+    gen = torch.Generator().manual_seed(25)
+    b0 = (3 * torch.randn(4, 16, 64, generator=gen)).requires_grad_()
+    outs = [(3 * torch.randn(4, 16, 64, generator=gen)).requires_grad_() for _ in range(4)]
+    queries = torch.randn(5, 64, generator=gen).requires_grad_()  # |s| up to ~20, as above
+    gains = (1 + 0.5 * torch.randn(5, 64, generator=gen)).requires_grad_()
+    r = torch.randn(5, 4, 16, 64, generator=gen)
+
+    def reads() -> list[Tensor]:
+        state, hs = BlockAttnResState(b0, 2, queries=queries, gains=gains), []
+        for l in range(5):
+            hs.append(state.read_row(l))
+            if l < 4:
+                state.push(outs[l])
+        return hs
+
+    params = [b0, *outs, queries, gains]
+    want = reads()
+    want_g = torch.autograd.grad(sum((h * r[i]).sum() for i, h in enumerate(want)), params)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = reads()
+        got_g = torch.autograd.grad(sum((h * r[i]).sum() for i, h in enumerate(got)), params)
+    # the same float32 ops both ways (bitwise expected; 8 ulps of the largest value for a backend's summation
+    # order). A bf16 score matmul moves outputs by ~1e-1 and the query gradient by ~1e2 ulps (see above).
+    for i, (a, b) in enumerate(zip(got, want, strict=True)):
+        assert a.dtype == torch.float32, f"h_{i + 1}: dtype {a.dtype} under autocast (deviation=dtype)"
+        _assert_close(a, b, 8 * 2.0**-23 * b.abs().max().item(), f"query-table h_{i + 1} under autocast")
+    for i, (a, b) in enumerate(zip(got_g, want_g, strict=True)):
+        _assert_close(a, b, 8 * 2.0**-23 * b.abs().max().item(), f"query-table gradient {i} under autocast")
+
+
 # ----------------------------------------------------------------------------------------------------
 # gradients vs central finite differences (float64)
 # ----------------------------------------------------------------------------------------------------
@@ -597,10 +636,12 @@ def _streaming_loss(b0: Tensor, outs: list[Tensor], Q: Tensor, G: Tensor, R: Ten
     return loss
 
 
+@pytest.mark.parametrize("path", ["read", "read_row"])
 @pytest.mark.parametrize(("S", "form"), [(1, "paper"), (2, "paper"), (1, "sqrt_d")])
-def test_streaming_read_gradients_match_autograd_of_the_float64_reference(S: int, form: str) -> None:
-    """The torch read's one-pass backward (sources read where they lie, inverse RMS cached per source) against
-    autograd of the naive float64 reference, at every read of a depth; then against finite differences."""
+def test_streaming_read_gradients_match_autograd_of_the_float64_reference(S: int, form: str, path: str) -> None:
+    """The torch read's one-pass backward (sources read where they lie; inverse RMS, or with a query table
+    every score, cached per source) against autograd of the naive float64 reference, at every read of a
+    depth; then against finite differences."""
     gen = torch.Generator().manual_seed(29)
     L = 4
     b0 = torch.randn(1, 2, D, generator=gen, dtype=F64).requires_grad_()
@@ -611,15 +652,23 @@ def test_streaming_read_gradients_match_autograd_of_the_float64_reference(S: int
     params = {"embedding": [b0], "outputs": outs, "queries": [Q], "gains": [G]}
 
     def streamed() -> Tensor:
-        state, loss = BlockAttnResState(b0, S), torch.zeros((), dtype=F64)
+        loss = torch.zeros((), dtype=F64)
+        if path == "read":
+            state = BlockAttnResState(b0, S)
+            read = lambda l: state.read(Q[l - 1], gain=G[l - 1], form=form)  # noqa: E731
+        else:
+            state = BlockAttnResState(b0, S, queries=Q, gains=G, form=form)
+            read = lambda l: state.read_row(l - 1)  # noqa: E731
         for l in range(1, L + 2):
-            loss = loss + (state.read(Q[l - 1], gain=G[l - 1], form=form) * R[l - 1]).sum()
+            loss = loss + (read(l) * R[l - 1]).sum()
             if l <= L:
                 state.push(outs[l - 1])
         return loss
 
     flat = [p for ps in params.values() for p in ps]
-    got = torch.autograd.grad(streamed(), flat)
+    # a parameter the backward never reaches counts as a zero gradient (measured, not an autograd error)
+    got = torch.autograd.grad(streamed(), flat, allow_unused=True)
+    got = [torch.zeros_like(p) if a is None else a for a, p in zip(got, flat, strict=True)]
     want = torch.autograd.grad(
         _streaming_loss(b0, outs, Q, G, R, S, lambda l, srcs: ref_attend(srcs, Q[l - 1], G[l - 1], form=form)), flat
     )
@@ -688,6 +737,12 @@ REFUSALS: list[tuple[str, str, Callable[[], object]]] = [
     ("state block_size 0", "block_size", lambda: BlockAttnResState(_x, 0)),
     ("output of another shape", "outputs", lambda: block_sources(_x, [torch.zeros(3, 5)], 2)),
     ("pushed output of another shape", "output", _push_wrong),
+    ("query table of the wrong width", "queries", lambda: BlockAttnResState(_x, 1, queries=torch.zeros(2, 5))),
+    ("table gains of another shape", "gains",
+     lambda: BlockAttnResState(_x, 1, queries=torch.zeros(2, 4), gains=torch.ones(3, 4))),
+    ("table gains without queries", "gains", lambda: BlockAttnResState(_x, 1, gains=torch.ones(2, 4))),
+    ("read_row without a table", "read_row", lambda: BlockAttnResState(_x, 1).read_row(0)),
+    ("read_row past the table", "row", lambda: BlockAttnResState(_x, 1, queries=torch.zeros(2, 4)).read_row(2)),
     ("queries of the wrong width", "queries", lambda: two_phase_block(torch.zeros(2, 5), [_x], _fn)),
     ("no completed blocks (b_0 missing)", "completed", lambda: two_phase_block(torch.zeros(2, 4), [], _fn)),
     (
