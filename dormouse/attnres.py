@@ -24,6 +24,11 @@ Resolutions of the paper's gaps (attnres.md), implemented here and gated in ``te
 * **Gain:** the key RMSNorm has a learned gain ``g`` (``gain=None`` means no gain, i.e. ones). Because
   ``w . (g * k) = (w * g) . k`` the gain is folded into the query everywhere (one d-vector product per
   read instead of a normalised copy of every source); the gradient still reaches ``g`` through the fold.
+* **The model's reads (query table):** a model's pseudo-queries are parameters, known before the first
+  read, so :class:`BlockAttnResState` built with ``queries=`` scores each source against *every* read's query
+  in one ``[..., d] x [d, R]`` product when it is first read (``r (x @ Q^T)``, never a normalised copy) and
+  each read (:meth:`BlockAttnResState.read_row`) takes its column: O(L) passes over the sources for the
+  scores of a whole depth instead of O(L^2). The mixture then costs one pass per (read, source) each way.
 * **eps:** default 1e-6, inside the square root, on the *mean* square. ``eps = 0`` is allowed but a
   source that is exactly zero then has an undefined key (0/0); with ``eps > 0`` its score is 0.
 * **Score forms:** ``form="paper"`` (default) is Eq. 2-3. ``form="sqrt_d"`` is the ablation "L2-normalised
