@@ -154,6 +154,16 @@ def _check_vector(t: Tensor | None, d: int, name: str, allow_none: bool) -> None
         raise ValueError(f"{name} must have shape ({d},) to match the sources' last dim d={d}, got {shape}")
 
 
+def _check_query_rows(queries: Tensor, gains: Tensor | None, d: int, rows: str, meaning: str) -> None:
+    """``queries`` [rows, d] with rows >= 1, and ``gains`` None or of the queries' shape."""
+    if not isinstance(queries, Tensor) or queries.dim() != 2 or queries.shape[1] != d or queries.shape[0] < 1:
+        shape = tuple(queries.shape) if isinstance(queries, Tensor) else type(queries).__name__
+        raise ValueError(f"queries must have shape ({rows}, {d}) with {rows} >= 1 ({meaning}), got {shape}")
+    if gains is not None and (not isinstance(gains, Tensor) or gains.shape != queries.shape):
+        shape = tuple(gains.shape) if isinstance(gains, Tensor) else type(gains).__name__
+        raise ValueError(f"gains must have the queries' shape {tuple(queries.shape)}, got {shape}")
+
+
 def _check_query(query: Tensor, source_shape: torch.Size) -> None:
     d = source_shape[-1]
     if not isinstance(query, Tensor) or (
@@ -525,13 +535,7 @@ class BlockAttnResState:
     def _query_table(self, queries: Tensor, gains: Tensor | None, eps: float, form: str) -> Tensor:
         _check_form(form)
         _check_eps(eps)
-        d = self.embedding.shape[-1]
-        if not isinstance(queries, Tensor) or queries.dim() != 2 or queries.shape[1] != d or queries.shape[0] < 1:
-            shape = tuple(queries.shape) if isinstance(queries, Tensor) else type(queries).__name__
-            raise ValueError(f"queries must have shape (R, {d}) with R >= 1 (one row per read), got {shape}")
-        if gains is not None and (not isinstance(gains, Tensor) or gains.shape != queries.shape):
-            shape = tuple(gains.shape) if isinstance(gains, Tensor) else type(gains).__name__
-            raise ValueError(f"gains must have the queries' shape {tuple(queries.shape)}, got {shape}")
+        _check_query_rows(queries, gains, self.embedding.shape[-1], "R", "one row per read")
         with _outside_autocast(self.embedding.device):
             return _effective_query(queries, gains, form, _compute_dtype(self.embedding.dtype))
 
@@ -618,13 +622,7 @@ def phase1_stats(
     _check_form(form)
     _check_eps(eps)
     srcs = _source_list(sources)
-    d = _source_shape(srcs)[-1]
-    if not isinstance(queries, Tensor) or queries.dim() != 2 or queries.shape[1] != d or queries.shape[0] < 1:
-        shape = tuple(queries.shape) if isinstance(queries, Tensor) else type(queries).__name__
-        raise ValueError(f"queries must have shape (S, {d}) with S >= 1, got {shape}")
-    if gains is not None and (not isinstance(gains, Tensor) or gains.shape != queries.shape):
-        shape = tuple(gains.shape) if isinstance(gains, Tensor) else type(gains).__name__
-        raise ValueError(f"gains must have the queries' shape {tuple(queries.shape)}, got {shape}")
+    _check_query_rows(queries, gains, _source_shape(srcs)[-1], "S", "one per layer of the block")
     x = srcs if isinstance(srcs, Tensor) else torch.stack(srcs)
     with _outside_autocast(x.device):
         x = x.to(_compute_dtype(x.dtype))

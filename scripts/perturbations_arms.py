@@ -34,10 +34,11 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "attnres_query_not_used",
         "file": _ARMS,
-        "old": "        query = self.queries[index]\n",
-        "new": "        query = self.queries[index].detach() * 0\n",
+        "old": "BlockAttnResState(embedding, self.block_size or 1, queries=self.queries,",
+        "new": "BlockAttnResState(embedding, self.block_size or 1, queries=self.queries.detach() * 0,",
         "gates": [_T + "test_arm_parameters_move_the_logits_at_every_depth"],
-        "why": "AttnRes reads with a constant query: the arm counts while its pseudo-queries move nothing",
+        "why": "AttnRes reads with a constant query (the model's query table): the arm counts while its "
+        "pseudo-queries move nothing",
         "protects": "mechanism",
     },
     {
