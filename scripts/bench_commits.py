@@ -32,14 +32,9 @@ from types import ModuleType
 
 import torch
 import torch.nn.functional as F
+from bench_train_runs import ARMS
 
 REPO = Path(__file__).resolve().parent.parent
-ARMS: dict[str, list[str]] = {
-    "rezero": [],
-    "gr": ["model.use_gr=true"],
-    "attnres": ["model.use_attnres=true", "model.kernel=torch"],
-    "attnres_block": ["model.use_attnres=true", "model.kernel=torch", "model.attnres.block_size=2"],
-}
 
 
 def import_base(commit: str, into: Path) -> ModuleType:

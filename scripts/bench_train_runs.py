@@ -23,19 +23,24 @@ import tempfile
 import time
 from pathlib import Path
 
-ARMS: dict[str, list[str]] = {
-    "rezero": [],
-    "gr": ["model.use_gr=true"],
-    "attnres": ["model.use_attnres=true", "model.kernel=torch"],
-    "attnres_block": ["model.use_attnres=true", "model.kernel=torch", "model.attnres.block_size=2"],
-}
+from bench_model_step import ARMS as STEP_ARMS
+from bench_model_step import CUDA_ONLY
+
+# bench_model_step's arms that run anywhere (the torch read)
+ARMS: dict[str, list[str]] = {arm: o for arm, o in STEP_ARMS.items() if arm not in CUDA_ONLY}
 
 
 def run(preset: str, arm: str, steps: int, extra: list[str], run_dir: Path, name: str) -> float:
     overrides = [
         f"preset={preset}", *ARMS[arm], f"train.steps={steps}", f"train.eval_every={steps}", "train.ckpt_every=0",
-        "logging.progress=off", f"run.dir={run_dir}", f"run.name={name}", *extra,
+        "logging.progress=off", *extra,
     ]  # fmt: skip
+    return train_tok_s(overrides, run_dir, name)
+
+
+def train_tok_s(overrides: list[str], run_dir: Path, name: str) -> float:
+    """``dormouse train OVERRIDES`` into ``run_dir/name``; the last eval line's training ``tok/s``."""
+    overrides = [*overrides, f"run.dir={run_dir}", f"run.name={name}"]
     proc = subprocess.run([sys.executable, "-m", "dormouse", "train", *overrides], capture_output=True, text=True,
                           timeout=7200)
     if proc.returncode != 0:

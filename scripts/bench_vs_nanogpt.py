@@ -47,6 +47,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_train_runs import train_tok_s
 
 SHAPE = {"d": 128, "heads": 4, "layers": 4, "context": 64, "batch": 12}
 _ITER = re.compile(r"^iter (\d+): loss [-\d.naninf]+, time ([\d.]+)ms")
@@ -100,15 +101,9 @@ def run_dormouse(extra: list[str], steps: int, run_dir: Path, name: str) -> floa
     overrides = [
         "preset=cpu", f"model.d_model={SHAPE['d']}", f"model.n_heads={SHAPE['heads']}", "model.max_iter=4",
         f"data.seq_len={SHAPE['context']}", f"train.batch_size={SHAPE['batch']}", f"train.steps={steps}",
-        f"train.eval_every={steps}", "train.warmup=10", "train.ckpt_every=0", "data.eval_bytes=4096",
-        f"run.dir={run_dir}", f"run.name={name}", *extra,
+        f"train.eval_every={steps}", "train.warmup=10", "train.ckpt_every=0", "data.eval_bytes=4096", *extra,
     ]  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "dormouse", "train", *overrides], capture_output=True,
-                          text=True, timeout=3600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"dormouse {' '.join(overrides)} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    rows = [json.loads(line) for line in (run_dir / name / "metrics.jsonl").read_text().splitlines() if line]
-    return float(rows[-1]["tok/s"])
+    return train_tok_s(overrides, run_dir, name)
 
 
 def main(argv: list[str] | None = None) -> int:

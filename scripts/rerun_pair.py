@@ -25,6 +25,7 @@ from pathlib import Path
 from dormouse.ab.records import final_row, read_metrics
 from dormouse.ab.registry import load_spec
 from dormouse.ab.runner import plan_pairs
+from dormouse.rundir import git_commit
 from dormouse.runfiles import RunFiles
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,13 +34,6 @@ REPO = Path(__file__).resolve().parent.parent
 def _published_commit(provenance: Path) -> str | None:
     """The commit the published comparison ran at (its provenance.json), or None if not recorded."""
     return json.loads(provenance.read_text()).get("commit") if provenance.is_file() else None
-
-
-def _head() -> str | None:
-    import subprocess  # noqa: PLC0415 - only this check shells out
-
-    proc = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
-    return proc.stdout.strip() if proc.returncode == 0 else None
 
 
 def main() -> int:
@@ -75,10 +69,10 @@ def main() -> int:
     print("equivalent command: dormouse train " + " ".join(overrides))
     expected = published["arms"][args.arm]["final_bpb"].get(str(args.seed))
     print(f"published final bpb ({results_path}): {expected!r}")
-    ran_at = _published_commit(results_path.parent / "provenance.json")
-    if ran_at is not None and ran_at != _head():
+    ran_at, here = _published_commit(results_path.parent / "provenance.json"), git_commit()
+    if ran_at is not None and ran_at != here:
         # a later commit may compute the same model with other roundings (e.g. issue 11's fused operations)
-        print(f"note: the comparison ran at commit {ran_at[:12]}, this tree is at {(_head() or '?')[:12]}: "
+        print(f"note: the comparison ran at commit {ran_at[:12]}, this tree is at {here}: "
               f"bit-equality is promised at {ran_at[:12]} only (git worktree add /tmp/at {ran_at[:12]}, "
               "then run this script there)")
     if args.print_only:
