@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from dormouse.arms import ResidualArm, build_arm
 from dormouse.probes import PROBES
@@ -41,44 +42,59 @@ def rope_tables(seq_len: int, head_dim: int, base: float, device: torch.device) 
     return angles.cos(), angles.sin()
 
 
-def rope_rotation_tables(cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-    """Full-width tables for :func:`apply_rope`: ``(cos, cos)`` and ``(-sin, sin)``, shape [seq_len, head_dim]."""
-    return torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)
+def _rotate_into(x: Tensor, cos: Tensor, sin: Tensor, out: Tensor, sign: float = 1.0) -> None:
+    """Write ``(x1 cos - x2 sin, x2 cos + x1 sin)`` (the halves (x1, x2) of the last dim rotated by the tables'
+    angles; ``sign = -1`` rotates the other way) into ``out``.
+
+    Each half of ``out`` is one multiply and one fused multiply-add, written in place: no swapped copy of
+    ``x`` and no temporaries. Computed in float32 (the tables' dtype) and rounded once to ``out``'s dtype.
+    """
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    out1, out2 = out[..., :half], out[..., half:]
+    if torch.compiler.is_compiling():  # Dynamo refuses out= views; the compiler fuses this form anyway
+        rotated = (torch.addcmul(x1 * cos, x2, sin, value=-sign), torch.addcmul(x2 * cos, x1, sin, value=sign))
+        out.copy_(torch.cat(rotated, dim=-1))
+    elif out.dtype == cos.dtype:
+        torch.mul(x1, cos, out=out1).addcmul_(x2, sin, value=-sign)
+        torch.mul(x2, cos, out=out2).addcmul_(x1, sin, value=sign)
+    else:  # e.g. bf16 q/k under autocast: the products and sums in float32, then one rounding
+        out1.copy_(torch.addcmul(x1 * cos, x2, sin, value=-sign))
+        out2.copy_(torch.addcmul(x2 * cos, x1, sin, value=sign))
 
 
-def _rotate_halves(x: Tensor, cos_full: Tensor, sin_signed: Tensor) -> Tensor:
-    """``(x1 cos - x2 sin, x1 sin + x2 cos)`` for the halves (x1, x2) of the last dim, as one multiply and one
-    fused multiply-add: ``x * (cos, cos) + (x2, x1) * (-sin, sin)``."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.addcmul(x * cos_full, torch.cat((x2, x1), dim=-1), sin_signed)
+class _RopeQKV(torch.autograd.Function):
+    """q, k, v from the fused projection's output ``[B, T, 3, H, hd]``, q and k rotated by RoPE (Su et al.
+    2021) on the halves layout: each pair (x1_j, x2_j) is rotated by the angle ``p theta_j`` of its position.
 
-
-class _Rope(torch.autograd.Function):
-    """RoPE (Su et al. 2021) on the halves layout: each pair (x1_i, x2_i) is rotated by its position's angle.
-
-    A rotation's transpose is the rotation by minus the angle, so the backward is the same rotation with
-    ``sin`` negated: ``dx = R(-theta) g``: one fused pass each way instead of autograd's graph of the halves'
-    products. Computed in at least the tables' dtype (float32), returned in ``x``'s dtype.
+    Returns ``(qk, v)``: ``qk`` [B, T, 2, H, hd] the rotated q and k, ``v`` [B, T, H, hd]. A rotation's
+    transpose is the rotation by minus the angle, so the backward rotates ``dqk`` back by ``-theta``. It
+    writes it and ``dv`` straight into one ``[B, T, 3, H, hd]`` gradient: autograd of a split and a rotation
+    would build the pieces apart and concatenate them (one more pass over the projection's gradient).
+    ``cos``/``sin``: :func:`rope_tables`, broadcastable against ``[B, T, 2, H, hd/2]`` (float32).
     """
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, cos_full: Tensor, sin_signed: Tensor) -> Tensor:
-        ctx.save_for_backward(cos_full, sin_signed)
-        return _rotate_halves(x.to(torch.promote_types(x.dtype, cos_full.dtype)), cos_full, sin_signed).to(x.dtype)
+    def forward(ctx: Any, qkv: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+        ctx.save_for_backward(cos, sin)
+        qk = qkv.new_empty((*qkv.shape[:2], 2, *qkv.shape[3:]))
+        _rotate_into(qkv[:, :, :2], cos, sin, qk)
+        return qk, qkv[:, :, 2].clone()
 
     @staticmethod
-    def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, ...]:
-        cos_full, sin_signed = ctx.saved_tensors
-        g_rot = _rotate_halves(g.to(torch.promote_types(g.dtype, cos_full.dtype)), cos_full, -sin_signed)
-        return g_rot.to(g.dtype), None, None
+    @once_differentiable
+    def backward(ctx: Any, g_qk: Tensor, g_v: Tensor) -> tuple[Tensor | None, ...]:
+        # an output the loss does not use arrives as zeros (autograd materialises them), never as None
+        cos, sin = ctx.saved_tensors
+        grad = g_qk.new_empty((*g_qk.shape[:2], 3, *g_qk.shape[3:]))
+        _rotate_into(g_qk, cos, sin, grad[:, :, :2], sign=-1.0)
+        grad[:, :, 2].copy_(g_v)
+        return grad, None, None
 
 
-def apply_rope(x: Tensor, cos_full: Tensor, sin_signed: Tensor) -> Tensor:
-    """Rotate pairs (x1, x2) of the two halves of the head dimension by position-dependent angles.
-
-    ``cos_full``, ``sin_signed``: :func:`rope_rotation_tables`, broadcastable against ``x`` [..., head_dim].
-    """
-    return _Rope.apply(x, cos_full, sin_signed)
+def rope_qkv(qkv: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """:class:`_RopeQKV`: ``qkv`` [B, T, 3, H, hd] -> rotated ``qk`` [B, T, 2, H, hd] and ``v`` [B, T, H, hd]."""
+    return _RopeQKV.apply(qkv, cos, sin)
 
 
 # RoPE tables are built once, for this many positions, and sliced per forward; a longer sequence builds its
@@ -97,7 +113,7 @@ class CausalSelfAttention(nn.Module):
         self.norm = RMSNorm(d_model)
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.proj = nn.Linear(d_model, d_model, bias=False)
-        cos, sin = rope_rotation_tables(*rope_tables(ROPE_CACHE_LEN, self.head_dim, rope_base, torch.device("cpu")))
+        cos, sin = rope_tables(ROPE_CACHE_LEN, self.head_dim, rope_base, torch.device("cpu"))
         # buffers: they follow .to(device); not persistent: they are a function of the config, not state
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
@@ -108,14 +124,11 @@ class CausalSelfAttention(nn.Module):
         if seq <= self.rope_cos.shape[0]:
             cos, sin = self.rope_cos[:seq], self.rope_sin[:seq]
         else:
-            cos, sin = rope_rotation_tables(*rope_tables(seq, self.head_dim, self.rope_base, x.device))
-        # q and k rotated in one pass: [batch, seq, 2, heads, head_dim] against [seq, 1, 1, head_dim]
-        # split, not sliced: the backward of a split is one concatenation, that of two slices two zero-filled
-        # copies of the whole qkv gradient
-        qk, v = qkv.split((2, 1), dim=2)
-        qk = apply_rope(qk, cos[:, None, None, :], sin[:, None, None, :])
+            cos, sin = rope_tables(seq, self.head_dim, self.rope_base, x.device)
+        # q and k rotated in one pass: [batch, seq, 2, heads, head_dim/2] halves against [seq, 1, 1, head_dim/2]
+        qk, v = rope_qkv(qkv, cos[:, None, None, :], sin[:, None, None, :])
         q, k = (t.transpose(1, 2) for t in qk.unbind(2))
-        v = v.squeeze(2).transpose(1, 2)
+        v = v.transpose(1, 2)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.proj(y.transpose(1, 2).reshape(batch, seq, d))
 
@@ -130,8 +143,39 @@ class SwiGLU(nn.Module):
         self.down = nn.Linear(hidden, d_model, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        gate, up = self.gate_up(self.norm(x)).chunk(2, dim=-1)
-        return self.down(F.silu(gate) * up)
+        return self.down(_SwiGLUGate.apply(self.gate_up(self.norm(x))))
+
+
+class _SwiGLUGate(torch.autograd.Function):
+    """The gate of the SwiGLU MLP (Shazeer 2020): ``silu(a) * b`` for the halves ``(a, b)`` of the last dim of
+    ``h = [W_gate n(x), W_up n(x)]``. Backward, with ``g = dL/d(silu(a) b)``::
+
+        da = g b silu'(a)      (aten's silu_backward)
+        db = g silu(a)
+
+    written into the two halves of ONE gradient tensor: autograd of ``chunk`` -> ``silu`` -> ``*`` builds them
+    apart and concatenates them, one more pass over a [tokens, 2 hidden] tensor per call.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, h: Tensor) -> Tensor:
+        a, b = h.chunk(2, dim=-1)
+        silu_a = F.silu(a)
+        ctx.save_for_backward(h, silu_a)
+        return silu_a * b
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, g: Tensor) -> Tensor:
+        h, silu_a = ctx.saved_tensors
+        a, b = h.chunk(2, dim=-1)
+        if torch.compiler.is_compiling():  # Dynamo refuses out= views; the compiler fuses the concatenation
+            return torch.cat((torch.ops.aten.silu_backward(g * b, a), g * silu_a), dim=-1)
+        grad = torch.empty_like(h)
+        grad_a, grad_b = grad.chunk(2, dim=-1)
+        torch.ops.aten.silu_backward.grad_input(g * b, a, grad_input=grad_a)
+        torch.mul(g, silu_a, out=grad_b)
+        return grad
 
 
 def swiglu_hidden(d_model: int, mlp_hidden: int | None) -> int:

@@ -22,7 +22,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from dormouse.model import CausalSelfAttention, apply_rope, rope_rotation_tables, rope_tables
+from dormouse.model import CausalSelfAttention, SwiGLU, rope_qkv, rope_tables
 
 F64 = torch.float64
 D, HEADS, BASE = 16, 2, 10000.0
@@ -103,13 +103,73 @@ def test_attention_beyond_the_cached_rope_tables_builds_them_on_the_fly() -> Non
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_rope_keeps_the_input_dtype_and_rotates_in_float32(dtype: torch.dtype) -> None:
     """bf16 q/k (CUDA autocast) are rotated in float32 and rounded once: within one bf16 rounding of the
-    float64 rotation of the same bf16 values."""
-    x = torch.randn(2, 5, HEADS, D // HEADS).to(dtype)
-    cos, sin = rope_rotation_tables(*rope_tables(5, D // HEADS, BASE, torch.device("cpu")))
-    got = apply_rope(x, cos[:, None, :], sin[:, None, :])
-    assert got.dtype == dtype, f"apply_rope returned {got.dtype} for {dtype} input (deviation=dtype)"
-    want = ref_rope(x.double(), BASE)
+    float64 rotation of the same bf16 values; v passes through unchanged."""
+    qkv = torch.randn(2, 5, 3, HEADS, D // HEADS).to(dtype)
+    cos, sin = rope_tables(5, D // HEADS, BASE, torch.device("cpu"))
+    qk, v = rope_qkv(qkv, cos[:, None, None, :], sin[:, None, None, :])
+    assert qk.dtype == dtype and v.dtype == dtype, f"rope_qkv returned {qk.dtype}/{v.dtype} for {dtype} input"
+    assert torch.equal(v, qkv[:, :, 2]), "v must be the projection's third part, untouched"
     # one rounding to dtype of |y| <= ~4 (float32 maths: 2 products and a sum, ~3 * 2^-24 relative, far below)
     bound = 4 * (2.0**-8 if dtype == torch.bfloat16 else 2.0**-22)
-    dev = _dev(got.double(), want)
-    assert dev <= bound, f"apply_rope in {dtype} vs the float64 rotation: deviation={dev:.3e} bound={bound:.1e}"
+    for j, name in enumerate(["q", "k"]):
+        want = ref_rope(qkv[:, :, j].double(), BASE)
+        dev = _dev(qk[:, :, j].double(), want)
+        assert dev <= bound, f"RoPE of {name} in {dtype} vs the float64 rotation: deviation={dev:.3e} bound={bound:.1e}"
+
+
+def test_rope_backward_is_autograd_of_the_float64_rotation_with_either_output_unused() -> None:
+    """The hand-written backward (rotation by -theta, written with dv into one gradient) against autograd of
+    the reference's complex rotation, float64, also when only q/k or only v reach the loss (the other
+    gradient is then None and its part of the gradient must be zero)."""
+    qkv = torch.randn(2, 6, 3, HEADS, D // HEADS, dtype=F64, requires_grad=True)
+    cos, sin = (t.double() for t in rope_tables(6, D // HEADS, BASE, torch.device("cpu")))
+    r_qk, r_v = torch.randn(2, 6, 2, HEADS, D // HEADS, dtype=F64), torch.randn(2, 6, HEADS, D // HEADS, dtype=F64)
+    for use_qk, use_v in [(True, True), (True, False), (False, True)]:
+        qk, v = rope_qkv(qkv, cos[:, None, None, :], sin[:, None, None, :])
+        ref_qk = torch.stack([ref_rope(qkv[:, :, j], BASE) for j in range(2)], dim=2)
+        # an unused output is left out of the loss (not multiplied by 0), so its gradient reaches the backward as None
+        got_terms = [(qk * r_qk).sum()] * use_qk + [(v * r_v).sum()] * use_v
+        want_terms = [(ref_qk * r_qk).sum()] * use_qk + [(qkv[:, :, 2] * r_v).sum()] * use_v
+        got = torch.autograd.grad(sum(got_terms), qkv)[0]
+        want = torch.autograd.grad(sum(want_terms), qkv)[0]
+        # the tables are float32 values (module docstring): ~7 * 2^-24 per entry, times |r| <= ~5
+        dev, bound = _dev(got, want), _TABLE_BOUND * (1 + want.abs().max().item())
+        assert dev <= bound, f"RoPE backward (q/k used {use_qk}, v used {use_v}): deviation={dev:.3e} bound={bound:.1e}"
+
+
+def ref_swiglu(x: Tensor, mlp: SwiGLU) -> Tensor:
+    """``W_down (silu(W_gate n(x)) * W_up n(x))`` in float64, silu written out as ``a / (1 + exp(-a))``."""
+    n = x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + mlp.norm.eps) * mlp.norm.weight
+    hidden = mlp.down.weight.shape[1]
+    a, b = n @ mlp.gate_up.weight[:hidden].T, n @ mlp.gate_up.weight[hidden:].T
+    return (a / (1 + torch.exp(-a)) * b) @ mlp.down.weight.T
+
+
+def test_swiglu_and_its_gradients_match_the_float64_reference() -> None:
+    """The MLP's gate has a hand-written backward (both halves' gradients written into one tensor): output and
+    every gradient against autograd of the reference. All float64, no table: the bound is a few ulps of
+    O(10) values, 1e-12; a swapped or missing term is O(1) off."""
+    torch.manual_seed(3)
+    mlp = SwiGLU(D, 24).double()
+    with torch.no_grad():
+        mlp.norm.weight.copy_(1 + 0.3 * torch.randn(D, dtype=F64))
+    x = torch.randn(2, 7, D, dtype=F64, requires_grad=True)
+    r = torch.randn(2, 7, D, dtype=F64)
+    dev = _dev(mlp(x), ref_swiglu(x, mlp))
+    assert dev <= 1e-12, f"SwiGLU vs the float64 reference: deviation={dev:.3e} bound=1e-12"
+    params = [x, mlp.norm.weight, mlp.gate_up.weight, mlp.down.weight]
+    got = torch.autograd.grad((mlp(x) * r).sum(), params)
+    want = torch.autograd.grad((ref_swiglu(x, mlp) * r).sum(), params)
+    for name, a, b in zip(["x", "norm gain", "gate_up", "down"], got, want, strict=True):
+        dev, bound = _dev(a, b), 1e-12 * (1 + b.abs().max().item())
+        assert dev <= bound, f"d loss/d {name} vs autograd of the reference: deviation={dev:.3e} bound={bound:.1e}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_swiglu_keeps_the_dtype_of_its_input(dtype: torch.dtype) -> None:
+    """bf16 under CUDA autocast: the gate's output and its gradient stay in the projection's dtype."""
+    mlp = SwiGLU(D, 24).to(dtype)
+    x = torch.randn(3, D, dtype=dtype, requires_grad=True)
+    y = mlp(x)
+    (g,) = torch.autograd.grad(y.float().sum(), x)
+    assert y.dtype == dtype and g.dtype == dtype, f"SwiGLU returned {y.dtype}, gradient {g.dtype} for {dtype}"
