@@ -173,3 +173,37 @@ def test_swiglu_keeps_the_dtype_of_its_input(dtype: torch.dtype) -> None:
     y = mlp(x)
     (g,) = torch.autograd.grad(y.float().sum(), x)
     assert y.dtype == dtype and g.dtype == dtype, f"SwiGLU returned {y.dtype}, gradient {g.dtype} for {dtype}"
+
+
+def _rel_dev(a: Tensor, b: Tensor) -> float:
+    return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
+
+
+@pytest.mark.parametrize("sublayer", ["attention", "mlp"])
+def test_sublayers_under_bf16_autocast_stay_within_bf16_rounding_of_float32(sublayer: str) -> None:
+    """CUDA trains under bf16 autocast; CPU autocast stands in (rule 5). The hand-written Functions then see
+    bf16 inputs and gradients (RoPE's float32 rotation rounded once; the SwiGLU gate's one-buffer backward).
+
+    Bound: autocast rounds each matmul's inputs and output to bf16 (2^-9 relative each) and accumulates in
+    float32; a sublayer chains three such matmuls (attention: qkv, scores/mix, proj; MLP: norm, gate_up, down)
+    -> ~6 roundings, <= 6 * 2^-9 ~ 0.012 of the output's scale; 0.03 leaves room for the sums of d = 16 terms.
+    The weights' and input's gradients (float32 parameters, so float32 gradients) are held to the same bound.
+    A rotation the wrong way or a dropped gradient term moves them by O(0.1-1) of their scale."""
+    torch.manual_seed(4)
+    module = _attention(4).float() if sublayer == "attention" else SwiGLU(D, 24)
+    x = torch.randn(2, 9, D, requires_grad=True)
+    r = torch.randn(2, 9, D)
+    params = [x, *module.parameters()]
+    want_y = module(x)
+    want = torch.autograd.grad((want_y * r).sum(), params)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got_y = module(x)
+    assert got_y.dtype == torch.bfloat16, f"{sublayer} under autocast returned {got_y.dtype}"
+    got = torch.autograd.grad((got_y.float() * r).sum(), params)
+    bound = 0.03
+    dev = _rel_dev(got_y, want_y)
+    assert dev <= bound, f"{sublayer} output under bf16 autocast vs float32: deviation={dev:.3e} bound={bound}"
+    for i, (a, b) in enumerate(zip(got, want, strict=True)):
+        assert a.dtype == b.dtype == torch.float32, f"gradient {i} is {a.dtype} under autocast"
+        dev = _rel_dev(a, b)
+        assert dev <= bound, f"{sublayer} gradient {i} under bf16 autocast vs fp32: deviation={dev:.3e} bound={bound}"
