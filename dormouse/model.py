@@ -47,7 +47,8 @@ def _rotate_into(x: Tensor, cos: Tensor, sin: Tensor, out: Tensor, sign: float =
     angles; ``sign = -1`` rotates the other way) into ``out``.
 
     Each half of ``out`` is one multiply and one fused multiply-add, written in place: no swapped copy of
-    ``x`` and no temporaries. Computed in float32 (the tables' dtype) and rounded once to ``out``'s dtype.
+    ``x`` and no temporaries. Computed in the tables' dtype (float32; float64 in a ``.double()`` module) and
+    rounded once to ``out``'s dtype. ``x`` may be strided (a view of the projection, or of SDPA's gradient).
     """
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
@@ -79,6 +80,8 @@ class _RopeQKV(torch.autograd.Function):
         ctx.save_for_backward(cos, sin)
         qk = qkv.new_empty((*qkv.shape[:2], 2, *qkv.shape[3:]))
         _rotate_into(qkv[:, :, :2], cos, sin, qk)
+        # v is a copy, not a view of the input: a Function's output that views its input cannot be modified in
+        # place downstream; returning the view was measured no faster (bench_commits.py --base 4f1381a)
         return qk, qkv[:, :, 2].clone()
 
     @staticmethod
