@@ -53,13 +53,11 @@ def _rotate_into(x: Tensor, cos: Tensor, sin: Tensor, out: Tensor, sign: float =
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
     out1, out2 = out[..., :half], out[..., half:]
-    if torch.compiler.is_compiling():  # Dynamo refuses out= views; the compiler fuses this form anyway
-        rotated = (torch.addcmul(x1 * cos, x2, sin, value=-sign), torch.addcmul(x2 * cos, x1, sin, value=sign))
-        out.copy_(torch.cat(rotated, dim=-1))
-    elif out.dtype == cos.dtype:
+    if out.dtype == cos.dtype and not torch.compiler.is_compiling():
         torch.mul(x1, cos, out=out1).addcmul_(x2, sin, value=-sign)
         torch.mul(x2, cos, out=out2).addcmul_(x1, sin, value=sign)
-    else:  # e.g. bf16 q/k under autocast: the products and sums in float32, then one rounding
+    else:  # bf16 q/k under autocast: the maths in float32, then one rounding; and what Dynamo traces (it
+        # refuses out= views, and fuses this form anyway)
         out1.copy_(torch.addcmul(x1 * cos, x2, sin, value=-sign))
         out2.copy_(torch.addcmul(x2 * cos, x1, sin, value=sign))
 

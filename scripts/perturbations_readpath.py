@@ -165,22 +165,15 @@ PERTURBATIONS: list[dict] = [
         "protects": "mechanism",
     },
     {
-        "name": "rope_bf16_form_rotates_the_wrong_way",
+        "name": "rope_bf16_and_compiled_form_rotates_the_wrong_way",
         "file": "dormouse/model.py",
         "old": "out1.copy_(torch.addcmul(x1 * cos, x2, sin, value=-sign))",
         "new": "out1.copy_(torch.addcmul(x1 * cos, x2, sin, value=sign))",
         "gates": ["tests/test_model.py::test_sublayers_under_bf16_autocast_stay_within_bf16_rounding_of_float32",
-                  "tests/test_model.py::test_rope_keeps_the_input_dtype_and_rotates_in_float32"],
-        "why": "the bf16 path (CUDA autocast) rotates the first half the wrong way; float32 and float64 are right",
-        "protects": "mechanism",
-    },
-    {
-        "name": "rope_compiled_form_rotates_the_wrong_way",
-        "file": "dormouse/model.py",
-        "old": "(torch.addcmul(x1 * cos, x2, sin, value=-sign), torch.addcmul(x2 * cos, x1, sin, value=sign))",
-        "new": "(torch.addcmul(x1 * cos, x2, sin, value=sign), torch.addcmul(x2 * cos, x1, sin, value=-sign))",
-        "gates": ["tests/test_arms.py::test_whole_model_compiles_as_one_graph_with_eager_losses_and_counts"],
-        "why": "the form Dynamo traces (train.compile) rotates by -theta while eager rotates by +theta",
+                  "tests/test_model.py::test_rope_keeps_the_input_dtype_and_rotates_in_float32",
+                  "tests/test_arms.py::test_whole_model_compiles_as_one_graph_with_eager_losses_and_counts"],
+        "why": "the form bf16 (CUDA autocast) and train.compile take rotates the first half the wrong way; "
+        "eager float32 and float64 are right",
         "protects": "mechanism",
     },
     {
