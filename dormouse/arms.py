@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from dormouse.attnres import BlockAttnResState, online_softmax_merge, phase1_stats, phase2_input
 from dormouse.config import AttnResConfig, model_arm
+from dormouse.norm import rms_norm
 from dormouse.probes import PROBES
 
 State = Any
@@ -116,7 +117,7 @@ class GatedResidual(ResidualArm):
 
     def absorb(self, state: Tensor, slot: int, output: Tensor) -> Tensor:
         gate_proj = self.gate_attn if slot % 2 == 0 else self.gate_mlp
-        normed = F.rms_norm(state, (self.d_model,))
+        normed = rms_norm(state)
         # W n(x) + b_s as one matmul-add, then x + gate * f(x) as one fused multiply-add
         gate = torch.sigmoid(F.linear(normed, gate_proj.weight.to(normed.dtype), self.bias[slot].to(normed.dtype)))
         new_state = torch.addcmul(state, gate, output)
@@ -176,7 +177,7 @@ class AttnRes(ResidualArm):
     def _query_and_gain(self, index: int, sources: list[Tensor]) -> tuple[Tensor, Tensor | None]:
         query = self.queries[index]
         if self.query_proj is not None:
-            last = F.rms_norm(sources[-1], (self.d_model,))
+            last = rms_norm(sources[-1])
             query = query + last @ self.query_proj[index].T  # per-token query [..., d]
         gain = self.gains[index] if self.gains is not None else None
         return query, gain

@@ -18,21 +18,10 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from dormouse.arms import ResidualArm, build_arm
+from dormouse.norm import RMSNorm
 from dormouse.probes import PROBES
 
 VOCAB = 256
-
-
-class RMSNorm(nn.Module):
-    """Zhang & Sennrich (2019): ``x / sqrt(mean(x^2) + eps) * g``, g initialised to ones."""
-
-    def __init__(self, dim: int, eps: float = 1e-6) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.rms_norm(x, (x.shape[-1],), self.weight.to(x.dtype), self.eps)
 
 
 def rope_tables(seq_len: int, head_dim: int, base: float, device: torch.device) -> tuple[Tensor, Tensor]:

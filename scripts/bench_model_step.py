@@ -19,7 +19,12 @@ ReZero in the same mode (ratios are more robust to load than absolute times).
     python scripts/bench_model_step.py --preset cpu --cpu --arms rezero attnres --rounds 3 --steps 3
 
 Also prints, per variant, the probe counts of one step (``ran/asked``: the arm ran inside the compiled
-graph too) and, on CUDA, how many fused-kernel calls one step made and the peak memory.
+graph too) and, on CUDA, how many fused-kernel calls one step made and the peak memory; and the
+**arithmetic** of one step: the FLOPs of its matmuls and attention, forward and backward, as
+``torch.utils.flop_counter.FlopCounterMode`` counts them on the eager model (causal attention counted
+whole, as torch counts it), and their ratio to ReZero's. A time ratio to ReZero below the FLOP ratio
+would mean the arm's added matmuls ran faster than ReZero's own; the FLOP ratio is each goal's floor on
+a step that is all matmul.
 """
 
 from __future__ import annotations
@@ -47,6 +52,37 @@ ARMS: dict[str, list[str]] = {
 }
 CUDA_ONLY = ("attnres_fused", "attnres_block_fused")
 MODES = ("eager", "compile", "reduce-overhead")
+
+
+def _register_cpu_attention_flops() -> None:
+    """FlopCounterMode knows CUDA's SDPA kernels, not the CPU one: count it with torch's own formulas."""
+    from torch.utils import flop_counter as fc
+
+    aten = torch.ops.aten
+    if aten._scaled_dot_product_flash_attention_for_cpu in fc.flop_registry:
+        return
+
+    @fc.register_flop_formula(aten._scaled_dot_product_flash_attention_for_cpu, get_raw=True)
+    def _forward(query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> int:
+        return fc.sdpa_flop_count(query.shape, key.shape, value.shape)
+
+    @fc.register_flop_formula(aten._scaled_dot_product_flash_attention_for_cpu_backward, get_raw=True)
+    def _backward(grad_out: Any, query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> int:
+        return fc.sdpa_backward_flop_count(grad_out.shape, query.shape, key.shape, value.shape)
+
+
+def step_flops(v: Variant) -> int:
+    """FLOPs of one training step of the eager model (matmuls and attention, forward and backward)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    _register_cpu_attention_flops()
+    with FlopCounterMode(display=False) as counter, v.autocast():
+        logits = v.model(v.x, readouts=v.readout)
+    with FlopCounterMode(display=False) as counter_backward:
+        losses = [F.cross_entropy(lg.float().reshape(-1, lg.shape[-1]), v.y.reshape(-1)) for lg in logits]
+        torch.stack(losses).mean().backward()
+    v.opt.zero_grad(set_to_none=True)
+    return counter.get_total_flops() + counter_backward.get_total_flops()
 
 
 def _count_fused_calls() -> dict[str, int]:
@@ -170,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                     "kernel": v.kernel, "warmup_s": time.perf_counter() - t0, "loss": loss,
                     "counts": f"{snap[f'{counted}_ran']}/{snap[f'{counted}_asked']}",
                     "fused_calls_per_step": counter["calls"] / (args.warmup + 1) if mode == "eager" else None,
+                    "gflop": step_flops(v) / 1e9,
                 }  # fmt: skip
                 variants.append(v)
                 print(f"built and warmed up {name} in {info[name]['warmup_s']:.1f} s", flush=True)
@@ -194,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
             **info[v.name], "step_ms": step_ms, "tok_s": v.batch * v.seq / (step_ms / 1e3),
             "x_rezero": statistics.median(ratios) if ratios else None, "round_ms": per_round,
         }  # fmt: skip
+        if f"rezero [{v.mode}]" in info and "gflop" in info[f"rezero [{v.mode}]"]:
+            rows[v.name]["flop_x_rezero"] = info[v.name]["gflop"] / info[f"rezero [{v.mode}]"]["gflop"]
         if device.type == "cuda":
             rows[v.name]["peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
     for name, r in info.items():
@@ -203,15 +242,16 @@ def main(argv: list[str] | None = None) -> int:
              f"of the median of {args.steps} steps")
     print("\n" + title)
     print(f"{'variant':32s} {'read':7s} {'step ms':>9s} {'tok/s':>9s} {'x ReZero':>9s} {'ran/asked':>10s} "
-          f"{'fused/step':>10s} {'warmup s':>9s}")
+          f"{'fused/step':>10s} {'warmup s':>9s} {'GFLOP':>7s} {'FLOP xRZ':>8s}")
     for name, r in rows.items():
         if "error" in r:
             print(f"{name:32s} {r['error'][:100]}")
             continue
         ratio = f"{r['x_rezero']:.3f}" if r["x_rezero"] is not None else "-"
         fused = f"{r['fused_calls_per_step']:.0f}" if r["fused_calls_per_step"] is not None else "-"
+        flop_ratio = f"{r['flop_x_rezero']:.3f}" if r.get("flop_x_rezero") is not None else "-"
         print(f"{name:32s} {r['kernel']:7s} {r['step_ms']:9.1f} {r['tok_s']:9,.0f} {ratio:>9s} {r['counts']:>10s} "
-              f"{fused:>10s} {r['warmup_s']:9.1f}")
+              f"{fused:>10s} {r['warmup_s']:9.1f} {r['gflop']:7.2f} {flop_ratio:>8s}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         meta = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",

@@ -27,6 +27,10 @@ The second is the like-for-like arithmetic; the first is what a dormouse run cos
     python scripts/bench_vs_nanogpt.py --nanogpt /path/to/nanoGPT            # 6 rounds x 200 steps
     python scripts/bench_vs_nanogpt.py --nanogpt DIR --rounds 2 --steps 50   # a quick look
 
+``--flops`` prints, before the rounds, the arithmetic of one training step of each (matmuls and attention,
+forward and backward, as ``torch.utils.flop_counter.FlopCounterMode`` counts them; nanoGPT's model imported
+from the checkout): how much of a tokens/s gap is arithmetic rather than overhead.
+
 ``--nanogpt`` is a checkout of nanoGPT (``git clone https://github.com/karpathy/nanoGPT; git -C nanoGPT
 checkout 3adf61e``); the script copies it to a temporary directory and writes the data there, so the
 checkout stays untouched.
@@ -45,8 +49,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 from bench_train_runs import train_tok_s
 
 SHAPE = {"d": 128, "heads": 4, "layers": 4, "context": 64, "batch": 12}
@@ -106,17 +113,56 @@ def run_dormouse(extra: list[str], steps: int, run_dir: Path, name: str) -> floa
     return train_tok_s(overrides, run_dir, name)
 
 
+def print_step_flops(nanogpt: Path) -> None:
+    """FLOPs of one training step (forward + backward) of nanoGPT's model and of each dormouse arm."""
+    from bench_model_step import _register_cpu_attention_flops
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from dormouse.config import compose_config
+    from dormouse.model import LoopedByteLM
+
+    _register_cpu_attention_flops()
+    sys.path.insert(0, str(nanogpt))
+    from model import GPT, GPTConfig  # nanoGPT's model.py, run from its checkout
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (SHAPE["batch"], SHAPE["context"]), generator=gen)
+    y = torch.randint(0, 256, (SHAPE["batch"], SHAPE["context"]), generator=gen)
+
+    def flops(loss_fn: Any) -> int:
+        with FlopCounterMode(display=False) as counter:
+            loss_fn().backward()
+        return counter.get_total_flops()
+
+    nano = GPT(GPTConfig(block_size=SHAPE["context"], vocab_size=256, n_layer=SHAPE["layers"], n_head=SHAPE["heads"],
+                         n_embd=SHAPE["d"], dropout=0.0, bias=False))
+    base = flops(lambda: nano(x, y)[1])
+    print(f"FLOPs of one training step (matmuls + attention, fwd + bwd), shape {SHAPE}:")
+    print(f"  {'nanoGPT':32s} {base / 1e9:6.3f} GFLOP   x1.000")
+    for arm, extra in DORMOUSE_ARMS.items():
+        cfg = compose_config(["preset=cpu", f"model.d_model={SHAPE['d']}", f"model.n_heads={SHAPE['heads']}",
+                              "model.max_iter=4", *[o for o in extra if not o.startswith("train.")]])
+        model = LoopedByteLM(cfg.model, seed=0, kernel="torch")
+        readouts = "last" if "train.readout=last" in extra else "all"
+        n = flops(lambda m=model, r=readouts: torch.stack([F.cross_entropy(lg.reshape(-1, 256), y.reshape(-1))
+                                                           for lg in m(x, readouts=r)]).mean())  # fmt: skip
+        print(f"  {arm:32s} {n / 1e9:6.3f} GFLOP   x{n / base:.3f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nanogpt", type=Path, required=True, help="a nanoGPT checkout (3adf61e)")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--out", type=Path, help="write every round's numbers here as JSON")
+    ap.add_argument("--flops", action="store_true", help="print each step's arithmetic first")
     args = ap.parse_args(argv)
     if not (args.nanogpt / "train.py").is_file() or not (args.nanogpt / "model.py").is_file():
         print(f"--nanogpt {args.nanogpt}: no nanoGPT train.py/model.py there", file=sys.stderr)
         return 2
 
+    if args.flops:
+        print_step_flops(args.nanogpt)
     results: dict[str, list[float]] = {"nanoGPT": [], **{a: [] for a in DORMOUSE_ARMS}}
     with tempfile.TemporaryDirectory(prefix="bench_vs_nanogpt_") as tmp:
         root = Path(tmp) / "nanoGPT"

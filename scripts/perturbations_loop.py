@@ -205,7 +205,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "gr_gate_reads_the_raw_state",
         "file": _ARMS,
-        "old": "        normed = F.rms_norm(state, (self.d_model,))\n",
+        "old": "        normed = rms_norm(state)\n",
         "new": "        normed = state\n",
         "gates": [_SETUP + "test_gr_gate_reads_the_rms_normalised_state"],
         "why": "GR's gate reads the raw state: it saturates as the residual stream grows with depth",

@@ -9,6 +9,8 @@ from __future__ import annotations
 _ATTNRES = "dormouse/attnres.py"
 _TA = "tests/test_attnres.py::"
 _TARMS = "tests/test_arms.py::"
+_NORM = "dormouse/norm.py"
+_TN = "tests/test_norm.py::"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -235,5 +237,61 @@ PERTURBATIONS: list[dict] = [
         "gates": [_TA + "test_depth_attend_backward_under_autocast_is_its_fp32_backward"],
         "why": "the read's one-pass backward left to an enclosing autocast: its dq matmul runs in bf16",
         "protects": "mechanism",
+    },
+    # --- RMSNorm's hand-written CPU backward (issue 11, fourth pass) -----------------------------------
+    {
+        "name": "rms_norm_backward_without_the_projection_term",
+        "file": _NORM,
+        "old": "torch.addcmul(u, x_hat, mean_u_x_hat, value=-1.0)",
+        "new": "torch.addcmul(u, x_hat, mean_u_x_hat, value=0.0)",
+        "gates": [_TN + "test_rms_norm_and_its_gradients_match_autograd_of_the_float64_reference",
+                  _TN + "test_rms_norm_gradients_match_finite_differences"],
+        "why": "dx = r u, the gradient through the normaliser r(x) (the term -r x_hat mean(u x_hat)) dropped",
+        "protects": "mechanism",
+    },
+    {
+        "name": "rms_norm_sum_of_squares_for_the_mean",
+        "file": _NORM,
+        "old": ".square_().div_(x.shape[-1]).add_(eps)",
+        "new": ".square_().add_(eps)",
+        "gates": [_TN + "test_rms_norm_and_its_gradients_match_autograd_of_the_float64_reference"],
+        "why": "the L2 norm for the RMS: every normalised activation sqrt(d) times too small",
+        "protects": "mechanism",
+    },
+    {
+        "name": "rms_norm_gain_gradient_without_x_hat",
+        "file": _NORM,
+        "old": "(g * x_hat).flatten(0, -2).sum(0)",
+        "new": "g.flatten(0, -2).sum(0)",
+        "gates": [_TN + "test_rms_norm_and_its_gradients_match_autograd_of_the_float64_reference"],
+        "why": "the gain's gradient sums dy alone, not dy * x_hat",
+        "protects": "mechanism",
+    },
+    {
+        "name": "rms_norm_default_eps_not_the_machine_epsilon",
+        "file": _NORM,
+        "old": "        eps = torch.finfo(x.dtype).eps\n",
+        "new": "        eps = 1e-6\n",
+        "gates": [_TN + "test_default_eps_is_the_machine_epsilon_of_the_input_dtype"],
+        "why": "GR's gate input (eps=None) normalised with another eps than F.rms_norm's default",
+        "protects": "mechanism",
+    },
+    {
+        "name": "rms_norm_bf16_maths_in_bf16",
+        "file": _NORM,
+        "old": "xc = x if x.dtype in (torch.float32, torch.float64) else x.float()",
+        "new": "xc = x",
+        "gates": [_TN + "test_bf16_input_is_normalised_in_float32_and_rounded_once"],
+        "why": "a bf16 input normalised in bf16 (several roundings) instead of in float32 and rounded once",
+        "protects": "mechanism",
+    },
+    {
+        "name": "rms_norm_cpu_back_to_the_composite",
+        "file": _NORM,
+        "old": "    if x.device.type != \"cpu\" or torch.compiler.is_compiling():\n",
+        "new": "    if True:\n",
+        "gates": [_TN + "test_cpu_eager_rms_norm_takes_the_hand_written_backward"],
+        "why": "CPU eager silently back on torch's composite rms_norm: every numeric gate passes, the speed is lost",
+        "protects": "training loop",
     },
 ]

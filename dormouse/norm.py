@@ -1,0 +1,80 @@
+"""RMSNorm (Zhang & Sennrich 2019, Eq. 4): ``y = x / rms(x) * g`` with ``rms(x) = sqrt(mean(x^2) + eps)``.
+
+Every RMS norm of the model goes through :func:`rms_norm`: the sublayers' pre-norms, the final norm and
+GR's gate input. On CUDA, and under ``torch.compile``, it is PyTorch's ``F.rms_norm`` (a fused kernel on
+CUDA; Inductor fuses it when compiling). On CPU eager it is :class:`_RMSNormFunction`: torch 2.13's CPU
+``rms_norm`` is a composite of ~6 ops whose autograd backward is ~15 more, each a pass over a
+[tokens, d] tensor. Measured at nanoGPT's baby shape ([12, 64, 128], 2 cores): ~12 % of a ReZero step
+(scripts/BENCHMARKS.md, "fourth pass").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
+
+
+class _RMSNormFunction(torch.autograd.Function):
+    """``y = x_hat * g`` with ``x_hat = x r`` and ``r = (mean_j x_j^2 + eps)^(-1/2)``, over the last dim.
+
+    Backward, with ``u = dy * g`` (``dy`` when there is no gain)::
+
+        dx = r (u - x_hat mean_j(u_j x_hat_j))     (d r / d x_j = -r^3 x_j / d)
+        dg = sum over tokens of dy * x_hat
+
+    Computed in float32 (float64 for a float64 input) and returned in the input's dtype. Saves ``x_hat`` and
+    ``r``: the backward reads ``x_hat`` three times and never rebuilds it.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
+        xc = x if x.dtype in (torch.float32, torch.float64) else x.float()
+        # ||x||^2 / d: one pass over x (x.pow(2).mean() is two)
+        r = torch.linalg.vector_norm(xc, dim=-1, keepdim=True).square_().div_(x.shape[-1]).add_(eps).rsqrt_()
+        x_hat = xc * r
+        ctx.save_for_backward(x_hat, r, weight)
+        ctx.x_dtype = x.dtype
+        y = x_hat if weight is None else x_hat * weight.to(xc.dtype)
+        return y.to(x.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad_y: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
+        x_hat, r, weight = ctx.saved_tensors
+        g = grad_y.to(x_hat.dtype)
+        grad_x = grad_weight = None
+        if ctx.needs_input_grad[0]:
+            u = g if weight is None else g * weight.to(x_hat.dtype)
+            mean_u_x_hat = torch.linalg.vecdot(u, x_hat).unsqueeze_(-1).div_(x_hat.shape[-1])
+            grad_x = torch.addcmul(u, x_hat, mean_u_x_hat, value=-1.0).mul_(r).to(ctx.x_dtype)
+        if weight is not None and ctx.needs_input_grad[1]:
+            grad_weight = (g * x_hat).flatten(0, -2).sum(0).to(weight.dtype)
+        return grad_x, grad_weight, None
+
+
+def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float | None = None) -> Tensor:
+    """RMSNorm over the last dim; ``eps=None`` is ``F.rms_norm``'s default, the machine epsilon of x's dtype.
+
+    The result has x's dtype (the gain is cast to it, as ``F.rms_norm`` requires).
+    """
+    if eps is None:
+        eps = torch.finfo(x.dtype).eps
+    if x.device.type != "cpu" or torch.compiler.is_compiling():
+        return F.rms_norm(x, (x.shape[-1],), None if weight is None else weight.to(x.dtype), eps)
+    return _RMSNormFunction.apply(x, weight, eps)
+
+
+class RMSNorm(nn.Module):
+    """Zhang & Sennrich (2019): ``x / sqrt(mean(x^2) + eps) * g``, g initialised to ones."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return rms_norm(x, self.weight, self.eps)
