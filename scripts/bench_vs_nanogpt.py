@@ -31,6 +31,11 @@ The second is the like-for-like arithmetic; the first is what a dormouse run cos
 forward and backward, as ``torch.utils.flop_counter.FlopCounterMode`` counts them; nanoGPT's model imported
 from the checkout): how much of a tokens/s gap is arithmetic rather than overhead.
 
+``--model-step`` times, instead of runs, one training step (forward, cross-entropy, backward, clipping at
+1.0, AdamW) of nanoGPT's model and of each dormouse arm in ONE process, interleaved for ``--rounds`` rounds
+of ``--steps`` steps on one fixed batch: no data loading, no logging, and drift hits both alike. Real runs
+on a noisy machine do not resolve a 10 % difference in 3 rounds; this does, for the model's own cost.
+
 ``--nanogpt`` is a checkout of nanoGPT (``git clone https://github.com/karpathy/nanoGPT; git -C nanoGPT
 checkout 3adf61e``); the script copies it to a temporary directory and writes the data there, so the
 checkout stays untouched.
@@ -118,13 +123,7 @@ def print_step_flops(nanogpt: Path) -> None:
     from bench_model_step import _register_cpu_attention_flops
     from torch.utils.flop_counter import FlopCounterMode
 
-    from dormouse.config import compose_config
-    from dormouse.model import LoopedByteLM
-
     _register_cpu_attention_flops()
-    sys.path.insert(0, str(nanogpt))
-    from model import GPT, GPTConfig  # nanoGPT's model.py, run from its checkout
-
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, 256, (SHAPE["batch"], SHAPE["context"]), generator=gen)
     y = torch.randint(0, 256, (SHAPE["batch"], SHAPE["context"]), generator=gen)
@@ -134,19 +133,75 @@ def print_step_flops(nanogpt: Path) -> None:
             loss_fn().backward()
         return counter.get_total_flops()
 
-    nano = GPT(GPTConfig(block_size=SHAPE["context"], vocab_size=256, n_layer=SHAPE["layers"], n_head=SHAPE["heads"],
-                         n_embd=SHAPE["d"], dropout=0.0, bias=False))
+    nano = _nanogpt_model(nanogpt)
     base = flops(lambda: nano(x, y)[1])
     print(f"FLOPs of one training step (matmuls + attention, fwd + bwd), shape {SHAPE}:")
     print(f"  {'nanoGPT':32s} {base / 1e9:6.3f} GFLOP   x1.000")
     for arm, extra in DORMOUSE_ARMS.items():
-        cfg = compose_config(["preset=cpu", f"model.d_model={SHAPE['d']}", f"model.n_heads={SHAPE['heads']}",
-                              "model.max_iter=4", *[o for o in extra if not o.startswith("train.")]])
-        model = LoopedByteLM(cfg.model, seed=0, kernel="torch")
-        readouts = "last" if "train.readout=last" in extra else "all"
+        model, readouts = _dormouse_model(extra)
         n = flops(lambda m=model, r=readouts: torch.stack([F.cross_entropy(lg.reshape(-1, 256), y.reshape(-1))
                                                            for lg in m(x, readouts=r)]).mean())  # fmt: skip
         print(f"  {arm:32s} {n / 1e9:6.3f} GFLOP   x{n / base:.3f}")
+
+
+def _nanogpt_model(nanogpt: Path) -> Any:
+    sys.path.insert(0, str(nanogpt))
+    from model import GPT, GPTConfig  # nanoGPT's model.py, run from its checkout
+
+    return GPT(GPTConfig(block_size=SHAPE["context"], vocab_size=256, n_layer=SHAPE["layers"],
+                         n_head=SHAPE["heads"], n_embd=SHAPE["d"], dropout=0.0, bias=False))  # fmt: skip
+
+
+def _dormouse_model(extra: list[str]) -> tuple[Any, str]:
+    from dormouse.config import compose_config
+    from dormouse.model import LoopedByteLM
+
+    cfg = compose_config(["preset=cpu", f"model.d_model={SHAPE['d']}", f"model.n_heads={SHAPE['heads']}",
+                          "model.max_iter=4", *[o for o in extra if not o.startswith("train.")]])  # fmt: skip
+    return LoopedByteLM(cfg.model, seed=0, kernel="torch"), "last" if "train.readout=last" in extra else "all"
+
+
+def model_step_times(nanogpt: Path, rounds: int, steps: int) -> int:
+    """``--model-step``: one training step of each model, interleaved in this process."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (SHAPE["batch"], SHAPE["context"]), generator=gen)
+    y = torch.randint(0, 256, (SHAPE["batch"], SHAPE["context"]), generator=gen)
+
+    def make_step(model: Any, loss_fn: Any, opt: torch.optim.Optimizer) -> Any:
+        def step() -> None:
+            loss = loss_fn()
+            float(loss.detach())  # both loops read the loss every step
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        return step
+
+    nano = _nanogpt_model(nanogpt)
+    variants = {"nanoGPT": make_step(nano, lambda: nano(x, y)[1],
+                                     nano.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cpu"))}  # fmt: skip
+    for arm, extra in DORMOUSE_ARMS.items():
+        model, readouts = _dormouse_model(extra)
+        opt = torch.optim.AdamW(model.param_groups(0.1), lr=1e-3, betas=(0.9, 0.99))
+        variants[arm] = make_step(model, lambda m=model, r=readouts: torch.stack(
+            [F.cross_entropy(lg.reshape(-1, 256), y.reshape(-1)) for lg in m(x, readouts=r)]).mean(), opt)
+    for step in variants.values():
+        for _ in range(3):
+            step()
+    ms: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, step in variants.items():
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                step()
+            ms[name].append((time.perf_counter() - t0) / steps * 1e3)
+    print(f"training step in one process, shape {SHAPE}, {rounds} interleaved rounds x {steps} steps "
+          "(median; speed = median of the per-round nanoGPT/arm time ratios)")
+    for name, times in ms.items():
+        speed = statistics.median(b / a for a, b in zip(times, ms["nanoGPT"]))
+        print(f"  {name:32s} {statistics.median(times):7.2f} ms   x{speed:.3f} nanoGPT's tokens/s")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--out", type=Path, help="write every round's numbers here as JSON")
     ap.add_argument("--flops", action="store_true", help="print each step's arithmetic first")
+    ap.add_argument("--model-step", action="store_true", help="time the models' steps in one process instead")
     args = ap.parse_args(argv)
     if not (args.nanogpt / "train.py").is_file() or not (args.nanogpt / "model.py").is_file():
         print(f"--nanogpt {args.nanogpt}: no nanoGPT train.py/model.py there", file=sys.stderr)
@@ -163,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.flops:
         print_step_flops(args.nanogpt)
+    if args.model_step:
+        return model_step_times(args.nanogpt, args.rounds, args.steps)
     results: dict[str, list[float]] = {"nanoGPT": [], **{a: [] for a in DORMOUSE_ARMS}}
     with tempfile.TemporaryDirectory(prefix="bench_vs_nanogpt_") as tmp:
         root = Path(tmp) / "nanoGPT"
