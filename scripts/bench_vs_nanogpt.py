@@ -118,6 +118,29 @@ def run_dormouse(extra: list[str], steps: int, run_dir: Path, name: str) -> floa
     return train_tok_s(overrides, run_dir, name)
 
 
+def _dormouse_loss(model: Any, readouts: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """dormouse's objective: the mean cross-entropy over the readouts."""
+    logits = model(x, readouts=readouts)
+    return torch.stack([F.cross_entropy(lg.reshape(-1, 256), y.reshape(-1)) for lg in logits]).mean()
+
+
+def _nanogpt_model(nanogpt: Path) -> Any:
+    sys.path.insert(0, str(nanogpt))
+    from model import GPT, GPTConfig  # nanoGPT's model.py, run from its checkout
+
+    return GPT(GPTConfig(block_size=SHAPE["context"], vocab_size=256, n_layer=SHAPE["layers"],
+                         n_head=SHAPE["heads"], n_embd=SHAPE["d"], dropout=0.0, bias=False))  # fmt: skip
+
+
+def _dormouse_model(extra: list[str]) -> tuple[Any, str]:
+    from dormouse.config import compose_config
+    from dormouse.model import LoopedByteLM
+
+    cfg = compose_config(["preset=cpu", f"model.d_model={SHAPE['d']}", f"model.n_heads={SHAPE['heads']}",
+                          "model.max_iter=4", *[o for o in extra if not o.startswith("train.")]])  # fmt: skip
+    return LoopedByteLM(cfg.model, seed=0, kernel="torch"), "last" if "train.readout=last" in extra else "all"
+
+
 def print_step_flops(nanogpt: Path) -> None:
     """FLOPs of one training step (forward + backward) of nanoGPT's model and of each dormouse arm."""
     from bench_model_step import _register_cpu_attention_flops
@@ -139,26 +162,8 @@ def print_step_flops(nanogpt: Path) -> None:
     print(f"  {'nanoGPT':32s} {base / 1e9:6.3f} GFLOP   x1.000")
     for arm, extra in DORMOUSE_ARMS.items():
         model, readouts = _dormouse_model(extra)
-        n = flops(lambda m=model, r=readouts: torch.stack([F.cross_entropy(lg.reshape(-1, 256), y.reshape(-1))
-                                                           for lg in m(x, readouts=r)]).mean())  # fmt: skip
+        n = flops(lambda m=model, r=readouts: _dormouse_loss(m, r, x, y))
         print(f"  {arm:32s} {n / 1e9:6.3f} GFLOP   x{n / base:.3f}")
-
-
-def _nanogpt_model(nanogpt: Path) -> Any:
-    sys.path.insert(0, str(nanogpt))
-    from model import GPT, GPTConfig  # nanoGPT's model.py, run from its checkout
-
-    return GPT(GPTConfig(block_size=SHAPE["context"], vocab_size=256, n_layer=SHAPE["layers"],
-                         n_head=SHAPE["heads"], n_embd=SHAPE["d"], dropout=0.0, bias=False))  # fmt: skip
-
-
-def _dormouse_model(extra: list[str]) -> tuple[Any, str]:
-    from dormouse.config import compose_config
-    from dormouse.model import LoopedByteLM
-
-    cfg = compose_config(["preset=cpu", f"model.d_model={SHAPE['d']}", f"model.n_heads={SHAPE['heads']}",
-                          "model.max_iter=4", *[o for o in extra if not o.startswith("train.")]])  # fmt: skip
-    return LoopedByteLM(cfg.model, seed=0, kernel="torch"), "last" if "train.readout=last" in extra else "all"
 
 
 def model_step_times(nanogpt: Path, rounds: int, steps: int) -> int:
@@ -184,8 +189,7 @@ def model_step_times(nanogpt: Path, rounds: int, steps: int) -> int:
     for arm, extra in DORMOUSE_ARMS.items():
         model, readouts = _dormouse_model(extra)
         opt = torch.optim.AdamW(model.param_groups(0.1), lr=1e-3, betas=(0.9, 0.99))
-        variants[arm] = make_step(model, lambda m=model, r=readouts: torch.stack(
-            [F.cross_entropy(lg.reshape(-1, 256), y.reshape(-1)) for lg in m(x, readouts=r)]).mean(), opt)
+        variants[arm] = make_step(model, lambda m=model, r=readouts: _dormouse_loss(m, r, x, y), opt)
     for step in variants.values():
         for _ in range(3):
             step()
