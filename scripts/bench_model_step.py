@@ -106,13 +106,13 @@ def _count_fused_calls() -> dict[str, int]:
 class Variant:
     """One (arm, mode): a model, its optimizer, a fixed batch and a ``step()``."""
 
-    def __init__(self, arm: str, mode: str, preset: str, device: torch.device) -> None:
+    def __init__(self, arm: str, mode: str, preset: str, device: torch.device, extra: tuple[str, ...] = ()) -> None:
         from dormouse.attnres import resolve_kernel
         from dormouse.config import compose_config
         from dormouse.model import LoopedByteLM
 
         self.arm, self.mode, self.device = arm, mode, device
-        cfg = compose_config([f"preset={preset}", *ARMS[arm]])
+        cfg = compose_config([f"preset={preset}", *ARMS[arm], *extra])
         self.kernel = resolve_kernel(str(cfg.model.kernel), device) if cfg.model.use_attnres else "none"
         self.model = LoopedByteLM(cfg.model, seed=0, kernel=self.kernel if self.kernel != "none" else "torch")
         self.model.to(device)

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Where a training step's time goes, per arm: torch.profiler's self time by op, and each arm's extra over ReZero.
 
-One training step as ``bench_model_step.py`` times it (forward with the preset's readouts, mean
-cross-entropy, backward, AdamW), eager, on the CPU. Per arm: the total self time of ``--steps`` profiled
+One training step as ``bench_model_step.py`` times it (its ``Variant``: forward with the preset's readouts,
+mean cross-entropy, backward, AdamW), eager, on the CPU. Per arm: the total self time of ``--steps`` profiled
 steps (after ``--warmup`` steps), the share spent in matmuls (``mm``/``addmm``/``bmm``), and the ops whose
 time grew most against ReZero (per step, with the change in calls). The arms run one after another, not
 interleaved: on a noisy machine a difference of a few per cent in one op is noise; the call counts are exact.
@@ -18,35 +18,19 @@ import argparse
 import sys
 
 import torch
-import torch.nn.functional as F
-from bench_model_step import ARMS, CUDA_ONLY
+from bench_model_step import ARMS, CUDA_ONLY, Variant
 
 MATMULS = ("aten::mm", "aten::addmm", "aten::bmm")
 
 
 def profile_arm(arm: str, preset: str, extra: list[str], steps: int, warmup: int) -> dict[str, tuple[float, float]]:
     """``{op: (calls per step, self ms per step)}`` for ``steps`` profiled steps of ``arm``."""
-    from dormouse.config import compose_config
-    from dormouse.model import LoopedByteLM
-
-    cfg = compose_config([f"preset={preset}", *ARMS[arm], *extra])
-    model = LoopedByteLM(cfg.model, seed=0, kernel="torch")
-    opt = torch.optim.AdamW(model.param_groups(0.1), lr=1e-3)
-    gen = torch.Generator().manual_seed(0)
-    shape = (int(cfg.train.batch_size), int(cfg.data.seq_len))
-    x, y = torch.randint(0, 256, shape, generator=gen), torch.randint(0, 256, shape, generator=gen)
-
-    def step() -> None:
-        logits = model(x, readouts=str(cfg.train.readout))
-        torch.stack([F.cross_entropy(lg.reshape(-1, 256), y.reshape(-1)) for lg in logits]).mean().backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
+    variant = Variant(arm, "eager", preset, torch.device("cpu"), tuple(extra))
     for _ in range(warmup):
-        step()
+        variant.step()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
-            step()
+            variant.step()
     return {e.key: (e.count / steps, e.self_cpu_time_total / 1e3 / steps) for e in prof.key_averages()}
 
 

@@ -14,6 +14,8 @@ O(0.1). In float32 the same argument with u = 2^-24 gives ~50 * 6e-8 * 3 ~ 1e-5 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 from torch import Tensor
@@ -39,7 +41,8 @@ def _inputs(dtype: torch.dtype, seed: int = 0) -> tuple[Tensor, Tensor, Tensor]:
     return x, weight, grad_y
 
 
-def _value_and_grads(fn, x: Tensor, weight: Tensor | None, grad_y: Tensor) -> list[Tensor]:  # noqa: ANN001
+def _value_and_grads(fn: Callable[[Tensor, Tensor | None], Tensor], x: Tensor, weight: Tensor | None,
+                     grad_y: Tensor) -> list[Tensor]:
     x = x.detach().clone().requires_grad_()
     w = None if weight is None else weight.detach().clone().requires_grad_()
     y = fn(x, w)
