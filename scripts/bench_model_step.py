@@ -12,7 +12,9 @@ Timing is made for a shared, noisy machine: every (arm, mode) is built and warme
 included), then the variants are **interleaved** (A B C A B C ...) for ``--rounds`` rounds of ``--steps``
 steps each, so load that drifts hits all of them alike. The table gives, per variant, the median over
 rounds of the per-round median step time, tokens/s, and the median over rounds of the per-round ratio to
-ReZero in the same mode (ratios are more robust to load than absolute times).
+ReZero in the same mode (ratios are more robust to load than absolute times), with a 95 % bootstrap
+interval of that median: on a noisy machine, whether a goal like "<= x1.10" is met is a question of that
+interval, and more ``--rounds`` narrow it (on the project's 2-core VM, 30 rounds gave about +-0.04).
 
     python scripts/bench_model_step.py --preset cpu --cpu                     # the CPU default preset
     python scripts/bench_model_step.py --preset 9m --modes eager compile reduce-overhead   # on a GPU
@@ -30,6 +32,7 @@ a step that is all matmul.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
 import sys
@@ -150,6 +153,16 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def median_ci95(values: list[float]) -> tuple[float, float]:
+    """95 % percentile-bootstrap interval of the median (scipy.stats.bootstrap, fixed seed): how well the
+    rounds resolve a ratio on this machine."""
+    import numpy as np
+    from scipy.stats import bootstrap
+
+    res = bootstrap((np.asarray(values),), np.median, confidence_level=0.95, method="percentile", random_state=0)
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
 def time_steps(v: Variant, steps: int) -> list[float]:
     times = []
     for _ in range(steps):
@@ -221,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"round {r + 1}/{args.rounds}: " + ", ".join(
             f"{n} {statistics.median(t[-1]):.1f} ms" for n, t in times.items()), flush=True)
 
+    # the GPU machine has only what gpu_check.sh carries: there the timings matter more than their interval
+    has_scipy = importlib.util.find_spec("scipy") is not None
+    if not has_scipy:
+        print("bench_model_step.py: scipy is not installed, so no 95% CI column (pip install scipy)", flush=True)
     rows: dict[str, dict[str, Any]] = {}
     for v in variants:
         per_round = [statistics.median(t) for t in times[v.name]]
@@ -230,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         rows[v.name] = {
             **info[v.name], "step_ms": step_ms, "tok_s": v.batch * v.seq / (step_ms / 1e3),
             "x_rezero": statistics.median(ratios) if ratios else None, "round_ms": per_round,
+            "x_rezero_ci95": median_ci95(ratios) if has_scipy and len(ratios) >= 3 and v.arm != "rezero" else None,
         }  # fmt: skip
         if f"rezero [{v.mode}]" in info and "gflop" in info[f"rezero [{v.mode}]"]:
             rows[v.name]["flop_x_rezero"] = info[v.name]["gflop"] / info[f"rezero [{v.mode}]"]["gflop"]
@@ -242,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
              f"of the median of {args.steps} steps")
     print("\n" + title)
     print(f"{'variant':32s} {'read':7s} {'step ms':>9s} {'tok/s':>9s} {'x ReZero':>9s} {'ran/asked':>10s} "
-          f"{'fused/step':>10s} {'warmup s':>9s} {'GFLOP':>7s} {'FLOP xRZ':>8s}")
+          f"{'95% CI':>13s} {'fused/step':>10s} {'warmup s':>9s} {'GFLOP':>7s} {'FLOP xRZ':>8s}")
     for name, r in rows.items():
         if "error" in r:
             print(f"{name:32s} {r['error'][:100]}")
@@ -250,8 +268,10 @@ def main(argv: list[str] | None = None) -> int:
         ratio = f"{r['x_rezero']:.3f}" if r["x_rezero"] is not None else "-"
         fused = f"{r['fused_calls_per_step']:.0f}" if r["fused_calls_per_step"] is not None else "-"
         flop_ratio = f"{r['flop_x_rezero']:.3f}" if r.get("flop_x_rezero") is not None else "-"
+        ci = r.get("x_rezero_ci95")
+        ci_text = f"{ci[0]:.3f}-{ci[1]:.3f}" if ci else "-"
         print(f"{name:32s} {r['kernel']:7s} {r['step_ms']:9.1f} {r['tok_s']:9,.0f} {ratio:>9s} {r['counts']:>10s} "
-              f"{fused:>10s} {r['warmup_s']:9.1f} {r['gflop']:7.2f} {flop_ratio:>8s}")
+              f"{ci_text:>13s} {fused:>10s} {r['warmup_s']:9.1f} {r['gflop']:7.2f} {flop_ratio:>8s}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         meta = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
