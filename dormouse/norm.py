@@ -38,7 +38,6 @@ class _RMSNormFunction(torch.autograd.Function):
         r = torch.linalg.vector_norm(xc, dim=-1, keepdim=True).square_().div_(x.shape[-1]).add_(eps).rsqrt_()
         x_hat = xc * r
         ctx.save_for_backward(x_hat, r, weight)
-        ctx.x_dtype = x.dtype
         y = x_hat if weight is None else x_hat * weight.to(xc.dtype)
         return y.to(x.dtype)
 
@@ -51,7 +50,8 @@ class _RMSNormFunction(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             u = g if weight is None else g * weight.to(x_hat.dtype)
             mean_u_x_hat = torch.linalg.vecdot(u, x_hat).unsqueeze_(-1).div_(x_hat.shape[-1])
-            grad_x = torch.addcmul(u, x_hat, mean_u_x_hat, value=-1.0).mul_(r).to(ctx.x_dtype)
+            # autograd hands grad_y over in the output's dtype, which is x's
+            grad_x = torch.addcmul(u, x_hat, mean_u_x_hat, value=-1.0).mul_(r).to(grad_y.dtype)
         if weight is not None and ctx.needs_input_grad[1]:
             grad_weight = (g * x_hat).flatten(0, -2).sum(0).to(weight.dtype)
         return grad_x, grad_weight, None
