@@ -1,5 +1,5 @@
 """Perturbations of how a comparison's pairs are launched (issue 12): the locks, the per-pair slots, the
-submitit requeue hook, --status, the live board and errors said once (scripts/falsify.py; format in
+submitit requeue hook, --status, the live board and errors said once (tests/falsification; format in
 perturbations_attnres.py). ``protects`` names what a defect here would break."""
 
 from __future__ import annotations

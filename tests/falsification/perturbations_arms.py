@@ -1,5 +1,5 @@
 """Perturbations of the arms and the loop driver: dead arms, leaking counters, readouts taken from the
-wrong place (scripts/falsify.py; format in perturbations_attnres.py).
+wrong place (tests/falsification; format in perturbations_attnres.py).
 
 These are the model-level defects the predecessor shipped or nearly shipped (seeds/): a counter that fires
 while the output does not move, a counter outside the arm's branch, a readout that misses the iteration's

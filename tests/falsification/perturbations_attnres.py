@@ -1,8 +1,9 @@
-"""Perturbations of dormouse/attnres.py: each is a defect the AttnRes gates must catch (scripts/falsify.py).
+"""Perturbations of dormouse/attnres.py: each is a defect the AttnRes gates must catch (tests/falsification).
 
-Format (shared by every scripts/perturbations_*.py): ``name``, ``file`` (repo-relative), ``old`` (an exact
-snippet occurring exactly once), ``new`` (its replacement), ``gates`` (pytest node ids run with ``-x``, most
-specific first), ``why`` (the defect, and where it came from). Most of these are the defects recorded in
+Format (shared by every perturbations_*.py): ``name``, ``file`` (repo-relative), ``function`` (the def, class
+or constant of ``file`` it perturbs, see locate.py), ``old`` (a pattern occurring exactly once inside it),
+``new`` (its replacement), ``gates`` (pytest node ids run with ``-x``, most specific first), ``why`` (the
+defect, and where it came from). Most of these are the defects recorded in
 shared/seeds/ (the earlier implementation's) or the paper slips listed in attnres.md.
 """
 

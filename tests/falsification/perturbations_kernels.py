@@ -1,6 +1,5 @@
 """Perturbations of the fused AttnRes kernels (kernels/ = dormouse_kernels): defects tests/test_kernels.py
-must catch. Run by scripts/falsify.py (format: ``name``, ``file`` repo-relative, ``old`` an exact snippet
-occurring once, ``new``, ``gates`` pytest node ids, ``why``).
+must catch. Run by tests/falsification (format in perturbations_attnres.py).
 
 Each one is a defect a fused attention kernel is known to ship with: the first three are the brief's
 (and the predecessor's, shared/seeds/: the RMSNorm derivative without its 1/d stayed green through

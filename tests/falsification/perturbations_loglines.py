@@ -1,5 +1,5 @@
 """Perturbations of the formats and state the other modules lean on: the log-line formats, the replay rule,
-the arm registry's order, the config defaults and the loop state (scripts/falsify.py; format in
+the arm registry's order, the config defaults and the loop state (tests/falsification; format in
 perturbations_attnres.py).
 
 Each is a defect that would change what a run writes, or how it resumes, without any model test noticing.

@@ -1,5 +1,5 @@
 """Perturbations of the training loop, the data/eval path and the arms' set-up (issue 10, gates 1-6;
-scripts/falsify.py; format in perturbations_attnres.py, plus ``protects``).
+tests/falsification; format in perturbations_attnres.py, plus ``protects``).
 
 Each is a plausible one-line mistake in code that decides a verdict as much as the mechanism does: the
 schedule, the optimizer's groups, the depth the loop runs, what the loss trains, which split eval reads,

@@ -1,5 +1,5 @@
 """Perturbations of the learned-value probes, the sampler and the CLI surface of issue 13
-(scripts/falsify.py; format in perturbations_attnres.py). ``protects`` names what the gate guards."""
+(tests/falsification; format in perturbations_attnres.py). ``protects`` names what the gate guards."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Perturbations of the A/B rule (issue 10, gate 7 and the undecided verdict; scripts/falsify.py; format in
+"""Perturbations of the A/B rule (issue 10, gate 7 and the undecided verdict; tests/falsification; format in
 perturbations_attnres.py, plus ``protects``).
 
 The verdict is what a researcher reads: each of these turns a registered rule into a plausible other one
