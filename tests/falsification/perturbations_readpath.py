@@ -1,6 +1,6 @@
 """Perturbations of the AttnRes read path's precision and speed work (issues 10 and 11): tests/falsification.
 
-Format: see scripts/perturbations_attnres.py; each dict also names what its gate ``protects`` (one of
+Format: see perturbations_attnres.py; each dict also names what its gate ``protects`` (one of
 "mechanism", "kernels", "training loop", "data/eval", "arms' set-up", "A/B rule", "counters").
 """
 
