@@ -105,6 +105,10 @@ def test_a_function_moved_into_a_class_is_matched_dedented_and_the_replacement_r
     ast.parse(out)
     # and back out of the class: a pattern written for the method, applied to the module-level function
     assert locate.apply(top, "scale", "        return y\n", "        return -y\n", "m.py").endswith("    return -y\n")
+    # a one-line pattern that gains lines: in the method, both lines land at the method's indentation
+    out = locate.apply(method, "M.scale", "    y = x * 2\n", "    y = x * 2\n    y = -y\n", "m.py")
+    assert "        y = x * 2\n        y = -y\n        return y\n" in out
+    ast.parse(out)
 
 
 def test_a_stale_perturbation_says_whether_the_definition_or_the_pattern_is_gone() -> None:

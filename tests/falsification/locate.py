@@ -151,9 +151,10 @@ def occurrences(text: str, pattern: str) -> list[Occurrence]:
             continue  # a one-line pattern that does not start indented is the same at every shift
         at = text.find(shifted)
         while at >= 0:
-            # re-indented, a pattern that starts with indentation must start at it: else "   x" would also
-            # match inside "    x", once per shift
-            if shift == 0 or not first or at == 0 or text[at - 1] != " ":
+            # a pattern that starts with indentation must start at the line's indentation: else "    x" would
+            # also match inside "        x" (a block nested one level deeper), and a replacement of several
+            # lines would land at two indentations; that block is found at shift +4 instead
+            if not first or at == 0 or text[at - 1] != " ":
                 found.append(Occurrence(at, len(shifted), shift))
             at = text.find(shifted, at + 1)
     return found
@@ -235,7 +236,9 @@ def key_for(text: str, old: str, where: str, python: bool = True) -> str:
     once in the file as written."""
     exact = [o for o in occurrences(text, old) if o.shift == 0]
     if len(exact) != 1:
-        raise StalePerturbation(f"cannot key: `old` occurs {len(exact)} times in {where} (expected exactly 1)")
+        inside = " (`old` starts with spaces: it must start at a line's indentation)" if text.count(old) else ""
+        raise StalePerturbation(f"cannot key: `old` occurs {len(exact)} times in {where} (expected exactly 1)"
+                                + inside)
     if not python:
         return WHOLE_FILE
     try:
