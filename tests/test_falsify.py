@@ -38,6 +38,27 @@ def test_every_perturbation_is_keyed_and_applies_exactly_once() -> None:
     assert not stale, f"stale perturbations: {stale}"
 
 
+
+def test_every_perturbation_still_applies_when_its_pattern_also_occurs_elsewhere_in_its_file() -> None:
+    """The record's own keys, against an edit elsewhere in each file that the old file-wide rule called stale:
+    a copy of the pattern in a new constant at the top, and the original moved down by a new function."""
+    perts, _ = runner.load_perturbations()
+    checked = 0
+    for p in (p for p in perts if p["function"] != locate.WHOLE_FILE):
+        # the copy sits in a raw triple-quoted string, verbatim; a pattern that cannot close one is skipped
+        quote = next((q for q in ('"""', "'''") if q not in p["old"] and not p["old"].endswith((q[0], "\\"))),
+                     None)
+        if quote is None:
+            continue
+        text = (ROOT / p["file"]).read_text()
+        edited = f"_ELSEWHERE = r{quote}{p['old']}{quote}\n\n\ndef _new():\n    return 0\n\n\n" + text
+        assert edited.count(p["old"]) == 2, p["name"]
+        out = locate.apply(edited, p["function"], p["old"], p["new"], p["file"])
+        assert out == edited.replace(text, text.replace(p["old"], p["new"])), p["name"]
+        checked += 1
+    assert checked >= 0.9 * len(perts), f"only {checked} of {len(perts)} perturbations checked"
+
+
 SOURCE = '''\
 import functools
 
