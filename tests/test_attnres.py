@@ -5,7 +5,7 @@ Every oracle here is independent of the implementation:
 * a deliberately naive float64 reference written in this file from the equations (explicit Python loops
   over sources and feature components, Eq. 6 source sets by block-membership arithmetic);
 * central finite differences in float64 for gradients.
-Every assertion message carries ``deviation=<measured> bound=<allowed>`` so scripts/falsify.py can report by
+Every assertion message carries ``deviation=<measured> bound=<allowed>`` so tests/falsification can report by
 how much a gate went red. Notation for tolerance arguments: u = 2**-53 ~ 1.1e-16 is the float64 unit
 roundoff.
 """

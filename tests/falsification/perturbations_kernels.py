@@ -1,6 +1,5 @@
 """Perturbations of the fused AttnRes kernels (kernels/ = dormouse_kernels): defects tests/test_kernels.py
-must catch. Run by scripts/falsify.py (format: ``name``, ``file`` repo-relative, ``old`` an exact snippet
-occurring once, ``new``, ``gates`` pytest node ids, ``why``).
+must catch. Run by tests/falsification (format in perturbations_attnres.py).
 
 Each one is a defect a fused attention kernel is known to ship with: the first three are the brief's
 (and the predecessor's, shared/seeds/: the RMSNorm derivative without its 1/d stayed green through
@@ -18,6 +17,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "norm_derivative_drops_1_over_d",
         "file": _DA,
+        "function": "_depth_attend_bwd_kernel",
         "old": "                coef = s * ks * ks / D\n",
         "new": "                coef = s * ks * ks\n",
         "gates": [
@@ -31,6 +31,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "forward_skips_online_softmax_rescale",
         "file": _DA,
+        "function": "_depth_attend_fwd_kernel",
         "old": "        acc = acc * rescale[:, None] + p[:, None] * v\n",
         "new": "        acc = acc + p[:, None] * v\n",
         "gates": [_T + "test_forward_matches_oracle[N50-d33-L3-paper-float32]"],
@@ -41,6 +42,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "backward_forgets_gain",
         "file": _DA,
+        "function": "_DepthAttendFn.backward",
         "old": "            grad_query = (dqg * gain.to(dqg.dtype)).to(query.dtype)\n",
         "new": "            grad_query = dqg.to(query.dtype)\n",
         "gates": [
@@ -54,6 +56,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "backward_drops_softmax_centring",
         "file": _DA,
+        "function": "_depth_attend_bwd_kernel",
         "old": "            ds = alpha * (tl.sum(go * v, axis=1) - g_dot_out)\n",
         "new": "            ds = alpha * tl.sum(go * v, axis=1)\n",
         "gates": [_T + "test_backward_matches_oracle_autograd[N50-d33-L3-paper-float32]"],
@@ -63,6 +66,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "lse_without_normaliser",
         "file": _DA,
+        "function": "_depth_attend_fwd_kernel",
         "old": "    tl.store(lse_ptr + rows, m + tl.log(l), mask=row_ok)\n",
         "new": "    tl.store(lse_ptr + rows, m, mask=row_ok)\n",
         "gates": [
@@ -76,6 +80,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "forward_grid_drops_tail_block",
         "file": _DA,
+        "function": "depth_attend_forward",
         "old": "    grid = (triton.cdiv(n, bn),)\n",
         "new": "    grid = (max(1, n // bn),)\n",
         "gates": [_T + "test_forward_low_level_writes_every_element_of_caller_buffers"],
@@ -86,6 +91,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "backward_persistent_loop_skips_blocks",
         "file": _DA,
+        "function": "_depth_attend_bwd_kernel",
         "old": "    for blk in range(pid, NUM_BLOCKS, NPROG):\n",
         "new": "    for blk in range(pid, NUM_BLOCKS, NPROG + 1):\n",
         "gates": [_T + "test_backward_low_level_fills_poisoned_buffers_across_programs"],
@@ -96,6 +102,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "sqrt_d_form_uses_mean",
         "file": _DA,
+        "function": "_load_source",
         "old": "        denom = (ss + eps * D) * D  # eps on the mean square; times d for 1/sqrt(d)\n",
         "new": "        denom = ss / D + eps\n",
         "gates": [_T + "test_forward_matches_oracle[N50-d33-L3-sqrt_d-float32]"],
@@ -106,6 +113,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "forward_ignores_gain",
         "file": _DA,
+        "function": "_DepthAttendFn.forward",
         "old": "        qg = query.to(acc) if gain is None else query.to(acc) * gain.to(acc)\n",
         "new": "        qg = query.to(acc)\n",
         "gates": [_T + "test_forward_matches_oracle[N29-d130-L9-paper-float32]"],
@@ -115,6 +123,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "alignment_hint_for_misaligned_sources",
         "file": _DA,
+        "function": "_source_table",
         "old": "    align = 16 // itemsize if all(p % 16 == 0 for p in ptrs) else 1\n",
         "new": "    align = 16 // itemsize\n",
         "gates": [_T + "test_misaligned_sources_are_correct_and_not_hinted"],
@@ -125,6 +134,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "merge_forgets_second_rescale",
         "file": _MG,
+        "function": "_merge_kernel",
         "old": "    o = w1[:, None] * o1 + w2[:, None] * o2\n",
         "new": "    o = w1[:, None] * o1 + o2\n",
         "gates": [_T + "test_merge_matches_oracle_and_direct_mixture[float32]"],
@@ -134,6 +144,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "merge_empty_partials_turn_nan",
         "file": _MG,
+        "function": "_merge_kernel",
         "old": '    m_safe = tl.where(m == float("-inf"), 0.0, m)\n',
         "new": "    m_safe = m\n",
         "gates": [_T + "test_merge_matches_oracle_and_direct_mixture[float32]"],
@@ -146,6 +157,7 @@ PERTURBATIONS.append(
     {
         "name": "sqrt_d_eps_on_the_sum",
         "file": _DA,
+        "function": "_load_source",
         "old": "        denom = (ss + eps * D) * D  # eps on the mean square; times d for 1/sqrt(d)\n",
         "new": "        denom = (ss + eps) * D\n",
         "gates": ["tests/test_attnres.py::test_triton_kernel_matches_reference[sqrt_d-eps0.125]"],

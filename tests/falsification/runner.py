@@ -1,14 +1,18 @@
-#!/usr/bin/env python
 """Falsification record: every gate must be able to go red.
 
-A perturbation is a named TEXT mutation of one source file (scripts/perturbations_*.py, each defining
-``PERTURBATIONS: list[dict]`` with ``name, file, old, new, gates, why, protects``; ``protects`` is what the
-gate guards, one of PROTECTS below, and a perturbation without it is a load error, never guessed). For each
-one this script:
+A perturbation is a named mutation of one definition (tests/falsification/perturbations_*.py, each defining
+``PERTURBATIONS: list[dict]`` with ``name, file, function, old, new, gates, why, protects``): ``function`` is
+the qualified name of the def/class/constant in ``file`` that ``old`` (a pattern) and ``new`` (its
+replacement) perturb, located with ``ast`` so that the record survives the definition moving, edits elsewhere
+in the file and a change of indentation (tests/falsification/locate.py says what ``function`` may name);
+``protects`` is what the gate guards, one of PROTECTS below. A perturbation without ``function`` or
+``protects`` is a load error, never guessed (``python -m tests.falsification.key --write`` computes the
+missing keys). For each one this runner:
 
 1. copies the repo's ``dormouse/`` -> TMP/dormouse, ``conf/`` -> TMP/dormouse/conf, ``kernels/`` ->
    TMP/dormouse_kernels, ``tests/`` -> TMP/tests (plus pyproject.toml and scripts/), never touching the repo;
-2. checks that ``old`` occurs EXACTLY once in the copied file (else: "stale perturbation") and applies it;
+2. checks that ``old`` occurs EXACTLY once inside ``function`` of the copied file (else: "stale
+   perturbation", saying whether the definition or the pattern is gone) and applies it;
 3. runs ``python -m pytest -x -q -p no:cacheprovider <gates>`` in TMP with PYTHONPATH=TMP, and checks from
    inside that run that ``dormouse`` (and the mutated module) were imported from TMP, not from the
    editable install of the repo;
@@ -18,10 +22,10 @@ one this script:
 The table (perturbation | gate that went red | by how much | restored green) is printed last. Exit status
 1 when any perturbation left every gate green, was stale, could not be run, or its restore was not green.
 
-    python scripts/falsify.py                 # everything
-    python scripts/falsify.py --list          # what would run
-    python scripts/falsify.py --only temperature_1_over_sqrt_d --json out.json
-    python scripts/falsify.py --markdown docs/falsification.md   # the record, grouped by what it protects
+    python -m tests.falsification                 # everything
+    python -m tests.falsification --list          # what would run, and whether each still applies
+    python -m tests.falsification --only temperature_1_over_sqrt_d --json out.json
+    python -m tests.falsification --markdown docs/falsification.md   # the record, grouped by what it protects
 """
 
 from __future__ import annotations
@@ -43,7 +47,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from .locate import WHOLE_FILE, StalePerturbation, apply
+
+ROOT = Path(__file__).resolve().parents[2]
+HOME = Path(__file__).resolve().parent  # tests/falsification: the runner, the perturbations, the keying tool
+COMMAND = "python -m tests.falsification"
 # repo directory -> its place in the temporary tree (the installed package layout, see pyproject.toml)
 LAYOUT: dict[str, str] = {
     "dormouse": "dormouse",
@@ -54,7 +62,7 @@ LAYOUT: dict[str, str] = {
     "docs": "docs",  # docs/results/: the published comparisons tests/test_published_results.py reads
 }
 EXTRA_FILES: tuple[str, ...] = ("pyproject.toml",)
-REQUIRED_KEYS: tuple[str, ...] = ("name", "file", "old", "new", "gates", "why", "protects")
+REQUIRED_KEYS: tuple[str, ...] = ("name", "file", "function", "old", "new", "gates", "why", "protects")
 # What a gate protects, in the order docs/falsification.md lists the groups.
 PROTECTS: tuple[str, ...] = ("mechanism", "kernels", "training loop", "data/eval", "arms' set-up", "A/B rule",
                              "counters", "probes")
@@ -77,14 +85,11 @@ sys.exit(rc)
 """
 
 
-class StalePerturbation(ValueError):
-    """``old`` does not occur exactly once in the file it names."""
-
-
 @dataclass
 class Result:
     name: str
     file: str
+    function: str
     why: str
     source: str
     gates: list[str]
@@ -103,28 +108,35 @@ class Result:
 # --------------------------------------------------------------------------------------------------
 
 
+def read_perturbations(path: Path) -> list[Any]:
+    """The ``PERTURBATIONS`` list of one perturbation file, as Python evaluates it (names resolved)."""
+    spec = importlib.util.spec_from_file_location(f"_falsify_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    perts = module.PERTURBATIONS
+    if not isinstance(perts, list):
+        raise TypeError("PERTURBATIONS is not a list")
+    return perts
+
+
 def load_perturbations(files: list[Path] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
-    """All perturbations from ``files`` (default: scripts/perturbations_*.py) and the load errors."""
-    paths = files if files is not None else sorted((ROOT / "scripts").glob("perturbations_*.py"))
+    """All perturbations from ``files`` (default: tests/falsification/perturbations_*.py) and the load errors."""
+    paths = files if files is not None else sorted(HOME.glob("perturbations_*.py"))
     found: list[dict[str, Any]] = []
     errors: list[str] = []
     names: set[str] = set()
     for path in paths:
         try:
-            spec = importlib.util.spec_from_file_location(f"_falsify_{path.stem}", path)
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            perts = module.PERTURBATIONS
-            if not isinstance(perts, list):
-                raise TypeError("PERTURBATIONS is not a list")
+            perts = read_perturbations(path)
         except Exception as e:  # one broken file must not hide the others
             errors.append(f"{path.name}: cannot load ({type(e).__name__}: {e})")
             continue
         for k, p in enumerate(perts):
             missing = [key for key in REQUIRED_KEYS if not isinstance(p, dict) or key not in p]
             if missing:
-                errors.append(f"{path.name}[{k}]: missing {missing}")
+                hint = " (python -m tests.falsification.key --write adds it)" if missing == ["function"] else ""
+                errors.append(f"{path.name}[{k}]: missing {missing}{hint}")
                 continue
             if p["name"] in names:
                 errors.append(f"{path.name}: duplicate perturbation name {p['name']!r}")
@@ -157,16 +169,6 @@ def module_name(tree_file: str) -> str:
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
-
-
-def apply(text: str, old: str, new: str, where: str) -> str:
-    """Replace the single occurrence of ``old``; a perturbation that no longer matches is stale."""
-    count = text.count(old)
-    if count != 1:
-        raise StalePerturbation(
-            f"stale perturbation: `old` occurs {count} times in {where} (expected exactly 1)"
-        )
-    return text.replace(old, new)
 
 
 def make_tree(dst: Path) -> None:
@@ -297,7 +299,7 @@ def import_problem(tree: Path, imports: dict[str, str | None], mutated: str, red
 
 
 def falsify_one(p: dict[str, Any], workdir: Path) -> Result:
-    res = Result(p["name"], p["file"], p["why"], p["source"], list(p["gates"]), p["protects"])
+    res = Result(p["name"], p["file"], p["function"], p["why"], p["source"], list(p["gates"]), p["protects"])
     start = time.monotonic()
     tree = workdir / p["name"]
     try:
@@ -306,7 +308,7 @@ def falsify_one(p: dict[str, Any], workdir: Path) -> Result:
         target = tree / rel
         if not target.is_file():
             raise StalePerturbation(f"stale perturbation: {p['file']} does not exist")
-        target.write_text(apply(target.read_text(), p["old"], p["new"], p["file"]))
+        target.write_text(apply(target.read_text(), p["function"], p["old"], p["new"], p["file"]))
     except StalePerturbation as e:
         res.status, res.detail = "stale", str(e)
         return res
@@ -365,25 +367,37 @@ def _console() -> Any:
     return console if console.is_terminal else Console(width=220, soft_wrap=False)
 
 
-def occurrences(p: dict[str, Any]) -> int:
-    """How often ``old`` occurs in the repo file (-1: the file is missing); 1 is the only valid count."""
+def staleness(p: dict[str, Any]) -> str | None:
+    """Why ``p`` does not apply to the repo as it is now (None when it applies)."""
     path = ROOT / p["file"]
-    return path.read_text().count(p["old"]) if path.is_file() else -1
+    if not path.is_file():
+        return f"stale perturbation: {p['file']} does not exist"
+    try:
+        apply(path.read_text(), p["function"], p["old"], p["new"], p["file"])
+    except StalePerturbation as e:
+        return str(e)
+    return None
 
 
-def print_list(perts: list[dict[str, Any]]) -> None:
+def print_list(perts: list[dict[str, Any]]) -> int:
+    """Print the table of perturbations; return how many are stale."""
     from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"{len(perts)} perturbations", show_lines=False)
-    for col in ("perturbation", "file", "gates", "why", "applies"):
+    for col in ("perturbation", "file :: function", "gates", "why", "applies"):
         table.add_column(col, overflow="fold")
+    stale = 0
     for p in perts:
-        n = occurrences(p)
-        applies = "yes" if n == 1 else f"[bold red]STALE ({'no file' if n < 0 else f'{n} matches'})[/]"
-        cells = (p["name"], p["file"], "\n".join(p["gates"]), p["why"])
+        problem = staleness(p)
+        stale += problem is not None
+        applies = "yes" if problem is None else f"[bold red]STALE[/] {escape(problem)}"
+        where = p["file"] if p["function"] == WHOLE_FILE else f"{p['file']} :: {p['function']}"
+        cells = (p["name"], where, "\n".join(p["gates"]), p["why"])
         table.add_row(*(escape(str(x)) for x in cells), applies)
     _console().print(table)
+    print(f"{len(perts)} perturbations, {len(perts) - stale} apply, {stale} stale")
+    return stale
 
 
 def print_table(results: list[Result], seconds: float) -> None:
@@ -451,14 +465,16 @@ def render_markdown(results: list[Result], seconds: float, command: str, status:
     out = [
         "# Falsification record",
         "",
-        "Every gate must be able to go red. `scripts/falsify.py` applies each named text mutation from",
-        "`scripts/perturbations_*.py` to a temporary copy of the package (never to the repo), runs that",
-        "perturbation's gates with `pytest -x` against the copy (checking from inside the run that the copy, not",
-        "the editable install, was imported), records the first gate that went red and the `deviation=` /",
-        "`bound=` its message reports, then runs the same gates on an unperturbed copy (restore must be green).",
-        "It exits 1 if a perturbation left every gate green, was stale (its `old` snippet no longer occurs",
-        "exactly once), could not be run, or did not restore green. This file is written by the run itself",
-        "(`--markdown`); do not edit it by hand.",
+        "Every gate must be able to go red. `python -m tests.falsification` (part of the test suite, in",
+        "`tests/falsification/`) applies each named mutation from `tests/falsification/perturbations_*.py` to a",
+        "temporary copy of the package (never to the repo): each is keyed to the definition it perturbs (a",
+        "function, class or constant, found with `ast`) and a pattern that must occur exactly once inside it. It",
+        "runs that perturbation's gates with `pytest -x` against the copy (checking from inside the run that the",
+        "copy, not the editable install, was imported), records the first gate that went red and the",
+        "`deviation=` / `bound=` its message reports, then runs the same gates on an unperturbed copy (restore",
+        "must be green). It exits 1 if a perturbation left every gate green, was stale (its definition is gone,",
+        "or its pattern no longer occurs exactly once there), could not be run, or did not restore green. This",
+        "file is written by the run itself (`--markdown`); do not edit it by hand.",
         "",
         f"- Date: {date}",
         f"- Command: `{command}` (repo root; exit status {status})",
@@ -473,7 +489,7 @@ def render_markdown(results: list[Result], seconds: float, command: str, status:
         "\"by how much\" is the failing assertion's measured deviation, its bound, and their ratio; \"N sources",
         "(bound 0)\" means a source set had N sources more or fewer than Eq. 6 says; \"bound >1e-4\" means the",
         "output had to move by more than 1e-4 and moved by the deviation shown. `--list` prints each",
-        "perturbation's file and gates; `--only NAME` runs one.",
+        "perturbation's file, definition and gates and whether it still applies; `--only NAME` runs one.",
         "",
         "| protects | perturbations | red | restored green |",
         "|---|---|---|---|",
@@ -501,7 +517,7 @@ def render_markdown(results: list[Result], seconds: float, command: str, status:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=COMMAND, description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument(
         "--only",
         action="append",
@@ -519,7 +535,7 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         action="append",
         metavar="PATH",
-        help="load perturbations from this file instead of scripts/perturbations_*.py",
+        help="load perturbations from this file instead of tests/falsification/perturbations_*.py",
     )
     ap.add_argument("--jobs", type=int, default=2, help="perturbations run in parallel (default 2)")
     args = ap.parse_args(argv)
@@ -535,8 +551,8 @@ def main(argv: list[str] | None = None) -> int:
     for e in errors:
         print(f"{'warning' if only else 'error'}: {e}", file=sys.stderr)
     if args.list:
-        print_list(perts)
-        return 0
+        stale = print_list(perts)
+        return 1 if stale or (errors and not only) else 0
 
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="falsify-") as tmp:
@@ -548,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
 
     failed = [r for r in results if r.status != "red" or r.restored is not True]
     status = 1 if failed or (errors and not only) else 0
-    command = " ".join(["python", "scripts/falsify.py", *(argv if argv is not None else sys.argv[1:])])
+    command = " ".join([COMMAND, *(argv if argv is not None else sys.argv[1:])])
     date = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
     if args.markdown:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
@@ -558,10 +574,8 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(
             json.dumps(
                 {
-                    "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-                    "command": " ".join(
-                        ["python", "scripts/falsify.py", *(argv if argv is not None else sys.argv[1:])]
-                    ),
+                    "date": date,
+                    "command": command,
                     "seconds": round(seconds, 1),
                     "load_errors": errors,
                     "ok": not failed and not (errors and not only),
@@ -575,6 +589,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(failed)} perturbation(s) not falsified cleanly: {', '.join(r.name for r in failed)}")
     return status
 
-
-if __name__ == "__main__":
-    sys.exit(main())

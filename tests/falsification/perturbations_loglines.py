@@ -1,5 +1,5 @@
 """Perturbations of the formats and state the other modules lean on: the log-line formats, the replay rule,
-the arm registry's order, the config defaults and the loop state (scripts/falsify.py; format in
+the arm registry's order, the config defaults and the loop state (tests/falsification; format in
 perturbations_attnres.py).
 
 Each is a defect that would change what a run writes, or how it resumes, without any model test noticing.
@@ -14,6 +14,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "eval_line_drops_a_column",
         "file": _LINES,
+        "function": "eval_columns",
         "old": '"depth", "arm", *ARMS, LEARNED, "kernel", "skipped"]',
         "new": '"depth", "arm", *ARMS, LEARNED, "skipped"]',
         "gates": [_T + "test_eval_line_round_trips_the_trainers_line_to_the_byte"],
@@ -24,6 +25,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "done_line_changes_precision",
         "file": _LINES,
+        "function": "format_done_line",
         "old": 'return f"{DONE} step={step} wall_s={wall_s:.1f}"',
         "new": 'return f"{DONE} step={step} wall_s={wall_s:.2f}"',
         "gates": [_T + "test_done_line_round_trips_the_trainers_line"],
@@ -33,6 +35,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "replay_keeps_the_superseded_row",
         "file": _LINES,
+        "function": "replay",
         "old": "    return [*(r for r in rows if step_of(r) < step), row]\n",
         "new": "    return [*(r for r in rows if step_of(r) <= step), row]\n",
         "gates": [_T + "test_a_replayed_step_replaces_the_rows_from_that_step_on"],
@@ -43,6 +46,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "arm_order_swapped",
         "file": "dormouse/config.py",
+        "function": "ARMS",
         "old": 'ARMS = ("rezero", "gr", "attnres")\n',
         "new": 'ARMS = ("rezero", "attnres", "gr")\n',
         "gates": [_T + "test_eval_line_round_trips_the_trainers_line_to_the_byte"],
@@ -53,6 +57,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "schema_default_drifts_from_the_cpu_default",
         "file": "dormouse/config.py",
+        "function": "ModelConfig.max_iter",
         "old": "    max_iter: int = 3  #",
         "new": "    max_iter: int = 4  #",
         "gates": ["tests/test_config.py::test_each_preset_composes_to_the_config_recorded_before_defaults_moved"],
@@ -63,6 +68,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "loop_state_window_not_restored",
         "file": "dormouse/loop_state.py",
+        "function": "LoopState.load_state_dict",
         "old": '        self.window.load_state_dict(state["window"])\n',
         "new": "",
         "gates": ["tests/test_resume.py::test_loop_state_round_trips_through_a_checkpoint",

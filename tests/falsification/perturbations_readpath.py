@@ -1,6 +1,6 @@
-"""Perturbations of the AttnRes read path's precision and speed work (issues 10 and 11): scripts/falsify.py.
+"""Perturbations of the AttnRes read path's precision and speed work (issues 10 and 11): tests/falsification.
 
-Format: see scripts/perturbations_attnres.py; each dict also names what its gate ``protects`` (one of
+Format: see perturbations_attnres.py; each dict also names what its gate ``protects`` (one of
 "mechanism", "kernels", "training loop", "data/eval", "arms' set-up", "A/B rule", "counters").
 """
 
@@ -16,6 +16,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "phase1_scores_under_autocast",
         "file": _ATTNRES,
+        "function": "phase1_stats",
         "old": "    with _outside_autocast(x.device):\n        x = x.to(_compute_dtype(x.dtype))\n",
         "new": "    if True:\n        x = x.to(_compute_dtype(x.dtype))\n",
         "gates": [_TARMS + "test_block_two_phase_eval_under_autocast_reads_in_float32"],
@@ -26,6 +27,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "direct_read_under_autocast",
         "file": _ATTNRES,
+        "function": "_attend",
         "old": "    with _outside_autocast(sources[0].device):\n",
         "new": "    if True:\n",
         "gates": [_TA + "test_depth_attend_under_autocast_is_its_fp32_result"],
@@ -37,6 +39,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "read_backward_without_the_g_dot_out_shift",
         "file": _ATTNRES,
+        "function": "_SoftmaxMix._backward",
         "old": "        ds = alpha * (g_dots - (alpha * g_dots).sum(dim=0))",
         "new": "        ds = alpha * g_dots",
         "gates": [_TA + "test_streaming_read_gradients_match_autograd_of_the_float64_reference"],
@@ -46,6 +49,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "mix_backward_value_path_without_alpha",
         "file": _ATTNRES,
+        "function": "_SoftmaxMix._backward",
         "old": "        grad_x = [g * alpha[i].unsqueeze(-1) if ctx.needs_input_grad[1 + i]",
         "new": "        grad_x = [g if ctx.needs_input_grad[1 + i]",
         "gates": [_TA + "test_streaming_read_gradients_match_autograd_of_the_float64_reference"],
@@ -55,6 +59,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "mix_backward_without_the_score_gradient",
         "file": _ATTNRES,
+        "function": "_SoftmaxMix._backward",
         "old": "        grad_s = ds if ctx.needs_input_grad[0] else None",
         "new": "        grad_s = None",
         "gates": [_TA + "test_streaming_read_gradients_match_autograd_of_the_float64_reference"],
@@ -66,6 +71,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "key_scores_backward_without_the_norm_path",
         "file": _ATTNRES,
+        "function": "_KeyScores.backward",
         "old": "                grad_x = torch.addcmul(g_dots @ table, x, (-g_r * r.pow(3) / d).unsqueeze(-1))",
         "new": "                grad_x = g_dots @ table",
         "gates": [_TA + "test_streaming_read_gradients_match_autograd_of_the_float64_reference"],
@@ -75,6 +81,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "key_scores_backward_without_the_query_term_in_dx",
         "file": _ATTNRES,
+        "function": "_KeyScores.backward",
         "old": "                grad_x = torch.addcmul(g_dots @ table, x, (-g_r * r.pow(3) / d).unsqueeze(-1))",
         "new": "                grad_x = x * (-g_r * r.pow(3) / d).unsqueeze(-1)",
         "gates": [_TA + "test_streaming_read_gradients_match_autograd_of_the_float64_reference"],
@@ -84,6 +91,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "key_scores_query_gradient_without_the_norm",
         "file": _ATTNRES,
+        "function": "_KeyScores.backward",
         "old": "                grad_table = g_dots.reshape(-1, rows).T @ x.reshape(-1, d)",
         "new": "                grad_table = gs.reshape(-1, rows).T @ x.reshape(-1, d)",
         "gates": [_TA + "test_streaming_read_gradients_match_autograd_of_the_float64_reference"],
@@ -93,6 +101,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "query_table_gain_detached",
         "file": _ATTNRES,
+        "function": "BlockAttnResState._query_table",
         "old": "            return _effective_query(queries, gains, form, _compute_dtype(self.embedding.dtype))",
         "new": "            return _effective_query(queries, None if gains is None else gains.detach(), form, "
         "_compute_dtype(self.embedding.dtype))",
@@ -103,6 +112,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "stale_scores_of_the_partial",
         "file": _ATTNRES,
+        "function": "BlockAttnResState.push",
         "old": "        self._table_scores.pop(1 + len(self._completed), None)  # and its scores\n",
         "new": "",
         "gates": [_TA + "test_paths_agree_with_naive_reference"],
@@ -112,6 +122,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "key_scores_backward_under_autocast",
         "file": _ATTNRES,
+        "function": "_KeyScores.backward",
         "old": "        with _outside_autocast(gs.device):\n",
         "new": "        if True:\n",
         "gates": [_TA + "test_query_table_read_under_autocast_is_its_fp32_result_and_backward"],
@@ -122,6 +133,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "rope_backward_rotates_forward",
         "file": "dormouse/model.py",
+        "function": "_RopeQKV.backward",
         "old": "grad[:, :, :2], sign=-1.0)",
         "new": "grad[:, :, :2], sign=1.0)",
         "gates": ["tests/test_model.py::test_attention_gradients_match_autograd_of_the_float64_reference",
@@ -132,6 +144,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "rope_halves_not_swapped",
         "file": "dormouse/model.py",
+        "function": "_rotate_into",
         "old": "torch.mul(x1, cos, out=out1).addcmul_(x2, sin, value=-sign)",
         "new": "torch.mul(x1, cos, out=out1).addcmul_(x1, sin, value=-sign)",
         "gates": ["tests/test_model.py::test_attention_matches_the_float64_reference"],
@@ -141,6 +154,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "rope_value_gradient_dropped",
         "file": "dormouse/model.py",
+        "function": "_RopeQKV.backward",
         "old": "        grad[:, :, 2].copy_(g_v)\n",
         "new": "        grad[:, :, 2].zero_()\n",
         "gates": ["tests/test_model.py::test_attention_gradients_match_autograd_of_the_float64_reference",
@@ -151,6 +165,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "swiglu_up_gradient_without_the_activation",
         "file": "dormouse/model.py",
+        "function": "_SwiGLUGate.backward",
         "old": "torch.mul(g, silu_a, out=grad_b)",
         "new": "torch.mul(g, a, out=grad_b)",
         "gates": ["tests/test_model.py::test_swiglu_and_its_gradients_match_the_float64_reference"],
@@ -160,6 +175,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "swiglu_gate_gradient_without_up",
         "file": "dormouse/model.py",
+        "function": "_SwiGLUGate.backward",
         "old": "aten.silu_backward.grad_input(g * b, a,",
         "new": "aten.silu_backward.grad_input(g, a,",
         "gates": ["tests/test_model.py::test_swiglu_and_its_gradients_match_the_float64_reference"],
@@ -169,6 +185,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "rope_bf16_and_compiled_form_rotates_the_wrong_way",
         "file": "dormouse/model.py",
+        "function": "_rotate_into",
         "old": "out1.copy_(torch.addcmul(x1 * cos, x2, sin, value=-sign))",
         "new": "out1.copy_(torch.addcmul(x1 * cos, x2, sin, value=sign))",
         "gates": ["tests/test_model.py::test_sublayers_under_bf16_autocast_stay_within_bf16_rounding_of_float32",
@@ -181,6 +198,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "swiglu_compiled_backward_without_the_activation",
         "file": "dormouse/model.py",
+        "function": "_SwiGLUGate.backward",
         "old": "torch.ops.aten.silu_backward(g * b, a), g * silu_a)",
         "new": "torch.ops.aten.silu_backward(g * b, a), g * a)",
         "gates": ["tests/test_arms.py::test_whole_model_compiles_as_one_graph_with_eager_losses_and_counts"],
@@ -191,6 +209,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "stale_inverse_rms_of_the_partial",
         "file": _ATTNRES,
+        "function": "BlockAttnResState.push",
         "old": "        self._inv_rms.pop(1 + len(self._completed), None)  # the partial's entry: it just changed\n",
         "new": "",
         "gates": [_TA + "test_paths_agree_with_naive_reference"],
@@ -201,6 +220,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "counter_skipped_while_compiling",
         "file": "dormouse/probes.py",
+        "function": "ProbeCounters.count_ran",
         "old": "        if not self._paused:\n            self._ran[_INDEX[arm]] += n\n",
         "new": (
             "        if not self._paused and not torch.compiler.is_compiling():\n"
@@ -213,6 +233,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "counter_outside_the_graph",
         "file": "dormouse/probes.py",
+        "function": "ProbeCounters.count_asked",
         "old": "    def count_asked(self, arm: str, n: int = 1) -> None:\n",
         "new": "    @torch.compiler.disable\n    def count_asked(self, arm: str, n: int = 1) -> None:\n",
         "gates": [_TARMS + "test_whole_model_compiles_as_one_graph_with_eager_losses_and_counts"],
@@ -223,6 +244,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "merge_without_the_empty_state_guard",
         "file": _ATTNRES,
+        "function": "online_softmax_merge",
         "old": "    m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)\n",
         "new": "    m_safe = m\n",
         "gates": [_TA + "test_online_softmax_merge_of_empty_states_weighs_them_zero"],
@@ -232,6 +254,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "read_backward_under_autocast",
         "file": _ATTNRES,
+        "function": "_SoftmaxMix.backward",
         "old": "        with _outside_autocast(g.device):  # a backward inside autocast keeps the read's precision\n",
         "new": "        if True:\n",
         "gates": [_TA + "test_depth_attend_backward_under_autocast_is_its_fp32_backward"],
@@ -242,6 +265,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "rms_norm_backward_without_the_projection_term",
         "file": _NORM,
+        "function": "_RMSNormFunction.backward",
         "old": "torch.addcmul(u, x_hat, mean_u_x_hat, value=-1.0)",
         "new": "torch.addcmul(u, x_hat, mean_u_x_hat, value=0.0)",
         "gates": [_TN + "test_rms_norm_and_its_gradients_match_autograd_of_the_float64_reference",
@@ -252,6 +276,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "rms_norm_sum_of_squares_for_the_mean",
         "file": _NORM,
+        "function": "_RMSNormFunction.forward",
         "old": ".square_().div_(x.shape[-1]).add_(eps)",
         "new": ".square_().add_(eps)",
         "gates": [_TN + "test_rms_norm_and_its_gradients_match_autograd_of_the_float64_reference"],
@@ -261,6 +286,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "rms_norm_gain_gradient_without_x_hat",
         "file": _NORM,
+        "function": "_RMSNormFunction.backward",
         "old": "(g * x_hat).flatten(0, -2).sum(0)",
         "new": "g.flatten(0, -2).sum(0)",
         "gates": [_TN + "test_rms_norm_and_its_gradients_match_autograd_of_the_float64_reference"],
@@ -270,6 +296,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "rms_norm_default_eps_not_the_machine_epsilon",
         "file": _NORM,
+        "function": "rms_norm",
         "old": "        eps = torch.finfo(x.dtype).eps\n",
         "new": "        eps = 1e-6\n",
         "gates": [_TN + "test_default_eps_is_the_machine_epsilon_of_the_input_dtype"],
@@ -279,6 +306,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "rms_norm_bf16_maths_in_bf16",
         "file": _NORM,
+        "function": "_RMSNormFunction.forward",
         "old": "xc = x if x.dtype in (torch.float32, torch.float64) else x.float()",
         "new": "xc = x",
         "gates": [_TN + "test_bf16_input_is_normalised_in_float32_and_rounded_once"],
@@ -288,6 +316,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "rms_norm_cpu_back_to_the_composite",
         "file": _NORM,
+        "function": "rms_norm",
         "old": "    if x.device.type != \"cpu\" or torch.compiler.is_compiling():\n",
         "new": "    if True:\n",
         "gates": [_TN + "test_cpu_eager_rms_norm_takes_the_hand_written_backward"],

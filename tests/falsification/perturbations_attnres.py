@@ -1,8 +1,9 @@
-"""Perturbations of dormouse/attnres.py: each is a defect the AttnRes gates must catch (scripts/falsify.py).
+"""Perturbations of dormouse/attnres.py: each is a defect the AttnRes gates must catch (tests/falsification).
 
-Format (shared by every scripts/perturbations_*.py): ``name``, ``file`` (repo-relative), ``old`` (an exact
-snippet occurring exactly once), ``new`` (its replacement), ``gates`` (pytest node ids run with ``-x``, most
-specific first), ``why`` (the defect, and where it came from). Most of these are the defects recorded in
+Format (shared by every perturbations_*.py): ``name``, ``file`` (repo-relative), ``function`` (the def, class
+or constant of ``file`` it perturbs, see locate.py), ``old`` (a pattern occurring exactly once inside it),
+``new`` (its replacement), ``gates`` (pytest node ids run with ``-x``, most specific first), ``why`` (the
+defect, and where it came from). Most of these are the defects recorded in
 shared/seeds/ (the earlier implementation's) or the paper slips listed in attnres.md.
 """
 
@@ -16,6 +17,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "temperature_1_over_sqrt_d",
         "file": _FILE,
+        "function": "_SoftmaxMix.forward",
         "old": "alpha = torch.softmax(scores, dim=0)",
         "new": "alpha = torch.softmax(scores / math.sqrt(xs[0].shape[-1]), dim=0)",
         "gates": [_T + "test_gold_fixture_a"],
@@ -25,6 +27,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "l2_norm_instead_of_rmsnorm",
         "file": _FILE,
+        "function": "_inv_rms",
         "old": "torch.rsqrt(x.pow(2).mean(dim=-1) + eps)",
         "new": "torch.rsqrt(x.pow(2).sum(dim=-1) + eps)",
         "gates": [_T + "test_gold_fixture_a"],
@@ -34,6 +37,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "eps_outside_the_root",
         "file": _FILE,
+        "function": "_inv_rms",
         "old": "torch.rsqrt(x.pow(2).mean(dim=-1) + eps)",
         "new": "(torch.rsqrt(x.pow(2).mean(dim=-1)) + eps)",
         "gates": [_T + "test_gold_fixture_a"],
@@ -43,6 +47,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "sqrt_d_form_with_sqrt_d_not_d",
         "file": _FILE,
+        "function": "_effective_query",
         "old": "        q = q / q.shape[-1]\n",
         "new": "        q = q / math.sqrt(q.shape[-1])\n",
         "gates": [_T + "test_gold_fixture_a", _T + "test_sqrt_d_form_is_paper_form_with_w_over_d"],
@@ -52,6 +57,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "normalised_values",
         "file": _FILE,
+        "function": "_SoftmaxMix.forward",
         "old": "            out.addcmul_(xs[i], alpha[i].unsqueeze(-1))",
         "new": "            out.addcmul_(xs[i] * rs[i].unsqueeze(-1), alpha[i].unsqueeze(-1))",
         "gates": [_T + "test_gold_fixture_a"],
@@ -61,6 +67,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "independent_sigmoid_gates_not_one_softmax",
         "file": _FILE,
+        "function": "_SoftmaxMix.forward",
         "old": "alpha = torch.softmax(scores, dim=0)",
         "new": "alpha = torch.sigmoid(scores)",
         "gates": [_T + "test_gold_fixture_a"],
@@ -70,6 +77,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "softmax_in_the_input_dtype",
         "file": _FILE,
+        "function": "_compute_dtype",
         "old": "    return torch.promote_types(dtype, torch.float32)\n",
         "new": "    return dtype\n",
         "gates": [_T + "test_bf16_sources_are_mixed_in_float32"],
@@ -79,6 +87,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "gain_gradient_dropped",
         "file": _FILE,
+        "function": "_effective_query",
         "old": "        q = q * gain.to(dtype)\n",
         "new": "        q = q * gain.detach().to(dtype)\n",
         "gates": [
@@ -92,6 +101,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "embedding_summed_into_block_1",
         "file": _FILE,
+        "function": "BlockAttnResState.__init__",
         "old": "self._partial: Tensor | None = None",
         "new": "self._partial: Tensor | None = embedding",
         "gates": [_T + "test_gold_fixture_b_streaming"],
@@ -101,6 +111,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "completed_block_merged_twice",
         "file": _FILE,
+        "function": "BlockAttnResState.push",
         "old": "            self._completed.append(self._partial)\n            self._partial = None\n",
         "new": "            self._completed.append(self._partial)\n",
         "gates": [_T + "test_gold_fixture_b_streaming"],
@@ -110,6 +121,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "empty_partial_entered_as_zero_source",
         "file": _FILE,
+        "function": "block_sources",
         "old": (
             "    if partial_terms:  # b_n^0 = 0 is not a source (Eq. 6, i = 1)\n"
             "        sources.append(_sum(partial_terms))\n"
@@ -123,6 +135,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "block_layer_reads_own_output",
         "file": _FILE,
+        "function": "two_phase_block",
         "old": "        h = layer_input(i, partial)\n        y = layer_fn(i, h)\n",
         "new": (
             "        y = layer_fn(i, layer_input(i, partial))\n"
@@ -136,6 +149,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "two_phase_merge_without_lse",
         "file": _FILE,
+        "function": "phase2_input",
         "old": "merge(m1, l1, o1, m2, torch.ones_like(m2), p)",
         "new": "merge(m1, torch.ones_like(m2), o1 / l1.unsqueeze(-1), m2, torch.ones_like(m2), p)",
         "gates": [_T + "test_gold_fixture_b_two_phase"],
@@ -145,6 +159,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "partial_accumulates_layer_input",
         "file": _FILE,
+        "function": "two_phase_block",
         "old": "        partial = y if partial is None else partial + y  # Eq. 5",
         "new": "        partial = h if partial is None else partial + h  # Eq. 5",
         "gates": [_T + "test_gold_fixture_b_two_phase"],
@@ -154,6 +169,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "phase2_uses_the_blocks_first_query",
         "file": _FILE,
+        "function": "two_phase_block.layer_input",
         "old": "partial, queries[i], gain=gain",
         "new": "partial, queries[0], gain=gain",
         "gates": [_T + "test_paths_agree_with_naive_reference"],
@@ -163,6 +179,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "phase1_ignores_the_gain",
         "file": _FILE,
+        "function": "phase1_stats",
         "old": "    q = _effective_query(queries, gains, form, x.dtype)\n",
         "new": "    q = _effective_query(queries, None, form, x.dtype)\n",
         "gates": [_T + "test_paths_agree_with_naive_reference"],
@@ -172,6 +189,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "merge_without_rescaling_o1",
         "file": _FILE,
+        "function": "online_softmax_merge",
         "old": "w1.unsqueeze(-1) * o1 + w2.unsqueeze(-1) * o2",
         "new": "o1 + w2.unsqueeze(-1) * o2",
         "gates": [_T + "test_online_softmax_merge_matches_one_joint_softmax"],

@@ -1,5 +1,5 @@
 """Perturbations of how a comparison's pairs are launched (issue 12): the locks, the per-pair slots, the
-submitit requeue hook, --status, the live board and errors said once (scripts/falsify.py; format in
+submitit requeue hook, --status, the live board and errors said once (tests/falsification; format in
 perturbations_attnres.py). ``protects`` names what a defect here would break."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "comparison_lock_shared",
         "file": _LOCK,
+        "function": "HolderLock.acquire",
         "old": "            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n",
         "new": "            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)\n",
         "gates": [_L + "test_a_lock_held_by_a_live_process_is_refused_naming_its_pid_and_host"],
@@ -28,6 +29,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "stale_lock_taken_silently",
         "file": _LOCK,
+        "function": "HolderLock.acquire",
         "old": "        self.took_over = read_holder(self.path)\n",
         "new": "        self.took_over = None\n",
         "gates": [_L + "test_a_stale_lock_from_a_dead_process_is_taken_over_with_a_message"],
@@ -37,6 +39,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "pair_lock_not_the_pairs",
         "file": _PAIRJOB,
+        "function": "run_pair",
         "old": "        lock = pair_lock(task.comp_dir, pair.name).acquire()\n",
         "new": "        lock = pair_lock(task.comp_dir, pair.name + '-x').acquire()\n",
         "gates": [_T + "test_a_pair_trained_by_another_process_is_not_touched"],
@@ -46,6 +49,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "slot_threads_not_applied",
         "file": _LAUNCH,
+        "function": "enter_slot",
         "old": "        torch.set_num_threads(slot.threads)\n",
         "new": "        pass\n",
         "gates": [_T + "test_parallel_pairs_equal_the_sequential_pairs_bit_for_bit"],
@@ -56,6 +60,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "cores_not_shared_between_jobs",
         "file": _LAUNCH,
+        "function": "plan_slots",
         "old": "    per_job = threads if threads is not None else max(1, cores // max(jobs, 1))\n",
         "new": "    per_job = threads if threads is not None else cores\n",
         "gates": [_T + "test_slots_share_the_cores_and_refuse_what_cannot_be_honoured"],
@@ -65,6 +70,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "cuda_jobs_share_one_gpu",
         "file": _LAUNCH,
+        "function": "plan_slots",
         "old": "        slots.append(Slot(i, per_job, (devices[i],) if cuda and devices is not None else None))\n",
         "new": "        slots.append(Slot(i, per_job, (devices[0],) if cuda and devices is not None else None))\n",
         "gates": [_T + "test_slots_share_the_cores_and_refuse_what_cannot_be_honoured"],
@@ -74,6 +80,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "preempted_job_not_requeued",
         "file": _CLUSTER,
+        "function": "PairJob.checkpoint",
         "old": "        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)\n",
         "new": "        return None\n",
         "gates": [_T + "test_submitit_local_jobs_complete_and_preempted_jobs_requeue_and_resume"],
@@ -84,6 +91,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "preempted_pair_not_handed_to_submitit",
         "file": _CLUSTER,
+        "function": "PairJob.__call__",
         "old": "        if outcome.status == INTERRUPTED and outcome.exit_code == 128 + int(usr):\n",
         "new": "        if outcome.status == INTERRUPTED and outcome.exit_code == -1:\n",
         "gates": [_T + "test_submitit_local_jobs_complete_and_preempted_jobs_requeue_and_resume"],
@@ -94,6 +102,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "override_error_said_per_arm",
         "file": _RUNNER,
+        "function": "plan_pairs",
         "old": "              if len(arm_lines) == len(spec.arms) and all(ln in lns for lns in arm_lines.values())]\n",
         "new": "              if False]\n",
         "gates": [_T + "test_an_invalid_override_is_reported_once_for_the_comparison"],
@@ -103,6 +112,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "status_misses_running_pairs",
         "file": _STATUS,
+        "function": "pair_status",
         "old": "    elif is_locked(lock_path):\n",
         "new": "    elif False:\n",
         "gates": [_T + "test_status_during_a_run_shows_done_running_pending_and_failed"],
@@ -112,6 +122,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "board_never_live",
         "file": _LIVE,
+        "function": "PairBoard.__enter__",
         "old": "        if self.console.is_terminal:\n",
         "new": "        if False:\n",
         "gates": [_T + "test_the_board_is_plain_lines_off_a_terminal_and_a_live_table_on_one"],

@@ -1,5 +1,5 @@
 """Perturbations of the learned-value probes, the sampler and the CLI surface of issue 13
-(scripts/falsify.py; format in perturbations_attnres.py). ``protects`` names what the gate guards."""
+(tests/falsification; format in perturbations_attnres.py). ``protects`` names what the gate guards."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "probe_weights_before_softmax",
         "file": _PROBES,
+        "function": "depth_weights",
         "old": "    return torch.softmax(scores, dim=0)\n",
         "new": "    return scores\n",
         "gates": [_T + "test_attnres_map_equals_an_independent_float64_recomputation"],
@@ -19,6 +20,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "probe_key_norm_without_eps",
         "file": _PROBES,
+        "function": "depth_weights",
         "old": "    keys = v * torch.rsqrt(v.pow(2).mean(dim=-1, keepdim=True) + eps)\n",
         "new": "    keys = v * torch.rsqrt(v.pow(2).mean(dim=-1, keepdim=True))\n",
         "gates": [_T + "test_attnres_map_equals_an_independent_float64_recomputation"],
@@ -28,6 +30,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "probe_readout_misses_last_iteration",
         "file": _PROBES,
+        "function": "learned_values",
         "old": "                seen = outputs[:r] if r < n_slots else outputs[:2 * (r - n_slots + 1)]\n",
         "new": "                seen = outputs[:r] if r < n_slots else outputs[:2 * (r - n_slots) + 1]\n",
         "gates": [_T + "test_attnres_map_equals_an_independent_float64_recomputation"],
@@ -37,6 +40,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "probe_gr_spread_over_slots_not_channels",
         "file": _PROBES,
+        "function": "learned_values",
         "old": "        out.gate_spread = [float(v) for v in per_channel.std(dim=1, unbiased=False)]\n",
         "new": "        out.gate_spread = [float(per_channel.mean(dim=1).std(unbiased=False))]"
                " * per_channel.shape[0]\n",
@@ -47,6 +51,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "probe_gr_gate_without_bias",
         "file": _PROBES,
+        "function": "learned_values",
         "old": "                    gate = torch.sigmoid(proj(F.rms_norm(h, (d,))) + arm.bias[s])\n",
         "new": "                    gate = torch.sigmoid(proj(F.rms_norm(h, (d,))))\n",
         "gates": [_T + "test_gr_gates_equal_a_float64_recomputation_and_start_at_sigmoid_minus_2"],
@@ -56,6 +61,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "sample_depth_ignored",
         "file": "dormouse/sample.py",
+        "function": "generate",
         "old": "            logits = model(seq[:, -context:], depth=depth, readouts=\"last\")"
                "[-1][0, -1].float().cpu()\n",
         "new": "            logits = model(seq[:, -context:], readouts=\"last\")[-1][0, -1].float().cpu()\n",
@@ -66,6 +72,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "atomic_write_keeps_mkstemp_0600",
         "file": "dormouse/checkpoint.py",
+        "function": "atomic_save_bytes",
         "old": "        os.fchmod(fd, mode)\n",
         "new": "        pass\n",
         "gates": ["tests/test_checkpoint.py::test_new_files_get_0666_minus_the_umask"],
@@ -75,6 +82,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "rezero_alpha_averaged_with_its_sign",
         "file": "dormouse/probe_plots.py",
+        "function": "mean_probe_row",
         "old": "        magnitudes = np.abs(np.array(alphas, dtype=float))\n",
         "new": "        magnitudes = np.array(alphas, dtype=float)\n",
         "gates": ["tests/test_ab_plots.py::test_rezero_alpha_is_averaged_over_seeds_as_a_magnitude"],

@@ -1,4 +1,4 @@
-"""Perturbations of the A/B rule (issue 10, gate 7 and the undecided verdict; scripts/falsify.py; format in
+"""Perturbations of the A/B rule (issue 10, gate 7 and the undecided verdict; tests/falsification; format in
 perturbations_attnres.py, plus ``protects``).
 
 The verdict is what a researcher reads: each of these turns a registered rule into a plausible other one
@@ -17,6 +17,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "verdict_uses_raw_p_not_holm",
         "file": _REPORT,
+        "function": "analyze",
         "old": "            p_adj = r[\"p_holm\"] if r[\"role\"] == \"arm\" else None\n",
         "new": "            p_adj = r[\"p\"] if r[\"role\"] == \"arm\" else None\n",
         "gates": [_V + "test_verdict_follows_holm_not_the_raw_p"],
@@ -26,6 +27,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "undecided_reported_as_tie",
         "file": _STATS,
+        "function": "decide",
         "old": "    elif inside:\n",
         "new": "    elif True:\n",
         "gates": [_S + "test_verdict_rules"],
@@ -36,6 +38,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "effect_size_threshold_strict",
         "file": _STATS,
+        "function": "decide",
         "old": "    big = abs(diff_mean) >= delta\n",
         "new": "    big = abs(diff_mean) > delta\n",
         "gates": [_S + "test_verdict_boundaries"],
@@ -45,6 +48,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "tie_band_closed",
         "file": _STATS,
+        "function": "decide",
         "old": "    inside = -delta < lo and hi < delta\n",
         "new": "    inside = -delta <= lo and hi <= delta\n",
         "gates": [_S + "test_verdict_boundaries"],
@@ -54,6 +58,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "sentence_side_from_the_mean",
         "file": _REPORT,
+        "function": "rule_sentence",
         "old": "    side = \"lies below 0\" if d.below_zero else \"lies above 0\" if d.above_zero else ",
         "new": "    side = \"lies below 0\" if d.diff_mean < 0 else \"lies above 0\" if d.diff_mean > 0 else ",
         "gates": [_V + "test_no_verdict_sentence_contradicts_its_numbers"],
@@ -64,6 +69,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "undecided_keeps_nothing",
         "file": _REPORT,
+        "function": "analyze",
         "old": "        elif r[\"verdict\"] in (stats.TIE, stats.UNDECIDED):\n",
         "new": "        elif r[\"verdict\"] in (stats.TIE,):\n",
         "gates": [_V + "test_each_verdict_states_its_rule_and_the_command_of_the_extension"],
@@ -73,6 +79,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "extension_may_change_the_fixed_overrides",
         "file": _REGISTRY,
+        "function": "EXTENSION_MAY_DIFFER",
         "old": "EXTENSION_MAY_DIFFER = (\"name\", \"description\", \"seeds\", ",
         "new": "EXTENSION_MAY_DIFFER = (\"name\", \"description\", \"seeds\", \"fixed\", ",
         "gates": [_V + "test_the_registered_extension_only_adds_seeds"],
@@ -82,6 +89,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "published_registration_edited_after_the_run",
         "file": "conf/ab/residual_cpu.yaml",
+        "function": "<file>",
         "old": "seeds: [1, 2, 3, 4, 5]\n",
         "new": "seeds: [1, 2, 3, 4, 6]\n",
         "gates": ["tests/test_published_results.py::test_published_results_come_from_the_registered_file"],
@@ -92,6 +100,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "published_verdict_edited_by_hand",
         "file": "docs/results/residual_cpu/results.json",
+        "function": "<file>",
         "old": "\"verdict\": \"better\"",
         "new": "\"verdict\": \"undecided\"",
         "gates": ["tests/test_published_results.py::test_published_verdicts_follow_the_registered_rule"],

@@ -1,5 +1,5 @@
 """Perturbations of the arms and the loop driver: dead arms, leaking counters, readouts taken from the
-wrong place (scripts/falsify.py; format in perturbations_attnres.py).
+wrong place (tests/falsification; format in perturbations_attnres.py).
 
 These are the model-level defects the predecessor shipped or nearly shipped (seeds/): a counter that fires
 while the output does not move, a counter outside the arm's branch, a readout that misses the iteration's
@@ -16,6 +16,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "rezero_result_discarded",
         "file": _ARMS,
+        "function": "ReZero.absorb",
         "old": "        new_state = torch.addcmul(state, self.alpha[slot].to(output.dtype), output)",
         "new": "        new_state = torch.addcmul(state, 0 * self.alpha[slot].to(output.dtype), output)",
         "gates": [_T + "test_arm_parameters_move_the_logits_at_every_depth"],
@@ -25,6 +26,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "gr_gate_ignores_its_bias",
         "file": _ARMS,
+        "function": "GatedResidual.absorb",
         "old": "gate_proj.weight.to(normed.dtype), self.bias[slot].to(normed.dtype)))",
         "new": "gate_proj.weight.to(normed.dtype), torch.full_like(self.bias[slot], -2.0).detach()))",
         "gates": [_T + "test_arm_parameters_move_the_logits_at_every_depth"],
@@ -34,6 +36,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "attnres_query_not_used",
         "file": _ARMS,
+        "function": "AttnRes.begin",
         "old": "BlockAttnResState(embedding, self.block_size or 1, queries=self.queries,",
         "new": "BlockAttnResState(embedding, self.block_size or 1, queries=self.queries.detach() * 0,",
         "gates": [_T + "test_arm_parameters_move_the_logits_at_every_depth"],
@@ -44,6 +47,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "counter_outside_the_arm",
         "file": _MODEL,
+        "function": "LoopedByteLM.forward",
         "old": "                PROBES.count_asked(self.arm.name)\n",
         "new": "                PROBES.count_asked(self.arm.name)\n                PROBES.count_ran(\"rezero\")\n",
         "gates": [_T + "test_selected_arm_counts_ran_equal_asked_and_others_zero"],
@@ -53,6 +57,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "readout_before_the_iterations_last_sublayer",
         "file": _MODEL,
+        "function": "LoopedByteLM.forward",
         "old": "                state = self.arm.absorb(state, slot, out)\n",
         "new": "                state = self.arm.absorb(state, slot, out) if j == 0 or k == 0 else state\n",
         "gates": [_T + "test_attnres_readout_after_iteration_k_depends_on_iteration_k"],
@@ -62,6 +67,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "two_phase_eval_merges_without_rescale",
         "file": _ARMS,
+        "function": "AttnRes._two_phase_input",
         "old": "        merge = online_softmax_merge\n",
         "new": "        merge = lambda m1, l1, o1, m2, l2, o2: (m1, l1 + l2, o1 + o2)  # noqa: E731\n",
         "gates": [_T + "test_block_two_phase_eval_gives_the_direct_forms_logits"],
@@ -71,6 +77,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "eval_never_takes_the_two_phase_path",
         "file": _ARMS,
+        "function": "AttnRes.uses_two_phase",
         "old": "        return not self.training and self.block_size is not None and self.query_proj is None\n",
         "new": "        return False\n",
         "gates": [_T + "test_block_two_phase_eval_gives_the_direct_forms_logits"],
@@ -83,6 +90,7 @@ PERTURBATIONS.append(
     {
         "name": "optimizer_step_dropped",
         "file": "dormouse/train.py",
+        "function": "train_step",
         "old": "        run.optimizer.step()\n",
         "new": "",
         "gates": ["tests/test_train.py::test_each_arm_trains_end_to_end_through_the_cli"],

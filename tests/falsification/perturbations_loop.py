@@ -1,5 +1,5 @@
 """Perturbations of the training loop, the data/eval path and the arms' set-up (issue 10, gates 1-6;
-scripts/falsify.py; format in perturbations_attnres.py, plus ``protects``).
+tests/falsification; format in perturbations_attnres.py, plus ``protects``).
 
 Each is a plausible one-line mistake in code that decides a verdict as much as the mechanism does: the
 schedule, the optimizer's groups, the depth the loop runs, what the loss trains, which split eval reads,
@@ -24,6 +24,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "warmup_starts_at_zero",
         "file": _SCHEDULE,
+        "function": "lr_at",
         "old": "        return t.lr * (step + 1) / t.warmup\n",
         "new": "        return t.lr * step / t.warmup\n",
         "gates": [_LOOP + "test_learning_rate_the_optimizer_applies_at_the_schedule_boundaries"],
@@ -33,6 +34,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "cosine_horizon_ignores_warmup",
         "file": _SCHEDULE,
+        "function": "lr_at",
         "old": "(step - t.warmup) / max(1, t.steps - t.warmup)",
         "new": "(step - t.warmup) / max(1, t.steps)",
         "gates": [_LOOP + "test_learning_rate_the_optimizer_applies_at_the_schedule_boundaries"],
@@ -42,6 +44,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "loop_applies_the_previous_steps_lr",
         "file": _TRAIN,
+        "function": "train_step",
         "old": "        group[\"lr\"] = lr_at(loop.step, cfg)\n",
         "new": "        group[\"lr\"] = lr_at(max(0, loop.step - 1), cfg)\n",
         "gates": [_LOOP + "test_learning_rate_the_optimizer_applies_at_the_schedule_boundaries"],
@@ -51,6 +54,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "resume_bends_the_schedule",
         "file": _RUNDIR,
+        "function": "prepare_run_dir",
         "old": "        problem = schedule_change_problem(old, cfg, int(state[\"step\"]))\n",
         "new": "        problem = None\n",
         "gates": ["tests/test_resume_schedule.py::"
@@ -62,6 +66,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "optimizer_decays_everything",
         "file": _TRAIN,
+        "function": "_train",
         "old": "torch.optim.AdamW(model.param_groups(float(t.weight_decay)), ",
         "new": "torch.optim.AdamW([{\"params\": list(model.parameters()), "
                "\"weight_decay\": float(t.weight_decay)}], ",
@@ -72,6 +77,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "arm_matrices_rule_only_by_ndim",
         "file": _MODEL,
+        "function": "LoopedByteLM.param_groups",
         "old": "            if p.ndim < 2 or name in arm_no_decay:\n",
         "new": "            if p.ndim < 2:\n",
         "gates": [_LOOP + "test_the_optimizer_the_loop_steps_decays_matrices_only"],
@@ -82,6 +88,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "random_depth_never_reaches_max_iter",
         "file": _TRAIN,
+        "function": "depth_for_step",
         "old": "torch.randint(1, max_iter + 1, (1,)",
         "new": "torch.randint(1, max(2, max_iter), (1,)",
         "gates": [_LOOP + "test_random_depth_covers_exactly_one_to_max_iter"],
@@ -91,6 +98,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "depth_drawn_once_for_the_run",
         "file": _TRAIN,
+        "function": "train_step",
         "old": "depth = depth_for_step(int(t.seed), loop.step, ",
         "new": "depth = depth_for_step(int(t.seed), 0, ",
         "gates": [_LOOP + "test_the_loop_runs_the_depth_drawn_for_each_step"],
@@ -101,6 +109,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "readout_config_ignored",
         "file": _TRAIN,
+        "function": "train_step",
         "old": "readouts=str(t.readout))",
         "new": "readouts=\"all\")",
         "gates": [_LOOP + "test_readout_all_trains_every_readout_and_last_only_the_final_one"],
@@ -110,6 +119,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "readout_losses_summed_not_averaged",
         "file": _TRAIN,
+        "function": "readout_loss",
         "old": "    return torch.stack(losses).mean()\n",
         "new": "    return torch.stack(losses).sum()\n",
         "gates": [_LOOP + "test_readout_all_trains_every_readout_and_last_only_the_final_one"],
@@ -120,6 +130,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "eval_reads_the_train_split",
         "file": _TRAIN,
+        "function": "_train",
         "old": "eval_windows(corpus.val, ",
         "new": "eval_windows(corpus.train, ",
         "gates": [_EVAL + "test_eval_reads_the_val_split_and_training_never_does"],
@@ -129,6 +140,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "split_puts_val_at_the_head",
         "file": _DATA,
+        "function": "_split",
         "old": "    return everything[:n_train].clone(), everything[n_train:].clone()\n",
         "new": "    return everything[n_val:].clone(), everything[:n_val].clone()\n",
         "gates": [_EVAL + "test_eval_reads_the_val_split_and_training_never_does"],
@@ -138,6 +150,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "eval_bytes_beyond_val_accepted",
         "file": _DATA,
+        "function": "load_corpus",
         "old": "    if eval_bytes is not None and int(eval_bytes) > val.numel():\n",
         "new": "    if False:\n",
         "gates": [_EVAL + "test_eval_bytes_larger_than_the_val_split_is_refused_naming_it"],
@@ -149,6 +162,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "last_iteration_skips_its_mlp",
         "file": _MODEL,
+        "function": "LoopedByteLM.forward",
         "old": "            for j, sublayer in enumerate(self.sublayers):\n",
         "new": "            for j, sublayer in enumerate(self.sublayers[: 1 if 0 < k == depth - 1 else 2]):\n",
         "gates": [_ASKED + "test_a_real_runs_asked_is_twice_the_depths_its_schedule_drew"],
@@ -160,6 +174,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "gr_bias_starts_at_minus_one",
         "file": _ARMS,
+        "function": "GatedResidual.__init__",
         "old": "torch.full((self.n_slots, d_model), -2.0)",
         "new": "torch.full((self.n_slots, d_model), -1.0)",
         "gates": [_SETUP + "test_each_arm_starts_from_its_papers_values"],
@@ -169,6 +184,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "shared_init_overwrites_the_arm",
         "file": _MODEL,
+        "function": "LoopedByteLM.init_weights",
         "old": "            if name.startswith(\"arm\"):\n                continue\n",
         "new": "",
         "gates": [_SETUP + "test_each_arm_starts_from_its_papers_values"],
@@ -178,6 +194,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "rezero_alpha_shared_by_iterations",
         "file": _ARMS,
+        "function": "ReZero.absorb",
         "old": "self.alpha[slot].to(output.dtype)",
         "new": "self.alpha[slot % 2].to(output.dtype)",
         "gates": [_SETUP + "test_a_slots_parameters_move_only_the_readouts_at_and_after_its_iteration"],
@@ -187,6 +204,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "gr_bias_shared_by_iterations",
         "file": _ARMS,
+        "function": "GatedResidual.absorb",
         "old": "self.bias[slot].to(normed.dtype)",
         "new": "self.bias[slot % 2].to(normed.dtype)",
         "gates": [_SETUP + "test_a_slots_parameters_move_only_the_readouts_at_and_after_its_iteration"],
@@ -196,6 +214,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "attnres_readouts_share_one_query",
         "file": _ARMS,
+        "function": "AttnRes.readout_input",
         "old": "        return self._read(state, self.n_slots + k)\n",
         "new": "        return self._read(state, self.n_slots)\n",
         "gates": [_SETUP + "test_an_attnres_readout_query_moves_its_own_readout_only"],
@@ -205,6 +224,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "gr_gate_reads_the_raw_state",
         "file": _ARMS,
+        "function": "GatedResidual.absorb",
         "old": "        normed = rms_norm(state)\n",
         "new": "        normed = state\n",
         "gates": [_SETUP + "test_gr_gate_reads_the_rms_normalised_state"],
