@@ -328,3 +328,89 @@ def simulate(design: Design, deltas: Sequence[float], sd: float | Sequence[float
         p_any_better_or_worse=float(((code == _B) | (code == _W)).any(axis=0).mean()),
         expected_n_baseline=float(n_used.max(axis=0).mean()), max_n=design.n_max,
     )
+
+
+CARD_N_SIM = 20_000  # per scenario; Monte-Carlo se of a rate near 0.05 is 0.0015
+CARD_SEED = 20261202
+
+
+@dataclass(frozen=True)
+class DesignCard:
+    """What a registration promises, simulated from the pilot's spread (docs/ab-protocol.md, "The design card").
+
+    Every rate comes from :func:`simulate` (the exact procedure: all looks, all arms of the family, decided
+    arms stopping), each scenario with every arm at the same true Δ."""
+
+    design: Design
+    pilot_sd: tuple[float, ...]  # sd of the paired differences per arm, from the pilot
+    expected_effect: float  # the expected Δ (negative = the arms better), stated at registration
+    n_sim: int
+    seed: int
+    type_i: float  # P(any arm better or worse | every Δ = 0), family-wise; must be ≤ α
+    tie_at_zero: float  # P(tie | Δ = 0), mean over arms
+    tie_at_sesoi: float  # P(tie | Δ = +SESOI), mean over arms; must be ≤ α (the TOST error)
+    power_sesoi: float  # P(better | Δ = −SESOI), mean over arms
+    power_expected: float  # P(the right direction | Δ = expected_effect), mean over arms
+    expected_n: dict[str, float]  # scenario -> expected replicates per arm
+    expected_n_baseline: dict[str, float]  # scenario -> expected replicates of the baseline (until the last arm stops)
+    max_n: int
+
+    def mc_se(self, p: float) -> float:
+        return math.sqrt(max(p * (1 - p), 0.0) / self.n_sim)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["design"] = {**asdict(self.design), "looks": list(self.design.looks)}
+        d["pilot_sd"] = list(self.pilot_sd)
+        d["boundaries"] = [asdict(b) for b in boundaries(self.design)]
+        return d
+
+    def to_text(self) -> str:
+        dz = self.design
+        se = self.mc_se
+        rows = "\n".join(
+            f"    look {b.look + 1}: n {b.n:>3}  better/worse |t| > {b.sup_t:8.3f} (p < {b.sup_p:.3g})"
+            f"   tie: both TOST t > {b.eq_t:7.3f} (p < {b.eq_p:.3g})"
+            for b in boundaries(dz))
+        sd = ", ".join(f"{v:.4g}" for v in self.pilot_sd)
+        return "\n".join([
+            f"Design card: α {dz.alpha:g} (family of {dz.n_arms} arm(s), Bonferroni; TOST α per arm), "
+            f"SESOI {dz.sesoi:g} bpb, looks {list(dz.looks)}, {SPENDING} spending",
+            f"  pilot sd of paired differences: {sd}; expected effect {self.expected_effect:+g} bpb",
+            rows,
+            f"  type-I error P(better or worse | Δ=0), family: {self.type_i:.4f} ± {se(self.type_i):.4f}",
+            f"  P(tie | Δ=0): {self.tie_at_zero:.3f}   P(tie | Δ=+SESOI): {self.tie_at_sesoi:.4f}",
+            f"  power at the SESOI P(better | Δ=−{dz.sesoi:g}): {self.power_sesoi:.3f}",
+            f"  power at the expected effect (Δ={self.expected_effect:+g}): {self.power_expected:.3f}",
+            "  expected replicates per arm / of the baseline: " + "; ".join(
+                f"{k} {self.expected_n[k]:.1f} / {self.expected_n_baseline[k]:.1f}" for k in self.expected_n),
+            f"  maximum replicates per arm: {self.max_n}   ({self.n_sim} simulated comparisons per scenario, "
+            f"seed {self.seed})",
+        ])
+
+
+def design_card(design: Design, pilot_sd: float | Sequence[float], expected_effect: float,
+                n_sim: int = CARD_N_SIM, seed: int = CARD_SEED) -> DesignCard:
+    """Simulate the registered procedure at the pilot's spread: type-I error, P(tie) at Δ = 0 and at the
+    SESOI, power at the SESOI and at the expected effect, expected and maximum replicates."""
+    design.check()
+    sd = tuple(float(v) for v in np.broadcast_to(np.asarray(pilot_sd, dtype=float), (design.n_arms,)))
+    if not math.isfinite(expected_effect) or expected_effect == 0:
+        raise ValueError(f"expected_effect: a non-zero Δ in bpb (negative = the arms better), got {expected_effect}")
+    m, s = design.n_arms, design.sesoi
+    scen = {
+        "Δ=0": simulate(design, [0.0] * m, sd, n_sim, seed),
+        "Δ=+SESOI": simulate(design, [s] * m, sd, n_sim, seed + 1),
+        "Δ=−SESOI": simulate(design, [-s] * m, sd, n_sim, seed + 2),
+        f"Δ={expected_effect:+g}": simulate(design, [expected_effect] * m, sd, n_sim, seed + 3),
+    }
+    exp = scen[f"Δ={expected_effect:+g}"]
+    right = exp.p_better if expected_effect < 0 else exp.p_worse
+    return DesignCard(
+        design=design, pilot_sd=sd, expected_effect=float(expected_effect), n_sim=n_sim, seed=seed,
+        type_i=scen["Δ=0"].p_any_better_or_worse, tie_at_zero=float(np.mean(scen["Δ=0"].p_tie)),
+        tie_at_sesoi=float(np.mean(scen["Δ=+SESOI"].p_tie)),
+        power_sesoi=float(np.mean(scen["Δ=−SESOI"].p_better)), power_expected=float(np.mean(right)),
+        expected_n={k: float(np.mean(r.expected_n)) for k, r in scen.items()},
+        expected_n_baseline={k: r.expected_n_baseline for k, r in scen.items()}, max_n=design.n_max,
+    )
