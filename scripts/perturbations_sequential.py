@@ -2,13 +2,17 @@
 format in perturbations_attnres.py, plus ``protects``).
 
 Each turns the registered rule into a plausible other one: the v1 margin back, α not spent across looks,
-the family taken from the arms present, `worse` without significance, TOST without spending.
+the family taken from the arms present, `worse` without significance, TOST without spending; and the
+numbers reported beside the verdict (dormouse/ab/stats.py): probability of improvement, bad runs,
+Hodges–Lehmann interval, the A/A calibration check.
 """
 
 from __future__ import annotations
 
 _SEQ = "dormouse/ab/sequential.py"
+_STATS = "dormouse/ab/stats.py"
 _T = "tests/test_ab_sequential.py::"
+_S = "tests/test_ab_stats.py::"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -58,6 +62,53 @@ PERTURBATIONS: list[dict] = [
         "new": "    eq_inc = np.full_like(eq_cum, alpha)\n",
         "gates": [_T + "test_tie_at_the_sesoi_is_at_most_alpha"],
         "why": "each look runs the TOST at the nominal α: repeated equivalence tests inflate P(tie | |Δ| = SESOI)",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "improvement_counts_a_zero_difference",
+        "file": _STATS,
+        "old": "    return _proportion(int(np.sum(x < 0)), int(x.size), confidence) if x.size else None\n",
+        "new": "    return _proportion(int(np.sum(x <= 0)), int(x.size), confidence) if x.size else None\n",
+        "gates": [_S + "test_probability_of_improvement_counts_replicates_below_zero_with_clopper_pearson"],
+        "why": "a replicate where the arm equals the baseline counts as an improvement",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "bad_runs_miss_diverged_runs",
+        "file": _STATS,
+        "old": "    bad = ~np.isfinite(x) | (np.nan_to_num(x, nan=math.inf) > ceiling)\n",
+        "new": "    bad = x > ceiling\n",
+        "gates": [_S + "test_bad_run_rate_counts_runs_above_the_ceiling_and_diverged_runs"],
+        "why": "a run whose bpb is NaN (diverged) is not counted as bad: NaN > ceiling is False",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "hodges_lehmann_interval_one_sided_tail",
+        "file": _STATS,
+        "old": "    k = int(np.sum(cdf <= (1 - confidence) / 2))  # P(T <= k-1) <= tail for k-1 = 0..k-1\n",
+        "new": "    k = int(np.sum(cdf <= (1 - confidence)))  # P(T <= k-1) <= tail for k-1 = 0..k-1\n",
+        "gates": [_S + "test_hodges_lehmann_is_the_median_of_walsh_averages_and_inverts_the_exact_wilcoxon_test"],
+        "why": "the two-sided interval's ends use the whole 1 − confidence in each tail: a 90 % interval "
+               "labelled 95 %",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "calibration_without_bonferroni",
+        "file": _STATS,
+        "old": "    each = level / len(arms)\n",
+        "new": "    each = level\n",
+        "gates": [_S + "test_aa_calibration_false_alarms_at_most_its_level_and_detects_a_tripled_spread"],
+        "why": "each arm's F-test runs at the whole level: with four arms the check fails far more often "
+               "than its level when every spread is equal",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "calibration_always_agrees",
+        "file": _STATS,
+        "old": "    return Calibration(not disagree, ",
+        "new": "    return Calibration(True, ",
+        "gates": [_S + "test_aa_calibration_can_fail_and_names_the_arm"],
+        "why": "the A/A check passes whatever the spreads: a check that cannot fail",
         "protects": "A/B rule",
     },
 ]
