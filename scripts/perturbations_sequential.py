@@ -65,6 +65,16 @@ PERTURBATIONS: list[dict] = [
         "protects": "A/B rule",
     },
     {
+        "name": "small_effect_flag_only_for_better",
+        "file": _SEQ,
+        "old": "    return code, lo, hi, eq_lo, eq_hi, (better | worse) & tie\n",
+        "new": "    return code, lo, hi, eq_lo, eq_hi, better & tie\n",
+        "gates": [_T + "test_a_significant_effect_inside_the_sesoi_is_better_or_worse_flagged_never_tie"],
+        "why": "a significant but negligible `worse` is not flagged smaller than the SESOI: the sentence "
+               "reads as a real harm",
+        "protects": "A/B rule",
+    },
+    {
         "name": "improvement_counts_a_zero_difference",
         "file": _STATS,
         "old": "    return _proportion(int(np.sum(x < 0)), int(x.size), confidence) if x.size else None\n",

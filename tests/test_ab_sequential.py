@@ -231,3 +231,50 @@ def test_design_card_reports_the_simulated_rates():
     assert json.loads(json.dumps(card.to_dict()))["design"]["looks"] == [4, 8]
     text = card.to_text()
     assert "type-I error" in text and "look 2: n   8" in text
+
+
+def test_a_significant_effect_inside_the_sesoi_is_better_or_worse_flagged_never_tie():
+    design = sq.Design(ALPHA, 0.03, (5,), 3)
+    small = [-0.011, -0.012, -0.010, -0.013, -0.0115]  # significant, and shown within ±0.03
+    for sign, verdict in ((1, sq.BETTER), (-1, sq.WORSE)):
+        d = sq.decide(design, 0, {"a": [sign * v for v in small]})["a"]
+        assert d.verdict == verdict and d.smaller_than_sesoi
+        assert -0.03 < d.eq_interval[0] and d.eq_interval[1] < 0.03
+        assert "smaller than the SESOI 0.03" in d.sentence("arm", "base")
+    big = sq.decide(design, 0, {"a": [-0.12, -0.08, -0.2, -0.14, -0.13]})["a"]
+    assert big.verdict == sq.BETTER and not big.smaller_than_sesoi
+    assert "SESOI" not in big.sentence("arm", "base")
+
+
+@pytest.mark.parametrize("xs", [[-0.12, -0.08, -0.2, -0.14, -0.13], [0.12, 0.08, 0.2, 0.14, 0.13],
+                                [-0.05, 0.02, -0.1, -0.03, -0.07], [0.001, -0.002, 0.003, 0.0, -0.001]])
+def test_each_sentence_states_the_numbers_its_verdict_compared(xs):
+    d = sq.decide(sq.Design(ALPHA, 0.03, (5,), 3), 0, {"a": xs})["a"]
+    text = d.sentence("arm", "base")
+    interval = f"[{d.interval[0]:+.4f}, {d.interval[1]:+.4f}]"
+    eq = f"[{d.eq_interval[0]:+.4f}, {d.eq_interval[1]:+.4f}]"
+    if d.verdict == sq.BETTER:
+        assert interval in text and "lies below 0" in text and d.interval[1] < 0
+    elif d.verdict == sq.WORSE:
+        assert interval in text and "lies above 0" in text and d.interval[0] > 0
+    elif d.verdict == sq.TIE:
+        assert eq in text and "lies inside (−0.03, +0.03)" in text
+    else:
+        assert interval in text and "contains 0" in text and "does not lie inside" in text
+        assert d.interval[0] <= 0 <= d.interval[1]
+    assert "last registered look" in text or d.verdict != sq.UNDECIDED
+
+
+def test_the_residual_cpu_card_reads_the_published_spreads():
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "results" / "residual_cpu" / "results.json"
+    published = json.loads(path.read_text())["arms"]
+    sds = sq.pilot_sds(json.loads(path.read_text()))
+    assert set(sds) == {"gr", "attnres_full", "attnres_block"}  # the baseline and the A/A arm are not arms
+    assert sds["gr"] == pytest.approx(float(np.std(published["gr"]["diffs"], ddof=1)), rel=1e-12)
+    card = sq.residual_cpu_v2_card(str(path), n_sim=2000)
+    assert card.design.n_arms == 4 and card.max_n == 12
+    assert card.pilot_sd[0] == max(sds.values())  # ReZero vs pre-norm: unknown, the largest published sd
+    assert card.type_i <= _mc_bound(ALPHA, 2000)
