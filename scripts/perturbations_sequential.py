@@ -18,8 +18,8 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "v1_margin_from_the_spread",
         "file": _SEQ,
-        "old": "    margin = sesoi\n",
-        "new": "    margin = np.maximum(sesoi, 2 * se * np.sqrt(lb.n))\n",
+        "old": "    margin = sesoi  # registered before any run",
+        "new": "    margin = np.maximum(sesoi, 2 * se * np.sqrt(lb.n))  # registered before any run",
         "gates": [_T + "test_tie_at_the_sesoi_is_at_most_alpha"],
         "why": "the old v1 rule back: the equivalence margin is max(SESOI, 2·sd of the data) instead of the "
                "registered SESOI, a noise scale that does not shrink with replicates",

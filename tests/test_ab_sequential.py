@@ -110,6 +110,9 @@ def test_decided_arms_keep_their_verdict_and_stop():
     second = sq.decide(design, 1, {"b": [0.0, 0.01, -0.01, 0.02, 0.0, -0.02]}, decided=first)
     assert second["a"] is first["a"]
     assert second["b"].look == 1 and second["b"].n == 6
+    # an undecided arm with no new replicates (its runs failed) keeps its earlier decision, and its place
+    third = sq.decide(design, 1, {}, decided={"b": first["b"]})
+    assert third == {"b": first["b"]}
 
 
 def test_a_failed_arm_stays_in_the_family():

@@ -43,6 +43,7 @@ BETTER, WORSE, TIE, UNDECIDED = "better", "worse", "tie", "undecided"
 VERDICTS = (BETTER, WORSE, TIE, UNDECIDED)
 SPENDING = "Lan-DeMets O'Brien-Fleming-type"
 
+
 @dataclass(frozen=True)
 class Design:
     """A registered sequential design (docs/ab-protocol.md, "The design")."""
@@ -141,7 +142,7 @@ def _look_rule(mean: np.ndarray, se: np.ndarray, lb: LookBoundary, sesoi: float)
     """
     half = lb.sup_t * se
     lo, hi = mean - half, mean + half
-    margin = sesoi
+    margin = sesoi  # registered before any run; never estimated from the data (version 1's δ was)
     eq_half = lb.eq_t * se
     eq_lo, eq_hi = mean - eq_half, mean + eq_half
     better = hi < 0
@@ -241,7 +242,8 @@ def decide(design: Design, look: int, diffs: Mapping[str, Sequence[float]],
 
     ``diffs``: arm -> the per-replicate differences arm − baseline, exactly ``design.looks[look]`` of them,
     for the arms still undecided. Arms in ``decided`` with a verdict other than ``undecided`` keep it (a
-    decided arm stops). The multiplicity family is the registered ``design.n_arms``, never the arms present:
+    decided arm stops); every arm of ``decided`` is returned, an earlier ``undecided`` replaced only when the
+    arm is in ``diffs``. The multiplicity family is the registered ``design.n_arms``, never the arms present:
     an arm whose runs failed stays in the family. Raises ``ValueError`` on a bad design, look, or length.
     """
     design.check()
@@ -249,7 +251,7 @@ def decide(design: Design, look: int, diffs: Mapping[str, Sequence[float]],
         raise ValueError(f"look: must be an index 0..{len(design.looks) - 1} of the registered looks "
                          f"{list(design.looks)}, got {look!r}")
     kept = {a: d for a, d in (decided or {}).items() if d.verdict != UNDECIDED}
-    arms = set(diffs) | set(kept)
+    arms = set(diffs) | set(decided or {})
     if len(arms) > design.n_arms:
         raise ValueError(f"diffs: {len(arms)} arms ({sorted(arms)}) but the design registers n_arms="
                          f"{design.n_arms}; the family is fixed at registration")
@@ -261,7 +263,7 @@ def decide(design: Design, look: int, diffs: Mapping[str, Sequence[float]],
             raise ValueError(f"diffs[{arm!r}]: a paired difference is not finite: {list(xs)}")
     family = design.n_arms  # registered, never len(diffs): a failed arm keeps its share of α
     lb = _boundaries(float(design.alpha), tuple(design.looks), family)[look]
-    out: dict[str, ArmDecision] = dict(kept)
+    out: dict[str, ArmDecision] = dict(decided or {})
     for arm, xs in diffs.items():
         if arm not in kept:
             out[arm] = _decide_one(design, lb, xs)
