@@ -160,7 +160,8 @@ class ArmDecision:
     look: int  # 0-based look at which it was decided (or the current look if undecided)
     n: int  # replicates used
     mean: float  # mean paired difference arm − baseline (negative = arm better)
-    interval: tuple[float, float]  # repeated confidence interval of superiority at this look: mean ± sup_t·se
+    interval: tuple[float, float]  # this look's interval of superiority, mean ± sup_t·se (level 1 − sup_p; over
+    #                                all looks a repeated confidence interval of level ≥ 1 − α/n_arms, union bound)
     sd: float  # sample sd of the paired differences (ddof 1)
     se: float  # sd / √n
     t: float  # mean / se
@@ -189,7 +190,7 @@ class ArmDecision:
         """Exactly what was tested at this look, and nothing more."""
         b = self.boundary
         where = f"at look {self.look + 1} of {self.n_looks} ({self.n} paired replicates)"
-        rci = (f"the {_pct(1 - b.sup_p)} repeated confidence interval of the mean paired difference "
+        rci = (f"this look's {_pct(1 - b.sup_p)} confidence interval of the mean paired difference "
                f"{self.mean:+.4f} is [{self.interval[0]:+.4f}, {self.interval[1]:+.4f}]")
         sig = "<" if self.verdict in (BETTER, WORSE) else "≥"
         sup = (f"two-sided p {self.p:.3g} {sig} this look's {b.sup_p:.3g}, family-wise α {self.alpha:g} over "
