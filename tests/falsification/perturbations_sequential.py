@@ -1,4 +1,4 @@
-"""Perturbations of protocol v2's decision rule (issue 22; dormouse/ab/sequential.py; scripts/falsify.py;
+"""Perturbations of protocol v2's decision rule (issue 22; dormouse/ab/sequential.py; tests/falsification;
 format in perturbations_attnres.py, plus ``protects``).
 
 Each turns the registered rule into a plausible other one: the v1 margin back, α not spent across looks,
@@ -18,6 +18,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "v1_margin_from_the_spread",
         "file": _SEQ,
+        "function": "_look_rule",
         "old": "    margin = sesoi  # registered before any run",
         "new": "    margin = np.maximum(sesoi, 2 * se * np.sqrt(lb.n))  # registered before any run",
         "gates": [_T + "test_tie_at_the_sesoi_is_at_most_alpha"],
@@ -28,6 +29,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "alpha_not_spent_across_looks",
         "file": _SEQ,
+        "function": "_boundaries",
         "old": "    sup_inc = np.diff(np.concatenate([[0.0], sup_cum]))\n",
         "new": "    sup_inc = np.full_like(sup_cum, sup_level)\n",
         "gates": [_T + "test_better_or_worse_at_no_effect_is_at_most_alpha",
@@ -39,6 +41,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "family_from_the_arms_present",
         "file": _SEQ,
+        "function": "decide",
         "old": "    family = design.n_arms  # registered, never len(diffs): a failed arm keeps its share of α\n",
         "new": "    family = len(diffs)  # registered, never len(diffs): a failed arm keeps its share of α\n",
         "gates": [_T + "test_a_failed_arm_stays_in_the_family"],
@@ -48,6 +51,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "worse_without_significance",
         "file": _SEQ,
+        "function": "_look_rule",
         "old": "    worse = lo > 0\n",
         "new": "    worse = mean > 0\n",
         "gates": [_T + "test_worse_needs_the_significance_better_needs",
@@ -58,6 +62,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "tost_not_spent_across_looks",
         "file": _SEQ,
+        "function": "_boundaries",
         "old": "    eq_inc = np.diff(np.concatenate([[0.0], eq_cum]))\n",
         "new": "    eq_inc = np.full_like(eq_cum, alpha)\n",
         "gates": [_T + "test_tie_at_the_sesoi_is_at_most_alpha"],
@@ -67,6 +72,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "small_effect_flag_only_for_better",
         "file": _SEQ,
+        "function": "_look_rule",
         "old": "    return code, lo, hi, eq_lo, eq_hi, (better | worse) & tie\n",
         "new": "    return code, lo, hi, eq_lo, eq_hi, better & tie\n",
         "gates": [_T + "test_a_significant_effect_inside_the_sesoi_is_better_or_worse_flagged_never_tie"],
@@ -77,6 +83,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "improvement_counts_a_zero_difference",
         "file": _STATS,
+        "function": "prob_improvement",
         "old": "    return _proportion(int(np.sum(x < 0)), int(x.size), confidence) if x.size else None\n",
         "new": "    return _proportion(int(np.sum(x <= 0)), int(x.size), confidence) if x.size else None\n",
         "gates": [_S + "test_probability_of_improvement_counts_replicates_below_zero_with_clopper_pearson"],
@@ -86,6 +93,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "bad_runs_miss_diverged_runs",
         "file": _STATS,
+        "function": "bad_run_rate",
         "old": "    bad = ~np.isfinite(x) | (np.nan_to_num(x, nan=math.inf) > ceiling)\n",
         "new": "    bad = x > ceiling\n",
         "gates": [_S + "test_bad_run_rate_counts_runs_above_the_ceiling_and_diverged_runs"],
@@ -95,6 +103,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "hodges_lehmann_interval_one_sided_tail",
         "file": _STATS,
+        "function": "hodges_lehmann",
         "old": "    k = int(np.sum(cdf <= (1 - confidence) / 2))  # P(T <= k-1) <= tail for k-1 = 0..k-1\n",
         "new": "    k = int(np.sum(cdf <= (1 - confidence)))  # P(T <= k-1) <= tail for k-1 = 0..k-1\n",
         "gates": [_S + "test_hodges_lehmann_is_the_median_of_walsh_averages_and_inverts_the_exact_wilcoxon_test"],
@@ -105,6 +114,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "calibration_without_bonferroni",
         "file": _STATS,
+        "function": "aa_calibration",
         "old": "    each = level / len(arms)\n",
         "new": "    each = level\n",
         "gates": [_S + "test_aa_calibration_false_alarms_at_most_its_level_and_detects_a_tripled_spread"],
@@ -115,6 +125,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "calibration_always_agrees",
         "file": _STATS,
+        "function": "aa_calibration",
         "old": "    return Calibration(not disagree, ",
         "new": "    return Calibration(True, ",
         "gates": [_S + "test_aa_calibration_can_fail_and_names_the_arm"],
