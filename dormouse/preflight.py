@@ -7,7 +7,7 @@ The config itself is checked by :func:`dormouse.config.load_config`. This module
   corpus holds one ``seq_len + 1`` window in each split, a Hugging Face dataset is reachable or cached);
 * the run directory: :func:`dormouse.rundir.prepare_run_dir` in dry-run mode (an existing run without
   ``train.resume``/``train.overwrite``, a resume whose checkpoint is unreadable or whose config differs),
-  and that the directory can be created;
+  and that the directory can be created and is not in use by another ``train`` (its lock);
 * ``logging.wandb=online`` without credentials.
 
 Nothing is created, removed or trained. Each problem is one line; each passing check says what it found.
@@ -25,7 +25,8 @@ from dormouse.checkpoint import CheckpointError
 from dormouse.config import arm_name
 from dormouse.data import DataError, load_corpus
 from dormouse.errors import TrainError
-from dormouse.rundir import prepare_run_dir
+from dormouse.rundir import prepare_run_dir, run_in_use
+from dormouse.runfiles import RunFiles
 
 
 @dataclass
@@ -70,11 +71,14 @@ def preflight(cfg: DictConfig) -> Preflight:
     else:
         run_dir = Path(str(cfg.run.dir)) / str(cfg.run.name)
         why_not = _writable_ancestor(run_dir)
+        in_use = run_in_use(RunFiles(run_dir))
+        if in_use is not None:
+            out.problems.append(in_use)
         try:
             run_dir, state, source = prepare_run_dir(cfg, dry_run=True)
             if state is not None:
                 out.found.append(f"run directory: {run_dir} (resume at step {int(state['step'])} from {source})")
-            elif (run_dir / "config.yaml").exists() or (run_dir / "metrics.jsonl").exists():
+            elif RunFiles(run_dir).holds_run():
                 out.found.append(f"run directory: {run_dir} (holds a run: train.overwrite=true replaces it)")
             elif why_not is None:
                 out.found.append(f"run directory: {run_dir} (new)")

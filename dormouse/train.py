@@ -63,7 +63,7 @@ from dormouse.loglines import (
 from dormouse.loop_state import LoopState, WindowTotals
 from dormouse.model import LoopedByteLM
 from dormouse.probes import PROBES, learned_values, probe_scalars
-from dormouse.rundir import prepare_run_dir, provenance
+from dormouse.rundir import hold_run, prepare_run_dir, provenance
 from dormouse.runfiles import RunFiles
 from dormouse.schedule import lr_at
 
@@ -265,9 +265,10 @@ def train(cfg: DictConfig, *, stop_at_step: int | None = None) -> TrainResult:
     init_distributed(info, device)
     try:
         name = str(cfg.run.name) if cfg.run.name is not None else default_run_name(cfg)
-        # Every rank writes to the directory rank 0 named.
-        return _train(_run_config(cfg, broadcast_object(name, info)), corpus, device, kernel, info,
-                      stop_at_step)
+        # Every rank writes to the directory rank 0 named; one process at a time writes a run (its lock).
+        run_cfg = _run_config(cfg, broadcast_object(name, info))
+        with hold_run(run_cfg, info):
+            return _train(run_cfg, corpus, device, kernel, info, stop_at_step)
     finally:
         shutdown_distributed(info)
 
