@@ -305,6 +305,11 @@ def validate(cfg: DictConfig) -> list[str]:
     if m.use_attnres and m.kernel == "triton" and not lines:
         _check_triton(lines, str(t.device))
 
+    # A run name is a folder under run.dir (sub-folders allowed), never the root itself nor outside it.
+    name = cfg.run.name
+    if name is not None and (not Path(str(name)).parts or Path(str(name)).is_absolute()
+                             or ".." in Path(str(name)).parts or "\0" in str(name)):
+        _bad(lines, "run.name", name, "a folder name inside run.dir (no '..', not absolute, not empty)")
     if lg.wandb not in ("disabled", "offline", "online"):
         _bad(lines, "logging.wandb", lg.wandb, "one of disabled, offline, online")
     if lg.progress not in ("auto", "on", "off"):
