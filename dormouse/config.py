@@ -66,7 +66,8 @@ class DataConfig:
     hf_text_field: str = "text"
     seq_len: int = 128
     val_fraction: float = 0.05  # the tail of the corpus, never trained on
-    eval_bytes: int = 65536  # how much of the val split the fixed eval set reads (whole windows)
+    # how much of the val split the fixed eval set reads (whole windows); null = min(65536, the val split)
+    eval_bytes: int | None = None
 
 
 @dataclass
@@ -264,7 +265,7 @@ def validate(cfg: DictConfig) -> list[str]:
         _bad(lines, "data.seq_len", d.seq_len, "must be >= 1")
     if not 0.0 < d.val_fraction < 1.0:
         _bad(lines, "data.val_fraction", d.val_fraction, "must be in (0, 1)")
-    if d.eval_bytes < 1:
+    if d.eval_bytes is not None and d.eval_bytes < 1:
         _bad(lines, "data.eval_bytes", d.eval_bytes, "must be >= 1")
     if d.path is not None and d.hf_dataset is not None:
         lines.append("data.path and data.hf_dataset are both set: choose one source")

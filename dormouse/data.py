@@ -34,7 +34,8 @@ from urllib.parse import urlparse
 
 import torch
 
-__all__ = ["ByteCorpus", "DataError", "bits_per_byte", "eval_windows", "load_corpus", "train_batch"]
+__all__ = ["ByteCorpus", "DataError", "bits_per_byte", "eval_windows", "load_corpus", "resolve_eval_bytes",
+           "train_batch"]
 
 _EMBEDDED_PACKAGE = "dormouse.corpus"
 _EMBEDDED_FILE = "shakespeare.txt.gz"
@@ -42,6 +43,9 @@ _PROVENANCE_FILE = "PROVENANCE.json"
 _FOLDER_SEPARATOR = b"\n"  # between files of a folder, and between rows of a HF dataset
 _TRUE = {"1", "ON", "YES", "TRUE"}  # what `datasets`/`huggingface_hub` accept as a true env flag
 _HUB_PROBE_TIMEOUT_S = 3.0
+# data.eval_bytes=null reads this much of the val split, or all of a shorter split (nanoGPT's 1.1 MB tiny
+# Shakespeare has a 55 KB val split at the default val_fraction): the default works on any corpus.
+DEFAULT_EVAL_BYTES = 65536
 
 
 class DataError(ValueError):
@@ -81,7 +85,7 @@ def load_corpus(cfg: Any) -> ByteCorpus:
         data, source, label = _load_embedded()
 
     train, val = _split(data, seq_len=seq_len, val_fraction=val_fraction, label=label)
-    eval_bytes = getattr(cfg, "eval_bytes", None)
+    eval_bytes = getattr(cfg, "eval_bytes", None)  # null: resolve_eval_bytes fits the default to the split
     if eval_bytes is not None and int(eval_bytes) > val.numel():
         # A registered comparison must run the eval set it registered: cutting it silently to the val split
         # (as before) would report a smaller eval than the one asked for.
@@ -372,16 +376,24 @@ def train_batch(
     return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
 
 
-def eval_windows(val: torch.Tensor, *, seq_len: int, eval_bytes: int) -> tuple[torch.Tensor, torch.Tensor]:
+def resolve_eval_bytes(eval_bytes: int | None, val_bytes: int) -> int:
+    """How much of the val split the eval set reads: ``data.eval_bytes`` as given (never cut: one larger than
+    the split is refused by :func:`load_corpus` and :func:`eval_windows`), or for null
+    ``min(DEFAULT_EVAL_BYTES, val_bytes)``."""
+    return int(eval_bytes) if eval_bytes is not None else min(DEFAULT_EVAL_BYTES, int(val_bytes))
+
+
+def eval_windows(val: torch.Tensor, *, seq_len: int, eval_bytes: int | None) -> tuple[torch.Tensor, torch.Tensor]:
     """The fixed eval set: ``x, y`` int64 ``[N, seq_len]`` from the start of ``val``.
 
     Windows of ``seq_len + 1`` bytes (input = first ``seq_len``, target = last ``seq_len``) starting every
     ``seq_len`` bytes, so consecutive windows share one byte: the last target of one window is the first
     input of the next. Then every byte of the eval span after the first is a target exactly once (bpb is
-    over "every byte of a fixed eval set", docs/model.md). As many windows as fit in ``eval_bytes``, and at
-    least one. An ``eval_bytes`` larger than ``val`` is refused, never cut. No randomness: every call, arm
-    and run sees the same tensors.
+    over "every byte of a fixed eval set", docs/model.md). As many windows as fit in ``eval_bytes``
+    (:func:`resolve_eval_bytes`: null fits the default to the split), and at least one. An ``eval_bytes``
+    larger than ``val`` is refused, never cut. No randomness: every call, arm and run sees the same tensors.
     """
+    eval_bytes = resolve_eval_bytes(eval_bytes, val.numel())
     if seq_len < 1 or eval_bytes < 1:
         raise ValueError(f"seq_len={seq_len} and eval_bytes={eval_bytes} must both be >= 1")
     window = seq_len + 1

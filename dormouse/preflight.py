@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 
 from dormouse.checkpoint import CheckpointError
 from dormouse.config import arm_name
-from dormouse.data import DataError, load_corpus
+from dormouse.data import DataError, load_corpus, resolve_eval_bytes
 from dormouse.errors import TrainError
 from dormouse.rundir import prepare_run_dir, run_in_use
 from dormouse.runfiles import RunFiles
@@ -59,7 +59,8 @@ def preflight(cfg: DictConfig) -> Preflight:
     try:
         corpus = load_corpus(cfg.data)
         out.found.append(f"data: {corpus.source}: train {corpus.train.numel():,} bytes, "
-                         f"val {corpus.val.numel():,} bytes")
+                         f"val {corpus.val.numel():,} bytes (eval reads "
+                         f"{resolve_eval_bytes(cfg.data.eval_bytes, corpus.val.numel()):,})")
     except DataError as exc:
         out.problems.append(str(exc))
 

@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from dormouse import __version__
 from dormouse.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, load_newest
 from dormouse.config import arm_name
-from dormouse.data import ByteCorpus
+from dormouse.data import DEFAULT_EVAL_BYTES, ByteCorpus, resolve_eval_bytes
 from dormouse.distributed import DistInfo, broadcast_object
 from dormouse.errors import RunDirRefused
 from dormouse.lock import HolderLock, LockHeld, is_locked, read_holder
@@ -138,6 +138,10 @@ def provenance(cfg: DictConfig, device: torch.device, dtype: str, kernel: str, c
         "corpus_sha256": corpus.sha256,
         "train_bytes": int(corpus.train.numel()),
         "val_bytes": int(corpus.val.numel()),
+        # what the eval set reads, and whether the default fitted it to a short val split
+        "eval_bytes": resolve_eval_bytes(cfg.data.eval_bytes, corpus.val.numel()),
+        "eval_bytes_from": ("data.eval_bytes" if cfg.data.eval_bytes is not None
+                            else f"data.eval_bytes=null: min({DEFAULT_EVAL_BYTES}, the val split)"),
         **counts,
     }
 

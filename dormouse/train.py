@@ -331,7 +331,7 @@ def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: st
     model = LoopedByteLM(cfg.model, seed=int(t.seed), kernel=kernel).to(device)
     optimizer = torch.optim.AdamW(model.param_groups(float(t.weight_decay)), lr=float(t.lr),
                                   betas=(float(t.beta1), float(t.beta2)), fused=device.type == "cuda")
-    eval_set = eval_windows(corpus.val, seq_len=int(cfg.data.seq_len), eval_bytes=int(cfg.data.eval_bytes))
+    eval_set = eval_windows(corpus.val, seq_len=int(cfg.data.seq_len), eval_bytes=cfg.data.eval_bytes)
     run = _Run(cfg, info, device, kernel, corpus, RunFiles(Path(cfg.run.dir) / str(cfg.run.name)), model,
                model, optimizer, model.param_counts(), int(t.seed if t.data_seed is None else t.data_seed),
                eval_set)
