@@ -101,6 +101,8 @@ def validate(overrides: list[str] = OVERRIDES) -> None:
     from dormouse.preflight import preflight
 
     checked = preflight(cfg)
+    for line in checked.warnings:
+        err.print(f"[bold yellow]warning:[/] {line}", markup=True, soft_wrap=True)
     if checked.problems:
         for line in checked.problems:
             err.print(f"[bold red]error:[/] {line}", markup=True, soft_wrap=True)

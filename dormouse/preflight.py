@@ -10,6 +10,9 @@ The config itself is checked by :func:`dormouse.config.load_config`. This module
   and that the directory can be created and is not in use by another ``train`` (its lock);
 * ``logging.wandb=online`` without credentials.
 
+:func:`config_warnings` are what runs but is probably not what was meant (``train.warmup >= train.steps``):
+``train`` and ``validate`` print them and go on.
+
 Nothing is created, removed or trained. Each problem is one line; each passing check says what it found.
 """
 
@@ -33,6 +36,18 @@ from dormouse.runfiles import RunFiles
 class Preflight:
     problems: list[str] = field(default_factory=list)
     found: list[str] = field(default_factory=list)  # what each passing check saw
+    warnings: list[str] = field(default_factory=list)  # config_warnings: runs, but probably not as meant
+
+
+def config_warnings(cfg: DictConfig) -> list[str]:
+    """What a valid config runs but probably does not mean, one line each (printed, never refused)."""
+    out = []
+    t = cfg.train
+    if int(t.warmup) >= int(t.steps):
+        out.append(f"train.warmup={t.warmup} >= train.steps={t.steps}: the whole run is warmup (the learning "
+                   "rate climbs to train.lr at best and never decays); lower train.warmup (nanoGPT uses ~1-5 % "
+                   "of the steps)")
+    return out
 
 
 def _writable_ancestor(path: Path) -> str | None:
@@ -55,7 +70,7 @@ def _wandb_credentials() -> bool:
 
 def preflight(cfg: DictConfig) -> Preflight:
     """Every refusal ``train`` would make before step 0, for a config that passed validation."""
-    out = Preflight()
+    out = Preflight(warnings=config_warnings(cfg))
     try:
         corpus = load_corpus(cfg.data)
         out.found.append(f"data: {corpus.source}: train {corpus.train.numel():,} bytes, "

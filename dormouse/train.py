@@ -62,6 +62,7 @@ from dormouse.loglines import (
 )
 from dormouse.loop_state import LoopState, WindowTotals
 from dormouse.model import LoopedByteLM
+from dormouse.preflight import config_warnings
 from dormouse.probes import PROBES, learned_values, probe_scalars
 from dormouse.rundir import hold_run, prepare_run_dir, provenance
 from dormouse.runfiles import RunFiles
@@ -263,6 +264,8 @@ def train(cfg: DictConfig, *, stop_at_step: int | None = None) -> TrainResult:
     corpus = load_corpus(cfg.data)  # bad data fails here, before the model is built
     kernel = _resolve_kernel(cfg, device, info)
     init_distributed(info, device)
+    for line in config_warnings(cfg) if info.is_main else []:
+        print(f"warning: {line}", file=sys.stderr, flush=True)
     try:
         name = str(cfg.run.name) if cfg.run.name is not None else default_run_name(cfg)
         # Every rank writes to the directory rank 0 named; one process at a time writes a run (its lock).

@@ -1,9 +1,11 @@
-"""Perturbations of what a user's own corpus gets (issue 24: the default eval size on a short val split, a
-folder's binary files; scripts/falsify.py; format in perturbations_attnres.py, plus ``protects``)."""
+"""Perturbations of what a new user's own corpus and config get (issue 24: the default eval size on a short
+val split, a folder's binary files, a warmup that takes every step; scripts/falsify.py; format in
+perturbations_attnres.py, plus ``protects``)."""
 
 from __future__ import annotations
 
 _DATA = "dormouse/data.py"
+_PREFLIGHT = "dormouse/preflight.py"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -26,5 +28,15 @@ PERTURBATIONS: list[dict] = [
                   "which_split"],
         "why": "a folder's images, archives and checkpoints are trained on (and may be the val split)",
         "protects": "data/eval",
+    },
+    {
+        "name": "warmup_over_the_whole_run_not_warned",
+        "file": _PREFLIGHT,
+        "old": "    if int(t.warmup) >= int(t.steps):\n",
+        "new": "    if int(t.warmup) > int(t.steps):\n",
+        "gates": ["tests/test_preflight.py::test_warmup_that_takes_every_step_is_a_warning_in_validate_and_train_"
+                  "not_a_refusal"],
+        "why": "warmup == steps is not warned: the whole run is warmup, the cosine never decays, and nothing says so",
+        "protects": "training loop",
     },
 ]
