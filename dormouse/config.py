@@ -108,7 +108,7 @@ class LoggingConfig:
 
 @dataclass
 class RunConfig:
-    name: str | None = None  # null = "<arm>-<start time>"
+    name: str | None = None  # null = "<arm>-<start time>" (dormouse.rundir.default_run_name)
     dir: str = "runs"
 
 

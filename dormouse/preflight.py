@@ -25,10 +25,9 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from dormouse.checkpoint import CheckpointError
-from dormouse.config import arm_name
 from dormouse.data import DataError, load_corpus, resolve_eval_bytes
 from dormouse.errors import TrainError
-from dormouse.rundir import prepare_run_dir, run_in_use
+from dormouse.rundir import default_run_name, prepare_run_dir, run_in_use
 from dormouse.runfiles import RunFiles
 
 
@@ -80,7 +79,7 @@ def preflight(cfg: DictConfig) -> Preflight:
         out.problems.append(str(exc))
 
     if cfg.run.name is None:
-        run_dir = Path(str(cfg.run.dir)) / f"{arm_name(cfg)}-<start time>"
+        run_dir = Path(str(cfg.run.dir)) / default_run_name(cfg, started="<start time>")
         why_not = _writable_ancestor(Path(str(cfg.run.dir)))
         if why_not is None:
             out.found.append(f"run directory: {run_dir} (new; run.name is null)")

@@ -49,6 +49,16 @@ RUN_IN_USE_ADVICE = ("wait for it to finish, or stop it (Ctrl-C checkpoints it; 
                      "train.resume=auto); to train beside it, choose another run.name")
 
 
+def default_run_name(cfg: DictConfig, started: str | None = None) -> str:
+    """``<arm>-<start time>``, for a run started without ``run.name``; Block AttnRes says its block size
+    (``attnres_block2-…``), so a Full and a Block run are told apart by name. ``started`` stands in for the
+    time (``dormouse validate`` shows ``<start time>``)."""
+    stem = arm_name(cfg)
+    if cfg.model.attnres.block_size is not None:  # validate allows it only with model.use_attnres=true
+        stem += f"_block{cfg.model.attnres.block_size}"
+    return f"{stem}-{started or datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
+
+
 def run_lock(files: RunFiles) -> HolderLock:
     """The lock of one run directory, ``<run>/run.lock``."""
     return HolderLock(files.lock, f"run {files.dir}", RUN_IN_USE_ADVICE, "run.dir")

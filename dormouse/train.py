@@ -24,7 +24,6 @@ import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +63,7 @@ from dormouse.loop_state import LoopState, WindowTotals
 from dormouse.model import LoopedByteLM
 from dormouse.preflight import config_warnings
 from dormouse.probes import PROBES, learned_values, probe_scalars
-from dormouse.rundir import hold_run, prepare_run_dir, provenance
+from dormouse.rundir import default_run_name, hold_run, prepare_run_dir, provenance
 from dormouse.runfiles import RunFiles
 from dormouse.schedule import lr_at
 
@@ -227,11 +226,6 @@ def _wandb_run(cfg: DictConfig, files: RunFiles, resumed: bool) -> Any:
                       job_type=cfg.logging.wandb_job_type, name=str(cfg.run.name), dir=str(files.dir),
                       id=run_id, resume="allow",
                       config=OmegaConf.to_container(cfg, resolve=True), settings=wandb.Settings(silent=True))
-
-
-def default_run_name(cfg: DictConfig) -> str:
-    """``<arm>-<start time>``, for a run started without ``run.name``."""
-    return f"{arm_name(cfg)}-{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
 
 
 def _run_config(cfg: DictConfig, run_name: str) -> DictConfig:

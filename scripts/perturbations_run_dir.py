@@ -51,4 +51,13 @@ PERTURBATIONS: list[dict] = [
         "why": "run.name=../escape is accepted: the run (and train.overwrite=true's delete) lands outside run.dir",
         "protects": "training loop",
     },
+    {
+        "name": "block_attnres_default_run_name_says_full",
+        "file": _RUNDIR,
+        "old": "        stem += f\"_block{cfg.model.attnres.block_size}\"\n",
+        "new": "        stem += \"\"\n",
+        "gates": ["tests/test_run_name.py::test_full_and_block_attnres_get_different_default_run_names"],
+        "why": "a Block AttnRes run started without run.name is named like a Full one (attnres-<time>)",
+        "protects": "arms' set-up",
+    },
 ]

@@ -30,3 +30,16 @@ def test_a_run_name_with_sub_folders_inside_the_run_root_is_accepted(tmp_path: P
     except ConfigError as exc:  # pragma: no cover - the failure message is the point
         pytest.fail(str(exc.lines))
     assert cfg.run.name == "sweep/lr-1e-3"
+
+
+def test_full_and_block_attnres_get_different_default_run_names(tmp_path: Path):
+    from dormouse.rundir import default_run_name
+
+    full = load_config(["preset=tiny", "model.use_attnres=true"])
+    block = load_config(["preset=tiny", "model.use_attnres=true", "model.attnres.block_size=2"])
+    assert default_run_name(full, started="T") == "attnres-T"
+    assert default_run_name(block, started="T") == "attnres_block2-T"
+    assert default_run_name(load_config(["preset=tiny"]), started="T") == "rezero-T"
+    shown = runner.invoke(app, ["validate", "preset=tiny", "model.use_attnres=true", "model.attnres.block_size=2",
+                                f"run.dir={tmp_path}"])
+    assert shown.exit_code == 0 and f"run directory: {tmp_path}/attnres_block2-<start time>" in shown.output
