@@ -108,7 +108,10 @@ def test_overwrite_replaces_the_run_but_keeps_the_lock_it_holds(tmp_path: Path):
 
 
 def test_a_start_refused_in_a_new_directory_leaves_nothing_behind(tmp_path: Path):
+    # The config passes (the file exists); the run directory refuses it (not a checkpoint), under the lock.
+    (tmp_path / "notes.pt").write_text("not a checkpoint\n")
     result = runner.invoke(app, ["train", *TINY, f"run.dir={tmp_path}", "run.name=new",
-                                 f"train.resume={tmp_path / 'missing.pt'}"])
+                                 f"train.resume={tmp_path / 'notes.pt'}"])
     assert result.exit_code == 2, result.output
+    assert "is unreadable" in result.output
     assert not (tmp_path / "new").exists()
