@@ -85,9 +85,8 @@ def load_model(path: Path, device: torch.device | str = "cpu") -> tuple[LoopedBy
     try:
         state = load_checkpoint(path)
     except CheckpointError as exc:
-        cause = exc.__cause__ or exc
-        raise SampleError(f"{path} is not a readable dormouse checkpoint ({type(cause).__name__}: "
-                          f"{_short_reason(str(cause))}); give a checkpoints/step_*.pt file a run wrote") from None
+        raise SampleError(f"{exc}: not a dormouse checkpoint; give a checkpoints/step_*.pt file a run "
+                          "wrote") from None
     if not isinstance(state, dict) or "model" not in state or "config" not in state:
         raise CheckpointError(f"checkpoint {path} holds no model or no config: not a dormouse checkpoint")
     cfg = OmegaConf.create(state["config"])
@@ -95,15 +94,6 @@ def load_model(path: Path, device: torch.device | str = "cpu") -> tuple[LoopedBy
     model.load_state_dict(state["model"])
     model.to(device).eval()
     return model, cfg, int(state.get("step", -1))
-
-
-def _short_reason(message: str) -> str:
-    """torch.load's reason without its page of weights_only advice: the first sentence, and the unpickler's
-    own finding when it names one."""
-    first = message.strip().split(". ")[0].splitlines()[0] if message.strip() else "unreadable"
-    _, found, rest = message.partition("WeightsUnpickler error:")
-    detail = next((line.strip() for line in rest.splitlines() if line.strip()), "") if found else ""
-    return f"{first}: {detail}" if detail else first[:200]
 
 
 def parse_depths(depth: str, max_iter: int) -> list[int]:

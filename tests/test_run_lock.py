@@ -114,4 +114,5 @@ def test_a_start_refused_in_a_new_directory_leaves_nothing_behind(tmp_path: Path
                                  f"train.resume={tmp_path / 'notes.pt'}"])
     assert result.exit_code == 2, result.output
     assert "is unreadable" in result.output
+    assert "weights_only" not in result.output  # torch's page of advice is cut to its first sentence
     assert not (tmp_path / "new").exists()
