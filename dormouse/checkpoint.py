@@ -117,7 +117,17 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # truncated zip, bad pickle, wrong type: all mean "unreadable"
-        raise CheckpointError(f"checkpoint {path} is unreadable ({type(exc).__name__}: {exc})") from exc
+        raise CheckpointError(f"checkpoint {path} is unreadable ({type(exc).__name__}: "
+                              f"{_short_reason(str(exc))})") from exc
+
+
+def _short_reason(message: str) -> str:
+    """torch.load's reason without its page of weights_only advice: the first sentence, and the unpickler's
+    own finding when it names one (a text file given as a checkpoint: "Unsupported operand 35")."""
+    first = message.strip().split(". ")[0].splitlines()[0] if message.strip() else "unreadable"
+    _, found, rest = message.partition("WeightsUnpickler error:")
+    detail = next((line.strip() for line in rest.splitlines() if line.strip()), "") if found else ""
+    return f"{first}: {detail}" if detail else first[:200]
 
 
 def load_newest(ckpt_dir: Path, warn: Any = print) -> tuple[Path, dict[str, Any]] | None:

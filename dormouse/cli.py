@@ -8,6 +8,7 @@ work and before any run directory exists.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from rich.console import Console
 from rich.text import Text
 
 from dormouse.config import ConfigError, load_config
+from dormouse.sample_options import SampleOptions
 
 app = typer.Typer(
     name="dormouse",
@@ -99,6 +101,8 @@ def validate(overrides: list[str] = OVERRIDES) -> None:
     from dormouse.preflight import preflight
 
     checked = preflight(cfg)
+    for line in checked.warnings:
+        err.print(f"[bold yellow]warning:[/] {line}", markup=True, soft_wrap=True)
     if checked.problems:
         for line in checked.problems:
             err.print(f"[bold red]error:[/] {line}", markup=True, soft_wrap=True)
@@ -187,19 +191,29 @@ def logs(
     raise typer.Exit(logs_command(paths, check, Console(), fmt=fmt, err_console=err))
 
 
+_SAMPLE = SampleOptions()  # the defaults' one owner (dormouse/sample_options.py)
+
+
 @app.command(epilog="""[bold]Examples[/]\n
   dormouse sample runs/rezero-20261129-101500-000000\n
   dormouse sample runs/myrun --prompt "ROMEO:" --bytes 200 --depth all --seed 1\n
+  dormouse sample runs/myrun --prompt-file prompt.txt --num-samples 3     # seeds 0, 1, 2\n
   dormouse sample runs/myrun --depth 1 --temperature 0          # greedy, read out after iteration 1\n
   dormouse sample runs/myrun --checkpoint runs/myrun/checkpoints/step_00001200.pt --top-k 20""")
 def sample(
     run_dir: Path = typer.Argument(..., help="A run directory written by `dormouse train`."),
-    prompt: str = typer.Option("\n", "--prompt", help="Text the sample continues (UTF-8)."),
-    n_bytes: int = typer.Option(256, "--bytes", help="How many bytes to generate."),
-    temperature: float = typer.Option(0.8, "--temperature", help="Softmax temperature; 0 = greedy."),
-    top_k: int = typer.Option(None, "--top-k", help="Sample among the k most likely bytes only.",
+    prompt: str = typer.Option(None, "--prompt", show_default=False,
+                               help=f"Bytes the sample continues, as typed (any bytes; default "
+                                    f"{_SAMPLE.prompt_bytes!r})."),
+    prompt_file: Path = typer.Option(None, "--prompt-file", show_default=False,
+                                     help="Read the prompt's bytes from this file instead."),
+    n_bytes: int = typer.Option(_SAMPLE.n_bytes, "--bytes", help="How many bytes to generate."),
+    num_samples: int = typer.Option(_SAMPLE.num_samples, "--num-samples",
+                                    help="Samples per depth; sample i uses seed --seed + i."),
+    temperature: float = typer.Option(_SAMPLE.temperature, "--temperature", help="Softmax temperature; 0 = greedy."),
+    top_k: int = typer.Option(_SAMPLE.top_k, "--top-k", help="Sample among the k most likely bytes only.",
                               show_default=False),
-    seed: int = typer.Option(0, "--seed", help="Seed of the sampler: the same seed gives the same bytes."),
+    seed: int = typer.Option(_SAMPLE.seed, "--seed", help="Seed of the sampler: the same seed gives the same bytes."),
     depth: str = typer.Option("last", "--depth",
                               help="Read out after iteration k (1..model.max_iter), 'last', or 'all' (side by side)."),
     checkpoint: Path = typer.Option(None, "--checkpoint", help="A checkpoint file (default: the run's newest).",
@@ -208,10 +222,11 @@ def sample(
 ) -> None:
     """Generate bytes from a run's checkpoint, at one depth or at every depth of the loop."""
     from dormouse.checkpoint import CheckpointError
-    from dormouse.sample import SampleError, SampleOptions, sample_run
+    from dormouse.sample import SampleError, sample_run
 
-    opts = SampleOptions(prompt=prompt, n_bytes=n_bytes, temperature=temperature, top_k=top_k, seed=seed)
     try:
+        opts = SampleOptions(prompt=_prompt_bytes(prompt, prompt_file), n_bytes=n_bytes, temperature=temperature,
+                             top_k=top_k, seed=seed, num_samples=num_samples)
         path, step, samples = sample_run(run_dir, opts, depth=depth, checkpoint=checkpoint, device=device)
     except (SampleError, CheckpointError) as exc:
         err.print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
@@ -219,6 +234,21 @@ def sample(
     err.print(f"checkpoint {path} (step {step}); seed {seed}, temperature {temperature}, "
               f"top-k {top_k or 'none'}", highlight=False, markup=False)
     _print_samples(samples)
+
+
+def _prompt_bytes(prompt: str | None, prompt_file: Path | None) -> bytes:
+    """The prompt's bytes: ``--prompt`` as the shell passed it (os.fsencode undoes Python's decoding of argv,
+    so invalid UTF-8 survives), or ``--prompt-file``'s bytes; not both."""
+    from dormouse.sample import SampleError
+
+    if prompt is not None and prompt_file is not None:
+        raise SampleError("--prompt and --prompt-file are both given: choose one")
+    if prompt_file is not None:
+        try:
+            return prompt_file.read_bytes()
+        except OSError as exc:
+            raise SampleError(f"--prompt-file {prompt_file}: {exc.strerror or exc}") from None
+    return _SAMPLE.prompt_bytes if prompt is None else os.fsencode(prompt)
 
 
 def _print_samples(samples: list) -> None:
@@ -229,7 +259,8 @@ def _print_samples(samples: list) -> None:
         s = samples[0]
         print(s.prompt.decode("utf-8", errors="replace") + s.text, flush=True)
         return
-    if out.is_terminal:
+    several = any(s.index for s in samples)  # --num-samples > 1: each block says which sample it is
+    if out.is_terminal and not several:
         from rich.table import Table
 
         table = Table(show_lines=False, expand=True)
@@ -240,7 +271,8 @@ def _print_samples(samples: list) -> None:
         out.print(table)
         return
     for s in samples:
-        print(f"=== depth {s.depth} ===\n{s.prompt.decode('utf-8', errors='replace')}{s.text}", flush=True)
+        label = f"depth {s.depth}" + (f", sample {s.index + 1}" if several else "")
+        print(f"=== {label} ===\n{s.prompt.decode('utf-8', errors='replace')}{s.text}", flush=True)
 
 
 def main() -> None:

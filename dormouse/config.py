@@ -66,7 +66,8 @@ class DataConfig:
     hf_text_field: str = "text"
     seq_len: int = 128
     val_fraction: float = 0.05  # the tail of the corpus, never trained on
-    eval_bytes: int = 65536  # how much of the val split the fixed eval set reads (whole windows)
+    # how much of the val split the fixed eval set reads (whole windows); null = min(65536, the val split)
+    eval_bytes: int | None = None
 
 
 @dataclass
@@ -107,7 +108,7 @@ class LoggingConfig:
 
 @dataclass
 class RunConfig:
-    name: str | None = None  # null = "<arm>-<start time>"
+    name: str | None = None  # null = "<arm>-<start time>" (dormouse.rundir.default_run_name)
     dir: str = "runs"
 
 
@@ -264,7 +265,7 @@ def validate(cfg: DictConfig) -> list[str]:
         _bad(lines, "data.seq_len", d.seq_len, "must be >= 1")
     if not 0.0 < d.val_fraction < 1.0:
         _bad(lines, "data.val_fraction", d.val_fraction, "must be in (0, 1)")
-    if d.eval_bytes < 1:
+    if d.eval_bytes is not None and d.eval_bytes < 1:
         _bad(lines, "data.eval_bytes", d.eval_bytes, "must be >= 1")
     if d.path is not None and d.hf_dataset is not None:
         lines.append("data.path and data.hf_dataset are both set: choose one source")
@@ -305,6 +306,11 @@ def validate(cfg: DictConfig) -> list[str]:
     if m.use_attnres and m.kernel == "triton" and not lines:
         _check_triton(lines, str(t.device))
 
+    # A run name is a folder under run.dir (sub-folders allowed), never the root itself nor outside it.
+    name = cfg.run.name
+    if name is not None and (not Path(str(name)).parts or Path(str(name)).is_absolute()
+                             or ".." in Path(str(name)).parts or "\0" in str(name)):
+        _bad(lines, "run.name", name, "a folder name inside run.dir (no '..', not absolute, not empty)")
     if lg.wandb not in ("disabled", "offline", "online"):
         _bad(lines, "logging.wandb", lg.wandb, "one of disabled, offline, online")
     if lg.progress not in ("auto", "on", "off"):

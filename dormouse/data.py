@@ -11,7 +11,8 @@ Sources (:func:`load_corpus`):
 * the embedded corpus (``data.path`` and ``data.hf_dataset`` both null): the Shakespeare plays in
   ``dormouse/corpus/shakespeare.txt.gz``, built by ``scripts/extract_corpus.py`` and checked against
   the sha256 in ``PROVENANCE.json``;
-* ``data.path``: one file's bytes, or every regular, non-hidden file under a folder;
+* ``data.path``: one file's bytes, or every regular, non-hidden text file under a folder (a file with NUL
+  bytes is not text: skipped, and named in the source with the files the val split reads);
 * ``data.hf_dataset``: a Hugging Face dataset's text column, through ``datasets``.
 """
 
@@ -34,7 +35,8 @@ from urllib.parse import urlparse
 
 import torch
 
-__all__ = ["ByteCorpus", "DataError", "bits_per_byte", "eval_windows", "load_corpus", "train_batch"]
+__all__ = ["ByteCorpus", "DataError", "bits_per_byte", "eval_windows", "load_corpus", "resolve_eval_bytes",
+           "train_batch"]
 
 _EMBEDDED_PACKAGE = "dormouse.corpus"
 _EMBEDDED_FILE = "shakespeare.txt.gz"
@@ -42,6 +44,9 @@ _PROVENANCE_FILE = "PROVENANCE.json"
 _FOLDER_SEPARATOR = b"\n"  # between files of a folder, and between rows of a HF dataset
 _TRUE = {"1", "ON", "YES", "TRUE"}  # what `datasets`/`huggingface_hub` accept as a true env flag
 _HUB_PROBE_TIMEOUT_S = 3.0
+# data.eval_bytes=null reads this much of the val split, or all of a shorter split (nanoGPT's 1.1 MB tiny
+# Shakespeare has a 55 KB val split at the default val_fraction): the default works on any corpus.
+DEFAULT_EVAL_BYTES = 65536
 
 
 class DataError(ValueError):
@@ -73,15 +78,18 @@ def load_corpus(cfg: Any) -> ByteCorpus:
     seq_len = int(cfg.seq_len)
     val_fraction = float(cfg.val_fraction)
 
+    parts: list[tuple[str, int]] = []  # a folder's files (name, bytes), to say which the val split reads
     if cfg.path is not None:
-        data, source, label = _load_path(str(cfg.path))
+        data, source, label, parts = _load_path(str(cfg.path))
     elif cfg.hf_dataset is not None:
         data, source, label = _load_hf(str(cfg.hf_dataset), str(cfg.hf_split), str(cfg.hf_text_field))
     else:
         data, source, label = _load_embedded()
 
     train, val = _split(data, seq_len=seq_len, val_fraction=val_fraction, label=label)
-    eval_bytes = getattr(cfg, "eval_bytes", None)
+    if parts:
+        source += f"; val split: {_val_files(parts, val.numel())}"
+    eval_bytes = getattr(cfg, "eval_bytes", None)  # null: resolve_eval_bytes fits the default to the split
     if eval_bytes is not None and int(eval_bytes) > val.numel():
         # A registered comparison must run the eval set it registered: cutting it silently to the val split
         # (as before) would report a smaller eval than the one asked for.
@@ -139,8 +147,9 @@ def _load_embedded() -> tuple[bytes, str, str]:
     return data, source, label
 
 
-def _load_path(path_str: str) -> tuple[bytes, str, str]:
-    """A file's bytes, or a folder's regular non-hidden files joined by ``\\n`` in relative-path order."""
+def _load_path(path_str: str) -> tuple[bytes, str, str, list[tuple[str, int]]]:
+    """A file's bytes, or a folder's regular non-hidden text files joined by ``\\n`` in relative-path order
+    (:func:`_load_folder`, which also returns the parts; a file has none)."""
     path = Path(os.path.expanduser(path_str))
     label = f"data.path={path_str!r}"
     try:
@@ -154,22 +163,63 @@ def _load_path(path_str: str) -> tuple[bytes, str, str]:
         raise DataError(f"{label} cannot be accessed ({exc.strerror}); fix its permissions or path") from exc
 
     if stat.S_ISDIR(st.st_mode):
-        files = _folder_files(path, label)
-        contents = (_read_file(f, f"{label}: file {f.relative_to(path).as_posix()!r}") for f in files)
-        chunks = [c for c in contents if c]  # empty files add nothing, not even a separator
-        if not chunks:
-            raise DataError(
-                f"{label} is a folder with no readable non-empty files (hidden files and folders are "
-                "skipped); put text files in it or point data.path at a file"
-            )
-        return _FOLDER_SEPARATOR.join(chunks), f"files:{path} ({len(chunks)} files)", label
+        return _load_folder(path, label)
 
     if not stat.S_ISREG(st.st_mode):  # a fifo or device would block or never end: refuse, don't read
         raise DataError(f"{label} is not a regular file or folder; point data.path at a text file or folder")
     data = _read_file(path, label)
     if not data:
         raise DataError(f"{label} is an empty file; point data.path at a file that holds text")
-    return data, f"file:{path} ({len(data)} bytes)", label
+    return data, f"file:{path} ({len(data)} bytes)", label, []
+
+
+def _is_text(data: bytes) -> bool:
+    """Git's rule for "binary": a NUL byte in the first 8000 bytes (text in any ASCII-compatible encoding
+    has none; images, archives, checkpoints and compiled files nearly always do)."""
+    return b"\0" not in data[:8000]
+
+
+def _names(names: list[str], at_most: int = 4) -> str:
+    return ", ".join(names[:at_most]) + (f" and {len(names) - at_most} more" if len(names) > at_most else "")
+
+
+def _load_folder(root: Path, label: str) -> tuple[bytes, str, str, list[tuple[str, int]]]:
+    """A folder's text files joined by ``\\n`` in relative-path order; a file that is not text (:func:`_is_text`)
+    is skipped and named in the source. Returns the parts too (name, bytes), so the split can be described."""
+    texts: list[tuple[str, bytes]] = []
+    skipped: list[str] = []
+    for f in _folder_files(root, label):
+        rel = f.relative_to(root).as_posix()
+        content = _read_file(f, f"{label}: file {rel!r}")
+        if not content:
+            continue  # empty files add nothing, not even a separator
+        if _is_text(content):
+            texts.append((rel, content))
+        else:
+            skipped.append(rel)
+    if not texts:
+        raise DataError(
+            f"{label} is a folder with no readable non-empty text files (hidden files and folders are skipped"
+            + (f"; not text: {_names(skipped)}" if skipped else "") + "); put text files in it or point "
+            "data.path at a file"
+        )
+    source = f"files:{root} ({len(texts)} text files: {_names([n for n, _ in texts])}"
+    source += f"; skipped {len(skipped)} not text (NUL bytes): {_names(skipped)})" if skipped else ")"
+    return _FOLDER_SEPARATOR.join(c for _, c in texts), source, label, [(n, len(c)) for n, c in texts]
+
+
+def _val_files(parts: list[tuple[str, int]], n_val: int) -> str:
+    """Which files the val split (the stream's last ``n_val`` bytes) reads, in stream order: a folder's val
+    split is the tail of its alphabetically last file(s), and a user should see which."""
+    sep = len(_FOLDER_SEPARATOR)
+    covered: list[str] = []
+    left = n_val
+    for name, size in reversed(parts):
+        covered.append(name if left >= size else f"the last {left:,} bytes of {name}")
+        left -= size + sep
+        if left <= 0:
+            break
+    return ", ".join(reversed(covered))
 
 
 def _folder_files(root: Path, label: str) -> list[Path]:
@@ -372,16 +422,24 @@ def train_batch(
     return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
 
 
-def eval_windows(val: torch.Tensor, *, seq_len: int, eval_bytes: int) -> tuple[torch.Tensor, torch.Tensor]:
+def resolve_eval_bytes(eval_bytes: int | None, val_bytes: int) -> int:
+    """How much of the val split the eval set reads: ``data.eval_bytes`` as given (never cut: one larger than
+    the split is refused by :func:`load_corpus` and :func:`eval_windows`), or for null
+    ``min(DEFAULT_EVAL_BYTES, val_bytes)``."""
+    return int(eval_bytes) if eval_bytes is not None else min(DEFAULT_EVAL_BYTES, int(val_bytes))
+
+
+def eval_windows(val: torch.Tensor, *, seq_len: int, eval_bytes: int | None) -> tuple[torch.Tensor, torch.Tensor]:
     """The fixed eval set: ``x, y`` int64 ``[N, seq_len]`` from the start of ``val``.
 
     Windows of ``seq_len + 1`` bytes (input = first ``seq_len``, target = last ``seq_len``) starting every
     ``seq_len`` bytes, so consecutive windows share one byte: the last target of one window is the first
     input of the next. Then every byte of the eval span after the first is a target exactly once (bpb is
-    over "every byte of a fixed eval set", docs/model.md). As many windows as fit in ``eval_bytes``, and at
-    least one. An ``eval_bytes`` larger than ``val`` is refused, never cut. No randomness: every call, arm
-    and run sees the same tensors.
+    over "every byte of a fixed eval set", docs/model.md). As many windows as fit in ``eval_bytes``
+    (:func:`resolve_eval_bytes`: null fits the default to the split), and at least one. An ``eval_bytes``
+    larger than ``val`` is refused, never cut. No randomness: every call, arm and run sees the same tensors.
     """
+    eval_bytes = resolve_eval_bytes(eval_bytes, val.numel())
     if seq_len < 1 or eval_bytes < 1:
         raise ValueError(f"seq_len={seq_len} and eval_bytes={eval_bytes} must both be >= 1")
     window = seq_len + 1

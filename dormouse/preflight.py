@@ -7,8 +7,11 @@ The config itself is checked by :func:`dormouse.config.load_config`. This module
   corpus holds one ``seq_len + 1`` window in each split, a Hugging Face dataset is reachable or cached);
 * the run directory: :func:`dormouse.rundir.prepare_run_dir` in dry-run mode (an existing run without
   ``train.resume``/``train.overwrite``, a resume whose checkpoint is unreadable or whose config differs),
-  and that the directory can be created;
+  and that the directory can be created and is not in use by another ``train`` (its lock);
 * ``logging.wandb=online`` without credentials.
+
+:func:`config_warnings` are what runs but is probably not what was meant (``train.warmup >= train.steps``):
+``train`` and ``validate`` print them and go on.
 
 Nothing is created, removed or trained. Each problem is one line; each passing check says what it found.
 """
@@ -22,16 +25,28 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from dormouse.checkpoint import CheckpointError
-from dormouse.config import arm_name
-from dormouse.data import DataError, load_corpus
+from dormouse.data import DataError, load_corpus, resolve_eval_bytes
 from dormouse.errors import TrainError
-from dormouse.rundir import prepare_run_dir
+from dormouse.rundir import default_run_name, prepare_run_dir, run_in_use
+from dormouse.runfiles import RunFiles
 
 
 @dataclass
 class Preflight:
     problems: list[str] = field(default_factory=list)
     found: list[str] = field(default_factory=list)  # what each passing check saw
+    warnings: list[str] = field(default_factory=list)  # config_warnings: runs, but probably not as meant
+
+
+def config_warnings(cfg: DictConfig) -> list[str]:
+    """What a valid config runs but probably does not mean, one line each (printed, never refused)."""
+    out = []
+    t = cfg.train
+    if int(t.warmup) >= int(t.steps):
+        out.append(f"train.warmup={t.warmup} >= train.steps={t.steps}: the whole run is warmup (the learning "
+                   "rate climbs to train.lr at best and never decays); lower train.warmup (nanoGPT uses ~1-5 % "
+                   "of the steps)")
+    return out
 
 
 def _writable_ancestor(path: Path) -> str | None:
@@ -54,27 +69,31 @@ def _wandb_credentials() -> bool:
 
 def preflight(cfg: DictConfig) -> Preflight:
     """Every refusal ``train`` would make before step 0, for a config that passed validation."""
-    out = Preflight()
+    out = Preflight(warnings=config_warnings(cfg))
     try:
         corpus = load_corpus(cfg.data)
         out.found.append(f"data: {corpus.source}: train {corpus.train.numel():,} bytes, "
-                         f"val {corpus.val.numel():,} bytes")
+                         f"val {corpus.val.numel():,} bytes (eval reads "
+                         f"{resolve_eval_bytes(cfg.data.eval_bytes, corpus.val.numel()):,})")
     except DataError as exc:
         out.problems.append(str(exc))
 
     if cfg.run.name is None:
-        run_dir = Path(str(cfg.run.dir)) / f"{arm_name(cfg)}-<start time>"
+        run_dir = Path(str(cfg.run.dir)) / default_run_name(cfg, started="<start time>")
         why_not = _writable_ancestor(Path(str(cfg.run.dir)))
         if why_not is None:
             out.found.append(f"run directory: {run_dir} (new; run.name is null)")
     else:
         run_dir = Path(str(cfg.run.dir)) / str(cfg.run.name)
         why_not = _writable_ancestor(run_dir)
+        in_use = run_in_use(RunFiles(run_dir))
+        if in_use is not None:
+            out.problems.append(in_use)
         try:
             run_dir, state, source = prepare_run_dir(cfg, dry_run=True)
             if state is not None:
                 out.found.append(f"run directory: {run_dir} (resume at step {int(state['step'])} from {source})")
-            elif (run_dir / "config.yaml").exists() or (run_dir / "metrics.jsonl").exists():
+            elif RunFiles(run_dir).holds_run():
                 out.found.append(f"run directory: {run_dir} (holds a run: train.overwrite=true replaces it)")
             elif why_not is None:
                 out.found.append(f"run directory: {run_dir} (new)")

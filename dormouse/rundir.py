@@ -5,6 +5,11 @@
 checkpoint's in anything but the eval/checkpoint cadence and logging is refused with the keys named; a change
 of the learning-rate schedule (train.steps, warmup, lr, min_lr_ratio) is allowed only when every step already
 taken keeps its learning rate.
+
+One process at a time writes a run: ``dormouse train`` holds ``<run>/run.lock`` (:func:`hold_run`, the
+holder lock of :mod:`dormouse.lock`, the same a comparison has) from before it decides to start, resume or
+replace the run until it exits, so a second ``train`` on the same ``run.name`` is refused before it touches a
+file, whatever ``train.overwrite`` says.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import platform
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -23,9 +30,10 @@ from omegaconf import DictConfig, OmegaConf
 from dormouse import __version__
 from dormouse.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, load_newest
 from dormouse.config import arm_name
-from dormouse.data import ByteCorpus
-from dormouse.distributed import DistInfo
+from dormouse.data import DEFAULT_EVAL_BYTES, ByteCorpus, resolve_eval_bytes
+from dormouse.distributed import DistInfo, broadcast_object
 from dormouse.errors import RunDirRefused
+from dormouse.lock import HolderLock, LockHeld, is_locked, read_holder
 from dormouse.runfiles import RunFiles
 from dormouse.schedule import SCHEDULE_KEYS, schedule_change_problem
 
@@ -35,6 +43,76 @@ from dormouse.schedule import SCHEDULE_KEYS, schedule_change_problem
 RESUMABLE_CHANGES = ("train.eval_every", "train.ckpt_every", "train.keep_ckpts",
                      "train.resume", "train.overwrite", "logging.")
 
+# What a second `train` on a run in use is told: wait or stop the first; train elsewhere. Not the destructive
+# train.overwrite=true, which would not help anyway (the lock refuses it too).
+RUN_IN_USE_ADVICE = ("wait for it to finish, or stop it (Ctrl-C checkpoints it; continue it with "
+                     "train.resume=auto); to train beside it, choose another run.name")
+
+
+def default_run_name(cfg: DictConfig, started: str | None = None) -> str:
+    """``<arm>-<start time>``, for a run started without ``run.name``; Block AttnRes says its block size
+    (``attnres_block2-…``), so a Full and a Block run are told apart by name. ``started`` stands in for the
+    time (``dormouse validate`` shows ``<start time>``)."""
+    stem = arm_name(cfg)
+    if cfg.model.attnres.block_size is not None:  # validate allows it only with model.use_attnres=true
+        stem += f"_block{cfg.model.attnres.block_size}"
+    return f"{stem}-{started or datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
+
+
+def run_lock(files: RunFiles) -> HolderLock:
+    """The lock of one run directory, ``<run>/run.lock``."""
+    return HolderLock(files.lock, f"run {files.dir}", RUN_IN_USE_ADVICE, "run.dir")
+
+
+def run_in_use(files: RunFiles) -> str | None:
+    """The refusal a ``train`` on this run would meet now (another live process holds its lock), else None;
+    read-only, for ``dormouse validate``."""
+    if not is_locked(files.lock):
+        return None
+    return str(LockHeld(files.lock, f"run {files.dir}", read_holder(files.lock) or {}, RUN_IN_USE_ADVICE))
+
+
+@contextmanager
+def hold_run(cfg: DictConfig, info: DistInfo) -> Iterator[None]:
+    """Rank 0 holds the run's lock for the whole run; a refusal is every rank's (no rank waits for a rank
+    that left). A stale lock (its holder died) is taken over, and the takeover is said on stderr. A run
+    directory this call created and that holds nothing but the lock when the run ends (it was refused before
+    it wrote anything) is removed again: a refused start leaves nothing behind."""
+    files = RunFiles(Path(str(cfg.run.dir)) / str(cfg.run.name))
+    lock, refusal, created = None, None, False
+    if info.is_main:
+        created = not files.dir.exists()
+        try:
+            lock = run_lock(files).acquire()
+        except LockHeld as exc:
+            refusal = str(exc)
+        except OSError as exc:
+            refusal = (f"cannot write the run directory {files.dir}: {exc.strerror or exc}; choose a writable "
+                       "run.dir (and check the disk has space)")
+        if lock is not None and lock.stale_message():
+            print(lock.stale_message(), file=sys.stderr, flush=True)
+    refusal = broadcast_object(refusal, info)
+    if refusal is not None:
+        raise RunDirRefused(refusal)
+    try:
+        yield
+    finally:
+        if lock is not None:
+            if created and [p.name for p in files.dir.iterdir()] == [files.lock.name]:
+                files.lock.unlink()  # while still held: no one can be granted a lock on a file being removed
+                files.dir.rmdir()
+            lock.release()
+
+
+def _clear_run_dir(files: RunFiles) -> None:
+    """Remove a run's files for ``train.overwrite=true``, keeping the lock this process holds on it."""
+    for entry in files.dir.iterdir():
+        if entry == files.lock:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 def git_commit() -> str:
@@ -70,6 +148,10 @@ def provenance(cfg: DictConfig, device: torch.device, dtype: str, kernel: str, c
         "corpus_sha256": corpus.sha256,
         "train_bytes": int(corpus.train.numel()),
         "val_bytes": int(corpus.val.numel()),
+        # what the eval set reads, and whether the default fitted it to a short val split
+        "eval_bytes": resolve_eval_bytes(cfg.data.eval_bytes, corpus.val.numel()),
+        "eval_bytes_from": ("data.eval_bytes" if cfg.data.eval_bytes is not None
+                            else f"data.eval_bytes=null: min({DEFAULT_EVAL_BYTES}, the val split)"),
         **counts,
     }
 
@@ -136,5 +218,5 @@ def prepare_run_dir(cfg: DictConfig, *, dry_run: bool = False) -> tuple[Path, di
             raise RunDirRefused(f"{run_dir} already holds a run; pass train.resume=auto to continue it, "
                              "train.overwrite=true to replace it, or choose another run.name")
         if not dry_run:
-            shutil.rmtree(run_dir)
+            _clear_run_dir(files)
     return run_dir, None, None

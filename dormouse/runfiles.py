@@ -11,6 +11,7 @@ A run, ``<run.dir>/<run.name>/``::
     rezero_alpha.png  map, ReZero's alpha by slot or GR's gates by slot, whichever the arm has
     gr_gates.png
     wandb_id.txt      only with logging.wandb on: the wandb run id, so a resumed run continues that run
+    run.lock          held by the `dormouse train` writing the run (dormouse.rundir.run_lock); names its pid
     ab_error.txt      only when `dormouse ab` caught an error in this run: its traceback
 
 A comparison, ``<root>/<name>/``: one run directory per (arm, seed) pair, plus ``registration.json``,
@@ -36,6 +37,7 @@ METRICS = "metrics.jsonl"
 CHECKPOINTS = "checkpoints"
 AB_ERROR = "ab_error.txt"
 WANDB_ID = "wandb_id.txt"
+RUN_LOCK = "run.lock"
 ATTNRES_MAP_PLOT = "attnres_map.png"
 REZERO_ALPHA_PLOT = "rezero_alpha.png"
 GR_GATES_PLOT = "gr_gates.png"
@@ -85,6 +87,10 @@ class RunFiles:
     @property
     def wandb_id(self) -> Path:
         return self.dir / WANDB_ID
+
+    @property
+    def lock(self) -> Path:
+        return self.dir / RUN_LOCK
 
     @property
     def attnres_map(self) -> Path:

@@ -12,12 +12,14 @@ window the model was trained on, and this is a CLI for reading a few hundred byt
 
 Every draw comes from one ``torch.Generator`` seeded with ``--seed`` and rebuilt for each depth, so the
 output is a pure function of (checkpoint, prompt, options). Bytes are decoded as UTF-8 with replacement
-characters (U+FFFD) for invalid sequences: a byte model can emit half a character.
+characters (U+FFFD) for invalid sequences: a byte model can emit half a character. The prompt is bytes too:
+any bytes, from ``--prompt`` (the command line's own bytes, recovered with :func:`os.fsencode`) or from
+``--prompt-file``. ``--num-samples n`` draws n samples per depth, sample i with seed ``--seed + i``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,10 @@ from omegaconf import OmegaConf
 from dormouse.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from dormouse.model import VOCAB, LoopedByteLM
 from dormouse.probes import PROBES
+from dormouse.runfiles import ComparisonFiles, RunFiles
+from dormouse.sample_options import SampleOptions
+
+__all__ = ["Sample", "SampleError", "SampleOptions", "generate", "load_model", "sample_run"]
 
 
 class SampleError(ValueError):
@@ -34,19 +40,11 @@ class SampleError(ValueError):
 
 
 @dataclass(frozen=True)
-class SampleOptions:
-    prompt: str = "\n"
-    n_bytes: int = 256
-    temperature: float = 0.8
-    top_k: int | None = None
-    seed: int = 0
-
-
-@dataclass(frozen=True)
 class Sample:
     depth: int
     prompt: bytes
     generated: bytes
+    index: int = 0  # which of --num-samples
 
     @property
     def text(self) -> str:
@@ -55,15 +53,24 @@ class Sample:
 
 
 def find_checkpoint(run_dir: Path, checkpoint: Path | None = None) -> Path:
-    """``checkpoint`` when given, else the newest ``RUN_DIR/checkpoints/step_*.pt``."""
+    """``checkpoint`` when given, else the newest ``RUN_DIR/checkpoints/step_*.pt``; a path that is not a
+    run directory is refused saying what it is instead (a checkpoint file, a comparison)."""
     if checkpoint is not None:
         if not checkpoint.is_file():
             raise SampleError(f"--checkpoint {checkpoint}: no such file")
         return checkpoint
+    if run_dir.is_file():
+        raise SampleError(f"{run_dir} is a file, not a run directory; to sample a checkpoint file, give its run "
+                          f"directory and the file: dormouse sample {run_dir.parent.parent} --checkpoint {run_dir}")
     if not run_dir.is_dir():
         raise SampleError(f"run directory {run_dir} does not exist; give the folder a `dormouse train` wrote "
                           "(runs/<run.name>)")
-    found = list_checkpoints(run_dir / "checkpoints")
+    if ComparisonFiles(run_dir).registration.exists():
+        runs = sorted(p.name for p in run_dir.iterdir() if list_checkpoints(RunFiles(p).checkpoints))
+        raise SampleError(f"{run_dir} is a comparison, not one run; sample one of its runs: dormouse sample "
+                          f"{run_dir / (runs[0] if runs else '<arm>-s<seed>')}"
+                          + (f" (runs with a checkpoint: {', '.join(runs)})" if runs else ""))
+    found = list_checkpoints(RunFiles(run_dir).checkpoints)
     if not found:
         raise SampleError(f"{run_dir} has no checkpoint (checkpoints/step_*.pt): the run has not reached its "
                           "first checkpoint; wait for it, or pass --checkpoint PATH")
@@ -75,8 +82,12 @@ def load_model(path: Path, device: torch.device | str = "cpu") -> tuple[LoopedBy
 
     The read path is the torch one: sampling is a few hundred single-sequence forwards.
     """
-    state = load_checkpoint(path)
-    if "model" not in state or "config" not in state:
+    try:
+        state = load_checkpoint(path)
+    except CheckpointError as exc:
+        raise SampleError(f"{exc}: not a dormouse checkpoint; give a checkpoints/step_*.pt file a run "
+                          "wrote") from None
+    if not isinstance(state, dict) or "model" not in state or "config" not in state:
         raise CheckpointError(f"checkpoint {path} holds no model or no config: not a dormouse checkpoint")
     cfg = OmegaConf.create(state["config"])
     model = LoopedByteLM(cfg.model, seed=int(cfg.train.seed), kernel="torch")
@@ -108,6 +119,8 @@ def check_options(opts: SampleOptions) -> None:
         problems.append(f"--temperature {opts.temperature} must be >= 0 (0 = greedy)")
     if opts.top_k is not None and not 1 <= opts.top_k <= VOCAB:
         problems.append(f"--top-k {opts.top_k} must be in 1..{VOCAB} (or omitted: no truncation)")
+    if opts.num_samples < 1:
+        problems.append(f"--num-samples {opts.num_samples} must be >= 1")
     if not opts.prompt:
         problems.append("--prompt is empty: the model needs at least one byte to condition on")
     if problems:
@@ -128,13 +141,13 @@ def resolve_sample_device(device: str) -> torch.device:
 
 
 @torch.no_grad()
-def generate(model: LoopedByteLM, depth: int, opts: SampleOptions, context: int) -> Sample:
+def generate(model: LoopedByteLM, depth: int, opts: SampleOptions, context: int, index: int = 0) -> Sample:
     """Sample ``opts.n_bytes`` bytes after ``opts.prompt`` reading out at ``depth``.
 
     ``context`` is how many trailing bytes the model sees (its training ``data.seq_len``).
     """
     device = next(model.parameters()).device
-    prompt = opts.prompt.encode("utf-8")
+    prompt = opts.prompt_bytes
     gen = torch.Generator(device="cpu").manual_seed(int(opts.seed))
     seq = torch.tensor(list(prompt), dtype=torch.long, device=device).unsqueeze(0)
     out: list[int] = []
@@ -151,7 +164,7 @@ def generate(model: LoopedByteLM, depth: int, opts: SampleOptions, context: int)
                 nxt = int(torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=gen))
             out.append(nxt)
             seq = torch.cat([seq, torch.tensor([[nxt]], device=device)], dim=1)
-    return Sample(depth=depth, prompt=prompt, generated=bytes(out))
+    return Sample(depth=depth, prompt=prompt, generated=bytes(out), index=index)
 
 
 def sample_run(run_dir: Path, opts: SampleOptions, depth: str = "last", checkpoint: Path | None = None,
@@ -166,4 +179,5 @@ def sample_run(run_dir: Path, opts: SampleOptions, depth: str = "last", checkpoi
     model, cfg, step = load_model(path, dev)
     depths = parse_depths(str(model.max_iter) if depth == "last" else depth, model.max_iter)
     context = int(cfg.data.seq_len)
-    return path, step, [generate(model, k, opts, context) for k in depths]
+    return path, step, [generate(model, k, replace(opts, seed=opts.seed + i), context, index=i)
+                        for k in depths for i in range(opts.num_samples)]

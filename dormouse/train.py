@@ -24,7 +24,6 @@ import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +61,9 @@ from dormouse.loglines import (
 )
 from dormouse.loop_state import LoopState, WindowTotals
 from dormouse.model import LoopedByteLM
+from dormouse.preflight import config_warnings
 from dormouse.probes import PROBES, learned_values, probe_scalars
-from dormouse.rundir import prepare_run_dir, provenance
+from dormouse.rundir import default_run_name, hold_run, prepare_run_dir, provenance
 from dormouse.runfiles import RunFiles
 from dormouse.schedule import lr_at
 
@@ -228,11 +228,6 @@ def _wandb_run(cfg: DictConfig, files: RunFiles, resumed: bool) -> Any:
                       config=OmegaConf.to_container(cfg, resolve=True), settings=wandb.Settings(silent=True))
 
 
-def default_run_name(cfg: DictConfig) -> str:
-    """``<arm>-<start time>``, for a run started without ``run.name``."""
-    return f"{arm_name(cfg)}-{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
-
-
 def _run_config(cfg: DictConfig, run_name: str) -> DictConfig:
     """The config the run trains with and records, made once: interpolations resolved, ``run.name`` filled
     in, closed (struct mode)."""
@@ -263,11 +258,14 @@ def train(cfg: DictConfig, *, stop_at_step: int | None = None) -> TrainResult:
     corpus = load_corpus(cfg.data)  # bad data fails here, before the model is built
     kernel = _resolve_kernel(cfg, device, info)
     init_distributed(info, device)
+    for line in config_warnings(cfg) if info.is_main else []:
+        print(f"warning: {line}", file=sys.stderr, flush=True)
     try:
         name = str(cfg.run.name) if cfg.run.name is not None else default_run_name(cfg)
-        # Every rank writes to the directory rank 0 named.
-        return _train(_run_config(cfg, broadcast_object(name, info)), corpus, device, kernel, info,
-                      stop_at_step)
+        # Every rank writes to the directory rank 0 named; one process at a time writes a run (its lock).
+        run_cfg = _run_config(cfg, broadcast_object(name, info))
+        with hold_run(run_cfg, info):
+            return _train(run_cfg, corpus, device, kernel, info, stop_at_step)
     finally:
         shutdown_distributed(info)
 
@@ -330,7 +328,7 @@ def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: st
     model = LoopedByteLM(cfg.model, seed=int(t.seed), kernel=kernel).to(device)
     optimizer = torch.optim.AdamW(model.param_groups(float(t.weight_decay)), lr=float(t.lr),
                                   betas=(float(t.beta1), float(t.beta2)), fused=device.type == "cuda")
-    eval_set = eval_windows(corpus.val, seq_len=int(cfg.data.seq_len), eval_bytes=int(cfg.data.eval_bytes))
+    eval_set = eval_windows(corpus.val, seq_len=int(cfg.data.seq_len), eval_bytes=cfg.data.eval_bytes)
     run = _Run(cfg, info, device, kernel, corpus, RunFiles(Path(cfg.run.dir) / str(cfg.run.name)), model,
                model, optimizer, model.param_counts(), int(t.seed if t.data_seed is None else t.data_seed),
                eval_set)

@@ -27,7 +27,7 @@ def main() -> None:
     path = find_checkpoint(args.run_dir, args.checkpoint)
     model, cfg, step = load_model(path)
     corpus = load_corpus(cfg.data)
-    x, _ = eval_windows(corpus.val, seq_len=int(cfg.data.seq_len), eval_bytes=int(cfg.data.eval_bytes))
+    x, _ = eval_windows(corpus.val, seq_len=int(cfg.data.seq_len), eval_bytes=cfg.data.eval_bytes)
     lv = learned_values(model, x, int(cfg.train.batch_size))
     print(f"{path} (step {step}), arm {lv.arm}, {x.numel():,} eval bytes; summary {lv.summary()}")
     if lv.alpha is not None:

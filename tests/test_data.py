@@ -96,7 +96,25 @@ def test_folder_is_sorted_recursive_skips_hidden_and_joins_with_newline(tmp_path
     corpus = load_corpus(_cfg(path=str(tmp_path)))
     stream = torch.cat([corpus.train, corpus.val]).numpy().tobytes()
     assert stream == b"A" * 40 + b"\n" + b"B" * 40
-    assert "(2 files)" in corpus.source
+    assert corpus.source.endswith("(2 text files: a.txt, b/z.txt); val split: the last 20 bytes of b/z.txt")
+
+
+def test_a_folder_skips_files_that_are_not_text_and_says_which_files_and_which_split(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_bytes(b"A" * 60)
+    (tmp_path / "b.txt").write_bytes(b"B" * 30)
+    (tmp_path / "model.pt").write_bytes(b"PK\x03\x04\x00\x00" + b"\x00" * 50)  # a zip: NUL bytes
+    (tmp_path / "z.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    corpus = load_corpus(_cfg(path=str(tmp_path), val_fraction=0.5))  # 91 bytes: the last 45 are val
+    stream = torch.cat([corpus.train, corpus.val]).numpy().tobytes()
+    assert stream == b"A" * 60 + b"\n" + b"B" * 30  # neither binary file's bytes
+    assert "2 text files: a.txt, b.txt" in corpus.source
+    assert "skipped 2 not text (NUL bytes): model.pt, z.png" in corpus.source
+    assert "val split: the last 14 bytes of a.txt, b.txt" in corpus.source  # 14 + the separator + 30 = 45
+    only_binary = tmp_path / "bin"
+    only_binary.mkdir()
+    (only_binary / "x.bin").write_bytes(b"\x00" * 40)
+    with pytest.raises(DataError, match="no readable non-empty text files .*not text: x.bin"):
+        load_corpus(_cfg(path=str(only_binary)))
 
 
 # -------------------------------------------------------------------------------------- batches
@@ -203,7 +221,7 @@ def test_folder_with_no_readable_files_is_a_data_error_naming_it(tmp_path: Path)
     (tmp_path / ".hidden").write_bytes(b"x" * 100)
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "empty.txt").write_bytes(b"")
-    with pytest.raises(DataError, match="no readable non-empty files") as err:
+    with pytest.raises(DataError, match="no readable non-empty text files") as err:
         load_corpus(_cfg(path=str(tmp_path)))
     assert str(tmp_path) in str(err.value)
 
@@ -261,7 +279,7 @@ def test_fifo_path_is_refused_without_blocking(tmp_path: Path) -> None:
     assert str(fifo) in str(err.value)
     (tmp_path / "real.txt").write_bytes(b"z" * 100)
     corpus = load_corpus(_cfg(path=str(tmp_path)))  # in a folder, non-regular files are skipped
-    assert "(1 files)" in corpus.source
+    assert "(1 text files: real.txt)" in corpus.source
 
 
 # ---------------------------------------------------------------------------------- Hugging Face

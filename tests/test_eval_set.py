@@ -73,3 +73,28 @@ def test_a_registered_comparison_that_asks_for_more_eval_than_val_is_refused_bef
     assert not (tmp_path / "never").exists()
     # The shipped registration asks for what the embedded corpus's val split holds (it asked for 1 MiB).
     plan_pairs(load_spec("residual"), [], tmp_path / "never")
+
+
+def test_the_default_eval_size_fits_a_short_val_split_and_says_so_but_an_explicit_one_is_never_cut(
+        tmp_path: Path) -> None:
+    # nanoGPT's tiny Shakespeare: 1,115,394 bytes, so a 55,769-byte val split at the default val_fraction,
+    # shorter than the old fixed default of 65,536 that refused it.
+    import json
+
+    from dormouse.data import eval_windows
+
+    corpus = tmp_path / "input.txt"
+    corpus.write_bytes((b"First Citizen:\nBefore we proceed any further, hear me speak.\n" * 20000)[:1115394])
+    cfg = load_config(["preset=cpu", f"data.path={corpus}"])
+    assert cfg.data.eval_bytes is None
+    loaded = load_corpus(cfg.data)
+    assert loaded.val.numel() == 55769
+    x, _ = eval_windows(loaded.val, seq_len=128, eval_bytes=None)
+    assert x.shape[0] == (55769 - 1) // 128  # the whole val split, in whole windows
+    with pytest.raises(DataError, match="data.eval_bytes=65536 is larger than the val split"):
+        load_corpus(DataConfig(path=str(corpus), eval_bytes=65536))
+    run = train(load_config(["preset=tiny", f"data.path={corpus}", "data.eval_bytes=null", "train.steps=2",
+                             "train.eval_every=2", "logging.progress=off", f"run.dir={tmp_path}", "run.name=r"]))
+    provenance = json.loads((run.run_dir / "provenance.json").read_text())
+    assert provenance["eval_bytes"] == 55769
+    assert provenance["eval_bytes_from"] == "data.eval_bytes=null: min(65536, the val split)"

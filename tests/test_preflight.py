@@ -96,3 +96,13 @@ def test_wandb_online_without_credentials_is_refused(tmp_path: Path, monkeypatch
     monkeypatch.setenv("HOME", str(tmp_path))
     result = validate("logging.wandb=online", f"run.dir={tmp_path}")
     assert result.exit_code == 2 and "logging.wandb=online needs credentials" in one_line(result)
+
+
+def test_warmup_that_takes_every_step_is_a_warning_in_validate_and_train_not_a_refusal(tmp_path: Path, capfd):
+    result = validate(f"run.dir={tmp_path}", "run.name=w", "train.warmup=4")
+    assert result.exit_code == 0, result.output
+    assert "warning: train.warmup=4 >= train.steps=4: the whole run is warmup" in one_line(result)
+    assert "warning" not in one_line(validate(f"run.dir={tmp_path}", "run.name=w", "train.warmup=3"))
+    capfd.readouterr()
+    train(load_config([*TINY, f"run.dir={tmp_path}", "run.name=w", "train.warmup=9"]))
+    assert "warning: train.warmup=9 >= train.steps=4" in capfd.readouterr().err

@@ -93,3 +93,70 @@ def test_run_without_checkpoint_is_refused(tmp_path: Path):
     (tmp_path / "r").mkdir()
     result = runner.invoke(app, ["sample", str(tmp_path / "r")])
     assert result.exit_code == 2 and "has no checkpoint" in result.output
+
+
+def test_a_prompt_of_invalid_utf8_bytes_is_sampled_not_a_traceback(run_dir: Path):
+    # The shell hands Python the bytes \xff\xfe; Python decodes argv with surrogateescape. A real process,
+    # so argv goes through that decoding exactly as a user's shell's would.
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "dormouse", "sample", str(run_dir), "--prompt", b"\xff\xfe",
+                           "--bytes", "8", "--temperature", "0"], capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    assert b"Traceback" not in done.stderr
+    model, _, _ = load_model(run_dir / "checkpoints" / "step_00000020.pt")
+    expected = generate(model, 2, SampleOptions(prompt=b"\xff\xfe", n_bytes=8, temperature=0.0), 32)
+    assert done.stdout.rstrip(b"\n").endswith(expected.text.encode("utf-8").rstrip(b"\n"))
+    assert SampleOptions(prompt="\udcff\udcfe").prompt_bytes == b"\xff\xfe"  # argv's str of those bytes
+
+
+def test_a_prompt_file_gives_its_bytes_and_num_samples_gives_consecutive_seeds(run_dir: Path, tmp_path: Path):
+    (tmp_path / "p.bin").write_bytes(b"KING\xff:")
+    result = runner.invoke(app, ["sample", str(run_dir), "--prompt-file", str(tmp_path / "p.bin"), "--bytes", "16",
+                                 "--temperature", "1", "--seed", "4", "--num-samples", "2", "--depth", "1"])
+    assert result.exit_code == 0, result.output
+    _, _, seed4 = sample_run(run_dir, SampleOptions(prompt=b"KING\xff:", n_bytes=16, temperature=1.0, seed=4),
+                             depth="1")
+    _, _, seed5 = sample_run(run_dir, SampleOptions(prompt=b"KING\xff:", n_bytes=16, temperature=1.0, seed=5),
+                             depth="1")
+    first, second = result.stdout.split("=== depth 1, sample 2 ===\n")
+    assert first.startswith("=== depth 1, sample 1 ===\n")
+    assert first.endswith(seed4[0].text + "\n") and second.endswith(seed5[0].text + "\n")
+    both = runner.invoke(app, ["sample", str(run_dir), "--prompt", "x", "--prompt-file", str(tmp_path / "p.bin")])
+    assert both.exit_code == 2 and "choose one" in both.output
+
+
+def test_the_cli_defaults_are_the_sample_options_defaults():
+    import inspect
+
+    from dormouse.cli import sample
+
+    params = inspect.signature(sample).parameters
+    defaults = SampleOptions()
+    for cli_name, field in [("n_bytes", "n_bytes"), ("temperature", "temperature"), ("top_k", "top_k"),
+                            ("seed", "seed"), ("num_samples", "num_samples")]:
+        assert params[cli_name].default.default == getattr(defaults, field), cli_name
+
+
+@pytest.mark.parametrize("what,needle", [
+    ("checkpoint_file", "is a file, not a run directory; to sample a checkpoint file"),
+    ("comparison", "is a comparison, not one run; sample one of its runs"),
+    ("not_a_checkpoint", "is unreadable (UnpicklingError: Weights only load failed: Unsupported operand"),
+])
+def test_a_path_that_is_not_a_run_is_refused_saying_what_it_is(run_dir: Path, tmp_path: Path, what: str,
+                                                                needle: str):
+    ckpt = run_dir / "checkpoints" / "step_00000020.pt"
+    if what == "checkpoint_file":
+        args = [str(ckpt)]
+    elif what == "comparison":
+        (tmp_path / "registration.json").write_text("{}")
+        args = [str(tmp_path)]
+    else:
+        (tmp_path / "notes.txt").write_text("not a checkpoint\n" * 50)
+        args = [str(run_dir), "--checkpoint", str(tmp_path / "notes.txt")]
+    result = runner.invoke(app, ["sample", *args])
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert needle in text, text
+    assert "weights_only" not in text and len(text) < 400, text

@@ -4,7 +4,7 @@ perturbations_attnres.py). ``protects`` names what a defect here would break."""
 
 from __future__ import annotations
 
-_LOCK = "dormouse/ab/lock.py"
+_LOCK = "dormouse/lock.py"  # the mechanism dormouse/ab/lock.py uses
 _LAUNCH = "dormouse/ab/launch.py"
 _CLUSTER = "dormouse/ab/cluster.py"
 _PAIRJOB = "dormouse/ab/pairjob.py"
