@@ -1,5 +1,5 @@
 """Perturbations of what keeps a run's directory its own (issue 24: two `train` on one run, a run name that
-leaves the run root; scripts/falsify.py; format in perturbations_attnres.py, plus ``protects``).
+leaves the run root; tests/falsification; format in perturbations_attnres.py, plus ``protects``).
 
 A run directory is the loop's record: two writers interleave its metrics, a name with `..` writes (and with
 train.overwrite=true deletes) outside run.dir.
@@ -15,6 +15,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "run_lock_not_taken",
         "file": _RUNDIR,
+        "function": "hold_run",
         "old": "            lock = run_lock(files).acquire()\n",
         "new": "            lock = None\n",
         "gates": [_LOCK + "test_a_second_train_on_a_run_in_use_is_refused_naming_the_holder_and_touches_nothing",
@@ -26,6 +27,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "overwrite_deletes_the_held_run_lock",
         "file": _RUNDIR,
+        "function": "_clear_run_dir",
         "old": "        if entry == files.lock:\n",
         "new": "        if False:\n",
         "gates": [_LOCK + "test_overwrite_replaces_the_run_but_keeps_the_lock_it_holds"],
@@ -36,6 +38,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "stale_run_lock_taken_silently",
         "file": _RUNDIR,
+        "function": "hold_run",
         "old": "        if lock is not None and lock.stale_message():\n",
         "new": "        if False:\n",
         "gates": [_LOCK + "test_a_stale_run_lock_from_a_dead_train_is_taken_over_with_a_message"],
@@ -45,6 +48,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "run_name_may_climb_out_of_run_dir",
         "file": _CONFIG,
+        "function": "validate",
         "old": "or \"..\" in Path(str(name)).parts",
         "new": "or \"...\" in Path(str(name)).parts",
         "gates": ["tests/test_run_name.py::test_a_run_name_that_leaves_the_run_root_is_refused_naming_the_field"],
@@ -54,6 +58,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "block_attnres_default_run_name_says_full",
         "file": _RUNDIR,
+        "function": "default_run_name",
         "old": "        stem += f\"_block{cfg.model.attnres.block_size}\"\n",
         "new": "        stem += \"\"\n",
         "gates": ["tests/test_run_name.py::test_full_and_block_attnres_get_different_default_run_names"],

@@ -1,4 +1,4 @@
-"""Perturbations of two gates the verdict path lacked (issue 22 item 7; scripts/falsify.py; format in
+"""Perturbations of two gates the verdict path lacked (issue 22 item 7; tests/falsification; format in
 perturbations_attnres.py, plus ``protects``).
 
 An audit applied plausible one-line defects to the code that decides a verdict; these two left the suite
@@ -16,6 +16,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "seed_not_passed_to_the_model",
         "file": _TRAIN,
+        "function": "_train",
         "old": "    model = LoopedByteLM(cfg.model, seed=int(t.seed), kernel=kernel).to(device)\n",
         "new": "    model = LoopedByteLM(cfg.model, seed=0, kernel=kernel).to(device)\n",
         "gates": [_G + "test_the_seed_reaches_the_shared_initial_weights_and_data_seed_only_the_data_order"],
@@ -26,6 +27,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "shared_init_stream_ignores_the_seed",
         "file": _MODEL,
+        "function": "LoopedByteLM.init_weights",
         "old": "        shared = torch.Generator().manual_seed(seed)\n",
         "new": "        shared = torch.Generator().manual_seed(0)\n",
         "gates": [_G + "test_the_seed_reaches_the_shared_initial_weights_and_data_seed_only_the_data_order"],
@@ -35,6 +37,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "grad_clip_never_applied",
         "file": _TRAIN,
+        "function": "train_step",
         "old": "            run.model.parameters(), float(t.grad_clip) if t.grad_clip > 0 else math.inf)\n",
         "new": "            run.model.parameters(), math.inf)\n",
         "gates": [_G + "test_the_optimizer_steps_with_clipped_gradients_when_grad_clip_is_set"],
