@@ -1,6 +1,6 @@
 """Protocol v2's decision rule (dormouse/ab/sequential.py): hand-checkable cases against scipy/statsmodels
 computed here from the equations (independent oracles), the contract of ``decide``, and the rule's error
-rates by Monte Carlo (issue 22, item 5; each gate's perturbation is in scripts/perturbations_sequential.py).
+rates by Monte Carlo (issue 22, item 5; each gate's perturbation is in tests/falsification/perturbations_sequential.py).
 
 Monte-Carlo bound: a rate estimated from n_sim independent comparisons has standard error
 √(p(1 − p)/n_sim); a rate whose true value is ≤ α is accepted up to α + 3·√(α(1 − α)/n_sim) (one-sided,
