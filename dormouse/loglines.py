@@ -324,6 +324,16 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def last_eval_phrase(rows: list[dict[str, Any]]) -> str:
+    """How far a run's evals got, for a message about a run that stopped: ``stopped before its first eval``,
+    or ``last eval at step N (bpb B)``, never ``step None``."""
+    if not rows:
+        return "stopped before its first eval"
+    last = rows[-1]
+    bpb = last.get("bpb")
+    return f"last eval at step {last['step']}" + (f" (bpb {bpb:.4f})" if isinstance(bpb, float) else "")
+
+
 # --- the replay rule --------------------------------------------------------------------------------------
 
 def replay(rows: list[Row], row: Row, step_of: Callable[[Row], int]) -> list[Row]:

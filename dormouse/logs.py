@@ -221,8 +221,8 @@ def read_run(path: Path | str) -> RunLog:
 
     if path.is_file() and path.name != LOG and not run.evals and run.done is None and not any(
             line.startswith("# ") or line_kind(line) for line in lines):
-        run.add(None, "not-a-log", f"no line of {path} is a train.log line (a `# key: value` header, an eval, "
-                "resume or done line): pass a run directory or its train.log")
+        run.add(None, "not-a-log", f"{path} is not a train.log: none of its lines is a `# key: value` header "
+                "or an eval, resume or done line; pass a run directory or its train.log")
         return run
     for row in run.evals:
         _check_row(run, row)

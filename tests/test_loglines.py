@@ -29,6 +29,7 @@ from dormouse.loglines import (
     parse_interrupted_line,
     parse_metrics_row,
     parse_resume_line,
+    last_eval_phrase,
     replay,
 )
 
@@ -166,3 +167,8 @@ def test_learned_summary_round_trips_and_is_optional() -> None:
     assert "learned" not in format_eval_line(row(300), 3)  # a run from before the probes
     with pytest.raises(LogLineError, match="learned"):
         parse_eval_line(line.replace("learned=emb_w:0.2112", "learned=0.2112"))
+
+
+def test_a_run_stopped_before_its_first_eval_says_so_not_step_none() -> None:
+    assert last_eval_phrase([]) == "stopped before its first eval"
+    assert last_eval_phrase([row(10), {**row(20), "bpb": 2.25}]) == "last eval at step 20 (bpb 2.2500)"

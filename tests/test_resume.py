@@ -42,6 +42,33 @@ def test_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_path: Path, ar
     rows_full = [json.loads(r) for r in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
     rows_split = [json.loads(r) for r in (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()]
     assert [r["bpb"] for r in rows_full] == [r["bpb"] for r in rows_split]
+    # The history comes back from metrics.jsonl (checkpoints do not carry it): the resumed run's result holds
+    # every eval, the ones before the resume included.
+    assert [(r["step"], r["bpb"]) for r in second.metrics] == [(r["step"], r["bpb"]) for r in full.metrics]
+
+
+def test_a_checkpoint_keeps_the_loop_state_under_one_key_and_no_metrics_history(tmp_path: Path):
+    train(load_config([*TINY, f"run.dir={tmp_path}", "run.name=r"]))
+    state = load_checkpoint(list_checkpoints(tmp_path / "r" / "checkpoints")[-1])
+    assert set(state) == {"model", "optimizer", "config", "loop"}
+    assert set(state["loop"]) == {"step", "tokens", "skipped", "window", "probes", "rng_cpu"}
+    assert state["loop"]["step"] == 16
+
+
+def test_a_checkpoint_written_before_the_loop_key_still_resumes_bit_identically(tmp_path: Path):
+    """The layout before: the loop's keys at the top level and every metrics row so far. It loads; the old
+    rows are ignored (metrics.jsonl holds them), and the run continues exactly."""
+    full = train(load_config([*TINY, f"run.dir={tmp_path}", "run.name=full"]))
+    first = train(load_config([*TINY, f"run.dir={tmp_path}", "run.name=old"]), stop_at_step=9)
+    newest = list_checkpoints(tmp_path / "old" / "checkpoints")[-1]
+    state = load_checkpoint(newest)
+    old_layout = {k: v for k, v in state.items() if k != "loop"}
+    old_layout.update({**state["loop"], "metrics": [{"step": 6, "bpb": 99.0}]})
+    atomic_save(old_layout, newest)
+    second = train(load_config([*TINY, f"run.dir={tmp_path}", "run.name=old", "train.resume=auto"]))
+    assert first.losses + second.losses == full.losses
+    assert masked(evals(tmp_path / "old")) == masked(evals(tmp_path / "full"))
+    assert [r["bpb"] for r in second.metrics] == [r["bpb"] for r in full.metrics]  # not the planted 99.0
 
 
 def test_only_the_last_k_checkpoints_are_kept(tmp_path: Path):
