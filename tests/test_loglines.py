@@ -23,13 +23,13 @@ from dormouse.loglines import (
     format_interrupted_line,
     format_metrics_row,
     format_resume_line,
+    last_eval_phrase,
     line_kind,
     parse_done_line,
     parse_eval_line,
     parse_interrupted_line,
     parse_metrics_row,
     parse_resume_line,
-    last_eval_phrase,
     replay,
 )
 
