@@ -25,6 +25,7 @@ from dormouse.checkpoint import CheckpointError
 from dormouse.config import arm_name
 from dormouse.data import DataError, load_corpus
 from dormouse.errors import TrainError
+from dormouse.loop_state import checkpoint_step
 from dormouse.rundir import prepare_run_dir
 
 
@@ -73,7 +74,7 @@ def preflight(cfg: DictConfig) -> Preflight:
         try:
             run_dir, state, source = prepare_run_dir(cfg, dry_run=True)
             if state is not None:
-                out.found.append(f"run directory: {run_dir} (resume at step {int(state['step'])} from {source})")
+                out.found.append(f"run directory: {run_dir} (resume at step {checkpoint_step(state)} from {source})")
             elif (run_dir / "config.yaml").exists() or (run_dir / "metrics.jsonl").exists():
                 out.found.append(f"run directory: {run_dir} (holds a run: train.overwrite=true replaces it)")
             elif why_not is None:
