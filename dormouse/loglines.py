@@ -36,7 +36,7 @@ from dormouse.config import ARMS
 EVAL, RESUME, INTERRUPTED, DONE = "eval", "resume", "interrupted", "done"
 KINDS = (EVAL, RESUME, INTERRUPTED, DONE)
 
-_SUFFIX = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+_SUFFIX = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 _COUNTER = re.compile(r"^(\d+)/(\d+)$")
 _INT_KEYS = ("step", "skipped", "window_steps", "depth_sum")
 _FLOAT_KEYS = ("loss", "bpb", "lr", "depth")
@@ -56,15 +56,17 @@ class LogLineError(ValueError):
 # --- numbers ---------------------------------------------------------------------------------------------
 
 def human(n: float) -> str:
-    """3 significant figures with a k/M/G suffix: 1638400 -> '1.64M'."""
-    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+    """3 significant figures with a k/M/G/T/P suffix: 1638400 -> '1.64M', 2.5e15 FLOPs -> '2.5P'; below 1000 an
+    int as itself, a float to 3 figures. The one owner of this rule (the eval line's counts, the A/B status's
+    tokens and FLOPs); :func:`parse_count` is its inverse."""
+    for div, suffix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(n) >= div:
             return f"{n / div:.3g}{suffix}"
     return f"{n:.3g}" if isinstance(n, float) else str(n)
 
 
 def parse_count(text: str) -> float:
-    """``'1.64M'`` -> 1640000.0, ``'8.1k'`` -> 8100.0, ``'512'`` -> 512.0 (k/M/G/T suffixes)."""
+    """``'1.64M'`` -> 1640000.0, ``'8.1k'`` -> 8100.0, ``'512'`` -> 512.0 (k/M/G/T/P suffixes)."""
     if text and text[-1] in _SUFFIX:
         return float(text[:-1]) * _SUFFIX[text[-1]]
     return float(text)

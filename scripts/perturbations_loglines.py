@@ -174,4 +174,14 @@ PERTURBATIONS: list[dict] = [
         "why": "issue 24: `logs notes.txt` said missing-eval, not that the file is not a train.log",
         "protects": "counters",
     },
+    {
+        "name": "human_stops_at_giga",
+        "file": _LINES,
+        "old": '    for div, suffix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):\n',
+        "new": '    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):\n',
+        "gates": [_T + "test_human_is_the_one_count_format_and_parse_count_reads_it_back"],
+        "why": "the one count format would lose T and P: the A/B status's FLOPs (ab/status.py's `_si` did them) "
+        "would read 2.5e+06G",
+        "protects": "counters",
+    },
 ]

@@ -23,8 +23,10 @@ from dormouse.loglines import (
     format_interrupted_line,
     format_metrics_row,
     format_resume_line,
+    human,
     last_eval_phrase,
     line_kind,
+    parse_count,
     parse_done_line,
     parse_eval_line,
     parse_interrupted_line,
@@ -172,3 +174,12 @@ def test_learned_summary_round_trips_and_is_optional() -> None:
 def test_a_run_stopped_before_its_first_eval_says_so_not_step_none() -> None:
     assert last_eval_phrase([]) == "stopped before its first eval"
     assert last_eval_phrase([row(10), {**row(20), "bpb": 2.25}]) == "last eval at step 20 (bpb 2.2500)"
+
+
+@pytest.mark.parametrize(("n", "text"), [(512, "512"), (0.5, "0.5"), (12.0, "12"), (1638400, "1.64M"),
+                                         (8123.4, "8.12k"), (3e12, "3T"), (2.5e15, "2.5P"), (-2500, "-2.5k")])
+def test_human_is_the_one_count_format_and_parse_count_reads_it_back(n: float, text: str) -> None:
+    """The eval line's counts and the A/B status's tokens and FLOPs (ab/status.py's `_si`, which it replaces):
+    3 significant figures, k..P. The inverse is parse_count, to those 3 figures."""
+    assert human(n) == text
+    assert parse_count(text) == pytest.approx(n, rel=5e-3)
