@@ -98,7 +98,10 @@ def _pairs(line: str, head: str) -> list[tuple[str, str]]:
 # added to the row appears on the line under its own name, after the known ones; the parser keeps a field
 # it does not know. What stays off the line lives in metrics.jsonl only (:data:`FILE_ONLY`, ``probe/...``).
 
-LEARNED = "learned"  # metrics.jsonl: "learned" (the value) and "learned_name"
+# `learned=<name>:<value>`: the arm's one-number summary from its learned-value probes (dormouse.probes; each
+# arm names its own); metrics.jsonl keeps "learned" (the value) and "learned_name". A row without one (a run
+# from before the probes) omits it.
+LEARNED = "learned"
 # The training loss the eval line reports is the window's mean cross-entropy in nats per byte, printed
 # beside the eval set's bpb (bits): the line labels it with its unit. metrics.jsonl keeps the key "loss".
 LINE_LABELS = {"loss": "train_loss_nats"}
@@ -147,13 +150,6 @@ def eval_fields(row: dict[str, Any]) -> list[str]:
     placed = {*head, *counter_keys, *WINDOW_COLUMNS}
     extra = [k for k, v in row.items() if k not in placed and _on_line(k, v)]
     return [*head, *extra, *(k for k in WINDOW_COLUMNS if k in row)]
-
-
-def eval_columns(max_iter: int) -> list[str]:
-    """The fields a row of this trainer puts on the line for a model of ``max_iter`` depths, in order
-    (docs/model.md): the counters are the registry's arms. ``learned`` is the arm's one-number summary from
-    the learned-value probes, written ``learned=<name>:<value>``; a row without one omits it."""
-    return [*_HEAD, *[f"bpb@{k}" for k in range(1, max_iter + 1)], *_MIDDLE, *ARMS, *_TAIL, *WINDOW_COLUMNS]
 
 
 def cell(key: str, row: dict[str, Any]) -> str:
