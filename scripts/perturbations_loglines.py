@@ -88,8 +88,11 @@ PERTURBATIONS: list[dict] = [
         "name": "logs_table_cells_by_fixed_position",
         "file": "dormouse/logs.py",
         "old": "    cells = {c: [_cell_text(c, r) for r in run.evals] for c in cols}\n",
-        "new": "    from dormouse.loglines import eval_columns\n"
-        "    cells = dict(zip(cols, ([_cell_text(k, r) for r in run.evals] for k in ['line', *eval_columns(2)])))\n",
+        # the old table: cells from the trainer's fixed field list, zipped against the headers (grad_norm's
+        # column gets window_steps' value, as issue 21 saw)
+        "new": "    fixed = ['line', 'step', 'tokens', 'loss', 'bpb', 'bpb@1', 'bpb@2', 'lr', 'tok/s', 'depth', 'arm',"
+        " 'rezero', 'gr', 'attnres', 'learned', 'kernel', 'skipped', 'window_steps', 'depth_sum']\n"
+        "    cells = {c: [_cell_text(k, r) for r in run.evals] for c, k in zip(cols, fixed + ['?'] * len(cols))}\n",
         "gates": [_SINKS + "test_an_added_field_shows_under_its_own_name_in_every_logs_view"],
         "why": "the defect issue 21 found: headers from the row, cells from a fixed column list, so adding "
         "grad_norm put window_steps' value under grad_norm and shifted the next column",
