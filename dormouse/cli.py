@@ -181,11 +181,11 @@ def _list_comparisons() -> None:
 def logs(
     paths: list[Path] = typer.Argument(..., help="Run directories, A/B directories or train.log files."),
     check: bool = typer.Option(False, "--check", help="Exit 1 when there is any finding."),
-    fmt: str = typer.Option(None, "--format", help="table | tsv | json (default: table on a terminal, else tsv).",
-                            show_default=False),
+    fmt: str = typer.Option(None, "--format", help="table | tsv | json (default: table on a terminal, else tsv). "
+                            "tsv and json hold every value, from metrics.jsonl.", show_default=False),
 ) -> None:
-    """Show eval lines (a table, tab-separated rows or JSON) and report findings (dead or leaking arms, NaNs,
-    malformed lines)."""
+    """Show each run's evals (a table fitted to the terminal, tab-separated rows or JSON) and report findings
+    (dead or leaking arms, NaNs, malformed or missing lines)."""
     from dormouse.logs import logs_command
 
     raise typer.Exit(logs_command(paths, check, Console(), fmt=fmt, err_console=err))

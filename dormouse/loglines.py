@@ -6,7 +6,7 @@ final ``done`` line. ``metrics.jsonl`` holds one JSON row per evaluation with th
 unformatted (plus a few the line leaves out). Each kind has its formatter and its parser here, side by side,
 and ``tests/test_loglines.py`` round-trips every kind::
 
-    eval step=400 tokens=1.64M loss=1.412 bpb=2.037 bpb@1=2.410 ... lr=2.4e-04 tok/s=8.1k depth=4.0
+    eval step=400 tokens=1.64M train_loss_nats=1.412 bpb=2.037 bpb@1=2.410 ... lr=2.4e-04 tok/s=8.1k depth=4.0
          arm=attnres rezero=0/0 gr=0/0 attnres=3600/3600 learned=emb_w:0.2113 kernel=torch skipped=0
          window_steps=450 depth_sum=1800
     resume step=400 from=runs/x/checkpoints/step_00000400.pt
@@ -14,6 +14,9 @@ and ``tests/test_loglines.py`` round-trips every kind::
     done step=2400 wall_s=339.2
 
 Every arm's counter is always on the eval line (unselected arms as 0/0) so a leaking arm is visible.
+``train_loss_nats`` is the eval window's mean training loss in nats per byte (metrics.jsonl: ``loss``); ``bpb``
+and ``bpb@k`` are the fixed eval set's bits per byte. Lines written before the label read ``loss=``; both parse.
+The line shows a row by name (:func:`eval_fields`): a field added to the row appears as ``name=value``.
 
 A resumed run replays its evaluations from the checkpoint's step, so both files can hold a step twice; the
 rule that the replayed rows replace the earlier ones from that step on is :func:`replay`, used by the log
@@ -25,6 +28,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from dormouse.config import ARMS
@@ -32,7 +36,7 @@ from dormouse.config import ARMS
 EVAL, RESUME, INTERRUPTED, DONE = "eval", "resume", "interrupted", "done"
 KINDS = (EVAL, RESUME, INTERRUPTED, DONE)
 
-_SUFFIX = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+_SUFFIX = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 _COUNTER = re.compile(r"^(\d+)/(\d+)$")
 _INT_KEYS = ("step", "skipped", "window_steps", "depth_sum")
 _FLOAT_KEYS = ("loss", "bpb", "lr", "depth")
@@ -52,15 +56,17 @@ class LogLineError(ValueError):
 # --- numbers ---------------------------------------------------------------------------------------------
 
 def human(n: float) -> str:
-    """3 significant figures with a k/M/G suffix: 1638400 -> '1.64M'."""
-    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+    """3 significant figures with a k/M/G/T/P suffix: 1638400 -> '1.64M', 2.5e15 FLOPs -> '2.5P'; below 1000 an
+    int as itself, a float to 3 figures. The one owner of this rule (the eval line's counts, the A/B status's
+    tokens and FLOPs); :func:`parse_count` is its inverse."""
+    for div, suffix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(n) >= div:
             return f"{n / div:.3g}{suffix}"
     return f"{n:.3g}" if isinstance(n, float) else str(n)
 
 
 def parse_count(text: str) -> float:
-    """``'1.64M'`` -> 1640000.0, ``'8.1k'`` -> 8100.0, ``'512'`` -> 512.0 (k/M/G/T suffixes)."""
+    """``'1.64M'`` -> 1640000.0, ``'8.1k'`` -> 8100.0, ``'512'`` -> 512.0 (k/M/G/T/P suffixes)."""
     if text and text[-1] in _SUFFIX:
         return float(text[:-1]) * _SUFFIX[text[-1]]
     return float(text)
@@ -86,45 +92,85 @@ def _pairs(line: str, head: str) -> list[tuple[str, str]]:
 
 
 # --- the eval line ---------------------------------------------------------------------------------------
+#
+# The eval line shows a metrics row by name: every field is a ``key=value`` token, and which fields appear
+# and in what order is decided from the row's own keys (:func:`eval_fields`), never by position. A field
+# added to the row appears on the line under its own name, after the known ones; the parser keeps a field
+# it does not know. What stays off the line lives in metrics.jsonl only (:data:`FILE_ONLY`, ``probe/...``).
 
-def eval_columns(max_iter: int) -> list[str]:
-    """The eval line's fields in their fixed order (an arm name stands for its ``ran/asked`` counter).
-
-    ``learned`` is the arm's one-number summary from the learned-value probes (dormouse.probes), written
-    ``learned=<name>:<value>`` (``alpha`` ReZero's mean alpha, ``gate`` GR's mean gate, ``emb_w`` AttnRes's
-    mean weight on the embedding source); a row without one (a run from before the probes) omits it.
-    """
-    return ["step", "tokens", "loss", "bpb", *[f"bpb@{k}" for k in range(1, max_iter + 1)], "lr", "tok/s",
-            "depth", "arm", *ARMS, LEARNED, "kernel", "skipped"]
-
-
-LEARNED = "learned"  # metrics.jsonl: "learned" (the value) and "learned_name"
-
-
+# `learned=<name>:<value>`: the arm's one-number summary from its learned-value probes (dormouse.probes; each
+# arm names its own); metrics.jsonl keeps "learned" (the value) and "learned_name". A row without one (a run
+# from before the probes) omits it.
+LEARNED = "learned"
+# The training loss the eval line reports is the window's mean cross-entropy in nats per byte, printed
+# beside the eval set's bpb (bits): the line labels it with its unit. metrics.jsonl keeps the key "loss".
+LINE_LABELS = {"loss": "train_loss_nats"}
+_LINE_KEYS = {label: key for key, label in LINE_LABELS.items()}  # and lines written before the label: loss=
+# The head of the line, in this order; the bpb@k columns follow bpb, the counters follow arm.
+_HEAD = ("step", "tokens", "loss", "bpb")
+_MIDDLE = ("lr", "tok/s", "depth", "arm")
+_TAIL = (LEARNED, "kernel", "skipped")
 # What the window's schedule asked, from the loop's own depth draws (not from the counters): the training
 # forwards of the window (skipped updates included) and the sum of their depths over every rank. The loop
 # always writes them; lines written before they existed lack them, so they close the line when present.
 # `dormouse logs --check` verifies the selected arm's asked = 2 x depth_sum (two sublayers per iteration).
 WINDOW_COLUMNS = ("window_steps", "depth_sum")
+# Row fields kept in metrics.jsonl (and wandb) but not on the line: cost figures and the learned summary's
+# name (it rides in the `learned=` token). Fields named ``probe/...`` are the arm's probes: file only too.
+FILE_ONLY = ("learned_name", "time_s", "peak_mem_bytes", "params")
+PROBE_PREFIX = "probe/"
 
 
-def _cell(key: str, row: dict[str, Any]) -> str:
-    if key in ARMS:
+def counter_names(keys: Any) -> list[str]:
+    """The counters among a row's keys: every ``<name>`` with both ``<name>_ran`` and ``<name>_asked``;
+    the registry's arms (:data:`dormouse.config.ARMS`) first in its order, then any other in row order."""
+    keys = list(keys)
+    found = [k[: -len("_ran")] for k in keys if k.endswith("_ran") and f"{k[: -len('_ran')]}_asked" in keys]
+    return [a for a in ARMS if a in found] + [a for a in found if a not in ARMS]
+
+
+def _depth_keys(keys: Any) -> list[str]:
+    return sorted((k for k in keys if k.startswith("bpb@") and k[4:].isdigit()), key=lambda k: int(k[4:]))
+
+
+def _on_line(key: str, value: Any) -> bool:
+    """A field the line shows: a scalar (lists and dicts are metrics.jsonl's) that is not file-only."""
+    return (isinstance(value, (int, float, str)) and key not in FILE_ONLY
+            and not key.startswith(PROBE_PREFIX))
+
+
+def eval_fields(row: dict[str, Any]) -> list[str]:
+    """The eval line's fields for ``row``, by name: the known ones in their fixed order (a counter stands for
+    its ``<name>_ran``/``<name>_asked`` pair), then every other scalar field in the row's order, then the
+    window columns. ``dormouse logs`` orders its columns with this function too."""
+    counters = counter_names(row)
+    counter_keys = {f"{c}_{part}" for c in counters for part in ("ran", "asked")}
+    known = [*_HEAD, *_depth_keys(row), *_MIDDLE, *counters, *_TAIL]
+    head = [k for k in known if k in row or k in counters]
+    placed = {*head, *counter_keys, *WINDOW_COLUMNS}
+    extra = [k for k, v in row.items() if k not in placed and _on_line(k, v)]
+    return [*head, *extra, *(k for k in WINDOW_COLUMNS if k in row)]
+
+
+def cell(key: str, row: dict[str, Any]) -> str:
+    """One field of ``row`` as the eval line writes it (rounded: 4 decimals of bpb, 3 figures of counts).
+    A counter ``<name>`` is ``ran/asked``; ``learned`` is ``<name>:<value>``."""
+    if f"{key}_ran" in row and f"{key}_asked" in row:
         return f"{row[f'{key}_ran']}/{row[f'{key}_asked']}"
     if key == LEARNED:
         return f"{row['learned_name']}:{row[LEARNED]:.4f}"
-    if key == "tokens":
-        return human(row[key])
-    if key == "tok/s":
-        return human(float(row[key]))
-    return format(row[key], _SPEC.get(key, ".4f" if key.startswith("bpb@") else ""))
+    value = row[key]
+    if key in ("tokens", "tok/s"):
+        return human(value if key == "tokens" else float(value))
+    # A float field the line has no format for: 4 significant figures (metrics.jsonl keeps every digit).
+    spec = _SPEC.get(key, ".4f" if key.startswith("bpb@") else ".4g" if isinstance(value, float) else "")
+    return format(value, spec) if isinstance(value, (int, float)) else str(value)
 
 
-def format_eval_line(row: dict[str, Any], max_iter: int) -> str:
-    """Render a metrics row as the eval line."""
-    keys = [key for key in eval_columns(max_iter) if key != LEARNED or LEARNED in row]
-    keys += [key for key in WINDOW_COLUMNS if key in row]
-    return "eval " + " ".join(f"{key}={_cell(key, row)}" for key in keys)
+def format_eval_line(row: dict[str, Any], max_iter: int | None = None) -> str:
+    """Render a metrics row as the eval line, by name (:func:`eval_fields`). ``max_iter`` is not needed:
+    the bpb@k fields are the row's own (the argument is accepted for callers written before)."""
+    return "eval " + " ".join(f"{LINE_LABELS.get(key, key)}={cell(key, row)}" for key in eval_fields(row))
 
 
 def _convert(key: str, value: str, out: dict[str, Any]) -> None:
@@ -165,14 +211,19 @@ def parse_eval_line(line: str) -> dict[str, Any]:
     checks report them). Raises :class:`LogLineError` naming the bad field.
     """
     out: dict[str, Any] = {}
-    for key, value in _pairs(line.strip(), EVAL):
+    for label, value in _pairs(line.strip(), EVAL):
+        key = _LINE_KEYS.get(label, label)
         if key in out or f"{key}_ran" in out:
-            raise LogLineError(f"field {key!r} appears twice")
+            raise LogLineError(f"field {label!r} appears twice")
         try:
             _convert(key, value, out)
         except ValueError:
-            raise LogLineError(f"field {key}={value!r} is not a valid value") from None
-    missing = [k for k in _REQUIRED if k not in out] + [a for a in ARMS if f"{a}_ran" not in out]
+            raise LogLineError(f"field {label}={value!r} is not a valid value") from None
+    missing = [LINE_LABELS.get(k, k) for k in _REQUIRED if k not in out]
+    # The selected arm's counter is required; a registry arm added after a line was written is absent
+    # from it (the line then cannot show that arm leaking, and the checks say nothing about it).
+    if out.get("arm") in ARMS and f"{out['arm']}_ran" not in out:
+        missing.append(str(out["arm"]))
     if missing:
         raise LogLineError(f"missing field(s): {', '.join(missing)}")
     return out
@@ -253,6 +304,32 @@ def parse_metrics_row(line: str) -> dict[str, Any]:
     except (ValueError, KeyError, TypeError):
         raise LogLineError(f"not a metrics row: {line[:80]!r}") from None
     return row
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The effective rows of a metrics.jsonl: a resumed run replays evals from its checkpoint, so a row whose
+    step does not advance supersedes the earlier rows from that step on (:func:`replay`). Unparseable lines
+    (a write cut by a kill) are skipped; the log check reports the run. No file: no rows."""
+    rows: list[dict[str, Any]] = []
+    if not path.is_file():
+        return rows
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            row = parse_metrics_row(line)
+        except LogLineError:
+            continue
+        rows = replay(rows, row, lambda r: int(r["step"]))
+    return rows
+
+
+def last_eval_phrase(rows: list[dict[str, Any]]) -> str:
+    """How far a run's evals got, for a message about a run that stopped: ``stopped before its first eval``,
+    or ``last eval at step N (bpb B)``, never ``step None``."""
+    if not rows:
+        return "stopped before its first eval"
+    last = rows[-1]
+    bpb = last.get("bpb")
+    return f"last eval at step {last['step']}" + (f" (bpb {bpb:.4f})" if isinstance(bpb, float) else "")
 
 
 # --- the replay rule --------------------------------------------------------------------------------------

@@ -39,14 +39,16 @@ from dormouse.config import ARMS
 from dormouse.loglines import (
     DONE,
     EVAL,
+    LEARNED,
     RESUME,
-    WINDOW_COLUMNS,
     LogLineError,
-    eval_columns,
-    human,
+    cell,
+    counter_names,
+    eval_fields,
     line_kind,
     parse_done_line,
     parse_eval_line,
+    read_metrics,
     replay,
 )
 from dormouse.runfiles import CONFIG, LOG, RunFiles
@@ -74,14 +76,22 @@ class Finding:
 
 @dataclass
 class EvalRow:
-    """A parsed eval line and the line number (1-based) it came from."""
+    """A parsed eval line and the line number (1-based) it came from; ``row`` is the run's metrics.jsonl row
+    of the same step, when there is one: the unrounded source of every number the line shows."""
 
     line: int
     values: dict[str, Any]
+    row: dict[str, Any] | None = None
 
     @property
     def step(self) -> int:
         return int(self.values["step"])
+
+    @property
+    def shown(self) -> dict[str, Any]:
+        """What the tables show: the metrics.jsonl row's values (every digit), the line's where it has none
+        (a run directory without metrics.jsonl, a train.log given on its own)."""
+        return {**self.values, **self.row} if self.row is not None else self.values
 
 
 @dataclass
@@ -145,7 +155,7 @@ def _check_row(run: RunLog, row: EvalRow) -> None:
         run.add(n, "unknown-arm", f"arm={arm!r} is not one of {', '.join(ARMS)}")
     elif run.config_arm is not None and arm != run.config_arm:
         run.add(n, "arm-mismatch", f"arm={arm} but config.yaml selects {run.config_arm}")
-    for name in ARMS:
+    for name in counter_names(v):  # by name: a line from before an arm was registered lacks its counter
         ran, asked = v[f"{name}_ran"], v[f"{name}_asked"]
         if name == arm:
             # Step 0 (an eval before any training) has an empty window: 0/0 is honest there.
@@ -209,11 +219,26 @@ def read_run(path: Path | str) -> RunLog:
             except LogLineError as exc:
                 run.add(n, "malformed", f"done line: {exc}")
 
+    if path.is_file() and path.name != LOG and not run.evals and run.done is None and not any(
+            line.startswith("# ") or line_kind(line) for line in lines):
+        run.add(None, "not-a-log", f"{path} is not a train.log: none of its lines is a `# key: value` header "
+                "or an eval, resume or done line; pass a run directory or its train.log")
+        return run
     for row in run.evals:
         _check_row(run, row)
     _check_completeness(run)
     run.findings.sort(key=lambda f: (f.line is None, f.line or 0))
+    _attach_metrics(run)
     return run
+
+
+def _attach_metrics(run: RunLog) -> None:
+    """Give each eval line its metrics.jsonl row (same step), the unrounded source of its numbers."""
+    if run.path.name != LOG:
+        return
+    by_step = {int(r["step"]): r for r in read_metrics(RunFiles(run.run_dir).metrics)}
+    for row in run.evals:
+        row.row = by_step.get(row.step)
 
 
 def _check_completeness(run: RunLog) -> None:
@@ -263,42 +288,96 @@ def read_runs(paths: list[Path] | list[str]) -> list[RunLog]:
 
 
 # --- display -------------------------------------------------------------------------------------------
+#
+# Every view selects its columns by name: the columns are the eval line's fields (dormouse.loglines.
+# eval_fields) over the rows shown, and each cell is looked up by its column's name, so a field added to the
+# row shows under its own name and moves no other value.
 
-def _fmt(x: Any, spec: str) -> str:
-    return format(x, spec) if isinstance(x, (int, float)) else str(x)
+def columns(rows: list[dict[str, Any]]) -> list[str]:
+    """The columns for ``rows``: the eval line's fields of every row, in the line's order."""
+    union: dict[str, Any] = {}
+    for r in rows:
+        for k, v in r.items():
+            union.setdefault(k, v)
+    return eval_fields(union)
 
 
-def run_table(run: RunLog) -> Table:
-    """One rich table of a run's eval lines; problem cells are red (their lines appear in the findings)."""
-    depths = sorted({int(k[4:]) for r in run.evals for k in r.values if k.startswith("bpb@")})
-    flagged = {f.line for f in run.findings}
+# A header that says the unit where the name alone does not (the training loss is in nats, bpb in bits).
+_HEADERS = {"loss": "train loss\n(nats)", "bpb": "bpb\n(bits)"}
+# Which columns a narrow terminal keeps, most wanted first; the rest follow in line order.
+_PRIORITY = ("step", "bpb", "loss", "<arm>", "bpb@*", "tokens", "line", LEARNED, "depth", "lr", "tok/s",
+             "skipped")
+
+
+def _priority(cols: list[str], arm: str | None) -> list[str]:
+    order: list[str] = []
+    for want in _PRIORITY:
+        if want == "<arm>":
+            order += [c for c in cols if c == arm]
+        elif want == "bpb@*":
+            order += sorted((c for c in cols if c.startswith("bpb@")), key=lambda c: -int(c[4:]))
+        else:
+            order += [c for c in cols if c == want]
+    return order + [c for c in cols if c not in order]
+
+
+def _cell_text(key: str, r: EvalRow) -> Text:
+    """One table cell: the value as the eval line rounds it; a non-finite metric or a wrong counter in red."""
+    v = r.shown
+    if key == "line":
+        return Text(str(r.line), style="dim")
+    if key not in v and f"{key}_ran" not in v:
+        return Text("-")
+    text = cell(key, v)
+    if f"{key}_ran" in v:
+        ran, asked = v[f"{key}_ran"], v[f"{key}_asked"]
+        ok = (ran == asked and (ran > 0 or r.step == 0)) if key == v.get("arm") else ran == asked == 0
+        return Text(text, style="" if ok else "bold red")
+    x = v[key]
+    bad = (key in ("loss", "bpb") or key.startswith("bpb@")) and isinstance(x, float) and not math.isfinite(x)
+    return Text(text, style="bold red" if bad else "")
+
+
+def _fit(cols: list[str], cells: dict[str, list[Text]], width: int, arm: str | None) -> list[str]:
+    """The columns that fit ``width`` (rich's box: 3 characters per column plus 1), chosen by priority
+    and shown in line order."""
+    def need(c: str) -> int:
+        head = max(len(h) for h in _HEADERS.get(c, c).split("\n"))
+        return max([head, *(t.cell_len for t in cells[c])]) + 3
+
+    # A column with a red cell (a leaking counter, a NaN) comes right after the arm's counter.
+    order = _priority(cols, arm)
+    red = [c for c in order if any("red" in str(t.style) for t in cells[c])]
+    order = [c for c in order[:4] if c not in red] + red + [c for c in order[4:] if c not in red]
+    used, keep = 1, set()
+    for c in order:
+        if used + need(c) <= width:
+            keep.add(c)
+            used += need(c)
+    return [c for c in cols if c in keep]
+
+
+def run_table(run: RunLog, width: int | None = None) -> Table:
+    """One rich table of a run's evals; problem cells are red (their lines appear in the findings).
+
+    ``width`` (a terminal's) keeps the columns that fit, most wanted first (step, bpb, the training loss,
+    the arm's counter, bpb by depth, ...); the caption names the columns left out."""
     state = "done" if run.finished else "not finished"
     arm = run.config_arm or (run.last or {}).get("arm", "?")
     table = Table(title=Text(f"{run.name}  ({arm}, {state})", style="bold"), title_justify="left")
-    # The eval line's columns; the table shows every depth any row has (a malformed run may differ).
-    columns = eval_columns(0)
-    at = columns.index("bpb") + 1
-    cols = ["line", *columns[:at], *[f"bpb@{k}" for k in depths], *columns[at:], *WINDOW_COLUMNS]
-    for c in cols:
-        table.add_column(c, justify="left" if c in ("arm", "kernel") else "right", no_wrap=True)
-    for r in run.evals:
-        v = r.values
-        cells: list[Text] = [Text(str(r.line), style="dim"), Text(str(v["step"])),
-                             Text(human(v["tokens"]) if "tokens" in v else "-")]
-        for k in ("loss", "bpb", *[f"bpb@{d}" for d in depths]):
-            x = v.get(k, "-")
-            bad = isinstance(x, float) and not math.isfinite(x)
-            cells.append(Text(_fmt(x, ".4f"), style="bold red" if bad else ""))
-        cells += [Text(_fmt(v.get("lr", "-"), ".2e")), Text(human(v["tok/s"]) if "tok/s" in v else "-"),
-                  Text(_fmt(v.get("depth", "-"), ".2f")), Text(str(v["arm"]))]
-        for name in ARMS:
-            ran, asked = v[f"{name}_ran"], v[f"{name}_asked"]
-            ok = (ran == asked and (ran > 0 or r.step == 0)) if name == v["arm"] else ran == asked == 0
-            cells.append(Text(f"{ran}/{asked}", style="" if ok else "bold red"))
-        cells.append(Text(f"{v['learned_name']}:{v['learned']:.4f}" if "learned" in v else "-"))
-        cells += [Text(str(v.get("kernel", "-"))), Text(str(v.get("skipped", "-")))]
-        cells += [Text(str(v.get(k, "-"))) for k in WINDOW_COLUMNS]
-        table.add_row(*cells, style="on grey15" if r.line in flagged else None)
+    cols = ["line", *columns([r.shown for r in run.evals])]
+    cells = {c: [_cell_text(c, r) for r in run.evals] for c in cols}
+    shown = _fit(cols, cells, width, arm) if width else cols
+    hidden = [c for c in cols if c not in shown]
+    if hidden:
+        table.caption = f"not shown at this width: {' '.join(hidden)} (--format tsv shows every column)"
+        table.caption_justify = "left"
+    for c in shown:
+        table.add_column(_HEADERS.get(c, c), justify="left" if c in ("arm", "kernel") else "right",
+                         no_wrap=True)
+    flagged = {f.line for f in run.findings}
+    for i, r in enumerate(run.evals):
+        table.add_row(*(cells[c][i] for c in shown), style="on grey15" if r.line in flagged else None)
     return table
 
 
@@ -306,27 +385,24 @@ FORMATS = ("table", "tsv", "json")
 
 
 def _plain(key: str, v: dict[str, Any]) -> str:
-    """One value of a parsed eval line, complete, as plain text (counters ``ran/asked``)."""
-    if key in ARMS:
-        return f"{v[f'{key}_ran']}/{v[f'{key}_asked']}" if f"{key}_ran" in v else ""
-    if key == "learned":
-        return f"{v['learned_name']}:{v['learned']}" if "learned" in v else ""
+    """One value of a row, complete, as plain text (counters ``ran/asked``, floats with every digit)."""
+    if f"{key}_ran" in v:
+        return f"{v[f'{key}_ran']}/{v[f'{key}_asked']}"
+    if key == LEARNED:
+        return f"{v['learned_name']}:{v[LEARNED]}" if LEARNED in v else ""
     x = v.get(key, "")
     return repr(x) if isinstance(x, float) else str(x)
 
 
 def tsv_lines(runs: list[RunLog]) -> list[str]:
-    """Every run's eval lines as tab-separated rows under one header: nothing rounded or cut, so a file or
-    a pipe keeps every value (``run`` and ``line`` say where a row comes from)."""
-    depths = sorted({int(k[4:]) for run in runs for r in run.evals for k in r.values if k.startswith("bpb@")})
-    columns = eval_columns(0)
-    at = columns.index("bpb") + 1
-    # window_steps and depth_sum last, as on the eval line: what `logs --check` checks asked against
-    columns = [*columns[:at], *[f"bpb@{k}" for k in depths], *columns[at:], *WINDOW_COLUMNS]
-    out = ["\t".join(["run", "line", *columns])]
+    """Every run's evals as tab-separated rows under one header, the numbers from metrics.jsonl (the line's
+    where a run has none): nothing rounded or cut, so a file or a pipe keeps every value (``run`` and
+    ``line`` say where a row comes from). The columns are the rows' fields by name, keyed as metrics.jsonl."""
+    cols = columns([r.shown for run in runs for r in run.evals])
+    out = ["\t".join(["run", "line", *cols])]
     for run in runs:
         for r in run.evals:
-            out.append("\t".join([str(run.run_dir), str(r.line), *(_plain(c, r.values) for c in columns)]))
+            out.append("\t".join([str(run.run_dir), str(r.line), *(_plain(c, r.shown) for c in cols)]))
     return out
 
 
@@ -342,9 +418,10 @@ def _json_safe(x: Any) -> Any:
 
 
 def json_document(runs: list[RunLog]) -> dict[str, Any]:
-    """Every run, its eval rows (typed as metrics.jsonl types them) and its findings."""
+    """Every run, its eval rows (metrics.jsonl's rows whole where the run has them, else the parsed line,
+    typed as metrics.jsonl types them) and its findings."""
     return {"runs": [{"run": str(run.run_dir), "arm": run.config_arm or (run.last or {}).get("arm"),
-                      "finished": run.finished, "evals": [{"line": r.line, **r.values} for r in run.evals],
+                      "finished": run.finished, "evals": [{"line": r.line, **r.shown} for r in run.evals],
                       "findings": [f.to_dict() for f in run.findings]} for run in runs]}
 
 
@@ -379,11 +456,13 @@ def logs_command(paths: list[Path], check: bool = False, console: Console | None
             for f in run.findings:
                 err.print(Text(str(f)), soft_wrap=True)
     else:
+        # On a terminal the table fits its width (columns chosen by priority); in a file every column.
+        width = console.width if console.is_terminal else None
         if not console.is_terminal:  # a table in a file: wide enough for every column, never "…"
             console.width = max(console.width, 1000)
         for run in runs:
             if run.evals:
-                console.print(run_table(run))
+                console.print(run_table(run, width))
             else:
                 console.print(Text(f"{run.name}: no eval lines", style="bold"))
             for f in run.findings:

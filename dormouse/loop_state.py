@@ -1,12 +1,24 @@
 """The training loop's changing state, in one object that checkpoints itself (torchtitan's shape).
 
 Everything that changes from one step to the next and is not a model or optimizer tensor lives in
-:class:`LoopState`: the step, the tokens seen, the skipped steps, the open eval window, the metrics rows
-written so far, the probe counters of the open window and the CPU RNG. ``state_dict()`` is the loop's part
-of a checkpoint and ``load_state_dict()`` its inverse, so "nothing the loop needs lives outside the
-checkpoint" holds by construction: a field added here is saved and restored with the others. The data
-order, the depth sequence and the learning rate are functions of the step (dormouse.data, dormouse.train)
-and need no state of their own; together this makes a resumed run bit-identical on CPU.
+:class:`LoopState`: the step, the tokens seen, the skipped steps, the open eval window, the probe counters
+of the open window and the CPU RNG. ``state_dict()`` is the loop's part of a checkpoint, kept under the one
+key :data:`LOOP_KEY` (torchtitan's ``train_state``), and ``load_state_dict()`` its inverse, so "nothing the
+loop needs lives outside the checkpoint" holds by construction: a field added here is saved and restored
+with the others. The data order, the depth sequence and the learning rate are functions of the step
+(dormouse.data, dormouse.train) and need no state of their own; together this makes a resumed run
+bit-identical on CPU.
+
+The metrics history is not loop state: nothing the loop computes reads an earlier eval's row, and the rows
+grow with the run, so a checkpoint does not carry them; ``metrics.jsonl`` holds them (dormouse.metrics).
+
+A checkpoint has this layout (dormouse.train.write_checkpoint)::
+
+    {"model": ..., "optimizer": ..., "config": {...},
+     "loop": {"step", "tokens", "skipped", "window": {...}, "probes": {...}, "rng_cpu"}}
+
+Checkpoints written before the layout (the loop's keys at the top level beside a ``metrics`` list) still
+load: :func:`loop_part` reads either, and the old ``metrics`` list is ignored.
 """
 
 from __future__ import annotations
@@ -85,7 +97,6 @@ class LoopState:
     tokens: int = 0  # training tokens (bytes) seen, over all ranks
     skipped: int = 0  # steps whose update was skipped for a non-finite loss or gradient
     window: Window = field(default_factory=Window)
-    metrics: list[dict[str, Any]] = field(default_factory=list)  # every eval's metrics row so far
 
     def state_dict(self, totals: WindowTotals) -> dict[str, Any]:
         """The loop's part of a checkpoint. The open window's loss sum and probe counters are per rank, so
@@ -94,16 +105,29 @@ class LoopState:
         window = self.window.state_dict()
         window["loss_sum"] = totals.loss_sum
         return {"step": self.step, "tokens": self.tokens, "skipped": self.skipped, "window": window,
-                "probes": dict(totals.counters), "rng_cpu": torch.get_rng_state(), "metrics": self.metrics}
+                "probes": dict(totals.counters), "rng_cpu": torch.get_rng_state()}
 
     def load_state_dict(self, state: dict[str, Any], *, carries_sums: bool) -> None:
         """Restore from a checkpoint; ``carries_sums`` on rank 0 only (see :meth:`state_dict`)."""
         self.step, self.tokens, self.skipped = int(state["step"]), int(state["tokens"]), int(state["skipped"])
         self.window.load_state_dict(state["window"])
-        self.metrics = [dict(r) for r in state["metrics"]]
         torch.set_rng_state(state["rng_cpu"])
         if carries_sums:
             PROBES.load(state["probes"])
         else:
             self.window.loss_sum = 0.0
             PROBES.reset()
+
+
+LOOP_KEY = "loop"
+
+
+def loop_part(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """The loop's part of a loaded checkpoint: ``checkpoint["loop"]``; a checkpoint from before that layout
+    kept the loop's keys at its top level, and they are read from there."""
+    return checkpoint[LOOP_KEY] if LOOP_KEY in checkpoint else checkpoint
+
+
+def checkpoint_step(checkpoint: dict[str, Any]) -> int:
+    """The step a loaded checkpoint was written at (either layout)."""
+    return int(loop_part(checkpoint)["step"])

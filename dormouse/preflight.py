@@ -27,6 +27,7 @@ from omegaconf import DictConfig
 from dormouse.checkpoint import CheckpointError
 from dormouse.data import DataError, load_corpus, resolve_eval_bytes
 from dormouse.errors import TrainError
+from dormouse.loop_state import checkpoint_step
 from dormouse.rundir import default_run_name, prepare_run_dir, run_in_use
 from dormouse.runfiles import RunFiles
 
@@ -92,7 +93,7 @@ def preflight(cfg: DictConfig) -> Preflight:
         try:
             run_dir, state, source = prepare_run_dir(cfg, dry_run=True)
             if state is not None:
-                out.found.append(f"run directory: {run_dir} (resume at step {int(state['step'])} from {source})")
+                out.found.append(f"run directory: {run_dir} (resume at step {checkpoint_step(state)} from {source})")
             elif RunFiles(run_dir).holds_run():
                 out.found.append(f"run directory: {run_dir} (holds a run: train.overwrite=true replaces it)")
             elif why_not is None:

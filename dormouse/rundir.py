@@ -34,6 +34,7 @@ from dormouse.data import DEFAULT_EVAL_BYTES, ByteCorpus, resolve_eval_bytes
 from dormouse.distributed import DistInfo, broadcast_object
 from dormouse.errors import RunDirRefused
 from dormouse.lock import HolderLock, LockHeld, is_locked, read_holder
+from dormouse.loop_state import checkpoint_step
 from dormouse.runfiles import RunFiles
 from dormouse.schedule import SCHEDULE_KEYS, schedule_change_problem
 
@@ -205,7 +206,7 @@ def prepare_run_dir(cfg: DictConfig, *, dry_run: bool = False) -> tuple[Path, di
         if differences:
             raise RunDirRefused(f"cannot resume from {source}: the config differs in {', '.join(differences)}; "
                              "use the checkpoint's values or start a new run (another run.name)")
-        problem = schedule_change_problem(old, cfg, int(state["step"]))
+        problem = schedule_change_problem(old, cfg, checkpoint_step(state))
         if problem:
             raise RunDirRefused(f"cannot resume from {source}: {problem}")
         return run_dir, state, source

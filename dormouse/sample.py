@@ -27,6 +27,7 @@ import torch
 from omegaconf import OmegaConf
 
 from dormouse.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
+from dormouse.loop_state import checkpoint_step
 from dormouse.model import VOCAB, LoopedByteLM
 from dormouse.probes import PROBES
 from dormouse.runfiles import ComparisonFiles, RunFiles
@@ -93,7 +94,7 @@ def load_model(path: Path, device: torch.device | str = "cpu") -> tuple[LoopedBy
     model = LoopedByteLM(cfg.model, seed=int(cfg.train.seed), kernel="torch")
     model.load_state_dict(state["model"])
     model.to(device).eval()
-    return model, cfg, int(state.get("step", -1))
+    return model, cfg, checkpoint_step(state)
 
 
 def parse_depths(depth: str, max_iter: int) -> list[int]:

@@ -4,12 +4,15 @@
 it), then for each step: draw the depth and the batch (both pure functions of (seed, step), so a resumed
 run and every arm of a comparison replay them), forward, mean cross-entropy over the readouts, backward,
 clip, AdamW with warmup + cosine; every ``train.eval_every`` steps and at the end, evaluate the fixed eval
-set at every depth and write the eval line (terminal + ``train.log``) and one ``metrics.jsonl`` row.
+set at every depth and build that eval's metrics row once (:func:`_metrics_row`); the run's
+:class:`dormouse.metrics.Metrics` hands it to its sinks (the eval line on the terminal and in ``train.log``,
+the ``metrics.jsonl`` row, wandb).
 
 The loop reads in one place (:func:`_loop`): :func:`train_step` does one step; the last step evaluates,
 checkpoints and writes ``done``; a signal checkpoints and stops. Everything that changes from step to step
-is one :class:`dormouse.loop_state.LoopState`, saved and restored whole with the model and optimizer, so a
-resumed run is bit-identical on CPU. The lines written to ``train.log`` are formatted by
+is one :class:`dormouse.loop_state.LoopState`, saved whole under one key of the checkpoint beside the model
+and optimizer, so a resumed run is bit-identical on CPU; the metrics history is read back from
+``metrics.jsonl``, not carried in checkpoints. The lines written to ``train.log`` are formatted by
 :mod:`dormouse.loglines`, the files' names come from :mod:`dormouse.runfiles`.
 """
 
@@ -53,18 +56,19 @@ from dormouse.distributed import (
 from dormouse.errors import Interrupted, RunDirRefused, TrainError
 from dormouse.loglines import (
     format_done_line,
-    format_eval_line,
     format_header,
     format_interrupted_line,
     format_metrics_row,
     format_resume_line,
+    read_metrics,
 )
-from dormouse.loop_state import LoopState, WindowTotals
+from dormouse.loop_state import LOOP_KEY, LoopState, WindowTotals, loop_part
+from dormouse.metrics import JsonlSink, Metrics, TerminalSink, TrainLogSink, WandbSink
 from dormouse.model import LoopedByteLM
 from dormouse.preflight import config_warnings
-from dormouse.probes import PROBES, learned_values, probe_scalars
+from dormouse.probes import PROBES, learned_values
 from dormouse.rundir import default_run_name, hold_run, prepare_run_dir, provenance
-from dormouse.runfiles import RunFiles
+from dormouse.runfiles import CHECKPOINTS, RunFiles
 from dormouse.schedule import lr_at
 
 
@@ -287,7 +291,7 @@ class _Run:
     data_seed: int
     eval_set: tuple[torch.Tensor, torch.Tensor]  # the fixed eval windows (inputs, targets)
     progress: _Progress | None = None  # while the loop runs
-    wandb: Any = None
+    metrics: Metrics = field(default_factory=Metrics)  # the eval rows and their sinks (rank 0 writes)
     start_time: float = 0.0
 
     def autocast(self) -> Any:
@@ -306,7 +310,7 @@ class _Run:
             print(line, flush=True)
 
     def append_log(self, line: str) -> None:
-        """Append one line to train.log (rank 0 only)."""
+        """Append one line to train.log (rank 0 only); the eval lines go through the metrics sinks."""
         with self.files.log.open("a") as f:
             f.write(line + "\n")
 
@@ -316,7 +320,7 @@ class _Run:
                           f"{last[-1] if last else 'none'}; {fix}")
 
     def result(self, loop: LoopState, losses: list[float], wall_s: float) -> TrainResult:
-        return TrainResult(self.files.dir, loop.metrics, losses, wall_s, **self.counts,
+        return TrainResult(self.files.dir, self.metrics.rows, losses, wall_s, **self.counts,
                            peak_mem_bytes=peak_memory(self.device), kernel=self.kernel, device=str(self.device))
 
 
@@ -338,13 +342,13 @@ def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: st
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        loop.load_state_dict(state, carries_sums=info.is_main)
+        loop.load_state_dict(loop_part(state), carries_sums=info.is_main)
         if loop.step >= t.steps:  # nothing left to do: report, write nothing
             if info.is_main:
                 print(f"run {run.files.dir} is already complete at step {loop.step} (train.steps={t.steps}); "
                       "nothing to resume", flush=True)
-            return TrainResult(run.files.dir, loop.metrics, [], 0.0, **run.counts, kernel=kernel,
-                               device=str(device))
+            return TrainResult(run.files.dir, _history(run, loop.step, source), [], 0.0, **run.counts,
+                               kernel=kernel, device=str(device))
     if t.compile:  # the whole training forward as one graph, probe counters inside it (eval stays eager)
         run.train_model = model.compile_whole()
     if info.enabled:
@@ -393,12 +397,27 @@ def _open_run_dir(run: _Run, loop: LoopState, resumed_from: Path | None) -> None
             log.write("\n".join(format_header(prov)) + "\n")
         if resumed_from is not None:
             log.write(format_resume_line(loop.step, resumed_from) + "\n")
+    history = _history(run, loop.step, resumed_from) if resumed_from is not None else []
     if resumed_from is not None and not files.metrics.exists():  # resumed into a new directory: carry the history
-        files.metrics.write_text("".join(format_metrics_row(row) for row in loop.metrics))
+        atomic_write_text(files.metrics, "".join(format_metrics_row(row) for row in history))
+    # Printed on a terminal and in a pipe alike: before the first eval line this is all there is to read.
     print(f"run {files.dir}  arm={arm_name(cfg)} params={run.counts['params']:,} "
-          f"arm_params={run.counts['arm_params']:,} device={run.device} kernel={run.kernel}"
+          f"arm_params={run.counts['arm_params']:,} device={run.device} kernel={run.kernel} "
+          f"steps={cfg.train.steps} eval_every={cfg.train.eval_every}"
           + (f"  (resumed at step {loop.step} from {resumed_from})" if resumed_from else ""), flush=True)
-    run.wandb = _wandb_run(cfg, files, resumed=resumed_from is not None)
+    wandb = _wandb_run(cfg, files, resumed=resumed_from is not None)
+    run.metrics = Metrics([TerminalSink(run.show), TrainLogSink(files.log), JsonlSink(files.metrics),
+                           *([WandbSink(wandb)] if wandb is not None else [])], history)
+
+
+def _history(run: _Run, step: int, source: Path | None) -> list[dict[str, Any]]:
+    """The metrics rows up to ``step`` of a run resumed from ``source``: its own metrics.jsonl, or, resumed
+    into a new directory, that of the run the checkpoint belongs to (``<run>/checkpoints/step_N.pt``).
+    Rows past ``step`` belong to the future the resume abandons (dormouse.loglines.replay)."""
+    path = run.files.metrics
+    if not path.exists() and source is not None and source.parent.name == CHECKPOINTS:
+        path = RunFiles(source.parent.parent).metrics
+    return [row for row in read_metrics(path) if int(row["step"]) <= step]
 
 
 def _loop(run: _Run, loop: LoopState, stop_at_step: int | None) -> TrainResult:
@@ -432,9 +451,8 @@ def _loop(run: _Run, loop: LoopState, stop_at_step: int | None) -> TrainResult:
         # What the arm learned, drawn from the final eval's probes (matplotlib: imported on rank 0 only).
         from dormouse.probe_plots import write_probe_plots
 
-        write_probe_plots(run.files.dir, loop.metrics[-1], label=f"{run.cfg.run.name}, step {loop.step}")
-        if run.wandb is not None:
-            run.wandb.finish()
+        write_probe_plots(run.files.dir, run.metrics.rows[-1], label=f"{run.cfg.run.name}, step {loop.step}")
+        run.metrics.close()
     barrier(info)
     return run.result(loop, losses, wall)
 
@@ -485,23 +503,16 @@ def train_step(run: _Run, loop: LoopState) -> float:
 
 
 def eval_and_log(run: _Run, loop: LoopState) -> None:
-    """Close the eval window: evaluate the fixed eval set at every depth, write the eval line (terminal and
-    train.log) and the metrics row (metrics.jsonl, wandb) on rank 0, and open a new window."""
+    """Close the eval window: evaluate the fixed eval set at every depth, build the metrics row once and hand
+    it to the run's sinks (rank 0: terminal, train.log, metrics.jsonl, wandb), and open a new window."""
     totals = loop.window.summed(run.info, run.device)
+    bad_eval = False
     if run.info.is_main:
         row = _metrics_row(run, loop, totals)
-        loop.metrics.append(row)
-        line = format_eval_line(row, run.model.max_iter)
-        run.show(line)
-        run.append_log(line)
-        with run.files.metrics.open("a") as f:
-            f.write(format_metrics_row(row))
-        if run.wandb is not None:
-            scalars = {k: v for k, v in row.items() if isinstance(v, (int, float))}
-            run.wandb.log({**scalars, **probe_scalars(row)}, step=loop.step)
+        run.metrics.log(row)
+        bad_eval = not math.isfinite(row["bpb"])
     PROBES.reset()
     loop.window.reset()
-    bad_eval = run.info.is_main and not math.isfinite(loop.metrics[-1]["bpb"])
     if broadcast_flag(bad_eval, run.info, run.device) and run.cfg.train.nonfinite == "stop":
         raise run.nonfinite_error("eval bpb", loop.step, "lower train.lr")
 
@@ -536,8 +547,9 @@ def write_checkpoint(run: _Run, loop: LoopState) -> Path | None:
     totals = loop.window.summed(run.info, run.device)
     if not run.info.is_main:
         return None
+    # The loop's state under one key (dormouse.loop_state: the layout); the metrics rows are metrics.jsonl's.
     state = {"model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
-             **loop.state_dict(totals), "config": OmegaConf.to_container(run.cfg, resolve=True)}
+             LOOP_KEY: loop.state_dict(totals), "config": OmegaConf.to_container(run.cfg, resolve=True)}
     return save_checkpoint(state, run.files.checkpoints, loop.step, int(run.cfg.train.keep_ckpts))
 
 

@@ -23,7 +23,10 @@ from dormouse.loglines import (
     format_interrupted_line,
     format_metrics_row,
     format_resume_line,
+    human,
+    last_eval_phrase,
     line_kind,
+    parse_count,
     parse_done_line,
     parse_eval_line,
     parse_interrupted_line,
@@ -51,8 +54,17 @@ def row(step: int, arm: str = "attnres", bpb: float = 1.875, max_iter: int = 3) 
 
 
 def test_eval_line_round_trips_the_trainers_line_to_the_byte() -> None:
+    """The only change since ea582a6 is the training loss's label, which now says its unit (issue 24); a
+    line written before still parses to the same row."""
     values = parse_eval_line(TRAINER_EVAL)
-    assert format_eval_line(values, 2) == TRAINER_EVAL
+    assert format_eval_line(values, 2) == TRAINER_EVAL.replace(" loss=", " train_loss_nats=")
+    assert parse_eval_line(format_eval_line(values, 2)) == values
+
+
+def test_the_eval_line_labels_the_training_loss_in_nats_beside_the_bpb_in_bits() -> None:
+    line = format_eval_line(row(300))
+    assert " train_loss_nats=1.2937 bpb=1.8750 " in line and " loss=" not in line
+    assert parse_eval_line(line)["loss"] == pytest.approx(1.29375, abs=5e-5)  # metrics.jsonl's key
 
 
 def test_eval_row_round_trips_through_the_line() -> None:
@@ -82,7 +94,7 @@ def test_parse_nan_is_a_float_not_an_error() -> None:
 
 @pytest.mark.parametrize("bad", [
     "eval step=4OO tokens=1k loss=1 bpb=2 arm=gr rezero=0/0 gr=1/1 attnres=0/0",  # not an int
-    "eval step=400 tokens=1k loss=1 bpb=2 arm=gr rezero=0/0 gr=1/1",  # attnres counter missing
+    "eval step=400 tokens=1k loss=1 bpb=2 arm=attnres rezero=0/0 gr=1/1",  # the selected arm's counter missing
     "eval step=400 tokens=1k loss=1 bpb=2 arm=gr rezero=0/0 gr=1/1 attnres=0/0 garbage",  # not key=value
     "eval step=400 step=401 loss=1 bpb=2 arm=gr rezero=0/0 gr=1/1 attnres=0/0",  # duplicate
     "eval step=400 tokens=1.2",  # a write cut short
@@ -90,6 +102,13 @@ def test_parse_nan_is_a_float_not_an_error() -> None:
 def test_parse_malformed_raises_with_the_field(bad: str) -> None:
     with pytest.raises(LogLineError):
         parse_eval_line(bad)
+
+
+def test_a_line_from_before_an_arm_was_registered_still_parses() -> None:
+    """A registry arm added later (its counter token absent from old lines) must not make published logs
+    unreadable; the selected arm's counter stays required (above)."""
+    v = parse_eval_line("eval step=400 tokens=1k loss=1 bpb=2 arm=gr rezero=0/0 gr=1/1")
+    assert (v["gr_ran"], v["rezero_asked"]) == (1, 0) and "attnres_ran" not in v
 
 
 def test_resume_line_round_trips_a_path_with_spaces() -> None:
@@ -150,3 +169,17 @@ def test_learned_summary_round_trips_and_is_optional() -> None:
     assert "learned" not in format_eval_line(row(300), 3)  # a run from before the probes
     with pytest.raises(LogLineError, match="learned"):
         parse_eval_line(line.replace("learned=emb_w:0.2112", "learned=0.2112"))
+
+
+def test_a_run_stopped_before_its_first_eval_says_so_not_step_none() -> None:
+    assert last_eval_phrase([]) == "stopped before its first eval"
+    assert last_eval_phrase([row(10), {**row(20), "bpb": 2.25}]) == "last eval at step 20 (bpb 2.2500)"
+
+
+@pytest.mark.parametrize(("n", "text"), [(512, "512"), (0.5, "0.5"), (12.0, "12"), (1638400, "1.64M"),
+                                         (8123.4, "8.12k"), (3e12, "3T"), (2.5e15, "2.5P"), (-2500, "-2.5k")])
+def test_human_is_the_one_count_format_and_parse_count_reads_it_back(n: float, text: str) -> None:
+    """The eval line's counts and the A/B status's tokens and FLOPs (ab/status.py's `_si`, which it replaces):
+    3 significant figures, k..P. The inverse is parse_count, to those 3 figures."""
+    assert human(n) == text
+    assert parse_count(text) == pytest.approx(n, rel=5e-3)

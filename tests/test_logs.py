@@ -125,6 +125,17 @@ def test_missing_intermediate_eval_and_out_of_order_steps(tmp_path: Path) -> Non
     assert [(f.kind, f.line) for f in found] == [("missing-eval", 3), ("out-of-order", 4)]
 
 
+def test_a_text_file_that_is_not_a_log_says_so(tmp_path: Path) -> None:
+    """Issue 24: `logs notes.txt` said "missing-eval"; the problem is that it is not a train.log."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("a shopping list\nmilk\n")
+    run = read_run(notes)
+    assert [f.kind for f in run.findings] == ["not-a-log"]
+    assert run.findings[0].message.startswith(f"{notes} is not a train.log: ")
+    code, text = check([notes])
+    assert code == 1 and "not-a-log" in text and "missing-eval" not in text
+
+
 def test_no_eval_lines_at_all(tmp_path: Path) -> None:
     assert "missing-eval" in kinds(plant(tmp_path, ["done step=20 wall_s=1"]))
 

@@ -42,6 +42,33 @@ def test_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_path: Path, ar
     rows_full = [json.loads(r) for r in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
     rows_split = [json.loads(r) for r in (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()]
     assert [r["bpb"] for r in rows_full] == [r["bpb"] for r in rows_split]
+    # The history comes back from metrics.jsonl (checkpoints do not carry it): the resumed run's result holds
+    # every eval, the ones before the resume included.
+    assert [(r["step"], r["bpb"]) for r in second.metrics] == [(r["step"], r["bpb"]) for r in full.metrics]
+
+
+def test_a_checkpoint_keeps_the_loop_state_under_one_key_and_no_metrics_history(tmp_path: Path):
+    train(load_config([*TINY, f"run.dir={tmp_path}", "run.name=r"]))
+    state = load_checkpoint(list_checkpoints(tmp_path / "r" / "checkpoints")[-1])
+    assert set(state) == {"model", "optimizer", "config", "loop"}
+    assert set(state["loop"]) == {"step", "tokens", "skipped", "window", "probes", "rng_cpu"}
+    assert state["loop"]["step"] == 16
+
+
+def test_a_checkpoint_written_before_the_loop_key_still_resumes_bit_identically(tmp_path: Path):
+    """The layout before: the loop's keys at the top level and every metrics row so far. It loads; the old
+    rows are ignored (metrics.jsonl holds them), and the run continues exactly."""
+    full = train(load_config([*TINY, f"run.dir={tmp_path}", "run.name=full"]))
+    first = train(load_config([*TINY, f"run.dir={tmp_path}", "run.name=old"]), stop_at_step=9)
+    newest = list_checkpoints(tmp_path / "old" / "checkpoints")[-1]
+    state = load_checkpoint(newest)
+    old_layout = {k: v for k, v in state.items() if k != "loop"}
+    old_layout.update({**state["loop"], "metrics": [{"step": 6, "bpb": 99.0}]})
+    atomic_save(old_layout, newest)
+    second = train(load_config([*TINY, f"run.dir={tmp_path}", "run.name=old", "train.resume=auto"]))
+    assert first.losses + second.losses == full.losses
+    assert masked(evals(tmp_path / "old")) == masked(evals(tmp_path / "full"))
+    assert [r["bpb"] for r in second.metrics] == [r["bpb"] for r in full.metrics]  # not the planted 99.0
 
 
 def test_only_the_last_k_checkpoints_are_kept(tmp_path: Path):
@@ -127,7 +154,7 @@ def test_signal_finishes_the_step_checkpoints_and_says_how_to_resume(tmp_path: P
     assert "train.resume=auto" in out
     ckpts = list_checkpoints(tmp_path / "r" / "checkpoints")
     assert ckpts, "no checkpoint written on the signal"
-    stopped_at = load_checkpoint(ckpts[-1])["step"]
+    stopped_at = load_checkpoint(ckpts[-1])["loop"]["step"]
     assert stopped_at > 0
 
 
@@ -142,7 +169,7 @@ def test_sigkill_loses_at_most_ckpt_every_steps(tmp_path: Path):
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
-    newest = load_checkpoint(list_checkpoints(ckpt_dir)[-1])["step"]
+    newest = load_checkpoint(list_checkpoints(ckpt_dir)[-1])["loop"]["step"]
     # No temporary file is mistaken for a checkpoint, and the newest one is whole.
     assert newest % 3 == 0 and newest >= 3
     resumed = train(load_config([*args[:-2], f"run.dir={tmp_path}", "run.name=r", "train.resume=auto"]),
@@ -182,7 +209,7 @@ def test_loop_state_round_trips_through_a_checkpoint():
     PROBES.reset()
     PROBES.count_ran("gr", 3)
     PROBES.count_asked("gr", 4)
-    loop = LoopState(step=7, tokens=896, skipped=1, metrics=[{"step": 6, "bpb": 3.5}])
+    loop = LoopState(step=7, tokens=896, skipped=1)
     loop.window.add_update(2.5, 3)
     loop.window.tokens, loop.window.time = 128, 0.25
     state = loop.state_dict(loop.window.summed(DistInfo(), torch.device("cpu")))
@@ -194,7 +221,7 @@ def test_loop_state_round_trips_through_a_checkpoint():
     PROBES.reset()
     back = LoopState()
     back.load_state_dict(saved, carries_sums=True)
-    assert back == LoopState(step=7, tokens=896, skipped=1, metrics=[{"step": 6, "bpb": 3.5}],
+    assert back == LoopState(step=7, tokens=896, skipped=1,
                              window=type(loop.window)(loss_sum=2.5, steps=1, tokens=128, depth_sum=3, time=0.25))
     assert (PROBES.ran["gr"], PROBES.asked["gr"]) == (3, 4)
     other = LoopState()

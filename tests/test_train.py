@@ -38,6 +38,13 @@ def test_each_arm_trains_end_to_end_through_the_cli(tmp_path: Path, arm: str):
     assert list((run_dir / "checkpoints").glob("step_*.pt")), "no final checkpoint"
     lines = eval_lines(run_dir)
     assert len(lines) == 2 and "step=6 " in lines[0] and "step=12 " in lines[1]
+    # Not a terminal (no progress bar): the first line says what runs where, before the first eval line;
+    # then the terminal shows the eval lines train.log holds.
+    out = result.stdout.splitlines()
+    (start,) = [i for i, ln in enumerate(out) if ln.startswith(f"run {run_dir}  arm=")]
+    assert start < min(i for i, ln in enumerate(out) if ln.startswith("eval "))
+    assert "steps=12 eval_every=6" in out[start]
+    assert [ln for ln in out if ln.startswith("eval ")] == lines
     assert (run_dir / "train.log").read_text().splitlines()[-1].startswith("done step=12")
     rows = [json.loads(r) for r in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [6, 12]

@@ -55,7 +55,7 @@ PERTURBATIONS: list[dict] = [
         "name": "resume_bends_the_schedule",
         "file": _RUNDIR,
         "function": "prepare_run_dir",
-        "old": "        problem = schedule_change_problem(old, cfg, int(state[\"step\"]))\n",
+        "old": "        problem = schedule_change_problem(old, cfg, checkpoint_step(state))\n",
         "new": "        problem = None\n",
         "gates": ["tests/test_resume_schedule.py::"
                   "test_changing_train_steps_after_warmup_is_refused_naming_the_key_and_the_way_out"],
