@@ -13,7 +13,9 @@ and ``tests/test_loglines.py`` round-trips every kind::
     interrupted step=437
     done step=2400 wall_s=339.2
 
-Every arm's counter is always on the eval line (unselected arms as 0/0) so a leaking arm is visible.
+Every registered arm's counter is always on the eval line (unselected arms as 0/0) so a leaking arm is
+visible; the arms are the registry's (dormouse.arm_registry), in its order. A line written before an arm
+was registered lacks that arm's counter: it parses, and the arm reads as absent (it could not have run).
 
 A resumed run replays its evaluations from the checkpoint's step, so both files can hold a step twice; the
 rule that the replayed rows replace the earlier ones from that step on is :func:`replay`, used by the log
@@ -91,8 +93,8 @@ def eval_columns(max_iter: int) -> list[str]:
     """The eval line's fields in their fixed order (an arm name stands for its ``ran/asked`` counter).
 
     ``learned`` is the arm's one-number summary from the learned-value probes (dormouse.probes), written
-    ``learned=<name>:<value>`` (``alpha`` ReZero's mean alpha, ``gate`` GR's mean gate, ``emb_w`` AttnRes's
-    mean weight on the embedding source); a row without one (a run from before the probes) omits it.
+    ``learned=<name>:<value>`` (each arm names its own: ``ResidualArm.summarize``); a row without one (a run
+    from before the probes) omits it.
     """
     return ["step", "tokens", "loss", "bpb", *[f"bpb@{k}" for k in range(1, max_iter + 1)], "lr", "tok/s",
             "depth", "arm", *ARMS, LEARNED, "kernel", "skipped"]
@@ -172,7 +174,9 @@ def parse_eval_line(line: str) -> dict[str, Any]:
             _convert(key, value, out)
         except ValueError:
             raise LogLineError(f"field {key}={value!r} is not a valid value") from None
-    missing = [k for k in _REQUIRED if k not in out] + [a for a in ARMS if f"{a}_ran" not in out]
+    # the selected arm's counter is required; another arm's may be absent (registered after the line was written)
+    arm = out.get("arm")
+    missing = [k for k in _REQUIRED if k not in out] + ([arm] if arm in ARMS and f"{arm}_ran" not in out else [])
     if missing:
         raise LogLineError(f"missing field(s): {', '.join(missing)}")
     return out

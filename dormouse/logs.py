@@ -146,6 +146,8 @@ def _check_row(run: RunLog, row: EvalRow) -> None:
     elif run.config_arm is not None and arm != run.config_arm:
         run.add(n, "arm-mismatch", f"arm={arm} but config.yaml selects {run.config_arm}")
     for name in ARMS:
+        if f"{name}_ran" not in v:  # an arm registered after the line was written: it could not have run
+            continue
         ran, asked = v[f"{name}_ran"], v[f"{name}_asked"]
         if name == arm:
             # Step 0 (an eval before any training) has an empty window: 0/0 is honest there.
@@ -292,6 +294,9 @@ def run_table(run: RunLog) -> Table:
         cells += [Text(_fmt(v.get("lr", "-"), ".2e")), Text(human(v["tok/s"]) if "tok/s" in v else "-"),
                   Text(_fmt(v.get("depth", "-"), ".2f")), Text(str(v["arm"]))]
         for name in ARMS:
+            if f"{name}_ran" not in v:  # an arm registered after the line was written
+                cells.append(Text("-"))
+                continue
             ran, asked = v[f"{name}_ran"], v[f"{name}_asked"]
             ok = (ran == asked and (ran > 0 or r.step == 0)) if name == v["arm"] else ran == asked == 0
             cells.append(Text(f"{ran}/{asked}", style="" if ok else "bold red"))

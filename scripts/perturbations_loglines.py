@@ -42,9 +42,9 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "arm_order_swapped",
-        "file": "dormouse/config.py",
-        "old": 'ARMS = ("rezero", "gr", "attnres")\n',
-        "new": 'ARMS = ("rezero", "attnres", "gr")\n',
+        "file": "dormouse/arm_registry.py",
+        "old": "    return dict(_REGISTRY)\n",
+        "new": "    return dict(sorted(_REGISTRY.items()))\n",
         "gates": [_T + "test_eval_line_round_trips_the_trainers_line_to_the_byte"],
         "why": "the registry's order is the eval line's counter order (and the tie-break simplicity order): "
         "reordering it changes every line a run writes",

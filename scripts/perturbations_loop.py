@@ -160,8 +160,8 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "gr_bias_starts_at_minus_one",
         "file": _ARMS,
-        "old": "torch.full((self.n_slots, d_model), -2.0)",
-        "new": "torch.full((self.n_slots, d_model), -1.0)",
+        "old": "GR_BIAS_INIT = -2.0",
+        "new": "GR_BIAS_INIT = -1.0",
         "gates": [_SETUP + "test_each_arm_starts_from_its_papers_values"],
         "why": "GR's gate bias starts at -1 (gate 0.27) instead of -2 (0.12): another arm than the registered one",
         "protects": "arms' set-up",

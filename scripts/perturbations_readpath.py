@@ -201,11 +201,10 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "counter_skipped_while_compiling",
         "file": "dormouse/probes.py",
-        "old": "        if not self._paused:\n            self._ran[_INDEX[arm]] += n\n",
-        "new": (
-            "        if not self._paused and not torch.compiler.is_compiling():\n"
-            "            self._ran[_INDEX[arm]] += n\n"
-        ),
+        "old": "        if not self._paused:\n"
+               "            slot = self._slot(arm)  # first: a sync replaces the tensor\n",
+        "new": "        if not self._paused and not torch.compiler.is_compiling():\n"
+               "            slot = self._slot(arm)  # first: a sync replaces the tensor\n",
         "gates": [_TARMS + "test_counters_keep_counting_under_torch_compile"],
         "why": "a side effect kept out of the compiled graph: a compiled model's arms then count nothing",
         "protects": "counters",

@@ -82,7 +82,7 @@ def test_parse_nan_is_a_float_not_an_error() -> None:
 
 @pytest.mark.parametrize("bad", [
     "eval step=4OO tokens=1k loss=1 bpb=2 arm=gr rezero=0/0 gr=1/1 attnres=0/0",  # not an int
-    "eval step=400 tokens=1k loss=1 bpb=2 arm=gr rezero=0/0 gr=1/1",  # attnres counter missing
+    "eval step=400 tokens=1k loss=1 bpb=2 arm=gr rezero=0/0 attnres=0/0",  # the selected arm's counter missing
     "eval step=400 tokens=1k loss=1 bpb=2 arm=gr rezero=0/0 gr=1/1 attnres=0/0 garbage",  # not key=value
     "eval step=400 step=401 loss=1 bpb=2 arm=gr rezero=0/0 gr=1/1 attnres=0/0",  # duplicate
     "eval step=400 tokens=1.2",  # a write cut short

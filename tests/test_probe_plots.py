@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from dormouse.probe_plots import ALPHA_NAME, GATES_NAME, MAP_NAME, mean_map, write_probe_plots
+from dormouse.arms import AttnRes, GatedResidual, ReZero
+from dormouse.probe_plots import mean_map, write_probe_plots
 
 NAN = float("nan")
 MAP = {"probe/reads": ["attn1", "out1"], "probe/sources": ["emb", "attn1"]}
@@ -23,7 +24,8 @@ def test_each_arm_writes_its_own_png(tmp_path: Path):
     row_attnres = {**MAP, "probe/weights": [[1.0, NAN], [0.3, 0.7]], "probe/entropy": [0.0, 0.61]}
     row_rezero = {"probe/alpha": [0.1, -0.2, 0.3, 0.0]}
     row_gr = {"probe/gate_mean": [0.2, 0.1], "probe/gate_spread": [0.05, 0.01]}
-    for name, row, expected in (("a", row_attnres, MAP_NAME), ("r", row_rezero, ALPHA_NAME), ("g", row_gr, GATES_NAME)):
+    for name, row, arm in (("a", row_attnres, AttnRes), ("r", row_rezero, ReZero), ("g", row_gr, GatedResidual)):
+        expected = arm.plot_file
         (tmp_path / name).mkdir()
         (written,) = write_probe_plots(tmp_path / name, row, name)
         assert written == tmp_path / name / expected
