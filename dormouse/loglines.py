@@ -123,8 +123,10 @@ def _cell(key: str, row: dict[str, Any]) -> str:
 
 
 def format_eval_line(row: dict[str, Any], max_iter: int) -> str:
-    """Render a metrics row as the eval line."""
-    keys = [key for key in eval_columns(max_iter) if key != LEARNED or LEARNED in row]
+    """Render a metrics row as the eval line. A trainer's row holds every registered arm's counter (the
+    counters' snapshot); a row read back from before an arm was registered lacks it and renders as written."""
+    keys = [key for key in eval_columns(max_iter)
+            if (key != LEARNED or LEARNED in row) and (key not in ARMS or f"{key}_ran" in row)]
     keys += [key for key in WINDOW_COLUMNS if key in row]
     return "eval " + " ".join(f"{key}={_cell(key, row)}" for key in keys)
 
