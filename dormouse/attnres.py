@@ -70,7 +70,11 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-FORMS: tuple[str, ...] = ("paper", "sqrt_d")
+# The score forms and the online-softmax merge are defined once, in the kernels package, which depends on
+# nothing in dormouse (plain torch, no triton needed for these two); the mechanism re-exports them.
+from dormouse_kernels.forms import FORMS
+from dormouse_kernels.merge_torch import merge_partials_torch as online_softmax_merge
+
 KERNELS: tuple[str, ...] = ("torch", "triton", "auto")
 
 __all__ = [
@@ -628,28 +632,6 @@ class BlockAttnResState:
 # ----------------------------------------------------------------------------------------------------
 # the two-phase schedule (Algorithm 1)
 # ----------------------------------------------------------------------------------------------------
-
-
-def online_softmax_merge(
-    m1: Tensor, l1: Tensor, o1: Tensor, m2: Tensor, l2: Tensor, o2: Tensor
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Merge two online-softmax states over disjoint source sets (Alg. 1, Phase 2).
-
-    A state is ``m = max s``, ``l = sum exp(s - m)`` and the UNNORMALISED ``o = sum exp(s - m) v``
-    (``m``, ``l``: ``[...]``; ``o``: ``[..., d]``). With ``m = max(m1, m2)`` the merged state is
-    ``l = e^{m1-m} l1 + e^{m2-m} l2`` and ``o = e^{m1-m} o1 + e^{m2-m} o2``; ``o / l`` is then the
-    softmax mixture over the union of the two sets.
-
-    An empty state (``m = -inf``, ``l = 0``, ``o = 0``) weighs 0: the exponentials are shifted by a finite
-    max, so two empty states merge to an empty state instead of ``exp(-inf - (-inf)) = NaN``, with zero
-    (not NaN) gradients. The one merge of the project: the fused kernel's backward recomputes through it.
-    """
-    m = torch.maximum(m1, m2)
-    # a torch.where over exp(m1 - m) would still back-propagate 0 * NaN when both states are empty
-    m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
-    w1 = torch.exp(m1 - m_safe)
-    w2 = torch.exp(m2 - m_safe)
-    return m, w1 * l1 + w2 * l2, w1.unsqueeze(-1) * o1 + w2.unsqueeze(-1) * o2
 
 
 def phase1_stats(

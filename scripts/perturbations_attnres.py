@@ -171,7 +171,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "merge_without_rescaling_o1",
-        "file": _FILE,
+        "file": "kernels/merge_torch.py",  # the one merge (dormouse.attnres.online_softmax_merge)
         "old": "w1.unsqueeze(-1) * o1 + w2.unsqueeze(-1) * o2",
         "new": "o1 + w2.unsqueeze(-1) * o2",
         "gates": [_T + "test_online_softmax_merge_matches_one_joint_softmax"],

@@ -221,7 +221,7 @@ PERTURBATIONS: list[dict] = [
     # --- one online-softmax merge, guarding m = -inf (issue 9, item 7) ---------------------------------
     {
         "name": "merge_without_the_empty_state_guard",
-        "file": _ATTNRES,
+        "file": "kernels/merge_torch.py",  # the one merge (dormouse.attnres.online_softmax_merge)
         "old": "    m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)\n",
         "new": "    m_safe = m\n",
         "gates": [_TA + "test_online_softmax_merge_of_empty_states_weighs_them_zero"],
