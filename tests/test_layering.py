@@ -8,9 +8,11 @@ import statement of every module), so a lazy import inside a function counts too
 from __future__ import annotations
 
 import ast
+import importlib.util
 from pathlib import Path
 
-KERNELS = Path(__file__).resolve().parents[1] / "kernels"
+# the installed package's folder (kernels/ in the repository), found without importing it
+KERNELS = Path(importlib.util.find_spec("dormouse_kernels").origin).parent
 
 
 def imported_modules(path: Path) -> set[str]:
