@@ -50,10 +50,15 @@ def mean_map(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def plot_attnres_map(probe: dict[str, Any], out: Path, title: str = "AttnRes depth-attention map") -> Path:
-    """Heat map reads x sources of the mean depth-attention weight (annotated), entropy per read."""
+    """Heat map reads x sources of the mean depth-attention weight (annotated), entropy per read.
+
+    The entropies are the right-hand axis's labels and the colour bar sits beyond them (constrained layout
+    places both), so a map with few sources neither overlaps them nor cuts the title (issue 24).
+    """
     w = np.array(probe["probe/weights"], dtype=float)
     reads, sources = probe["probe/reads"], probe["probe/sources"]
-    fig = Figure(figsize=(1.2 + 0.75 * len(sources), 1.0 + 0.45 * len(reads)), dpi=110)
+    fig = Figure(figsize=(max(5.5, 2.4 + 0.75 * len(sources)), 1.6 + 0.45 * len(reads)), dpi=110,
+                 layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     image = ax.imshow(np.ma.masked_invalid(w), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
@@ -62,30 +67,42 @@ def plot_attnres_map(probe: dict[str, Any], out: Path, title: str = "AttnRes dep
             if np.isfinite(w[i, j]):
                 ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=7,
                         color="black" if w[i, j] > 0.6 else "white")
-        ax.text(w.shape[1] - 0.4, i, f"H={probe['probe/entropy'][i]:.2f}", ha="left", va="center", fontsize=7)
+    entropy = ax.secondary_yaxis("right")
+    entropy.set_yticks(range(len(reads)), [f"H={h:.2f}" for h in probe["probe/entropy"]])
+    entropy.tick_params(labelsize=7, length=0)
+    entropy.set_ylabel("entropy (nats)", fontsize=8)
     ax.set_xticks(range(len(sources)), sources, rotation=45, ha="right")
     ax.set_yticks(range(len(reads)), reads)
     ax.set_xlabel("source (what is read)")
     ax.set_ylabel("read (sublayer input / readout)")
-    ax.set_title(title, fontsize=10)
-    fig.colorbar(image, ax=ax, fraction=0.04, pad=0.12, label="mean weight")
-    fig.tight_layout()
+    ax.set_title(title, fontsize=10, wrap=True)
+    fig.colorbar(image, ax=ax, fraction=0.05, pad=0.02, label="mean weight")
     fig.savefig(out)
     return out
 
 
 def plot_slot_values(slots: list[str], values: list[float], out: Path, *, ylabel: str, title: str,
                      spread: list[float] | None = None, reference: float | None = None) -> Path:
-    """One bar per slot (sublayer of an iteration); ``spread`` as error bars; ``reference`` as a line."""
+    """One bar per slot (sublayer of an iteration), blue attention and orange MLP (a legend says so);
+    ``spread`` as error bars; ``reference`` (the initial value) as a dotted line drawn above the zero line,
+    so it stays visible when it is 0 and every bar is negative (issue 24)."""
+    from matplotlib.patches import Patch
+
     fig = Figure(figsize=(max(5.0, 0.6 * len(slots) + 2), 3.8), dpi=110)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     colours = ["C0" if s.startswith("attn") else "C1" for s in slots]
     ax.bar(range(len(slots)), values, yerr=spread, capsize=3 if spread else 0, color=colours)
+    if reference != 0.0:  # at 0 the reference line is the zero line (a solid one would hide it)
+        ax.axhline(0.0, color="black", linewidth=0.6, zorder=2)
+    handles = [Patch(color="C0", label="attention"), Patch(color="C1", label="MLP")]
     if reference is not None:
-        ax.axhline(reference, color="grey", linestyle=":", linewidth=1, label=f"init {reference:.3g}")
-        ax.legend(fontsize=8)
-    ax.axhline(0.0, color="black", linewidth=0.6)
+        handles.append(ax.axhline(reference, color="black", linestyle=":", linewidth=1.4, zorder=3,
+                                  label=f"init {reference:.3g}"))
+        lo, hi = ax.get_ylim()  # a bar's edge at the reference would sit the line on the frame: keep a margin
+        pad = 0.06 * (hi - lo)
+        ax.set_ylim(min(lo, reference - pad), max(hi, reference + pad))
+    ax.legend(handles=handles, fontsize=8)
     ax.set_xticks(range(len(slots)), slots, rotation=45, ha="right")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)

@@ -84,4 +84,24 @@ PERTURBATIONS: list[dict] = [
                "opposite signs (a symmetry of the shared projections) show it as unused",
         "protects": "probes",
     },
+    {
+        "name": "slot_plot_without_sublayer_legend",
+        "file": "dormouse/probe_plots.py",
+        "old": "    handles = [Patch(color=\"C0\", label=\"attention\"), Patch(color=\"C1\", label=\"MLP\")]\n",
+        "new": "    handles = []\n",
+        "gates": ["tests/test_probe_plots.py::test_slot_plot_says_which_colour_is_which_sublayer_and_keeps_the_init"
+                  "_line_in_view"],
+        "why": "blue and orange bars with nothing saying which is attention and which is MLP (issue 24)",
+        "protects": "probes",
+    },
+    {
+        "name": "map_layout_not_constrained",
+        "file": "dormouse/probe_plots.py",
+        "old": "                 layout=\"constrained\")\n",
+        "new": "                 layout=None)\n",
+        "gates": ["tests/test_probe_plots.py::test_map_with_few_sources_keeps_entropies_clear_of_the_colour_bar_and"
+                  "_the_title_whole"],
+        "why": "the map laid out by hand again: with few sources the entropies run under the colour bar (issue 24)",
+        "protects": "probes",
+    },
 ]
