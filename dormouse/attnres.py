@@ -15,7 +15,8 @@ residual sum:
   source per layer.
 
 Public API: :func:`depth_attend`, :func:`block_sources`, :class:`BlockAttnResState`,
-:func:`two_phase_block`, :func:`phase1_stats`, :func:`online_softmax_merge`, :func:`resolve_kernel`.
+:func:`two_phase_block`, :func:`phase1_stats`, :func:`online_softmax_merge`, :func:`depth_weights`,
+:func:`choose_kernel` (and its path-only form :func:`resolve_kernel`).
 
 Resolutions of the paper's gaps (attnres.md), implemented here and gated in ``tests/test_attnres.py``:
 
@@ -69,7 +70,11 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-FORMS: tuple[str, ...] = ("paper", "sqrt_d")
+# The score forms and the online-softmax merge are defined once, in the kernels package, which depends on
+# nothing in dormouse (plain torch, no triton needed for these two); the mechanism re-exports them.
+from dormouse_kernels.forms import FORMS
+from dormouse_kernels.merge_torch import merge_partials_torch as online_softmax_merge
+
 KERNELS: tuple[str, ...] = ("torch", "triton", "auto")
 
 __all__ = [
@@ -77,7 +82,9 @@ __all__ = [
     "KERNELS",
     "BlockAttnResState",
     "block_sources",
+    "choose_kernel",
     "depth_attend",
+    "depth_weights",
     "online_softmax_merge",
     "phase1_stats",
     "phase2_input",
@@ -242,26 +249,45 @@ def _triton_unavailable(device: torch.device) -> str | None:
     return dormouse_kernels.triton_unavailable_reason(device)
 
 
-def resolve_kernel(requested: str, device: torch.device | str) -> str:
-    """The read path that ``kernel=requested`` takes on ``device``: ``"triton"`` or ``"torch"``.
+def choose_kernel(requested: str, device: torch.device | str, *, per_token_query: bool = False) -> tuple[str, str]:
+    """The read path that ``kernel=requested`` takes on ``device``, ``"triton"`` or ``"torch"``, and why.
 
-    ``torch`` is plain PyTorch with autograd; ``triton`` the fused kernel (RuntimeError when it cannot
-    run, saying why and how to fix it); ``auto`` is triton on CUDA when it is available, else torch.
+    The one owner of the decision: validation refuses what it raises, training runs what it returns and
+    prints the why of an ``auto`` choice. ``torch`` is plain PyTorch with autograd; ``triton`` the fused
+    kernel (RuntimeError when it cannot run, saying why and how to fix it); ``auto`` is triton on CUDA when
+    it is available, else torch. Per-token queries (``per_token_query``: the input-dependent query,
+    ``model.attnres.query=input``) always read with torch: the fused kernel takes one ``[d]`` pseudo-query
+    per read, so asking for triton then is a ValueError.
     """
     if requested not in KERNELS:
         raise ValueError(f"kernel={requested!r} is unknown; expected one of {KERNELS}")
+    if per_token_query:
+        if requested == "triton":
+            raise ValueError(
+                "model.kernel=triton with model.attnres.query=input: the fused kernel takes one static [d] "
+                "pseudo-query per read, not a per-token one; use model.kernel=torch (or auto) or query=static")
+        return "torch", "model.attnres.query=input gives per-token queries; the fused kernel reads with one [d] query"
     if requested == "torch":
-        return "torch"
+        return "torch", "kernel=torch was asked for"
     device = torch.device(device)
+    reason = _triton_unavailable(device) if device.type == "cuda" or requested == "triton" else None
     if requested == "auto":
-        return "triton" if device.type == "cuda" and _triton_unavailable(device) is None else "torch"
-    reason = _triton_unavailable(device)
+        if device.type != "cuda":
+            return "torch", f"device {device} is not CUDA"
+        if reason is not None:
+            return "torch", reason
+        return "triton", "CUDA device and the fused Triton kernel is available"
     if reason is not None:
         raise RuntimeError(
             f"kernel='triton' was asked for on device {device}, but the fused kernel cannot run there: "
             f"{reason}. To fix: {_TRITON_FIX}."
         )
-    return "triton"
+    return "triton", "kernel=triton was asked for and the fused kernel runs here"
+
+
+def resolve_kernel(requested: str, device: torch.device | str) -> str:
+    """The path of :func:`choose_kernel` (static queries): ``"triton"`` or ``"torch"``."""
+    return choose_kernel(requested, device)[0]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -321,10 +347,33 @@ def _attend(
         xs = [x.to(cdtype) for x in sources]
         if inv_rms is None:
             inv_rms = [_inv_rms(x, eps) for x in xs]
-        q = _effective_query(query, gain, form, cdtype)
-        # Eq. 2-3 per source: s_i = r_i (q . x_i); a per-position query dots token by token
-        scores = torch.stack([(x @ q if q.dim() == 1 else torch.linalg.vecdot(x, q)) * r for x, r in zip(xs, inv_rms)])
+        scores = _source_scores(xs, inv_rms, _effective_query(query, gain, form, cdtype))
         return _SoftmaxMix.apply(scores, *xs).to(out_dtype)
+
+
+def _source_scores(xs: list[Tensor], inv_rms: list[Tensor], q: Tensor) -> Tensor:
+    """Eq. 2-3 per source: ``s_i = r_i (q . x_i)`` -> [L, ...]; a per-position query dots token by token."""
+    return torch.stack([(x @ q if q.dim() == 1 else torch.linalg.vecdot(x, q)) * r for x, r in zip(xs, inv_rms)])
+
+
+def depth_weights(
+    sources: Sequence[Tensor], query: Tensor, *, gain: Tensor | None = None, eps: float = 1e-6, form: str = "paper"
+) -> Tensor:
+    """Eq. 2-3 and the softmax over depth: the weights ``alpha_i`` [L, ...] that :func:`depth_attend` (torch
+    path) mixes ``sources`` with, from the same score (:func:`_source_scores`), in the compute dtype.
+
+    For the learned-value probes (what a read attends to); arguments as :func:`depth_attend`.
+    """
+    _check_form(form)
+    _check_eps(eps)
+    srcs = _source_list(sources)
+    _check_query(query, _source_shape(srcs))
+    _check_vector(gain, _source_shape(srcs)[-1], "gain", allow_none=True)
+    with _outside_autocast(srcs[0].device):
+        cdtype = _compute_dtype(srcs[0].dtype)
+        xs = [x.to(cdtype) for x in srcs]
+        scores = _source_scores(xs, [_inv_rms(x, eps) for x in xs], _effective_query(query, gain, form, cdtype))
+        return torch.softmax(scores, dim=0)
 
 
 class _SoftmaxMix(torch.autograd.Function):
@@ -583,28 +632,6 @@ class BlockAttnResState:
 # ----------------------------------------------------------------------------------------------------
 # the two-phase schedule (Algorithm 1)
 # ----------------------------------------------------------------------------------------------------
-
-
-def online_softmax_merge(
-    m1: Tensor, l1: Tensor, o1: Tensor, m2: Tensor, l2: Tensor, o2: Tensor
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Merge two online-softmax states over disjoint source sets (Alg. 1, Phase 2).
-
-    A state is ``m = max s``, ``l = sum exp(s - m)`` and the UNNORMALISED ``o = sum exp(s - m) v``
-    (``m``, ``l``: ``[...]``; ``o``: ``[..., d]``). With ``m = max(m1, m2)`` the merged state is
-    ``l = e^{m1-m} l1 + e^{m2-m} l2`` and ``o = e^{m1-m} o1 + e^{m2-m} o2``; ``o / l`` is then the
-    softmax mixture over the union of the two sets.
-
-    An empty state (``m = -inf``, ``l = 0``, ``o = 0``) weighs 0: the exponentials are shifted by a finite
-    max, so two empty states merge to an empty state instead of ``exp(-inf - (-inf)) = NaN``, with zero
-    (not NaN) gradients. The one merge of the project: the fused kernel's backward recomputes through it.
-    """
-    m = torch.maximum(m1, m2)
-    # a torch.where over exp(m1 - m) would still back-propagate 0 * NaN when both states are empty
-    m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
-    w1 = torch.exp(m1 - m_safe)
-    w2 = torch.exp(m2 - m_safe)
-    return m, w1 * l1 + w2 * l2, w1.unsqueeze(-1) * o1 + w2.unsqueeze(-1) * o2
 
 
 def phase1_stats(

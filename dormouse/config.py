@@ -8,9 +8,11 @@ one line per problem, naming the field, what was given and what is allowed.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any
 
@@ -19,43 +21,25 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
-# The arm registry: every residual arm's name, simplest first. The order is the eval line's counter order
-# and the order in which an A/B tie keeps the simpler mechanism (docs/ab-protocol.md). The first arm is the
-# default; every other arm NAME is selected by the boolean switch ``model.use_NAME`` of ModelConfig, and
-# ``dormouse.arms`` holds one ResidualArm subclass whose ``name`` is NAME. Adding an arm: its class in
-# arms.py, its name here, its switch in ModelConfig (tests/test_arms.py checks the three agree).
-ARMS = ("rezero", "gr", "attnres")
-
-
-def arm_switch(arm: str) -> str:
-    """The ModelConfig field that selects ``arm`` (none for the default arm, ARMS[0])."""
-    return f"use_{arm}"
+# The arm registry owns the arm names, their order and their switches; re-exported for the modules that
+# import them from the config.
+from dormouse.arm_registry import ARMS, arm_switch, model_arm, selected_arms  # noqa: F401
 
 
 @dataclass
-class AttnResConfig:
-    """Attention Residuals options (docs/attnres.md). Only read when ``model.use_attnres`` is true."""
+class ModelBase:
+    """The model's own options. The schema's ``ModelConfig`` adds, from the arm registry, each non-default
+    arm's switch ``use_<name>`` (at most one true; none = the default arm) and each arm's options dataclass
+    at ``model.<name>`` (:func:`schema`)."""
 
-    block_size: int | None = None  # null = Full AttnRes; else S sublayers per block (Eq. 5-6)
-    form: str = "paper"  # "paper" (Eq. 2: q . RMSNorm(k)) or "sqrt_d" (ablation: L2 key / sqrt(d))
-    eps: float = 1e-6  # RMSNorm epsilon of the keys
-    gain: bool = True  # learned RMSNorm gain on the keys (initialised to ones)
-    query: str = "static"  # "static" pseudo-query w_l, or "input": w_l + U_l RMSNorm(v_last)
-
-
-@dataclass
-class ModelConfig:
     d_model: int = 128
     n_heads: int = 4
     max_iter: int = 3  # iterations of the shared block; unrolled depth L = 2 * max_iter sublayers
     mlp_hidden: int | None = None  # SwiGLU hidden width; null = 8/3 * d_model rounded up to a multiple of 32
-    use_attnres: bool = False  # the arm switches (see ARMS); at most one is true, none = ReZero
-    use_gr: bool = False
     random_depth: bool = False  # each training step runs depth k ~ U{1..max_iter}, keyed on (seed, step)
     tie_head: bool = True
     rope_base: float = 10000.0
-    kernel: str = "auto"  # AttnRes read: "auto" | "triton" | "torch"
-    attnres: AttnResConfig = field(default_factory=AttnResConfig)
+    kernel: str = "auto"  # the arm's fused read, where it has one (AttnRes): "auto" | "triton" | "torch"
 
 
 @dataclass
@@ -112,18 +96,52 @@ class RunConfig:
     dir: str = "runs"
 
 
-@dataclass
-class DormouseConfig:
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    logging: LoggingConfig = field(default_factory=LoggingConfig)
-    run: RunConfig = field(default_factory=RunConfig)
+SECTIONS: tuple[tuple[str, type], ...] = (("data", DataConfig), ("train", TrainConfig), ("logging", LoggingConfig),
+                                         ("run", RunConfig))
+
+
+def schema() -> type:
+    """The whole schema, ``DormouseConfig``, with ``ModelConfig`` built from the registered arms: each
+    non-default arm's switch ``use_<name>: bool = False`` and each arm's ``options`` at ``model.<name>``,
+    in registry order (so an arm defined anywhere, e.g. in a test, gets its switch without an edit here)."""
+    from dormouse.arm_registry import arm_classes
+
+    return _schema(tuple(arm_classes().values()))
+
+
+@functools.cache
+def _schema(classes: tuple[type, ...]) -> type:
+    extra: list[tuple[str, type, Any]] = [(cls.switch(), bool, False) for cls in classes if cls.switch()]
+    extra += [(cls.name, cls.options, field(default_factory=cls.options)) for cls in classes if cls.options]
+    model = make_dataclass("ModelConfig", extra, bases=(ModelBase,))
+    model.__module__ = __name__
+    sections = [("model", model, field(default_factory=model))]
+    sections += [(name, cls, field(default_factory=cls)) for name, cls in SECTIONS]
+    root = make_dataclass("DormouseConfig", sections)
+    root.__module__ = __name__
+    return root
+
+
+def __getattr__(name: str) -> Any:
+    """``DormouseConfig`` and ``ModelConfig``: the schema as the registry makes it now (:func:`schema`)."""
+    if name == "DormouseConfig":
+        return schema()
+    if name == "ModelConfig":
+        return fields_of(schema())["model"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def fields_of(cls: type) -> dict[str, type]:
+    """A dataclass's field types by name (resolved)."""
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclass_fields(cls)}
 
 
 def register_configs() -> None:
     """Register the schema; ``conf/config.yaml`` extends it with ``defaults: [dormouse_schema, ...]``."""
-    ConfigStore.instance().store(name="dormouse_schema", node=DormouseConfig)
+    ConfigStore.instance().store(name="dormouse_schema", node=schema())
 
 
 class ConfigError(ValueError):
@@ -143,7 +161,7 @@ def compose_config(overrides: list[str] | None = None, config_name: str = "confi
     from dormouse.overrides import check_overrides
 
     overrides = list(overrides or [])
-    problems = check_overrides(overrides, DormouseConfig)  # in dormouse's words, before Hydra's own
+    problems = check_overrides(overrides, schema())  # in dormouse's words, before Hydra's own
     if problems:
         raise ConfigError(problems)
     register_configs()
@@ -153,7 +171,7 @@ def compose_config(overrides: list[str] | None = None, config_name: str = "confi
             cfg = compose(config_name=config_name, overrides=overrides)
         # A root-level key that is not in the schema slips past Hydra's struct check: merge onto the
         # schema so it is refused as well.
-        cfg = OmegaConf.merge(OmegaConf.structured(DormouseConfig), cfg)
+        cfg = OmegaConf.merge(OmegaConf.structured(schema()), cfg)
     except Exception as exc:  # Hydra wraps OmegaConf errors; show the cause, not the wrapper
         raise ConfigError([_hydra_error_text(exc)]) from exc
     finally:
@@ -175,18 +193,7 @@ def _hydra_error_text(exc: BaseException) -> str:
     return "config: " + " | ".join(p.replace("\n", " ") for p in parts)
 
 
-def selected_arms(model_cfg: Any) -> list[str]:
-    """The non-default arms whose switches are on (validation allows at most one)."""
-    return [arm for arm in ARMS[1:] if getattr(model_cfg, arm_switch(arm))]
-
-
-def model_arm(model_cfg: Any) -> str:
-    """The arm a model config selects: the one whose switch is on, else the default arm (ReZero)."""
-    chosen = selected_arms(model_cfg)
-    return chosen[0] if chosen else ARMS[0]
-
-
-def arm_name(cfg: DictConfig | DormouseConfig) -> str:
+def arm_name(cfg: Any) -> str:
     """The arm a whole config selects (:func:`model_arm` of ``cfg.model``)."""
     return model_arm(cfg.model)
 
@@ -203,13 +210,7 @@ def validate(cfg: DictConfig) -> list[str]:
     lines: list[str] = []
     m, d, t, lg = cfg.model, cfg.data, cfg.train, cfg.logging
 
-    chosen = selected_arms(m)
-    if len(chosen) > 1:
-        switches = [f"model.{arm_switch(a)}" for a in ARMS[1:]]
-        lines.append(
-            f"{' and '.join(f'model.{arm_switch(a)}=true' for a in chosen)}: the arms are mutually exclusive; "
-            f"set at most one of {', '.join(switches)} (all false = {ARMS[0]})"
-        )
+    lines += _arm_problems(m)
     if m.max_iter < 1:
         _bad(lines, "model.max_iter", m.max_iter, "must be >= 1")
     if m.d_model < 1:
@@ -227,39 +228,10 @@ def validate(cfg: DictConfig) -> list[str]:
         )
     if m.mlp_hidden is not None and m.mlp_hidden < 1:
         _bad(lines, "model.mlp_hidden", m.mlp_hidden, "must be >= 1 or null")
-    if m.kernel not in ("auto", "triton", "torch"):
-        _bad(lines, "model.kernel", m.kernel, "one of auto, triton, torch")
-    elif m.kernel == "triton" and not m.use_attnres:
-        lines.append("model.kernel=triton but model.use_attnres=false: the fused kernel is the AttnRes read; "
-                     "set model.use_attnres=true or leave model.kernel=auto")
+    if m.kernel not in KERNEL_CHOICES:
+        _bad(lines, "model.kernel", m.kernel, "one of " + ", ".join(KERNEL_CHOICES))
     if not (math.isfinite(m.rope_base) and m.rope_base > 0):
         _bad(lines, "model.rope_base", m.rope_base, "must be a finite number > 0")
-
-    a = m.attnres
-    if a.form not in ("paper", "sqrt_d"):
-        _bad(lines, "model.attnres.form", a.form, "one of paper, sqrt_d")
-    if a.query not in ("static", "input"):
-        _bad(lines, "model.attnres.query", a.query, "one of static, input")
-    if not (math.isfinite(a.eps) and a.eps >= 0):
-        _bad(lines, "model.attnres.eps", a.eps, "must be a finite number >= 0")
-    if m.use_attnres and a.query == "input" and m.kernel == "triton":
-        lines.append(
-            "model.kernel=triton with model.attnres.query=input: the fused kernel takes one static [d] "
-            "pseudo-query per read, not a per-token one; use model.kernel=torch (or auto) or query=static"
-        )
-    if a.block_size is not None:
-        if a.block_size < 1:
-            _bad(lines, "model.attnres.block_size", a.block_size, "must be >= 1 or null (Full AttnRes)")
-        if not m.use_attnres:
-            lines.append(
-                f"model.attnres.block_size={a.block_size} is set but model.use_attnres=false: "
-                "set model.use_attnres=true or leave block_size null"
-            )
-        if a.query == "input":
-            lines.append(
-                f"model.attnres.query=input with model.attnres.block_size={a.block_size}: the Block "
-                "two-phase schedule needs input-independent queries; use query=static or block_size=null"
-            )
 
     if d.seq_len < 1:
         _bad(lines, "data.seq_len", d.seq_len, "must be >= 1")
@@ -303,8 +275,8 @@ def validate(cfg: DictConfig) -> list[str]:
         lines.append(f"train.batch_size={t.batch_size} does not divide by the {world_size} ranks: it is the "
                      f"global batch, split evenly across ranks; choose a multiple of {world_size}")
     _check_device(lines, str(t.device))
-    if m.use_attnres and m.kernel == "triton" and not lines:
-        _check_triton(lines, str(t.device))
+    if not lines:  # the read path on the device the run will use: only for an otherwise runnable config
+        _check_kernel(lines, m, str(t.device))
 
     # A run name is a folder under run.dir (sub-folders allowed), never the root itself nor outside it.
     name = cfg.run.name
@@ -344,18 +316,52 @@ def _check_device(lines: list[str], device: str) -> None:
     _bad(lines, "train.device", device, "auto, cpu, cuda or cuda:N")
 
 
-def _check_triton(lines: list[str], device: str) -> None:
-    """``model.kernel=triton`` must be runnable on the device the run will use, or be refused now."""
+def _arm_problems(m: Any) -> list[str]:
+    """The arm switches (at most one on) and every registered arm's own checks of its options."""
+    from dormouse.arm_registry import arm_classes, default_arm
+
+    lines: list[str] = []
+    classes = arm_classes()
+    chosen = selected_arms(m)
+    if len(chosen) > 1:
+        switches = [f"model.{cls.switch()}" for cls in classes.values() if cls.switch()]
+        lines.append(
+            f"{' and '.join(f'model.{arm_switch(a)}=true' for a in chosen)}: the arms are mutually exclusive; "
+            f"set at most one of {', '.join(switches)} (all false = {default_arm()})"
+        )
+    for name, cls in classes.items():
+        lines += cls.config_problems(m, selected=name in chosen or (not chosen and cls.default))
+    return lines
+
+
+KERNEL_CHOICES = ("auto", "triton", "torch")
+
+
+def _check_kernel(lines: list[str], m: Any, device: str) -> None:
+    """``model.kernel`` must be honoured by the selected arm on the device the run will use, or be refused now
+    (the decision itself is the arm's: ResidualArm.choose_kernel)."""
     import torch
 
-    from dormouse.attnres import resolve_kernel
+    from dormouse.arm_registry import arm_class, arm_classes
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    arm = arm_class(model_arm(m))
     try:
-        resolve_kernel("triton", torch.device(device))
-    except RuntimeError as exc:
-        lines.append(f"model.kernel='triton' cannot run on train.device={device!r}: {exc}")
+        path, _ = arm.choose_kernel(m, torch.device(device))
+    except ValueError as exc:  # a combination the read path refuses
+        lines.append(str(exc))
+        return
+    except RuntimeError as exc:  # the path cannot run on this device
+        lines.append(f"model.kernel={str(m.kernel)!r} cannot run on train.device={device!r}: {exc}")
+        return
+    if path == "none" and m.kernel == "triton":
+        fused = [cls for cls in arm_classes().values()
+                 if cls.choose_kernel.__func__ is not arm.choose_kernel.__func__ and cls.switch()]
+        on = " or ".join(f"model.{cls.switch()}=true" for cls in fused)
+        lines.append(f"model.kernel=triton but {' and '.join(f'model.{c.switch()}=false' for c in fused)}: the "
+                     f"fused kernel is the read of {', '.join(c.name for c in fused)}; set {on} or leave "
+                     "model.kernel=auto")
 
 
 def load_config(overrides: list[str] | None = None) -> DictConfig:

@@ -13,7 +13,9 @@ and ``tests/test_loglines.py`` round-trips every kind::
     interrupted step=437
     done step=2400 wall_s=339.2
 
-Every arm's counter is always on the eval line (unselected arms as 0/0) so a leaking arm is visible.
+Every registered arm's counter is always on the eval line (unselected arms as 0/0) so a leaking arm is
+visible; the arms are the registry's (dormouse.arm_registry), in its order. A line written before an arm
+was registered lacks that arm's counter: it parses, and the arm reads as absent (it could not have run).
 ``train_loss_nats`` is the eval window's mean training loss in nats per byte (metrics.jsonl: ``loss``); ``bpb``
 and ``bpb@k`` are the fixed eval set's bits per byte. Lines written before the label read ``loss=``; both parse.
 The line shows a row by name (:func:`eval_fields`): a field added to the row appears as ``name=value``.

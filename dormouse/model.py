@@ -19,7 +19,7 @@ from torch.autograd.function import once_differentiable
 
 from dormouse.arms import ResidualArm, build_arm
 from dormouse.norm import RMSNorm
-from dormouse.probes import PROBES
+from dormouse.probes import PROBES, LoopTrace
 
 VOCAB = 256
 
@@ -223,6 +223,7 @@ class LoopedByteLM(nn.Module):
         :mod:`dormouse.probes`). Returns the compiled module; it shares this module's parameters. Each
         distinct depth, readout choice and train/eval mode is its own graph (recompiled once, then cached).
         """
+        PROBES.sync()  # every registered arm has its counter before the graph is traced
         return torch.compile(self, fullgraph=True, backend=backend, mode=mode)
 
     def readout(self, x: Tensor) -> Tensor:
@@ -230,17 +231,27 @@ class LoopedByteLM(nn.Module):
         weight = self.embed.weight if self.head is None else self.head.weight
         return F.linear(x, weight.to(x.dtype))
 
-    def forward(self, idx: Tensor, depth: int | None = None, readouts: str = "all") -> list[Tensor]:
+    def forward(self, idx: Tensor, depth: int | None = None, readouts: str = "all",
+                trace: LoopTrace | None = None) -> list[Tensor]:
+        """The loop driver (:mod:`dormouse.arms`). ``trace``, when given, receives the embedding and every
+        sublayer's input and output: what the learned-value probes read (:func:`dormouse.probes.learned_values`)."""
         depth = self.max_iter if depth is None else int(depth)
         if not 1 <= depth <= self.max_iter:
             raise ValueError(f"depth={depth} is outside 1..model.max_iter={self.max_iter}")
-        state = self.arm.begin(self.embed(idx))
+        embedding = self.embed(idx)
+        state = self.arm.begin(embedding)
+        if trace is not None:
+            trace.embedding = embedding
         logits: list[Tensor] = []
         for k in range(depth):
             for j, sublayer in enumerate(self.sublayers):
                 slot = 2 * k + j
-                out = sublayer(self.arm.sublayer_input(state, slot))
+                h = self.arm.sublayer_input(state, slot)
+                out = sublayer(h)
                 PROBES.count_asked(self.arm.name)
+                if trace is not None:
+                    trace.inputs.append(h)
+                    trace.outputs.append(out)
                 state = self.arm.absorb(state, slot, out)
             if readouts == "all" or k == depth - 1:
                 logits.append(self.readout(self.arm.readout_input(state, k)))

@@ -1,11 +1,15 @@
 """Plots of what each arm learned (the learned-value probes of :mod:`dormouse.probes`).
 
-* the AttnRes depth-attention map: one row per read (each sublayer, then each readout), one column per
-  source (the embedding, then each sublayer output or block), the colour and the number in each cell the
-  mean softmax weight that read puts on that source over the fixed eval set — the layout of the AttnRes
+Each arm owns its plot (:meth:`dormouse.arms.ResidualArm.plot`: its file name, which fields, which labels)
+and its seed average (:meth:`~dormouse.arms.ResidualArm.mean_over_seeds`); this module holds the drawing
+primitives they use and the generic entry points :func:`write_probe_plots` and :func:`mean_probe_row`:
+
+* a read map (:func:`plot_attnres_map`): one row per read (each sublayer, then each readout), one column
+  per source (the embedding, then each sublayer output or block), the colour and the number in each cell
+  the mean softmax weight that read puts on that source over the fixed eval set — the layout of the AttnRes
   paper's figures; blank cells are sources a read cannot see yet (causality over depth); the entropy of
   each read is printed at the row's end;
-* ReZero's alpha by slot; GR's mean gate by slot with its spread over channels as error bars.
+* one bar per slot (:func:`plot_slot_values`), with error bars and a reference line.
 
 Drawn from the plain ``probe/...`` fields of a metrics row, so the same functions draw a run's last eval
 and an A/B arm's map averaged over seeds. matplotlib's object API on the Agg canvas, never pyplot.
@@ -22,9 +26,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from dormouse.runfiles import ATTNRES_MAP_PLOT as MAP_NAME
-from dormouse.runfiles import GR_GATES_PLOT as GATES_NAME
-from dormouse.runfiles import REZERO_ALPHA_PLOT as ALPHA_NAME
+from dormouse.arm_registry import arm_classes
 
 
 def mean_map(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -48,10 +50,15 @@ def mean_map(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def plot_attnres_map(probe: dict[str, Any], out: Path, title: str = "AttnRes depth-attention map") -> Path:
-    """Heat map reads x sources of the mean depth-attention weight (annotated), entropy per read."""
+    """Heat map reads x sources of the mean depth-attention weight (annotated), entropy per read.
+
+    The entropies are the right-hand axis's labels and the colour bar sits beyond them (constrained layout
+    places both), so a map with few sources neither overlaps them nor cuts the title (issue 24).
+    """
     w = np.array(probe["probe/weights"], dtype=float)
     reads, sources = probe["probe/reads"], probe["probe/sources"]
-    fig = Figure(figsize=(1.2 + 0.75 * len(sources), 1.0 + 0.45 * len(reads)), dpi=110)
+    fig = Figure(figsize=(max(5.5, 2.4 + 0.75 * len(sources)), 1.6 + 0.45 * len(reads)), dpi=110,
+                 layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     image = ax.imshow(np.ma.masked_invalid(w), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
@@ -60,30 +67,42 @@ def plot_attnres_map(probe: dict[str, Any], out: Path, title: str = "AttnRes dep
             if np.isfinite(w[i, j]):
                 ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=7,
                         color="black" if w[i, j] > 0.6 else "white")
-        ax.text(w.shape[1] - 0.4, i, f"H={probe['probe/entropy'][i]:.2f}", ha="left", va="center", fontsize=7)
+    entropy = ax.secondary_yaxis("right")
+    entropy.set_yticks(range(len(reads)), [f"H={h:.2f}" for h in probe["probe/entropy"]])
+    entropy.tick_params(labelsize=7, length=0)
+    entropy.set_ylabel("entropy (nats)", fontsize=8)
     ax.set_xticks(range(len(sources)), sources, rotation=45, ha="right")
     ax.set_yticks(range(len(reads)), reads)
     ax.set_xlabel("source (what is read)")
     ax.set_ylabel("read (sublayer input / readout)")
-    ax.set_title(title, fontsize=10)
-    fig.colorbar(image, ax=ax, fraction=0.04, pad=0.12, label="mean weight")
-    fig.tight_layout()
+    ax.set_title(title, fontsize=10, wrap=True)
+    fig.colorbar(image, ax=ax, fraction=0.05, pad=0.02, label="mean weight")
     fig.savefig(out)
     return out
 
 
 def plot_slot_values(slots: list[str], values: list[float], out: Path, *, ylabel: str, title: str,
                      spread: list[float] | None = None, reference: float | None = None) -> Path:
-    """One bar per slot (sublayer of an iteration); ``spread`` as error bars; ``reference`` as a line."""
+    """One bar per slot (sublayer of an iteration), blue attention and orange MLP (a legend says so);
+    ``spread`` as error bars; ``reference`` (the initial value) as a dotted line drawn above the zero line,
+    so it stays visible when it is 0 and every bar is negative (issue 24)."""
+    from matplotlib.patches import Patch
+
     fig = Figure(figsize=(max(5.0, 0.6 * len(slots) + 2), 3.8), dpi=110)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     colours = ["C0" if s.startswith("attn") else "C1" for s in slots]
     ax.bar(range(len(slots)), values, yerr=spread, capsize=3 if spread else 0, color=colours)
+    if reference != 0.0:  # at 0 the reference line is the zero line (a solid one would hide it)
+        ax.axhline(0.0, color="black", linewidth=0.6, zorder=2)
+    handles = [Patch(color="C0", label="attention"), Patch(color="C1", label="MLP")]
     if reference is not None:
-        ax.axhline(reference, color="grey", linestyle=":", linewidth=1, label=f"init {reference:.3g}")
-        ax.legend(fontsize=8)
-    ax.axhline(0.0, color="black", linewidth=0.6)
+        handles.append(ax.axhline(reference, color="black", linestyle=":", linewidth=1.4, zorder=3,
+                                  label=f"init {reference:.3g}"))
+        lo, hi = ax.get_ylim()  # a bar's edge at the reference would sit the line on the frame: keep a margin
+        pad = 0.06 * (hi - lo)
+        ax.set_ylim(min(lo, reference - pad), max(hi, reference + pad))
+    ax.legend(handles=handles, fontsize=8)
     ax.set_xticks(range(len(slots)), slots, rotation=45, ha="right")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
@@ -95,59 +114,23 @@ def plot_slot_values(slots: list[str], values: list[float], out: Path, *, ylabel
 
 def write_probe_plots(out_dir: Path, row: dict[str, Any], label: str = "",
                       name: Callable[[str], Path] | None = None) -> list[Path]:
-    """The plots a metrics row's probe fields allow, into ``out_dir`` (``name`` maps a plot's file name to
-    its path, e.g. an A/B arm's ``attnres_map_<arm>.png``); returns their paths."""
+    """The plots a metrics row's probe fields allow, into ``out_dir``: each registered arm draws its own
+    ``plot_file`` from the fields it owns (``name`` maps a plot's file name to its path, e.g. an A/B arm's
+    ``attnres_map_<arm>.png``); returns their paths."""
     where = name or (lambda plot: out_dir / plot)
-    written: list[Path] = []
     suffix = f" ({label})" if label else ""
-    if row.get("probe/weights") is not None:
-        written.append(plot_attnres_map(row, where(MAP_NAME), "AttnRes depth-attention map" + suffix))
-    if row.get("probe/alpha") is not None:
-        slots = _slots(len(row["probe/alpha"]))
-        written.append(plot_slot_values(slots, row["probe/alpha"], where(ALPHA_NAME), ylabel="alpha",
-                                        title="ReZero alpha by slot" + suffix, reference=0.0))
-    elif row.get("probe/alpha_abs") is not None:  # several seeds: see mean_probe_row
-        slots = _slots(len(row["probe/alpha_abs"]))
-        written.append(plot_slot_values(slots, row["probe/alpha_abs"], where(ALPHA_NAME),
-                                        ylabel="|alpha| (bars: sd over seeds)",
-                                        title="ReZero |alpha| by slot" + suffix,
-                                        spread=row.get("probe/alpha_abs_sd"), reference=0.0))
-    if row.get("probe/gate_mean") is not None:
-        slots = _slots(len(row["probe/gate_mean"]))
-        written.append(plot_slot_values(slots, row["probe/gate_mean"], where(GATES_NAME),
-                                        ylabel="mean gate (bars: sd over channels)",
-                                        title="GR gate by slot" + suffix, spread=row.get("probe/gate_spread"),
-                                        reference=1 / (1 + np.exp(2.0))))
+    written: list[Path] = []
+    for cls in arm_classes().values():
+        if cls.plot_file and (path := cls.plot(row, where(cls.plot_file), suffix)) is not None:
+            written.append(path)
     return written
 
 
 def mean_probe_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Every probe field of ``rows`` (an arm's seeds) averaged: the map via :func:`mean_map`, the per-slot
-    lists elementwise. A field only some rows have is averaged over those.
-
-    ReZero's alpha is averaged as ``|alpha|`` (``probe/alpha_abs``, with its sd over seeds): its sign is not
-    identifiable. Negating the shared output projection W_o and every attention slot's alpha computes the
-    same function (likewise W_down and the MLP slots), so two seeds can learn the same use of a slot with
-    opposite signs, and their signed mean is ~0 (the residual_cpu pilot: mlp1 at -0.363 and +0.369).
-    """
+    """Every probe field of ``rows`` (an arm's seeds) averaged, each arm's fields by that arm's rule
+    (:meth:`dormouse.arms.ResidualArm.mean_over_seeds`: e.g. AttnRes's map cell by cell, ReZero's alpha as
+    a magnitude)."""
     out: dict[str, Any] = {}
-    alphas = [r["probe/alpha"] for r in rows if r.get("probe/alpha") is not None]
-    if alphas and all(len(a) == len(alphas[0]) for a in alphas):
-        magnitudes = np.abs(np.array(alphas, dtype=float))
-        out["probe/alpha_abs"] = magnitudes.mean(axis=0).tolist()
-        if len(alphas) > 1:
-            out["probe/alpha_abs_sd"] = magnitudes.std(axis=0, ddof=1).tolist()
-    for key in ("probe/gate_mean", "probe/gate_spread"):
-        values = [r[key] for r in rows if r.get(key) is not None]
-        if values and all(len(v) == len(values[0]) for v in values):
-            out[key] = np.mean(np.array(values, dtype=float), axis=0).tolist()
-    averaged = mean_map(rows)
-    if averaged is not None:
-        out.update(averaged)
+    for cls in arm_classes().values():
+        out.update(cls.mean_over_seeds(rows))
     return out
-
-
-def _slots(n: int) -> list[str]:
-    from dormouse.probes import slot_names
-
-    return slot_names(n // 2)

@@ -7,9 +7,8 @@ A run, ``<run.dir>/<run.name>/``::
     train.log         provenance header, then eval / resume / interrupted / done lines (dormouse.loglines)
     metrics.jsonl     one row per eval line
     checkpoints/      step_XXXXXXXX.pt (the names inside are dormouse.checkpoint's)
-    attnres_map.png   at the end, what the arm learned (dormouse.probe_plots): the AttnRes depth-attention
-    rezero_alpha.png  map, ReZero's alpha by slot or GR's gates by slot, whichever the arm has
-    gr_gates.png
+    <arm plot>.png    at the end, what the arm learned: the arm's own ``plot_file`` (dormouse.arms), e.g.
+                      attnres_map.png, rezero_alpha.png, gr_gates.png
     wandb_id.txt      only with logging.wandb on: the wandb run id, so a resumed run continues that run
     run.lock          held by the `dormouse train` writing the run (dormouse.rundir.run_lock); names its pid
     ab_error.txt      only when `dormouse ab` caught an error in this run: its traceback
@@ -38,9 +37,6 @@ CHECKPOINTS = "checkpoints"
 AB_ERROR = "ab_error.txt"
 WANDB_ID = "wandb_id.txt"
 RUN_LOCK = "run.lock"
-ATTNRES_MAP_PLOT = "attnres_map.png"
-REZERO_ALPHA_PLOT = "rezero_alpha.png"
-GR_GATES_PLOT = "gr_gates.png"
 
 REGISTRATION = "registration.json"
 RESULTS = "results.json"
@@ -91,18 +87,6 @@ class RunFiles:
     @property
     def lock(self) -> Path:
         return self.dir / RUN_LOCK
-
-    @property
-    def attnres_map(self) -> Path:
-        return self.dir / ATTNRES_MAP_PLOT
-
-    @property
-    def rezero_alpha(self) -> Path:
-        return self.dir / REZERO_ALPHA_PLOT
-
-    @property
-    def gr_gates(self) -> Path:
-        return self.dir / GR_GATES_PLOT
 
     def holds_run(self) -> bool:
         """Whether a run has already written here (its config or its metrics)."""

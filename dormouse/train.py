@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 
-from dormouse.attnres import resolve_kernel
+from dormouse.arm_registry import arm_class
 from dormouse.checkpoint import (
     CheckpointError,
     atomic_write_text,
@@ -101,22 +101,6 @@ def depth_for_step(seed: int, step: int, max_iter: int, random_depth: bool) -> i
         return max_iter
     gen = torch.Generator().manual_seed(keyed_seed("dormouse.depth", seed, step))
     return int(torch.randint(1, max_iter + 1, (1,), generator=gen).item())
-
-
-def _auto_reason(kernel: str, device: torch.device, cfg: DictConfig) -> str:
-    """Why ``model.kernel=auto`` took the path it took (the brief: an auto choice says which and why)."""
-    if kernel == "triton":
-        return "CUDA device and the fused Triton kernel is available"
-    if cfg.model.attnres.query == "input":
-        return "model.attnres.query=input gives per-token queries; the fused kernel reads with one [d] query"
-    if device.type != "cuda":
-        return f"device {device} is not CUDA"
-    try:
-        import dormouse_kernels
-
-        return str(dormouse_kernels.triton_unavailable_reason(device))
-    except ImportError as exc:
-        return f"dormouse_kernels does not import: {exc}"
 
 
 def readout_loss(logits: list[torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
@@ -243,15 +227,11 @@ def _run_config(cfg: DictConfig, run_name: str) -> DictConfig:
 
 
 def _resolve_kernel(cfg: DictConfig, device: torch.device, info: DistInfo) -> str:
-    """The AttnRes read path that will run (``none`` for the other arms); an ``auto`` choice is reported."""
-    if not cfg.model.use_attnres:
-        return "none"
-    # An input-dependent query is per token; the fused kernel reads with one [d] query, so `auto` resolves
-    # to torch there (and `triton` was refused by validation).
-    requested = "torch" if cfg.model.attnres.query == "input" else str(cfg.model.kernel)
-    kernel = resolve_kernel(requested, device)
-    if str(cfg.model.kernel) == "auto" and info.is_main:
-        print(f"kernel: model.kernel=auto -> {kernel} ({_auto_reason(kernel, device, cfg)})", flush=True)
+    """The selected arm's read path (``none`` for an arm without a fused read), decided by the arm
+    (:meth:`dormouse.arms.ResidualArm.choose_kernel`); an ``auto`` choice is reported with its reason."""
+    kernel, why = arm_class(arm_name(cfg)).choose_kernel(cfg.model, device)
+    if str(cfg.model.kernel) == "auto" and kernel != "none" and info.is_main:
+        print(f"kernel: model.kernel=auto -> {kernel} ({why})", flush=True)
     return kernel
 
 

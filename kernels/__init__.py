@@ -35,7 +35,8 @@ try:  # define the kernels now, so the interpreter/compiled choice is the one in
     _IMPORT_ERROR: str | None = None
     # triton.jit returns an InterpretedFunction when TRITON_INTERPRET=1 was set at definition time
     INTERPRETED: bool = type(_da._depth_attend_fwd_kernel).__name__ == "InterpretedFunction"
-except ImportError as exc:  # triton missing (or broken): the package still imports, the kernels refuse
+except Exception as exc:  # triton missing or broken: the package (and dormouse, which imports its pure-torch
+    # parts: forms.py, merge_torch.py) still imports; the kernels refuse with this reason
     _da = _mg = None  # type: ignore[assignment]
     _IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
     INTERPRETED = False

@@ -69,7 +69,7 @@ import triton.language as tl
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from dormouse.attnres import FORMS  # the score forms: one definition, the mechanism's
+from .forms import FORMS  # the score forms: one definition (kernels/forms.py)
 
 # Register tile per program (elements of the [BLOCK_N, BLOCK_D] accumulator). 4096 fp32 = 16 regs/thread
 # at 8 warps for the accumulator, the same again for the loaded source tile: no spills up to d = 4096.

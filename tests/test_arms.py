@@ -331,18 +331,18 @@ def test_block_two_phase_eval_with_the_fused_merge_gives_the_direct_logits():
 
 
 def test_the_arm_registry_names_one_class_and_one_switch_per_arm():
-    """Adding an arm touches arms.py (its class), config.ARMS (its name) and its ModelConfig switch: the
-    three must agree, and each switch alone selects its own class."""
+    """An arm is one class: defining it registers it, and the schema grows its switch from the registry. Every
+    registered arm but the default has exactly one switch, and each switch alone selects its own class."""
     from dataclasses import fields
 
-    from dormouse.arms import arm_classes
-    from dormouse.config import ARMS, ModelConfig, arm_switch
+    from dormouse.arm_registry import ARMS, arm_classes, arm_switch, default_arm
+    from dormouse.config import ModelConfig
 
-    assert sorted(arm_classes()) == sorted(ARMS)
+    assert list(arm_classes()) == list(ARMS) and [n for n, c in arm_classes().items() if c.default] == ["rezero"]
     switches = {f.name for f in fields(ModelConfig) if f.name.startswith("use_")}
-    assert switches == {arm_switch(a) for a in ARMS[1:]}
+    assert switches == {arm_switch(a) for a in ARMS if a != default_arm()}
     for arm in ARMS:
-        overrides = [] if arm == ARMS[0] else [f"model.{arm_switch(arm)}=true"]
+        overrides = [] if arm == default_arm() else [f"model.{arm_switch(arm)}=true"]
         model = LoopedByteLM(compose_config(["preset=tiny", *overrides]).model, seed=0)
         assert type(model.arm) is arm_classes()[arm] and model.arm.name == arm
 

@@ -25,9 +25,10 @@ import os
 import subprocess
 import sys
 
-import dormouse_kernels as dk
 import pytest
 import torch
+
+import dormouse_kernels as dk
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 _REASON = dk.triton_unavailable_reason(DEVICE)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from dormouse.probe_plots import ALPHA_NAME, GATES_NAME, MAP_NAME, mean_map, write_probe_plots
+from dormouse.arms import AttnRes, GatedResidual, ReZero
+from dormouse.probe_plots import mean_map, write_probe_plots
 
 NAN = float("nan")
 MAP = {"probe/reads": ["attn1", "out1"], "probe/sources": ["emb", "attn1"]}
@@ -23,8 +24,54 @@ def test_each_arm_writes_its_own_png(tmp_path: Path):
     row_attnres = {**MAP, "probe/weights": [[1.0, NAN], [0.3, 0.7]], "probe/entropy": [0.0, 0.61]}
     row_rezero = {"probe/alpha": [0.1, -0.2, 0.3, 0.0]}
     row_gr = {"probe/gate_mean": [0.2, 0.1], "probe/gate_spread": [0.05, 0.01]}
-    for name, row, expected in (("a", row_attnres, MAP_NAME), ("r", row_rezero, ALPHA_NAME), ("g", row_gr, GATES_NAME)):
+    for name, row, arm in (("a", row_attnres, AttnRes), ("r", row_rezero, ReZero), ("g", row_gr, GatedResidual)):
+        expected = arm.plot_file
         (tmp_path / name).mkdir()
         (written,) = write_probe_plots(tmp_path / name, row, name)
         assert written == tmp_path / name / expected
         assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and written.stat().st_size > 5000
+
+
+def drawn_figures(monkeypatch) -> list:
+    """Capture each Figure as it is saved (and draw it, so its layout and text extents are final)."""
+    from matplotlib.figure import Figure
+
+    figures: list = []
+
+    def save(self, out, **kwargs):
+        self.canvas.draw()
+        figures.append(self)
+
+    monkeypatch.setattr(Figure, "savefig", save)
+    return figures
+
+
+def test_slot_plot_says_which_colour_is_which_sublayer_and_keeps_the_init_line_in_view(tmp_path: Path, monkeypatch):
+    from dormouse.probe_plots import plot_slot_values
+
+    figures = drawn_figures(monkeypatch)
+    plot_slot_values(["attn1", "mlp1", "attn2", "mlp2"], [-0.1, -0.3, -0.2, -0.05], tmp_path / "a.png",
+                     ylabel="alpha", title="t", reference=0.0)
+    ax = figures[0].axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["attention", "MLP", "init 0"]
+    lo, hi = ax.get_ylim()
+    assert lo < 0.0 < hi and (hi - 0.0) > 0.02 * (hi - lo)  # every bar negative: the init line is not on the frame
+    init = [ln for ln in ax.get_lines() if ln.get_label() == "init 0"]
+    assert init and all(ln.get_zorder() >= other.get_zorder() for ln in init for other in ax.get_lines())
+
+
+def test_map_with_few_sources_keeps_entropies_clear_of_the_colour_bar_and_the_title_whole(tmp_path: Path,
+                                                                                          monkeypatch):
+    figures = drawn_figures(monkeypatch)
+    row = {**MAP, "probe/weights": [[1.0, NAN], [0.3, 0.7]], "probe/entropy": [0.0, 0.61]}
+    write_probe_plots(tmp_path, row, "attnres_full, mean of 3 seeds")
+    fig = figures[0]
+    renderer = fig.canvas.get_renderer()
+    axes = [a for ax in fig.axes for a in (ax, *ax.child_axes)]  # the entropy axis is the map's child
+    labels = [t for ax in axes for t in ax.get_yticklabels() if t.get_text().startswith("H=")]
+    colour_bar = [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+    assert len(labels) == 2 and len(colour_bar) == 1
+    right_of_labels = max(t.get_window_extent(renderer).x1 for t in labels)
+    assert right_of_labels <= colour_bar[0].get_window_extent(renderer).x0
+    title = fig.axes[0].title.get_window_extent(renderer)
+    assert title.x0 >= 0 and title.x1 <= fig.bbox.x1  # not cut by the figure's edge

@@ -15,9 +15,10 @@ import math
 import pytest
 import torch
 
+from dormouse.attnres import block_sources
 from dormouse.config import compose_config
 from dormouse.model import LoopedByteLM
-from dormouse.probes import depth_weights, learned_values
+from dormouse.probes import learned_values
 
 ARMS = {
     "full": ["model.use_attnres=true"],
@@ -143,18 +144,14 @@ def test_attnres_map_equals_an_independent_float64_recomputation(variant: str):
 @pytest.mark.parametrize("variant", ["full", "block2", "input_query"])
 def test_probe_weights_rebuild_the_inputs_the_models_read_produced(variant: str):
     """The probe's per-token weights x the sources = each sublayer's actual input (the model's own read)."""
-    from dormouse.probes import _read_sources
-
     model = tiny(*ARMS[variant])
     plant_attnres(model)
     emb, inputs, outs = hooked_trace(model, eval_batch())
     arm = model.arm
     worst = 0.0
     for r, h in enumerate(inputs):
-        srcs = _read_sources(emb, outs[:r], arm.block_size)
-        proj = arm.query_proj[r] if arm.query_proj is not None else None
-        gain = arm.gains[r] if arm.gains is not None else None
-        alpha = depth_weights(srcs, arm.queries[r].detach(), gain, arm.eps, arm.form, proj)
+        srcs = block_sources(emb, outs[:r], arm.block_size or 1)
+        alpha = arm.read_weights(r, srcs)
         rebuilt = (alpha.unsqueeze(-1) * torch.stack(srcs)).sum(0)
         worst = max(worst, float(((rebuilt - h).abs() / (h.abs().max() + 1e-12)).max().detach()))
     # float32 weighted sums of <= 7 sources: relative 1e-5 bounds the rounding of both paths.

@@ -149,8 +149,9 @@ def write_plots(comp_dir: Path, results: dict[str, Any], records: list[RunRecord
 
 
 def plot_learned(files: ComparisonFiles, arms: list[str], records: list[RunRecord]) -> list[Path]:
-    """Each arm's learned values at its final eval, averaged over its seeds (an AttnRes arm's depth-attention
-    map, ReZero's alpha, GR's gates): ``<plot>_<arm>.png``. Runs without a final eval are left out."""
+    """Each arm's learned values at its final eval, averaged over its seeds by the residual arm's own rule and
+    drawn as its own plot (dormouse.arms: ``mean_over_seeds``, ``plot``): ``<plot>_<arm>.png``. Runs without
+    a final eval are left out."""
     from dormouse.probe_plots import mean_probe_row, write_probe_plots
 
     written: list[Path] = []

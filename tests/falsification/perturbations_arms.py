@@ -14,6 +14,29 @@ _T = "tests/test_arms.py::"
 
 PERTURBATIONS: list[dict] = [
     {
+        "name": "prenorm_update_discarded",
+        "file": _ARMS,
+        "function": "PreNormResidual.absorb",
+        "old": "        new_state = state + output\n",
+        "new": "        new_state = state + 0 * output\n",
+        "gates": ["tests/test_prenorm_arm.py::test_prenorm_counts_ran_equal_asked_and_its_update_moves_every_later"
+                  "_readout"],
+        "why": "the pre-norm residual counts but drops every update: the state stays the embedding, a dead arm "
+               "with a live counter",
+        "protects": "mechanism",
+    },
+    {
+        "name": "prenorm_ratio_over_the_updated_state",
+        "file": _ARMS,
+        "function": "PreNormResidual.learned",
+        "old": "/ torch.linalg.vector_norm(x.double(), dim=-1)\n",
+        "new": "/ torch.linalg.vector_norm((x + fx).double(), dim=-1)\n",
+        "gates": ["tests/test_prenorm_arm.py::test_prenorm_update_ratio_equals_a_float64_recomputation"],
+        "why": "the pre-norm probe divides the update by the state after it (x + f(x)), not by the state it was "
+               "added to: the reported ratio understates every update",
+        "protects": "probes",
+    },
+    {
         "name": "rezero_result_discarded",
         "file": _ARMS,
         "function": "ReZero.absorb",
@@ -26,7 +49,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "gr_gate_ignores_its_bias",
         "file": _ARMS,
-        "function": "GatedResidual.absorb",
+        "function": "GatedResidual.gate",
         "old": "gate_proj.weight.to(normed.dtype), self.bias[slot].to(normed.dtype)))",
         "new": "gate_proj.weight.to(normed.dtype), torch.full_like(self.bias[slot], -2.0).detach()))",
         "gates": [_T + "test_arm_parameters_move_the_logits_at_every_depth"],

@@ -15,6 +15,17 @@ _T = "tests/test_kernels.py::"
 
 PERTURBATIONS: list[dict] = [
     {
+        "name": "kernels_import_dormouse_again",
+        "file": "kernels/merge_torch.py",
+        "function": "<module>",
+        "old": "import torch\nfrom torch import Tensor\n",
+        "new": "import torch\nfrom torch import Tensor\n\nimport dormouse.attnres  # noqa: F401\n",
+        "gates": ["tests/test_layering.py::test_the_kernels_import_nothing_from_dormouse"],
+        "why": "the kernels import dormouse again while dormouse.attnres imports the kernels: the import cycle of "
+               "issue 21 (which module loads first decides what the other sees)",
+        "protects": "kernels",
+    },
+    {
         "name": "norm_derivative_drops_1_over_d",
         "file": _DA,
         "function": "_depth_attend_bwd_kernel",

@@ -47,10 +47,10 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "arm_order_swapped",
-        "file": "dormouse/config.py",
-        "function": "ARMS",
-        "old": 'ARMS = ("rezero", "gr", "attnres")\n',
-        "new": 'ARMS = ("rezero", "attnres", "gr")\n',
+        "file": "dormouse/arm_registry.py",
+        "function": "arm_classes",
+        "old": "    return dict(_REGISTRY)\n",
+        "new": "    return dict(sorted(_REGISTRY.items()))\n",
         "gates": [_T + "test_eval_line_round_trips_the_trainers_line_to_the_byte"],
         "why": "the registry's order is the eval line's counter order (and the tie-break simplicity order): "
         "reordering it changes every line a run writes",
@@ -59,7 +59,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "schema_default_drifts_from_the_cpu_default",
         "file": "dormouse/config.py",
-        "function": "ModelConfig.max_iter",
+        "function": "ModelBase.max_iter",
         "old": "    max_iter: int = 3  #",
         "new": "    max_iter: int = 4  #",
         "gates": ["tests/test_config.py::test_each_preset_composes_to_the_config_recorded_before_defaults_moved"],

@@ -174,9 +174,9 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "gr_bias_starts_at_minus_one",
         "file": _ARMS,
-        "function": "GatedResidual.__init__",
-        "old": "torch.full((self.n_slots, d_model), -2.0)",
-        "new": "torch.full((self.n_slots, d_model), -1.0)",
+        "function": "GR_BIAS_INIT",
+        "old": "GR_BIAS_INIT = -2.0",
+        "new": "GR_BIAS_INIT = -1.0",
         "gates": [_SETUP + "test_each_arm_starts_from_its_papers_values"],
         "why": "GR's gate bias starts at -1 (gate 0.27) instead of -2 (0.12): another arm than the registered one",
         "protects": "arms' set-up",
@@ -204,7 +204,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "gr_bias_shared_by_iterations",
         "file": _ARMS,
-        "function": "GatedResidual.absorb",
+        "function": "GatedResidual.gate",
         "old": "self.bias[slot].to(normed.dtype)",
         "new": "self.bias[slot % 2].to(normed.dtype)",
         "gates": [_SETUP + "test_a_slots_parameters_move_only_the_readouts_at_and_after_its_iteration"],
@@ -224,7 +224,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "gr_gate_reads_the_raw_state",
         "file": _ARMS,
-        "function": "GatedResidual.absorb",
+        "function": "GatedResidual.gate",
         "old": "        normed = rms_norm(state)\n",
         "new": "        normed = state\n",
         "gates": [_SETUP + "test_gr_gate_reads_the_rms_normalised_state"],

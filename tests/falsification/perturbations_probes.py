@@ -3,59 +3,61 @@
 
 from __future__ import annotations
 
-_PROBES = "dormouse/probes.py"
+_ARMS = "dormouse/arms.py"  # each arm's probes are its own (ResidualArm.learned)
+_READ = "dormouse/attnres.py"  # the depth-attention weights share the read's score (depth_weights)
 _T = "tests/test_probes_learned.py::"
 
 PERTURBATIONS: list[dict] = [
     {
         "name": "probe_weights_before_softmax",
-        "file": _PROBES,
+        "file": _READ,
         "function": "depth_weights",
-        "old": "    return torch.softmax(scores, dim=0)\n",
-        "new": "    return scores\n",
+        "old": "        return torch.softmax(scores, dim=0)\n",
+        "new": "        return scores\n",
         "gates": [_T + "test_attnres_map_equals_an_independent_float64_recomputation"],
         "why": "the depth-attention map shows the raw scores, not the softmax weights the read mixes with",
         "protects": "probes",
     },
     {
         "name": "probe_key_norm_without_eps",
-        "file": _PROBES,
+        "file": _READ,
         "function": "depth_weights",
-        "old": "    keys = v * torch.rsqrt(v.pow(2).mean(dim=-1, keepdim=True) + eps)\n",
-        "new": "    keys = v * torch.rsqrt(v.pow(2).mean(dim=-1, keepdim=True))\n",
+        "old": "_source_scores(xs, [_inv_rms(x, eps) for x in xs]",
+        "new": "_source_scores(xs, [_inv_rms(x, 0.0) for x in xs]",
         "gates": [_T + "test_attnres_map_equals_an_independent_float64_recomputation"],
         "why": "the probe's key RMSNorm drops the model's eps: a map slightly off the weights the model used",
         "protects": "probes",
     },
     {
         "name": "probe_readout_misses_last_iteration",
-        "file": _PROBES,
-        "function": "learned_values",
-        "old": "                seen = outputs[:r] if r < n_slots else outputs[:2 * (r - n_slots + 1)]\n",
-        "new": "                seen = outputs[:r] if r < n_slots else outputs[:2 * (r - n_slots) + 1]\n",
+        "file": _ARMS,
+        "function": "AttnRes.learned",
+        "old": "else trace.outputs[:2 * (r - self.n_slots + 1)]\n",
+        "new": "else trace.outputs[:2 * (r - self.n_slots) + 1]\n",
         "gates": [_T + "test_attnres_map_equals_an_independent_float64_recomputation"],
         "why": "the readout rows of the map are computed over the wrong source set (the last MLP output missing)",
         "protects": "probes",
     },
     {
         "name": "probe_gr_spread_over_slots_not_channels",
-        "file": _PROBES,
-        "function": "learned_values",
-        "old": "        out.gate_spread = [float(v) for v in per_channel.std(dim=1, unbiased=False)]\n",
-        "new": "        out.gate_spread = [float(per_channel.mean(dim=1).std(unbiased=False))]"
-               " * per_channel.shape[0]\n",
+        "file": _ARMS,
+        "function": "GatedResidual.learned",
+        "old": "                \"gate_spread\": [float(v) for v in per_channel.std(dim=1, unbiased=False)]}\n",
+        "new": "                \"gate_spread\": [float(per_channel.mean(dim=1).std(unbiased=False))]"
+               " * per_channel.shape[0]}\n",
         "gates": [_T + "test_gr_gates_equal_a_float64_recomputation_and_start_at_sigmoid_minus_2"],
         "why": "GR's gate spread is taken over slots instead of over channels",
         "protects": "probes",
     },
     {
-        "name": "probe_gr_gate_without_bias",
-        "file": _PROBES,
-        "function": "learned_values",
-        "old": "                    gate = torch.sigmoid(proj(F.rms_norm(h, (d,))) + arm.bias[s])\n",
-        "new": "                    gate = torch.sigmoid(proj(F.rms_norm(h, (d,))))\n",
+        "name": "probe_gr_gate_of_the_wrong_slot",
+        "file": _ARMS,
+        "function": "GatedResidual.learned",
+        "old": "                gate = self.gate(h, s)\n",
+        "new": "                gate = self.gate(h, 0)\n",
         "gates": [_T + "test_gr_gates_equal_a_float64_recomputation_and_start_at_sigmoid_minus_2"],
-        "why": "the GR probe forgets the per-slot bias: gates reported at sigmoid(0) = 0.5 at init",
+        "why": "the GR probe reads every slot's input through slot 0's gate (its bias and attention W): the "
+               "reported gates are not the ones each slot applied",
         "protects": "probes",
     },
     {
@@ -81,13 +83,35 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "rezero_alpha_averaged_with_its_sign",
-        "file": "dormouse/probe_plots.py",
-        "function": "mean_probe_row",
-        "old": "        magnitudes = np.abs(np.array(alphas, dtype=float))\n",
-        "new": "        magnitudes = np.array(alphas, dtype=float)\n",
+        "file": _ARMS,
+        "function": "ReZero.mean_over_seeds",
+        "old": "            magnitudes = np.abs(np.array(alphas, dtype=float))\n",
+        "new": "            magnitudes = np.array(alphas, dtype=float)\n",
         "gates": ["tests/test_ab_plots.py::test_rezero_alpha_is_averaged_over_seeds_as_a_magnitude"],
         "why": "the A/B report's ReZero plot averages signed alpha over seeds: two seeds that use a slot with "
                "opposite signs (a symmetry of the shared projections) show it as unused",
+        "protects": "probes",
+    },
+    {
+        "name": "slot_plot_without_sublayer_legend",
+        "file": "dormouse/probe_plots.py",
+        "function": "plot_slot_values",
+        "old": "    handles = [Patch(color=\"C0\", label=\"attention\"), Patch(color=\"C1\", label=\"MLP\")]\n",
+        "new": "    handles = []\n",
+        "gates": ["tests/test_probe_plots.py::test_slot_plot_says_which_colour_is_which_sublayer_and_keeps_the_init"
+                  "_line_in_view"],
+        "why": "blue and orange bars with nothing saying which is attention and which is MLP (issue 24)",
+        "protects": "probes",
+    },
+    {
+        "name": "map_layout_not_constrained",
+        "file": "dormouse/probe_plots.py",
+        "function": "plot_attnres_map",
+        "old": "                 layout=\"constrained\")\n",
+        "new": "                 layout=None)\n",
+        "gates": ["tests/test_probe_plots.py::test_map_with_few_sources_keeps_entropies_clear_of_the_colour_bar_and"
+                  "_the_title_whole"],
+        "why": "the map laid out by hand again: with few sources the entropies run under the colour bar (issue 24)",
         "protects": "probes",
     },
 ]

@@ -221,11 +221,10 @@ PERTURBATIONS: list[dict] = [
         "name": "counter_skipped_while_compiling",
         "file": "dormouse/probes.py",
         "function": "ProbeCounters.count_ran",
-        "old": "        if not self._paused:\n            self._ran[_INDEX[arm]] += n\n",
-        "new": (
-            "        if not self._paused and not torch.compiler.is_compiling():\n"
-            "            self._ran[_INDEX[arm]] += n\n"
-        ),
+        "old": "        if not self._paused:\n"
+               "            slot = self._slot(arm)  # first: a sync replaces the tensor\n",
+        "new": "        if not self._paused and not torch.compiler.is_compiling():\n"
+               "            slot = self._slot(arm)  # first: a sync replaces the tensor\n",
         "gates": [_TARMS + "test_counters_keep_counting_under_torch_compile"],
         "why": "a side effect kept out of the compiled graph: a compiled model's arms then count nothing",
         "protects": "counters",
@@ -243,8 +242,8 @@ PERTURBATIONS: list[dict] = [
     # --- one online-softmax merge, guarding m = -inf (issue 9, item 7) ---------------------------------
     {
         "name": "merge_without_the_empty_state_guard",
-        "file": _ATTNRES,
-        "function": "online_softmax_merge",
+        "file": "kernels/merge_torch.py",  # the one merge (dormouse.attnres.online_softmax_merge)
+        "function": "merge_partials_torch",
         "old": "    m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)\n",
         "new": "    m_safe = m\n",
         "gates": [_TA + "test_online_softmax_merge_of_empty_states_weighs_them_zero"],
