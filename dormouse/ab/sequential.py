@@ -1,0 +1,330 @@
+"""Protocol v2's decision rule: sequential looks, error spending, superiority and equivalence per arm
+(docs/ab-protocol.md, "Deciding at a look").
+
+The procedure, per arm compared with the baseline, on the paired differences Δ_i = bpb(arm) − bpb(baseline):
+
+* **better / worse** (superiority, two-sided): Bonferroni over the registered family of ``n_arms`` arms, so
+  each arm's test is two-sided at α/n_arms, i.e. one-sided at a = α/(2·n_arms) per direction. Across looks
+  that level is spent by the Lan–DeMets O'Brien–Fleming-type function
+  α*(t) = 2·(1 − Φ(z_{1−a/2} / √t)), t = n_k / n_max the information fraction (Lan & DeMets 1983).
+  The family-wise bound needs no simulation: P(any arm better or worse | all Δ = 0) ≤ Σ_arms 2a = α.
+* **tie** (equivalence, TOST within ±SESOI): an intersection–union test, so each of its two one-sided
+  tests runs at α, spent across looks by the same function with a = α. P(tie | |Δ| = SESOI) ≤ α per arm.
+* A decided arm stops; an arm undecided at the last look ends ``undecided``.
+
+**Spending at each look, carried to t exactly.** The spread is estimated from 3–20 replicates, so each look
+runs a Student t test at n_k − 1 degrees of freedom whose nominal one-sided level is the spending function's
+increment α*(t_k) − α*(t_{k−1}); its critical value is t_{n_k−1}.isf(increment). The marginal level of each
+look is exact at any n, and the union bound over looks (and arms) gives the family bound with no
+approximation: Σ_arms Σ_looks 2·increment = α. (Carrying the group-sequential z boundaries to t by their
+nominal p, which exploits the correlation between looks, was measured anti-conservative at these n:
+P(better or worse | Δ = 0) 0.053–0.057 at α 0.05 for looks (3,6,9) to (3,...,8); the union bound costs
+little at the per-arm levels used, e.g. t 3.18 instead of 3.13 at the last of looks (4,8,12) with 5 arms.)
+The Monte-Carlo tests (tests/test_ab_sequential.py) show the rates hold.
+
+**A significant effect smaller than the SESOI** is reported as ``better``/``worse`` (the superiority test
+decides the direction) with the flag ``smaller_than_sesoi`` set when the same look's TOST also shows
+|Δ| < SESOI; it is never a ``tie``.
+
+Pure numpy/scipy; no torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+
+import numpy as np
+from scipy import stats as sps
+
+BETTER, WORSE, TIE, UNDECIDED = "better", "worse", "tie", "undecided"
+VERDICTS = (BETTER, WORSE, TIE, UNDECIDED)
+SPENDING = "Lan-DeMets O'Brien-Fleming-type"
+
+@dataclass(frozen=True)
+class Design:
+    """A registered sequential design (docs/ab-protocol.md, "The design")."""
+
+    alpha: float  # family-wise error of better/worse over the arms; also the tie (TOST) error per arm
+    sesoi: float  # smallest effect of interest, bpb, > 0
+    looks: tuple[int, ...]  # cumulative replicates per arm at each look, strictly increasing; last = maximum
+    n_arms: int  # arms compared with the baseline: the multiplicity family, fixed at registration
+
+    def problems(self) -> list[str]:
+        """One line per bad field, naming it (for the registry's validation); empty when the design is usable."""
+        out: list[str] = []
+        if not isinstance(self.alpha, (int, float)) or not 0.0 < self.alpha < 0.5:
+            out.append(f"alpha: must be a number in (0, 0.5), got {self.alpha!r}")
+        if not isinstance(self.sesoi, (int, float)) or not math.isfinite(self.sesoi) or self.sesoi <= 0:
+            out.append(f"sesoi: must be a finite number of bpb > 0, got {self.sesoi!r}")
+        looks = self.looks
+        if (not isinstance(looks, (tuple, list)) or not looks
+                or not all(isinstance(n, int) and not isinstance(n, bool) for n in looks)):
+            out.append(f"looks: must be a non-empty list of integers (cumulative replicates), got {looks!r}")
+        elif looks[0] < 2:
+            out.append(f"looks: the first look needs at least 2 replicates (a spread needs 2), got {looks[0]}")
+        elif any(b <= a for a, b in zip(looks, looks[1:])):
+            out.append(f"looks: must be strictly increasing, got {list(looks)}")
+        if not isinstance(self.n_arms, int) or isinstance(self.n_arms, bool) or self.n_arms < 1:
+            out.append(f"n_arms: must be an integer >= 1 (arms compared with the baseline), got {self.n_arms!r}")
+        return out
+
+    def check(self) -> None:
+        """Raise ``ValueError`` listing every problem (no work is done on a bad design)."""
+        bad = self.problems()
+        if bad:
+            raise ValueError("bad sequential design: " + "; ".join(bad))
+
+    @property
+    def n_max(self) -> int:
+        return self.looks[-1]
+
+
+def obf_spent(fraction: float | np.ndarray, level: float) -> np.ndarray:
+    """Cumulative one-sided error spent by information fraction t: α*(t) = 2·(1 − Φ(z_{1−a/2}/√t)) (Lan–DeMets
+    O'Brien–Fleming type; α*(1) = a)."""
+    t = np.asarray(fraction, dtype=float)
+    return 2.0 * sps.norm.sf(sps.norm.isf(level / 2.0) / np.sqrt(t))
+
+
+@dataclass(frozen=True)
+class LookBoundary:
+    """Everything a reader needs to check one look by hand (docs/ab-protocol.md's boundary table)."""
+
+    look: int  # 0-based
+    n: int  # cumulative replicates per arm
+    fraction: float  # information fraction t = n / n_max
+    sup_spent: float  # cumulative two-sided superiority α spent per arm by this look: 2·α*(t), a = α/(2 n_arms)
+    sup_p: float  # two-sided p this look needs: 2·(α*(t_k) − α*(t_{k−1})), the increment
+    sup_t: float  # critical |t| at n − 1 degrees of freedom: t_{n−1}.isf(sup_p / 2)
+    eq_spent: float  # cumulative one-sided α spent by each TOST test by this look: α*(t), a = α
+    eq_p: float  # one-sided p each TOST test needs at this look: the increment
+    eq_t: float  # critical t of each TOST test: t_{n−1}.isf(eq_p)
+
+
+@lru_cache(maxsize=256)
+def _boundaries(alpha: float, looks: tuple[int, ...], family: int) -> tuple[LookBoundary, ...]:
+    frac = np.asarray(looks, dtype=float) / looks[-1]
+    sup_level = alpha / (2 * family)  # Bonferroni over the registered family, per direction
+    sup_cum = obf_spent(frac, sup_level)
+    eq_cum = obf_spent(frac, alpha)  # TOST: each one-sided test at α (intersection-union)
+    sup_inc = np.diff(np.concatenate([[0.0], sup_cum]))
+    eq_inc = np.diff(np.concatenate([[0.0], eq_cum]))
+    return tuple(
+        LookBoundary(
+            look=k, n=n, fraction=float(frac[k]), sup_spent=float(2 * sup_cum[k]), sup_p=float(2 * sup_inc[k]),
+            sup_t=float(sps.t.isf(sup_inc[k], n - 1)), eq_spent=float(eq_cum[k]), eq_p=float(eq_inc[k]),
+            eq_t=float(sps.t.isf(eq_inc[k], n - 1)),
+        )
+        for k, n in enumerate(looks)
+    )
+
+
+def boundaries(design: Design) -> tuple[LookBoundary, ...]:
+    """The registered design's boundary table, one row per look (the family is the registered ``n_arms``)."""
+    design.check()
+    return _boundaries(float(design.alpha), tuple(design.looks), int(design.n_arms))
+
+
+# Verdict codes of the vectorised rule: index into VERDICTS.
+_B, _W, _T, _U = 0, 1, 2, 3
+
+
+def _look_rule(mean: np.ndarray, se: np.ndarray, lb: LookBoundary, sesoi: float) -> tuple[np.ndarray, ...]:
+    """The rule at one look, on arrays (used by :func:`decide` and :func:`simulate` alike, so the simulation
+    is the procedure): returns (code, lo, hi, eq_lo, eq_hi, smaller_than_sesoi).
+
+    better: the repeated confidence interval mean ± sup_t·se lies below 0; worse: above 0;
+    tie: the TOST interval mean ± eq_t·se lies inside (−SESOI, +SESOI); undecided otherwise.
+    """
+    half = lb.sup_t * se
+    lo, hi = mean - half, mean + half
+    margin = sesoi
+    eq_half = lb.eq_t * se
+    eq_lo, eq_hi = mean - eq_half, mean + eq_half
+    better = hi < 0
+    worse = lo > 0
+    tie = (-margin < eq_lo) & (eq_hi < margin)
+    code = np.where(better, _B, np.where(worse, _W, np.where(tie, _T, _U)))
+    return code, lo, hi, eq_lo, eq_hi, (better | worse) & tie
+
+
+@dataclass(frozen=True)
+class ArmDecision:
+    """One arm's state after a look, with every number the rule compared (docs/ab-protocol.md)."""
+
+    verdict: str  # better | worse | tie | undecided
+    look: int  # 0-based look at which it was decided (or the current look if undecided)
+    n: int  # replicates used
+    mean: float  # mean paired difference arm − baseline (negative = arm better)
+    interval: tuple[float, float]  # repeated confidence interval of superiority at this look: mean ± sup_t·se
+    sd: float  # sample sd of the paired differences (ddof 1)
+    se: float  # sd / √n
+    t: float  # mean / se
+    p: float  # two-sided p of mean = 0 (Student t, n − 1 df), compared with boundary.sup_p
+    p_tost: float  # max of the two one-sided TOST p's against ±SESOI, compared with boundary.eq_p
+    eq_interval: tuple[float, float]  # mean ± eq_t·se; a tie needs it inside (−SESOI, +SESOI)
+    smaller_than_sesoi: bool  # better/worse and the same look's TOST shows |Δ| < SESOI
+    last_look: bool  # this was the registered maximum: undecided here is final
+    alpha: float
+    sesoi: float
+    n_arms: int
+    n_looks: int
+    boundary: LookBoundary = field(repr=False)
+
+    @property
+    def final(self) -> bool:
+        """The arm needs no more replicates (decided, or undecided at the last look)."""
+        return self.verdict != UNDECIDED or self.last_look
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["interval"], d["eq_interval"] = list(self.interval), list(self.eq_interval)
+        return d
+
+    def sentence(self, arm: str, baseline: str) -> str:
+        """Exactly what was tested at this look, and nothing more."""
+        b = self.boundary
+        where = (f"at look {self.look + 1} of {self.n_looks} ({self.n} paired replicates)")
+        rci = (f"the {_pct(1 - b.sup_p)} repeated confidence interval of the mean paired difference "
+               f"{self.mean:+.4f} is [{self.interval[0]:+.4f}, {self.interval[1]:+.4f}]")
+        sup = (f"two-sided p {self.p:.3g} against the look's nominal {b.sup_p:.3g} "
+               f"(family-wise α {self.alpha:g} over {self.n_arms} arm(s), {SPENDING} spending)")
+        eq = (f"the TOST interval [{self.eq_interval[0]:+.4f}, {self.eq_interval[1]:+.4f}] "
+              f"(TOST p {self.p_tost:.3g} against the look's nominal {b.eq_p:.3g}, α {self.alpha:g})")
+        if self.verdict in (BETTER, WORSE):
+            side, way = ("below", "lower") if self.verdict == BETTER else ("above", "higher")
+            s = (f"{arm} has {way} final bpb than {baseline}: {where}, {rci}, which lies {side} 0; {sup}.")
+            if self.smaller_than_sesoi:
+                s += f" The effect is also shown smaller than the SESOI ±{self.sesoi:g} bpb: {eq} lies inside it."
+            return s
+        if self.verdict == TIE:
+            return (f"{arm} and {baseline} differ by less than the SESOI ±{self.sesoi:g} bpb: {where}, {eq} "
+                    f"lies inside (−{self.sesoi:g}, +{self.sesoi:g}).")
+        tail = ("this was the last registered look, so the arm ends undecided." if self.last_look
+                else "the arm goes on to the next look.")
+        return (f"{arm} vs {baseline} is undecided {where}: {rci}, which contains 0 ({sup}), and {eq} is not "
+                f"inside (−{self.sesoi:g}, +{self.sesoi:g}); {tail}")
+
+
+def _pct(c: float) -> str:
+    return f"{100 * c:.6g} %"
+
+
+def _decide_one(design: Design, lb: LookBoundary, xs: Sequence[float]) -> ArmDecision:
+    x = np.asarray(xs, dtype=float)
+    n = x.size
+    mean = float(x.mean())
+    sd = float(x.std(ddof=1))
+    se = sd / math.sqrt(n)
+    code, lo, hi, eq_lo, eq_hi, small = _look_rule(np.array(mean), np.array(se), lb, design.sesoi)
+    df = n - 1
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = mean / se if se > 0 else math.copysign(math.inf, mean) if mean else 0.0
+        p = float(2 * sps.t.sf(abs(t), df))
+        p_lo = float(sps.t.sf((mean + design.sesoi) / se, df)) if se > 0 else float(mean <= -design.sesoi)
+        p_hi = float(sps.t.sf((design.sesoi - mean) / se, df)) if se > 0 else float(mean >= design.sesoi)
+    return ArmDecision(
+        verdict=VERDICTS[int(code)], look=lb.look, n=n, mean=mean, interval=(float(lo), float(hi)),
+        sd=sd, se=se, t=float(t), p=p, p_tost=max(p_lo, p_hi), eq_interval=(float(eq_lo), float(eq_hi)),
+        smaller_than_sesoi=bool(small), last_look=lb.look == len(design.looks) - 1, alpha=design.alpha,
+        sesoi=design.sesoi, n_arms=design.n_arms, n_looks=len(design.looks), boundary=lb,
+    )
+
+
+def decide(design: Design, look: int, diffs: Mapping[str, Sequence[float]],
+           decided: Mapping[str, ArmDecision] | None = None) -> dict[str, ArmDecision]:
+    """Decide every undecided arm at ``look`` (0-based) from its paired differences so far.
+
+    ``diffs``: arm -> the per-replicate differences arm − baseline, exactly ``design.looks[look]`` of them,
+    for the arms still undecided. Arms in ``decided`` with a verdict other than ``undecided`` keep it (a
+    decided arm stops). The multiplicity family is the registered ``design.n_arms``, never the arms present:
+    an arm whose runs failed stays in the family. Raises ``ValueError`` on a bad design, look, or length.
+    """
+    design.check()
+    if not isinstance(look, int) or not 0 <= look < len(design.looks):
+        raise ValueError(f"look: must be an index 0..{len(design.looks) - 1} of the registered looks "
+                         f"{list(design.looks)}, got {look!r}")
+    kept = {a: d for a, d in (decided or {}).items() if d.verdict != UNDECIDED}
+    arms = set(diffs) | set(kept)
+    if len(arms) > design.n_arms:
+        raise ValueError(f"diffs: {len(arms)} arms ({sorted(arms)}) but the design registers n_arms="
+                         f"{design.n_arms}; the family is fixed at registration")
+    n = design.looks[look]
+    for arm, xs in diffs.items():
+        if arm not in kept and len(xs) != n:
+            raise ValueError(f"diffs[{arm!r}]: look {look} needs {n} paired differences, got {len(xs)}")
+        if arm not in kept and not all(math.isfinite(float(v)) for v in xs):
+            raise ValueError(f"diffs[{arm!r}]: a paired difference is not finite: {list(xs)}")
+    family = design.n_arms  # registered, never len(diffs): a failed arm keeps its share of α
+    lb = _boundaries(float(design.alpha), tuple(design.looks), family)[look]
+    out: dict[str, ArmDecision] = dict(kept)
+    for arm, xs in diffs.items():
+        if arm not in kept:
+            out[arm] = _decide_one(design, lb, xs)
+    return out
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """Monte-Carlo operating characteristics of the whole procedure (all looks, all arms, the family)."""
+
+    design: Design
+    deltas: tuple[float, ...]  # true mean paired difference per arm
+    sds: tuple[float, ...]  # true sd of the paired differences per arm
+    n_sim: int
+    seed: int
+    p_better: tuple[float, ...]  # per arm
+    p_worse: tuple[float, ...]
+    p_tie: tuple[float, ...]
+    p_undecided: tuple[float, ...]
+    expected_n: tuple[float, ...]  # expected replicates per arm (it stops when decided)
+    p_any_better_or_worse: float  # family: at least one arm better or worse
+    expected_n_baseline: float  # expected replicates of the baseline: until the last arm stops
+    max_n: int  # the registered maximum per arm
+
+    def mc_se(self, p: float) -> float:
+        """Monte-Carlo standard error of a probability estimated from ``n_sim`` runs: √(p(1 − p)/n_sim)."""
+        return math.sqrt(max(p * (1 - p), 0.0) / self.n_sim)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["design"] = {**asdict(self.design), "looks": list(self.design.looks)}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+def simulate(design: Design, deltas: Sequence[float], sd: float | Sequence[float], n_sim: int,
+             seed: int) -> SimulationResult:
+    """Run the exact procedure (:func:`_look_rule` at the registered boundaries, every look, every arm of the
+    registered family, decided arms stopping) on ``n_sim`` simulated comparisons whose paired differences are
+    independent N(deltas[a], sd[a]²). Independence is the least favourable case for the Bonferroni family bound
+    (arms sharing a baseline are positively correlated, which lowers P(any arm significant))."""
+    design.check()
+    delta = np.asarray(deltas, dtype=float)
+    sds = np.broadcast_to(np.asarray(sd, dtype=float), delta.shape).copy()
+    if delta.ndim != 1 or delta.size != design.n_arms:
+        raise ValueError(f"deltas: one true effect per registered arm ({design.n_arms}), got {list(delta)}")
+    if not np.all(np.isfinite(sds)) or np.any(sds < 0):
+        raise ValueError(f"sd: must be finite and >= 0, got {list(sds)}")
+    if n_sim < 1:
+        raise ValueError(f"n_sim: must be >= 1, got {n_sim}")
+    rng = np.random.Generator(np.random.PCG64(seed))
+    x = delta[:, None, None] + sds[:, None, None] * rng.standard_normal((delta.size, n_sim, design.n_max))
+    code = np.full((delta.size, n_sim), -1)
+    n_used = np.full((delta.size, n_sim), design.n_max)
+    for lb in boundaries(design):
+        xs = x[:, :, : lb.n]
+        c = _look_rule(xs.mean(axis=2), xs.std(axis=2, ddof=1) / math.sqrt(lb.n), lb, design.sesoi)[0]
+        now = (code == -1) & (c != _U)
+        code[now], n_used[now] = c[now], lb.n
+    code[code == -1] = _U
+    share = [tuple(float(v) for v in (code == k).mean(axis=1)) for k in (_B, _W, _T, _U)]
+    return SimulationResult(
+        design=design, deltas=tuple(float(v) for v in delta), sds=tuple(float(v) for v in sds), n_sim=n_sim,
+        seed=seed, p_better=share[0], p_worse=share[1], p_tie=share[2], p_undecided=share[3],
+        expected_n=tuple(float(v) for v in n_used.mean(axis=1)),
+        p_any_better_or_worse=float(((code == _B) | (code == _W)).any(axis=0).mean()),
+        expected_n_baseline=float(n_used.max(axis=0).mean()), max_n=design.n_max,
+    )
