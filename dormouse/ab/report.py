@@ -101,6 +101,22 @@ def _by_depth(recs: list[RunRecord], base: dict[int, RunRecord], role: str) -> d
     return out
 
 
+def _beside(diffs: list[float]) -> dict[str, Any]:
+    """Reported beside the verdict, never decided on: the probability of improvement (the share of
+    replicates where the arm's final bpb is below the baseline's) with its 95 % Clopper–Pearson interval,
+    and the Hodges–Lehmann estimate of Δ (the median of the Walsh averages) as a robust cross-check."""
+    if not diffs:
+        return {"poi": None, "poi_interval": None, "hodges_lehmann": None}
+    return {**stats.probability_of_improvement(diffs), "hodges_lehmann": stats.hodges_lehmann(diffs)}
+
+
+def _bad_runs(finals: list[float], ceiling: float | None) -> dict[str, Any] | None:
+    """Runs whose final bpb ended above the registered ceiling (a run that did not learn)."""
+    if ceiling is None:
+        return None
+    return {**stats.bad_run_rate(finals, ceiling), "ceiling": ceiling}
+
+
 def _arm_result(arm: str, role: str, recs: list[RunRecord], base: dict[int, RunRecord], spec: Any) -> dict[str, Any]:
     """One arm's numbers that do not depend on the decision: its runs, Δ, and what is reported beside."""
     finals = {r.replicate: float(r.final["bpb"]) for r in recs if r.final}
@@ -108,8 +124,8 @@ def _arm_result(arm: str, role: str, recs: list[RunRecord], base: dict[int, RunR
     problems = [_finding_text(f, r.run_dir.parent) for r in recs for f in r.findings]
     incomplete = [f"{r.run_dir.name}: {r.error or 'no final eval at step ' + str(r.steps)}"
                   for r in recs if not r.complete]
-    beside = stats.beside_the_verdict(diffs, list(finals.values()), spec.bad_run_ceiling) if role != "baseline" \
-        else {"bad_runs": stats.bad_runs(list(finals.values()), spec.bad_run_ceiling)}
+    beside = _beside(diffs) if role != "baseline" else {}
+    beside["bad_runs"] = _bad_runs(list(finals.values()), spec.bad_run_ceiling)
     return {
         "role": role,
         "kind": recs[0].kind if recs else None,
@@ -343,13 +359,14 @@ def _verdict_table(r: dict[str, Any]) -> list[str]:
         label = f"`{name}`" + (" (A/A)" if a["role"] == "aa" else "")
         d = a.get("decision") or {}
         poi = "—" if a.get("poi") is None else f"{a['poi']:.2f} {_interval(a.get('poi_interval'), '.2f')}"
-        bad = a.get("bad_runs") or {}
+        bad = a.get("bad_runs")
+        bad_text = "—" if bad is None else f"{bad['count']}/{bad['n']}"
         out.append(
             f"| {label} | {a['kind']} | {_f(a['look'], 'd')} | {len(a['replicates'])} | "
             f"{_f(a['bpb_mean'])} ± {_f(a['bpb_sd'])} | {_f(a['diff_mean'], '+.4f')} | "
             f"{_interval(d.get('interval'))} | **{a['verdict']}**"
             f"{' (smaller than the SESOI)' if d.get('smaller_than_sesoi') else ''} | {poi} | "
-            f"{_f(a.get('hodges_lehmann'), '+.4f')} | {bad.get('text', '—')} | {a['kept'] or '—'} |")
+            f"{_f(a.get('hodges_lehmann'), '+.4f')} | {bad_text} | {a['kept'] or '—'} |")
     return out
 
 
