@@ -102,6 +102,7 @@ def test_a_failed_arm_stays_in_the_multiplicity_family(plan: Any) -> None:
         assert gr["verdict"] == "undecided", (
             f"gr {gr['verdict']} at p {p:.4f} with family {gr['decision']['n_arms']} "
             f"(deviation={gr['verdict']} bound=undecided at α/3 = {0.05 / 3:.4f})")
+        assert gr["kept"] == "rezero"  # undecided: the simpler arm stays
 
 
 def test_each_verdict_states_what_was_tested_and_keeps_by_the_registry_order(plan: Any) -> None:

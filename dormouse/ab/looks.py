@@ -104,7 +104,8 @@ def progress(plan: ComparisonPlan, read: ReadRecord, failed: set[str] | None = N
             break
         finals = {a: {r.replicate: float(r.final["bpb"]) for r in by_arm[a] if r.final} for a in [base, *active]}
         diffs = {a: [finals[a][k] - finals[base][k] for k in range(1, n + 1)] for a in active}
-        decided = decide(design, index, diffs, decided=dict(out.decisions))
+        family = design  # the registered family (n_arms fixed at registration), whatever failed
+        decided = decide(family, index, diffs, decided=dict(out.decisions))
         out.looks.append(Look(index, n, list(active), {a: decided[a] for a in active}))
         for a in active:
             out.decisions[a] = decided[a]
