@@ -102,3 +102,82 @@ def test_verdict_boundaries(mean: float, interval: tuple[float, float], p: float
     got = stats.verdict(mean, interval, 0.01, p, 0.05)
     assert got == expected, f"verdict {got!r} at mean {mean}, interval {interval}, p {p} (delta 0.01); " \
                             f"expected {expected!r} (deviation={got} bound={expected})"
+
+
+# ---- protocol v2: reported beside the verdict (issue 22, item 6) ----------------------------------------
+
+def test_probability_of_improvement_counts_replicates_below_zero_with_clopper_pearson() -> None:
+    import numpy as np
+    from scipy import stats as sps
+
+    got = stats.prob_improvement([-0.02, -0.01, 0.0, 0.03, -0.005])
+    assert (got.k, got.n, got.estimate) == (3, 5, 0.6)  # an exact 0 is no improvement
+    # Clopper–Pearson from the beta quantiles (the equation, not binomtest): Beta(k, n−k+1), Beta(k+1, n−k).
+    lo, hi = sps.beta.ppf(0.025, 3, 3), sps.beta.ppf(0.975, 4, 2)
+    assert got.interval == pytest.approx((lo, hi), rel=1e-9)
+    assert stats.prob_improvement([]) is None
+    with pytest.raises(ValueError, match="diffs"):
+        stats.prob_improvement([0.1, float(np.nan)])
+
+
+def test_bad_run_rate_counts_runs_above_the_ceiling_and_diverged_runs() -> None:
+    got = stats.bad_run_rate([2.55, 2.61, float("nan"), 2.60, float("inf")], ceiling=2.6)
+    assert (got.k, got.n) == (3, 5)  # 2.61, nan, inf; 2.60 is at the ceiling, not above it
+    assert stats.bad_run_rate([], 2.6) is None
+
+
+def test_hodges_lehmann_is_the_median_of_walsh_averages_and_inverts_the_exact_wilcoxon_test() -> None:
+    """Oracle: the estimate by brute force over pairs, the interval by scipy's exact signed-rank test: a
+    shift just inside either end is not rejected at 1 − confidence, one just outside is."""
+    import itertools
+
+    import numpy as np
+    from scipy import stats as sps
+
+    x = np.array([-0.05, -0.031, 0.012, -0.044, -0.02, -0.061, 0.004, -0.027])
+    walsh = sorted((a + b) / 2 for a, b in itertools.combinations_with_replacement(x, 2))
+    got = stats.hodges_lehmann(x)
+    assert got.estimate == pytest.approx(float(np.median(walsh)), abs=1e-15)
+    lo, hi = got.interval
+    k = walsh.index(lo)
+    assert walsh[len(walsh) - 1 - k] == hi  # symmetric in rank
+    tail = 1 - got.confidence
+    assert got.confidence >= 0.95
+    inside = [(walsh[k] + walsh[k + 1]) / 2, (walsh[-k - 1] + walsh[-k - 2]) / 2]
+    outside = [(walsh[k] + walsh[k - 1]) / 2, (walsh[-k - 1] + walsh[-k]) / 2]
+    for mu in inside:
+        assert sps.wilcoxon(x - mu, method="exact").pvalue > tail * (1 - 1e-9)
+        assert sps.wilcoxon(x - mu, method="exact").pvalue >= 0.05
+    for mu in outside:
+        assert sps.wilcoxon(x - mu, method="exact").pvalue < 0.05
+    # n = 5: the smallest two-sided level the signed-rank test reaches is 2/32 > 0.05: no 95 % interval.
+    assert stats.hodges_lehmann(x[:5]).interval is None
+    assert list(stats._signed_rank_counts(3)) == [1, 1, 1, 2, 1, 1, 1]  # T over the 8 sign patterns of {1,2,3}
+
+
+def test_aa_calibration_can_fail_and_names_the_arm() -> None:
+    aa = [0.01, -0.02, 0.03, 0.0, -0.01]
+    same = [0.012, -0.02, 0.025, 0.001, -0.011]
+    wide = [0.1, -0.2, 0.3, 0.0, -0.1]  # ten times the A/A spread
+    ok = stats.aa_calibration(aa, {"b": same})
+    assert ok.agrees and ok.disagree == ()
+    bad = stats.aa_calibration(aa, {"a": wide, "b": same})
+    assert not bad.agrees and bad.disagree == ("a",)
+    assert "does not agree" in bad.sentence() and "a" in bad.sentence()
+    assert stats.aa_calibration([0.1], {"a": wide}) is None  # one A/A replicate: no spread to compare
+
+
+def test_aa_calibration_false_alarms_at_most_its_level_and_detects_a_tripled_spread() -> None:
+    """By simulation (rule 8): with every spread equal, the check fails in ≤ level of comparisons (+3 se);
+    with one arm's sd tripled it fails in most comparisons at 10 replicates."""
+    import numpy as np
+
+    rng = np.random.default_rng(11)
+    n_sim, level = 2000, stats.CALIBRATION_LEVEL
+    false = sum(not stats.aa_calibration(rng.normal(0, 1, 6), {a: rng.normal(0, 1, 6) for a in "abcd"}).agrees
+                for _ in range(n_sim)) / n_sim
+    bound = level + 3 * math.sqrt(level * (1 - level) / n_sim)
+    assert false <= bound, f"calibration false alarms deviation={false:.4f} bound={bound:.4f}"
+    hits = sum(not stats.aa_calibration(rng.normal(0, 1, 10), {"a": rng.normal(0, 3, 10)}).agrees
+               for _ in range(500)) / 500
+    assert hits > 0.5, f"calibration power deviation={hits:.3f} bound=0.5"

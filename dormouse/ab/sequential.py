@@ -43,6 +43,7 @@ BETTER, WORSE, TIE, UNDECIDED = "better", "worse", "tie", "undecided"
 VERDICTS = (BETTER, WORSE, TIE, UNDECIDED)
 SPENDING = "Lan-DeMets O'Brien-Fleming-type"
 
+
 @dataclass(frozen=True)
 class Design:
     """A registered sequential design (docs/ab-protocol.md, "The design")."""
@@ -141,7 +142,7 @@ def _look_rule(mean: np.ndarray, se: np.ndarray, lb: LookBoundary, sesoi: float)
     """
     half = lb.sup_t * se
     lo, hi = mean - half, mean + half
-    margin = sesoi
+    margin = sesoi  # registered before any run; never estimated from the data (version 1's δ was)
     eq_half = lb.eq_t * se
     eq_lo, eq_hi = mean - eq_half, mean + eq_half
     better = hi < 0
@@ -159,7 +160,8 @@ class ArmDecision:
     look: int  # 0-based look at which it was decided (or the current look if undecided)
     n: int  # replicates used
     mean: float  # mean paired difference arm − baseline (negative = arm better)
-    interval: tuple[float, float]  # repeated confidence interval of superiority at this look: mean ± sup_t·se
+    interval: tuple[float, float]  # this look's interval of superiority, mean ± sup_t·se (level 1 − sup_p; over
+    #                                all looks a repeated confidence interval of level ≥ 1 − α/n_arms, union bound)
     sd: float  # sample sd of the paired differences (ddof 1)
     se: float  # sd / √n
     t: float  # mean / se
@@ -187,26 +189,27 @@ class ArmDecision:
     def sentence(self, arm: str, baseline: str) -> str:
         """Exactly what was tested at this look, and nothing more."""
         b = self.boundary
-        where = (f"at look {self.look + 1} of {self.n_looks} ({self.n} paired replicates)")
-        rci = (f"the {_pct(1 - b.sup_p)} repeated confidence interval of the mean paired difference "
+        where = f"at look {self.look + 1} of {self.n_looks} ({self.n} paired replicates)"
+        rci = (f"this look's {_pct(1 - b.sup_p)} confidence interval of the mean paired difference "
                f"{self.mean:+.4f} is [{self.interval[0]:+.4f}, {self.interval[1]:+.4f}]")
-        sup = (f"two-sided p {self.p:.3g} against the look's nominal {b.sup_p:.3g} "
-               f"(family-wise α {self.alpha:g} over {self.n_arms} arm(s), {SPENDING} spending)")
+        sig = "<" if self.verdict in (BETTER, WORSE) else "≥"
+        sup = (f"two-sided p {self.p:.3g} {sig} this look's {b.sup_p:.3g}, family-wise α {self.alpha:g} over "
+               f"{self.n_arms} arm(s) spent by {SPENDING} increments")
+        eq_ok = -self.sesoi < self.eq_interval[0] and self.eq_interval[1] < self.sesoi
         eq = (f"the TOST interval [{self.eq_interval[0]:+.4f}, {self.eq_interval[1]:+.4f}] "
-              f"(TOST p {self.p_tost:.3g} against the look's nominal {b.eq_p:.3g}, α {self.alpha:g})")
+              f"{'lies' if eq_ok else 'does not lie'} inside (−{self.sesoi:g}, +{self.sesoi:g}) "
+              f"(TOST p {self.p_tost:.3g} {'<' if eq_ok else '≥'} this look's {b.eq_p:.3g})")
         if self.verdict in (BETTER, WORSE):
             side, way = ("below", "lower") if self.verdict == BETTER else ("above", "higher")
-            s = (f"{arm} has {way} final bpb than {baseline}: {where}, {rci}, which lies {side} 0; {sup}.")
+            s = f"{arm} has {way} final bpb than {baseline}: {where}, {rci}, which lies {side} 0 ({sup})."
             if self.smaller_than_sesoi:
-                s += f" The effect is also shown smaller than the SESOI ±{self.sesoi:g} bpb: {eq} lies inside it."
+                s += f" The effect is smaller than the SESOI {self.sesoi:g} bpb: {eq}."
             return s
         if self.verdict == TIE:
-            return (f"{arm} and {baseline} differ by less than the SESOI ±{self.sesoi:g} bpb: {where}, {eq} "
-                    f"lies inside (−{self.sesoi:g}, +{self.sesoi:g}).")
+            return (f"{arm} and {baseline} differ by less than the SESOI {self.sesoi:g} bpb: {where}, {eq}.")
         tail = ("this was the last registered look, so the arm ends undecided." if self.last_look
                 else "the arm goes on to the next look.")
-        return (f"{arm} vs {baseline} is undecided {where}: {rci}, which contains 0 ({sup}), and {eq} is not "
-                f"inside (−{self.sesoi:g}, +{self.sesoi:g}); {tail}")
+        return f"{arm} vs {baseline} is undecided {where}: {rci}, which contains 0 ({sup}), and {eq}; {tail}"
 
 
 def _pct(c: float) -> str:
@@ -240,7 +243,8 @@ def decide(design: Design, look: int, diffs: Mapping[str, Sequence[float]],
 
     ``diffs``: arm -> the per-replicate differences arm − baseline, exactly ``design.looks[look]`` of them,
     for the arms still undecided. Arms in ``decided`` with a verdict other than ``undecided`` keep it (a
-    decided arm stops). The multiplicity family is the registered ``design.n_arms``, never the arms present:
+    decided arm stops); every arm of ``decided`` is returned, an earlier ``undecided`` replaced only when the
+    arm is in ``diffs``. The multiplicity family is the registered ``design.n_arms``, never the arms present:
     an arm whose runs failed stays in the family. Raises ``ValueError`` on a bad design, look, or length.
     """
     design.check()
@@ -248,7 +252,7 @@ def decide(design: Design, look: int, diffs: Mapping[str, Sequence[float]],
         raise ValueError(f"look: must be an index 0..{len(design.looks) - 1} of the registered looks "
                          f"{list(design.looks)}, got {look!r}")
     kept = {a: d for a, d in (decided or {}).items() if d.verdict != UNDECIDED}
-    arms = set(diffs) | set(kept)
+    arms = set(diffs) | set(decided or {})
     if len(arms) > design.n_arms:
         raise ValueError(f"diffs: {len(arms)} arms ({sorted(arms)}) but the design registers n_arms="
                          f"{design.n_arms}; the family is fixed at registration")
@@ -260,7 +264,7 @@ def decide(design: Design, look: int, diffs: Mapping[str, Sequence[float]],
             raise ValueError(f"diffs[{arm!r}]: a paired difference is not finite: {list(xs)}")
     family = design.n_arms  # registered, never len(diffs): a failed arm keeps its share of α
     lb = _boundaries(float(design.alpha), tuple(design.looks), family)[look]
-    out: dict[str, ArmDecision] = dict(kept)
+    out: dict[str, ArmDecision] = dict(decided or {})
     for arm, xs in diffs.items():
         if arm not in kept:
             out[arm] = _decide_one(design, lb, xs)
@@ -328,3 +332,117 @@ def simulate(design: Design, deltas: Sequence[float], sd: float | Sequence[float
         p_any_better_or_worse=float(((code == _B) | (code == _W)).any(axis=0).mean()),
         expected_n_baseline=float(n_used.max(axis=0).mean()), max_n=design.n_max,
     )
+
+
+CARD_N_SIM = 20_000  # per scenario; Monte-Carlo se of a rate near 0.05 is 0.0015
+CARD_SEED = 20261202
+
+
+@dataclass(frozen=True)
+class DesignCard:
+    """What a registration promises, simulated from the pilot's spread (docs/ab-protocol.md, "The design card").
+
+    Every rate comes from :func:`simulate` (the exact procedure: all looks, all arms of the family, decided
+    arms stopping), each scenario with every arm at the same true Δ."""
+
+    design: Design
+    pilot_sd: tuple[float, ...]  # sd of the paired differences per arm, from the pilot
+    expected_effect: float  # the expected Δ (negative = the arms better), stated at registration
+    n_sim: int
+    seed: int
+    type_i: float  # P(any arm better or worse | every Δ = 0), family-wise; must be ≤ α
+    tie_at_zero: float  # P(tie | Δ = 0), mean over arms
+    tie_at_sesoi: float  # P(tie | Δ = +SESOI), mean over arms; must be ≤ α (the TOST error)
+    power_sesoi: float  # P(better | Δ = −SESOI), mean over arms
+    power_expected: float  # P(the right direction | Δ = expected_effect), mean over arms
+    expected_n: dict[str, float]  # scenario -> expected replicates per arm
+    expected_n_baseline: dict[str, float]  # scenario -> expected replicates of the baseline (until the last arm stops)
+    max_n: int
+
+    def mc_se(self, p: float) -> float:
+        return math.sqrt(max(p * (1 - p), 0.0) / self.n_sim)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["design"] = {**asdict(self.design), "looks": list(self.design.looks)}
+        d["pilot_sd"] = list(self.pilot_sd)
+        d["boundaries"] = [asdict(b) for b in boundaries(self.design)]
+        return d
+
+    def to_text(self) -> str:
+        dz = self.design
+        se = self.mc_se
+        rows = "\n".join(
+            f"    look {b.look + 1}: n {b.n:>3}  better/worse |t| > {b.sup_t:8.3f} (p < {b.sup_p:.3g})"
+            f"   tie: both TOST t > {b.eq_t:7.3f} (p < {b.eq_p:.3g})"
+            for b in boundaries(dz))
+        sd = ", ".join(f"{v:.4g}" for v in self.pilot_sd)
+        return "\n".join([
+            f"Design card: α {dz.alpha:g} (family of {dz.n_arms} arm(s), Bonferroni; TOST α per arm), "
+            f"SESOI {dz.sesoi:g} bpb, looks {list(dz.looks)}, {SPENDING} spending",
+            f"  pilot sd of paired differences: {sd}; expected effect {self.expected_effect:+g} bpb",
+            rows,
+            f"  type-I error P(better or worse | Δ=0), family: {self.type_i:.4f} ± {se(self.type_i):.4f}",
+            f"  P(tie | Δ=0): {self.tie_at_zero:.3f}   P(tie | Δ=+SESOI): {self.tie_at_sesoi:.4f}",
+            f"  power at the SESOI P(better | Δ=−{dz.sesoi:g}): {self.power_sesoi:.3f}",
+            f"  power at the expected effect (Δ={self.expected_effect:+g}): {self.power_expected:.3f}",
+            "  expected replicates per arm / of the baseline: " + "; ".join(
+                f"{k} {self.expected_n[k]:.1f} / {self.expected_n_baseline[k]:.1f}" for k in self.expected_n),
+            f"  maximum replicates per arm: {self.max_n}   ({self.n_sim} simulated comparisons per scenario, "
+            f"seed {self.seed})",
+        ])
+
+
+def design_card(design: Design, pilot_sd: float | Sequence[float], expected_effect: float,
+                n_sim: int = CARD_N_SIM, seed: int = CARD_SEED) -> DesignCard:
+    """Simulate the registered procedure at the pilot's spread: type-I error, P(tie) at Δ = 0 and at the
+    SESOI, power at the SESOI and at the expected effect, expected and maximum replicates."""
+    design.check()
+    sd = tuple(float(v) for v in np.broadcast_to(np.asarray(pilot_sd, dtype=float), (design.n_arms,)))
+    if not math.isfinite(expected_effect) or expected_effect == 0:
+        raise ValueError(f"expected_effect: a non-zero Δ in bpb (negative = the arms better), got {expected_effect}")
+    m, s = design.n_arms, design.sesoi
+    scen = {
+        "Δ=0": simulate(design, [0.0] * m, sd, n_sim, seed),
+        "Δ=+SESOI": simulate(design, [s] * m, sd, n_sim, seed + 1),
+        "Δ=−SESOI": simulate(design, [-s] * m, sd, n_sim, seed + 2),
+        f"Δ={expected_effect:+g}": simulate(design, [expected_effect] * m, sd, n_sim, seed + 3),
+    }
+    exp = scen[f"Δ={expected_effect:+g}"]
+    right = exp.p_better if expected_effect < 0 else exp.p_worse
+    return DesignCard(
+        design=design, pilot_sd=sd, expected_effect=float(expected_effect), n_sim=n_sim, seed=seed,
+        type_i=scen["Δ=0"].p_any_better_or_worse, tie_at_zero=float(np.mean(scen["Δ=0"].p_tie)),
+        tie_at_sesoi=float(np.mean(scen["Δ=+SESOI"].p_tie)),
+        power_sesoi=float(np.mean(scen["Δ=−SESOI"].p_better)), power_expected=float(np.mean(right)),
+        expected_n={k: float(np.mean(r.expected_n)) for k, r in scen.items()},
+        expected_n_baseline={k: r.expected_n_baseline for k, r in scen.items()}, max_n=design.n_max,
+    )
+
+
+def pilot_sds(results: Mapping) -> dict[str, float]:
+    """Each compared arm's sd of paired differences (``arms[*].diff_sd`` of a results.json, role ``arm``)."""
+    return {name: float(a["diff_sd"]) for name, a in results["arms"].items()
+            if a.get("role") == "arm" and a.get("diff_sd") is not None}
+
+
+def residual_cpu_v2_card(results_json: str | None = None, sesoi: float = 0.03, looks: tuple[int, ...] = (4, 8, 12),
+                         expected_effect: float = -0.05, n_sim: int = CARD_N_SIM) -> DesignCard:
+    """The design card suggested for the CPU comparison of the pre-norm residual (baseline) with ReZero, GR,
+    Full and Block AttnRes (4 arms in the family), at the spreads published in
+    docs/results/residual_cpu/results.json. ReZero was that comparison's baseline, so its paired sd against a
+    pre-norm baseline is unknown: it is given the largest published sd (a conservative guess).
+
+    Budget (conf/ab/residual_cpu.yaml): one replicate of 5–6 runs costs ~1700 s of pair time over 2 slots,
+    ~850 s of wall time, so ~3 h holds 12 replicates; the look at 4 spends < 1e-5 of α (it decides only an
+    extreme arm) and serves as an early A/A calibration and bad-run check.
+    """
+    import json
+    from pathlib import Path
+
+    path = Path(results_json) if results_json else (
+        Path(__file__).resolve().parents[2] / "docs" / "results" / "residual_cpu" / "results.json")
+    sds = pilot_sds(json.loads(path.read_text()))
+    spread = [max(sds.values()), *sds.values()]  # ReZero (unknown vs pre-norm), then the published arms
+    design = Design(alpha=0.05, sesoi=sesoi, looks=tuple(looks), n_arms=len(spread))
+    return design_card(design, spread, expected_effect, n_sim=n_sim)

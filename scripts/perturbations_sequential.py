@@ -1,0 +1,124 @@
+"""Perturbations of protocol v2's decision rule (issue 22; dormouse/ab/sequential.py; scripts/falsify.py;
+format in perturbations_attnres.py, plus ``protects``).
+
+Each turns the registered rule into a plausible other one: the v1 margin back, α not spent across looks,
+the family taken from the arms present, `worse` without significance, TOST without spending; and the
+numbers reported beside the verdict (dormouse/ab/stats.py): probability of improvement, bad runs,
+Hodges–Lehmann interval, the A/A calibration check.
+"""
+
+from __future__ import annotations
+
+_SEQ = "dormouse/ab/sequential.py"
+_STATS = "dormouse/ab/stats.py"
+_T = "tests/test_ab_sequential.py::"
+_S = "tests/test_ab_stats.py::"
+
+PERTURBATIONS: list[dict] = [
+    {
+        "name": "v1_margin_from_the_spread",
+        "file": _SEQ,
+        "old": "    margin = sesoi  # registered before any run",
+        "new": "    margin = np.maximum(sesoi, 2 * se * np.sqrt(lb.n))  # registered before any run",
+        "gates": [_T + "test_tie_at_the_sesoi_is_at_most_alpha"],
+        "why": "the old v1 rule back: the equivalence margin is max(SESOI, 2·sd of the data) instead of the "
+               "registered SESOI, a noise scale that does not shrink with replicates",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "alpha_not_spent_across_looks",
+        "file": _SEQ,
+        "old": "    sup_inc = np.diff(np.concatenate([[0.0], sup_cum]))\n",
+        "new": "    sup_inc = np.full_like(sup_cum, sup_level)\n",
+        "gates": [_T + "test_better_or_worse_at_no_effect_is_at_most_alpha",
+                  _T + "test_boundary_table_spends_alpha_by_the_obf_function"],
+        "why": "every look tests superiority at the nominal α/n_arms: looking again and again inflates the "
+               "family-wise error",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "family_from_the_arms_present",
+        "file": _SEQ,
+        "old": "    family = design.n_arms  # registered, never len(diffs): a failed arm keeps its share of α\n",
+        "new": "    family = len(diffs)  # registered, never len(diffs): a failed arm keeps its share of α\n",
+        "gates": [_T + "test_a_failed_arm_stays_in_the_family"],
+        "why": "an arm whose runs failed drops out of the multiplicity family, which gives the others more α",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "worse_without_significance",
+        "file": _SEQ,
+        "old": "    worse = lo > 0\n",
+        "new": "    worse = mean > 0\n",
+        "gates": [_T + "test_worse_needs_the_significance_better_needs",
+                  _T + "test_better_or_worse_at_no_effect_is_at_most_alpha"],
+        "why": "`worse` is declared from the sign of the mean, without the significance `better` needs",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "tost_not_spent_across_looks",
+        "file": _SEQ,
+        "old": "    eq_inc = np.diff(np.concatenate([[0.0], eq_cum]))\n",
+        "new": "    eq_inc = np.full_like(eq_cum, alpha)\n",
+        "gates": [_T + "test_tie_at_the_sesoi_is_at_most_alpha"],
+        "why": "each look runs the TOST at the nominal α: repeated equivalence tests inflate P(tie | |Δ| = SESOI)",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "small_effect_flag_only_for_better",
+        "file": _SEQ,
+        "old": "    return code, lo, hi, eq_lo, eq_hi, (better | worse) & tie\n",
+        "new": "    return code, lo, hi, eq_lo, eq_hi, better & tie\n",
+        "gates": [_T + "test_a_significant_effect_inside_the_sesoi_is_better_or_worse_flagged_never_tie"],
+        "why": "a significant but negligible `worse` is not flagged smaller than the SESOI: the sentence "
+               "reads as a real harm",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "improvement_counts_a_zero_difference",
+        "file": _STATS,
+        "old": "    return _proportion(int(np.sum(x < 0)), int(x.size), confidence) if x.size else None\n",
+        "new": "    return _proportion(int(np.sum(x <= 0)), int(x.size), confidence) if x.size else None\n",
+        "gates": [_S + "test_probability_of_improvement_counts_replicates_below_zero_with_clopper_pearson"],
+        "why": "a replicate where the arm equals the baseline counts as an improvement",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "bad_runs_miss_diverged_runs",
+        "file": _STATS,
+        "old": "    bad = ~np.isfinite(x) | (np.nan_to_num(x, nan=math.inf) > ceiling)\n",
+        "new": "    bad = x > ceiling\n",
+        "gates": [_S + "test_bad_run_rate_counts_runs_above_the_ceiling_and_diverged_runs"],
+        "why": "a run whose bpb is NaN (diverged) is not counted as bad: NaN > ceiling is False",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "hodges_lehmann_interval_one_sided_tail",
+        "file": _STATS,
+        "old": "    k = int(np.sum(cdf <= (1 - confidence) / 2))  # P(T <= k-1) <= tail for k-1 = 0..k-1\n",
+        "new": "    k = int(np.sum(cdf <= (1 - confidence)))  # P(T <= k-1) <= tail for k-1 = 0..k-1\n",
+        "gates": [_S + "test_hodges_lehmann_is_the_median_of_walsh_averages_and_inverts_the_exact_wilcoxon_test"],
+        "why": "the two-sided interval's ends use the whole 1 − confidence in each tail: a 90 % interval "
+               "labelled 95 %",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "calibration_without_bonferroni",
+        "file": _STATS,
+        "old": "    each = level / len(arms)\n",
+        "new": "    each = level\n",
+        "gates": [_S + "test_aa_calibration_false_alarms_at_most_its_level_and_detects_a_tripled_spread"],
+        "why": "each arm's F-test runs at the whole level: with four arms the check fails far more often "
+               "than its level when every spread is equal",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "calibration_always_agrees",
+        "file": _STATS,
+        "old": "    return Calibration(not disagree, ",
+        "new": "    return Calibration(True, ",
+        "gates": [_S + "test_aa_calibration_can_fail_and_names_the_arm"],
+        "why": "the A/A check passes whatever the spreads: a check that cannot fail",
+        "protects": "A/B rule",
+    },
+]
