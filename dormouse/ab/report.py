@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -102,19 +103,24 @@ def _by_depth(recs: list[RunRecord], base: dict[int, RunRecord], role: str) -> d
 
 
 def _beside(diffs: list[float]) -> dict[str, Any]:
-    """Reported beside the verdict, never decided on: the probability of improvement (the share of
-    replicates where the arm's final bpb is below the baseline's) with its 95 % Clopper–Pearson interval,
-    and the Hodges–Lehmann estimate of Δ (the median of the Walsh averages) as a robust cross-check."""
-    if not diffs:
-        return {"poi": None, "poi_interval": None, "hodges_lehmann": None}
-    return {**stats.probability_of_improvement(diffs), "hodges_lehmann": stats.hodges_lehmann(diffs)}
+    """Reported beside the verdict, never decided on (dormouse.ab.stats): the probability of improvement
+    (the share of replicates where the arm's final bpb is below the baseline's) with its Clopper–Pearson
+    interval, and the Hodges–Lehmann estimate of Δ with its signed-rank interval, a robust cross-check."""
+    poi = stats.prob_improvement(diffs) if diffs else None
+    hl = stats.hodges_lehmann(diffs) if diffs else None
+    return {"poi": None if poi is None else poi.estimate, "poi_interval": None if poi is None else poi.interval,
+            "poi_k": None if poi is None else poi.k,
+            "hodges_lehmann": None if hl is None else hl.estimate,
+            "hodges_lehmann_interval": None if hl is None else hl.interval,
+            "hodges_lehmann_confidence": None if hl is None else hl.confidence}
 
 
 def _bad_runs(finals: list[float], ceiling: float | None) -> dict[str, Any] | None:
     """Runs whose final bpb ended above the registered ceiling (a run that did not learn)."""
-    if ceiling is None:
+    rate = None if ceiling is None else stats.bad_run_rate(finals, ceiling)
+    if rate is None:
         return None
-    return {**stats.bad_run_rate(finals, ceiling), "ceiling": ceiling}
+    return {"count": rate.k, "n": rate.n, "rate": rate.estimate, "interval": rate.interval, "ceiling": ceiling}
 
 
 def _arm_result(arm: str, role: str, recs: list[RunRecord], base: dict[int, RunRecord], spec: Any) -> dict[str, Any]:
@@ -223,15 +229,17 @@ def analyze(plan: ComparisonPlan, state: Progress, read: Callable[[Pair], RunRec
 
 
 def _calibration(arms: dict[str, Any], aa: str | None) -> dict[str, Any] | None:
-    """The A/A check: does the A/A arm's spread of paired differences agree with the compared arms'? (A
-    check that can fail; dormouse.ab.stats owns the test.)"""
+    """The A/A check (dormouse.ab.stats.aa_calibration): does the A/A arm's spread of paired differences
+    agree with each compared arm's? A check that can fail; it decides no verdict."""
     if aa is None:
         return None
     a = arms[aa]
-    if a["verdict"] == INVALID or len(a["diffs"]) < 2:
-        return {"agrees": None, "why": "the A/A arm is invalid or has fewer than 2 paired replicates"}
-    compared = {n: r["diffs"] for n, r in arms.items() if r["role"] == "arm" and len(r["diffs"]) >= 2}
-    return stats.aa_calibration(a["diffs"], compared)
+    compared = {n: r["diffs"] for n, r in arms.items() if r["role"] == "arm" and r["verdict"] != INVALID}
+    check = None if a["verdict"] == INVALID else stats.aa_calibration(a["diffs"], compared)
+    if check is None:
+        return {"agrees": None, "sentence": "The check could not be made: the A/A arm is invalid, or it or "
+                "every compared arm has fewer than 2 paired replicates."}
+    return {**asdict(check), "sentence": check.sentence()}
 
 
 def _code(records: list[RunRecord]) -> dict[str, Any]:
@@ -358,7 +366,8 @@ def _verdict_table(r: dict[str, Any]) -> list[str]:
     for name, a in r["arms"].items():
         label = f"`{name}`" + (" (A/A)" if a["role"] == "aa" else "")
         d = a.get("decision") or {}
-        poi = "—" if a.get("poi") is None else f"{a['poi']:.2f} {_interval(a.get('poi_interval'), '.2f')}"
+        poi = ("—" if a.get("poi") is None
+               else f"{a['poi_k']}/{len(a['diffs'])} {_interval(a.get('poi_interval'), '.2f')}")
         bad = a.get("bad_runs")
         bad_text = "—" if bad is None else f"{bad['count']}/{bad['n']}"
         out.append(
@@ -382,7 +391,7 @@ def _sentences(r: dict[str, Any]) -> list[str]:
     if cal is not None:
         verdict = {True: "agrees", False: "**does not agree**", None: "could not be checked"}[cal.get("agrees")]
         out += ["", f"**A/A calibration check** (`{r['aa_arm']}`: the baseline again on its own data-order "
-                f"stream): its spread {verdict} with the compared arms'. {cal.get('sentence') or cal.get('why', '')}"]
+                f"stream): its spread {verdict} with the compared arms'. {cal['sentence']}"]
     return out
 
 
