@@ -302,6 +302,24 @@ def test_sequential_looks_stop_decided_arms_and_resume_continues_the_schedule(tm
     assert {a: r["verdict"] for a, r in redo["arms"].items()} == {a: r["verdict"] for a, r in results["arms"].items()}
 
 
+def test_status_shows_the_looks_and_design_prints_and_saves_the_card(tmp_path: Path, registry: Path) -> None:
+    from dormouse.ab.runner import status_command
+
+    (registry / "t.yaml").write_text(SEQUENTIAL)
+    console = Console(record=True, width=250)
+    assert ab_command("t", [], root=tmp_path / "ab", console=console, registry=registry, design=True) == 0
+    card = json.loads((tmp_path / "ab" / "t" / "design.json").read_text())
+    assert card["card"]["design"] == {"alpha": 0.05, "sesoi": 0.01, "looks": [2, 4], "n_arms": 3}
+    assert card["text"].splitlines()[0] in console.export_text()
+    run(registry, tmp_path / "ab", FakeTrain(exact=("gr",)))
+    console = Console(record=True, width=250)
+    assert status_command("t", root=tmp_path / "ab", registry=registry, console=console) == 0
+    text = console.export_text()
+    assert "looks (2, 4 replicates per arm)" in text and "every look this comparison needs is taken" in text
+    rows = [ln for ln in text.splitlines() if ln.startswith("│ 1 ") or ln.startswith("│ 2 ")]
+    assert any("gr" in r and "better" in r for r in rows) and any("attnres_full" in r for r in rows[3:])
+
+
 def test_runs_computed_by_other_code_are_refused_until_restart(tmp_path: Path, registry: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Every pair records the fingerprint of the code it ran on; a later invocation on other code adds no
