@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.text import Text
 
 from dormouse.config import ConfigError, load_config
+from dormouse.runfiles import AB_ROOT
 from dormouse.sample_options import SampleOptions
 
 app = typer.Typer(
@@ -118,7 +119,8 @@ def validate(overrides: list[str] = OVERRIDES) -> None:
   dormouse ab residual --jobs 8              # 8 pairs at once: one GPU each (or a share of the CPU cores)\n
   dormouse ab residual --launcher slurm launcher.partition=gpu launcher.time_min=120\n
   dormouse ab residual --plan                # what would run, what is done, the cost; trains nothing\n
-  dormouse ab residual --status              # done/running/pending/failed, ETA; safe during a run\n
+  dormouse ab residual --status              # looks taken and what they decided, pairs, ETA; safe during a run\n
+  dormouse ab smoke --design                 # the design card: type-I error, power, expected replicates\n
   dormouse ab my_comparison.yaml             # your own registration file (same fields as conf/ab/*.yaml)\n
   dormouse ab smoke train.steps=40 --restart""")
 def ab(
@@ -128,7 +130,7 @@ def ab(
         None, show_default=False,
         help="Hydra overrides for every pair (key=value), and launcher.KEY=VALUE for --launcher slurm."),
     restart: bool = typer.Option(False, "--restart", help="Discard earlier results and start over."),
-    root: Path = typer.Option(Path("runs/ab"), help="Where comparisons are written."),
+    root: Path = typer.Option(AB_ROOT, help="Where comparisons are written."),
     list_: bool = typer.Option(False, "--list", help="List the registered comparisons and exit."),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Pairs at once on this machine, each in its own process "
                              "(one GPU each on CUDA, an equal share of the cores on CPU)."),
@@ -139,6 +141,8 @@ def ab(
     plan: bool = typer.Option(False, "--plan", help="Print the pairs, their overrides, what is done and the "
                               "estimated cost; train nothing."),
     status: bool = typer.Option(False, "--status", help="Show where the comparison stands (read-only)."),
+    design: bool = typer.Option(False, "--design", help="Simulate the registered design and print its card "
+                                "(type-I error, power, expected replicates); saved with the comparison."),
 ) -> None:
     """Run a registered A/B comparison to a verdict (resumable: rerun to continue)."""
     if list_:
@@ -154,7 +158,7 @@ def ab(
     request = LaunchRequest(jobs=jobs, threads=threads, launcher=launcher, launcher_overrides=launcher_overrides)
     # 0 all pairs finished; 1 a pair failed (marked in the report); 2 refused before any run; 130/143 interrupted
     raise typer.Exit(ab_command(name, hydra_overrides, restart=restart, root=root, launch=request, plan=plan,
-                                status=status))
+                                status=status, design=design))
 
 
 def _list_comparisons() -> None:
@@ -168,7 +172,9 @@ def _list_comparisons() -> None:
             print(f"{cname}\tINVALID: {exc.lines[0]}")
             continue
         arms = ", ".join(spec.arms)
-        print(f"{cname}\t{len(spec.seeds)} seeds; arms {arms}; baseline {spec.baseline}\n"
+        size = (f"{len(spec.seeds)} seeds (protocol 1, read only)" if spec.protocol == 1
+                else f"looks at {', '.join(map(str, spec.looks))} replicates, SESOI {spec.sesoi:g} bpb")
+        print(f"{cname}\t{size}; arms {arms}; baseline {spec.baseline}\n"
               f"\t{' '.join(spec.description.split())}")
 
 

@@ -13,7 +13,8 @@ A run, ``<run.dir>/<run.name>/``::
     run.lock          held by the `dormouse train` writing the run (dormouse.rundir.run_lock); names its pid
     ab_error.txt      only when `dormouse ab` caught an error in this run: its traceback
 
-A comparison, ``<root>/<name>/``: one run directory per (arm, seed) pair, plus ``registration.json``,
+A comparison, ``<root>/<name>/`` (root ``runs/ab`` unless ``--root``): one run directory per (arm,
+replicate) pair, named ``<arm>-s<init seed>``, plus ``registration.json``, ``design.json`` (the design card),
 ``results.json``, ``report.md`` and the plots (bpb vs tokens, bpb by depth, the forest plot, and each arm's
 learned values averaged over its seeds: ``<plot name>_<arm>.png``), and how the pairs were launched::
 
@@ -38,7 +39,9 @@ AB_ERROR = "ab_error.txt"
 WANDB_ID = "wandb_id.txt"
 RUN_LOCK = "run.lock"
 
+AB_ROOT = Path("runs/ab")  # where `dormouse ab` writes comparisons unless --root says otherwise
 REGISTRATION = "registration.json"
+DESIGN = "design.json"
 RESULTS = "results.json"
 REPORT = "report.md"
 CURVES_PLOT = "bpb_vs_tokens.png"
@@ -102,6 +105,10 @@ class ComparisonFiles:
     @property
     def registration(self) -> Path:
         return self.dir / REGISTRATION
+
+    @property
+    def design(self) -> Path:
+        return self.dir / DESIGN
 
     @property
     def results(self) -> Path:

@@ -3,11 +3,11 @@
     python scripts/publish_comparison.py residual_cpu --command "dormouse ab residual_cpu --jobs 2"
 
 From ``runs/ab/NAME/`` (what ``dormouse ab NAME`` wrote) to ``docs/results/NAME/``: ``report.md``,
-``results.json``, the plots, ``registration.json`` and each pair's launch record (where and with how many
-threads it ran, when, how long). ``provenance.json`` adds what the report does not hold: the exact command,
-the commit the pairs ran on (from their provenance files; refused if they differ), the machine (cores,
-torch and Python versions, platform) and the comparison's wall time (first pair started to last pair
-finished, from the launch records). The prose README of the results folder is written by hand.
+``results.json``, the plots, ``registration.json``, ``design.json`` (protocol 2) and each pair's launch
+record (where and with how many threads it ran, when, how long). ``provenance.json`` adds what the report
+does not hold: the exact command, the commit the pairs ran on (from their provenance files; refused if they
+differ), the machine (cores, torch and Python versions, platform) and the comparison's wall time (first pair
+started to last pair finished, from the launch records). The prose README of the results folder is written by hand.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def main() -> int:
         return 2
     out = args.out or REPO / "docs" / "results" / args.name
     out.mkdir(parents=True, exist_ok=True)
-    for name in [files.results.name, files.report.name, "registration.json", *results.get("plots", [])]:
+    design = [files.design.name] if files.design.is_file() else []  # protocol 2: the design card
+    for name in [files.results.name, files.report.name, files.registration.name, *design, *results.get("plots", [])]:
         shutil.copy2(comp / name, out / name)
     (out / "launch").mkdir(exist_ok=True)
     starts, ends, threads = [], [], set()

@@ -4,7 +4,8 @@
     python scripts/rerun_pair.py residual_cpu gr 3 --print    # only print the equivalent `dormouse train`
 
 The pair is composed exactly as `dormouse ab` composes it (``runner.plan_pairs`` on the registered file:
-fixed values, the arm's overrides, ``train.seed``), into a fresh directory, and trained by the same trainer.
+fixed values, the arm's overrides, ``train.seed`` and, under protocol 2, ``train.data_seed``; ``seed`` is the
+pair's init seed, which names its directory), into a fresh directory, and trained by the same trainer.
 CPU training is deterministic at a given thread count (fixed RNG objects; the thread count fixes the order
 of the CPU reductions: in the pilot, seed 101 at 2 threads differed from 1 thread by 6.7e-6 bpb at step 700),
 so the pair is re-run with the thread count its launch record says it used, and on the same kind of machine
@@ -64,10 +65,14 @@ def main() -> int:
               f"seeds {reg.spec.seeds}")
         return 2
     pair = pairs[(args.arm, args.seed)]
-    overrides = [*reg.spec.fixed, *reg.spec.arms[args.arm], f"train.seed={args.seed}",
+    data_seed = [] if pair.cfg.train.data_seed is None or reg.protocol == 1 else [
+        f"train.data_seed={pair.cfg.train.data_seed}"]  # protocol 2: the replicate's data-order stream
+    overrides = [*reg.spec.fixed, *reg.spec.arms[args.arm], f"train.seed={args.seed}", *data_seed,
                  f"run.dir={comp_dir}", f"run.name={pair.run_dir.name}"]
     print("equivalent command: dormouse train " + " ".join(overrides))
-    expected = published["arms"][args.arm]["final_bpb"].get(str(args.seed))
+    # protocol 1 keys a run by its seed, protocol 2 by its replicate (whose init seed ``seed`` is)
+    key = str(args.seed) if published.get("protocol", 1) == 1 else str(pair.replicate)
+    expected = published["arms"][args.arm]["final_bpb"].get(key)
     print(f"published final bpb ({results_path}): {expected!r}")
     ran_at, here = _published_commit(results_path.parent / "provenance.json"), git_commit()
     if ran_at is not None and ran_at != here:

@@ -31,10 +31,15 @@ TESTS = Path(__file__).resolve().parent
 
 # Two arms, two seeds of the tiny model, 4 steps: seconds of training, real runs.
 REAL = """\
+protocol: 2
 name: t
 baseline: rezero
-min_effect: 0.01
-seeds: [1, 2]
+sesoi: 0.01
+looks: [2]
+init_seed_base: 1
+data_seed_base: 1
+pilot_sd: 0.01
+expected_effect: -0.02
 fixed: [preset=tiny, train.steps=4, train.eval_every=2, data.eval_bytes=512, train.device=cpu,
         logging.progress=off]
 arms:
@@ -269,7 +274,7 @@ def test_a_pair_trained_by_another_process_is_not_touched(tmp_path: Path) -> Non
         assert code == 1 and fake.calls == []  # gr-s2 failed for this invocation, untouched
         assert "resume step" not in (comp / "gr-s2" / "train.log").read_text()
         arm = json.loads((comp / "results.json").read_text())["arms"]["gr"]
-        assert arm["verdict"] == "invalid" and f"pid {proc.pid}" in arm["reason"]
+        assert arm["verdict"] == "invalid" and f"pid {proc.pid}" in arm["sentence"]
         with pytest.raises(ComparisonError, match="gr-s2 are still being trained"):
             run_comparison("t", [], root=tmp_path / "ab", registry=reg, console=_console(), train_fn=fake,
                            restart=True)
@@ -295,7 +300,10 @@ def test_plan_trains_nothing_writes_nothing_and_shows_pairs_overrides_state_and_
     assert "arm attnres_block: model.use_attnres=true model.attnres.block_size=2" in text
     assert "CLI:   train.lr=0.002" in text and "jobs=2" in text and "threads_per_pair=1" in text
     # tokens = steps x batch x seq_len = 20 x 4 x 32 (the tiny preset, train.steps=20)
-    assert text.count("2.56k") == 15 and "left to run: 15 of 15 pairs" in text
+    assert text.count("2.56k") == 15
+    assert "left to run at most (every look, no arm decided early): 15 of 15 pairs" in text
+    assert "looks at 3 replicates per arm" in text and "SESOI 0.01 bpb" in text
+    assert "│ 3         │ 1    │ 3         │ 103       │ 203" in text  # replicate 3: init seed, data seeds
     assert "unknown until a pair of each arm has finished" in text
 
     run_comparison("t", ["train.lr=0.002"], root=tmp_path / "ab", registry=reg, console=_console(),
@@ -303,7 +311,7 @@ def test_plan_trains_nothing_writes_nothing_and_shows_pairs_overrides_state_and_
     console = _console()
     ab_command("t", ["train.lr=0.002"], root=tmp_path / "ab", registry=reg, console=console, plan=True)
     text = console.export_text()
-    assert "left to run: 1 of 15 pairs" in text and "resume: interrupted (last eval at step 10)" in text
+    assert "15 pairs" in text and ": 1 of 15 pairs" in text and "resume: interrupted (last eval at step 10)" in text
     assert "continues" in text and "estimated wall time: ≈" in text
     console = _console()
     ab_command("t", [], root=tmp_path / "ab", registry=reg, console=console, plan=True)

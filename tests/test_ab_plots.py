@@ -9,12 +9,14 @@ import pytest
 from dormouse.ab.plots import plot_forest
 
 
-def arm(role: str, diff: float | None, t: list[float] | None, boot: list[float] | None, verdict: str) -> dict:
-    return {"role": role, "diff_mean": diff, "t_interval": t, "bootstrap_interval": boot, "verdict": verdict}
+def arm(role: str, diff: float | None, rci: list[float] | None, eq: list[float] | None, verdict: str) -> dict:
+    decision = None if rci is None else {"interval": rci, "eq_interval": eq}
+    return {"role": role, "diff_mean": diff, "decision": decision, "verdict": verdict,
+            "look": 1 if rci else None, "replicates": [1, 2, 3]}
 
 
 def test_forest_plot_is_written_for_every_kind_of_arm(tmp_path: Path):
-    results = {"name": "t", "baseline": "rezero", "seeds": [1, 2, 3], "delta": 0.01, "arms": {
+    results = {"name": "t", "baseline": "rezero", "looks": [3, 6], "sesoi": 0.01, "arms": {
         "rezero": arm("baseline", None, None, None, "baseline"),
         "gr": arm("arm", -0.03, [-0.05, -0.01], [-0.04, -0.02], "better"),
         "attnres": arm("arm", None, None, None, "invalid"),  # failed runs: listed, no bar

@@ -1,4 +1,5 @@
-"""The console summary of `dormouse ab`: Holm-adjusted p and the verdict's reason, never cut to '…'."""
+"""The console summary of `dormouse ab`: each arm's verdict, its look and the sentence that says what was
+tested, never cut to '…'."""
 
 from __future__ import annotations
 
@@ -6,13 +7,16 @@ from rich.console import Console
 
 from dormouse.ab.runner import verdict_table
 
+SENTENCE = ("gr_with_a_long_arm_name has lower final bpb than rezero: at look 1 of 2 (3 paired replicates), the "
+            "99.1667 % repeated confidence interval of the mean paired difference -0.0500 is [-0.0700, -0.0300]")
+
 
 def results() -> dict:
-    base = {"role": "baseline", "bpb_mean": 2.4, "diff_mean": None, "t_interval": None, "p_holm": None,
-            "verdict": "baseline", "kept": None, "reason": "the reference"}
-    gr = {"role": "arm", "bpb_mean": 2.35, "diff_mean": -0.05, "t_interval": [-0.07, -0.03], "p_holm": 0.0154,
-          "verdict": "better", "kept": "gr", "reason": "interval below 0; |mean Δ| 0.0500 ≥ δ 0.0100; Holm p 0.0154"}
-    return {"name": "t", "delta": 0.01, "delta_source": "registered min_effect",
+    base = {"role": "baseline", "bpb_mean": 2.4, "diff_mean": None, "decision": None, "look": None,
+            "verdict": "baseline", "kept": None, "sentence": "the reference"}
+    gr = {"role": "arm", "bpb_mean": 2.35, "diff_mean": -0.05, "decision": {"interval": [-0.07, -0.03]}, "look": 1,
+          "verdict": "better", "kept": "gr", "sentence": SENTENCE}
+    return {"name": "t", "sesoi": 0.01, "alpha": 0.05, "n_arms": 3, "looks": [3, 6],
             "arms": {"rezero": base, "gr_with_a_long_arm_name": gr}}
 
 
@@ -22,15 +26,14 @@ def render(width: int) -> str:
     return console.export_text()
 
 
-def test_summary_shows_holm_p_and_the_reason():
-    text = render(200)
-    assert "Holm p" in text and "0.0154" in text and "reason" in text
-    assert "interval below 0; |mean Δ| 0.0500 ≥ δ 0.0100; Holm p 0.0154" in text
-    assert "the reference" in text
+def test_summary_shows_the_look_the_interval_and_what_was_tested():
+    text = render(400)
+    assert "SESOI ±0.01 bpb, α 0.05 over 3 arm(s), looks [3, 6]" in text
+    assert "[-0.0700, -0.0300]" in text and SENTENCE in text and "the reference" in text
 
 
 def test_a_narrow_terminal_wraps_values_instead_of_cutting_them():
     text = render(80)
     assert "…" not in text
     first_column = "".join(line.split("│")[1].strip() for line in text.splitlines() if line.startswith("│"))
-    assert "0.0154" in text and "gr_with_a_long_arm_name" in first_column
+    assert "-0.0300" in text and "gr_with_a_long_arm_name" in first_column

@@ -1,46 +1,73 @@
-"""The verdict rule as the report applies it (issue 10, gate 7): planted paired results go through
-``analyze`` and ``render_report``; the expected verdicts, p-values and sentences are worked out here by hand.
+"""The verdict path as the runner and the report apply it (protocol 2): planted paired results go through
+the comparison's plan, the replayed looks (``looks.progress``) and ``report.analyze``; the expected
+verdicts are worked out here by hand.
 
-Three seeds give a paired t-test with 2 degrees of freedom, whose two-sided p-value has a closed form,
-p = 1 - t / sqrt(t^2 + 2) (the Student-t CDF for nu = 2), so the planted numbers' p-values are computed
-here without calling the code under test.
+With 3 replicates and one look, the superiority test of one arm is a paired t-test with 2 degrees of
+freedom at Bonferroni's α / n_arms (the whole α is spent at the only look), whose two-sided p-value has a
+closed form, p = 1 − t / √(t² + 2) (the Student-t CDF for ν = 2), so the planted numbers' p-values are
+computed here without calling the code under test.
 """
 
 from __future__ import annotations
 
+import json
 import math
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dormouse.ab.records import RunRecord
-from dormouse.ab.registry import ComparisonSpec
+from dormouse.ab.looks import progress
+from dormouse.ab.pairjob import Pair
+from dormouse.ab.plan import build_plan
+from dormouse.ab.records import RunRecord, load_record
 from dormouse.ab.report import analyze, render_report
+from dormouse.config import arm_name
 
+SPEC = """\
+protocol: 2
+name: t
+baseline: rezero
+sesoi: 0.01
+alpha: 0.05
+looks: [3]
+init_seed_base: 1
+data_seed_base: 101
+pilot_sd: 0.01
+expected_effect: -0.02
+bad_run_ceiling: 2.15
+fixed: [preset=tiny, train.device=cpu]
+arms:
+  rezero: []
+  gr: [model.use_gr=true]
+  attnres_full: [model.use_attnres=true]
+  attnres_block: [model.use_attnres=true, model.attnres.block_size=2]
+"""
 BASE = {1: 2.00, 2: 2.10, 3: 2.20}
-KINDS = {"rezero": "rezero", "gr": "gr", "attnres_full": "attnres", "attnres_block": "attnres",
-         "attnres_wide": "attnres"}
 
 
-def spec(arms: list[str]) -> ComparisonSpec:
-    return ComparisonSpec(name="t", description="", metric="bpb", baseline="rezero", aa_arm=None,
-                          min_effect=0.01, seeds=[1, 2, 3], fixed=[],
-                          arms={a: [] if a == "rezero" else [f"x.{a}=1"] for a in ["rezero", *arms]},
-                          extension="Add seeds 4-6 once.", extension_comparison="t_ext")
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    reg = tmp_path_factory.mktemp("registry")
+    (reg / "t.yaml").write_text(SPEC)
+    return build_plan("t", [], tmp_path_factory.mktemp("ab"), registry=reg)
 
 
-def record(arm: str, seed: int, bpb: float) -> RunRecord:
-    row: dict[str, Any] = {"step": 10, "bpb": bpb, "bpb@1": bpb, "tok/s": 1000.0}
-    return RunRecord(arm, seed, Path(f"/planted/{arm}-s{seed}"), KINDS[arm], 10, rows=[row], final=row,
-                     provenance={"device": "cpu"})
+def planted(plan: Any, diffs: dict[str, list[float]], failed: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Analyse planted final bpb: the baseline at BASE, each arm at BASE + its diffs; ``failed`` pairs have
+    no final eval and failed in this invocation."""
+    def read(pair: Pair) -> RunRecord:
+        if pair.name in failed:
+            return RunRecord(pair.arm, pair.seed, pair.run_dir, arm_name(pair.cfg), 10, error="planted failure",
+                             replicate=pair.replicate)
+        bpb = BASE[pair.replicate] + (diffs[pair.arm][pair.replicate - 1] if pair.arm in diffs else 0.0)
+        row: dict[str, Any] = {"step": 10, "bpb": bpb, "bpb@1": bpb + 0.1, "bpb@2": bpb, "tok/s": 1000.0}
+        return RunRecord(pair.arm, pair.seed, pair.run_dir, arm_name(pair.cfg), 10, rows=[row], final=row,
+                         provenance={"device": "cpu"}, replicate=pair.replicate)
 
-
-def planted(diffs: dict[str, list[float]]) -> dict[str, Any]:
-    records = [record("rezero", s, b) for s, b in BASE.items()]
-    records += [record(arm, s, BASE[s] + d) for arm, ds in diffs.items() for s, d in zip(BASE, ds)]
-    return analyze(spec(list(diffs)), records)
+    state = progress(plan, read, failed=set(failed))
+    results, _ = analyze(plan, state, read)
+    return results
 
 
 def p_two_sided_df2(xs: list[float]) -> float:
@@ -51,109 +78,75 @@ def p_two_sided_df2(xs: list[float]) -> float:
     return 1 - t / math.sqrt(t * t + 2)
 
 
-def test_verdict_follows_holm_not_the_raw_p() -> None:
-    """gr's raw p is < 0.05 (interval below 0, |mean| = 0.05 >= delta), but with 3 arms Holm multiplies the
-    smallest p by 3, past 0.05: the registered rule says not better -- and not a tie (the interval reaches
-    far past -delta), so undecided."""
-    diffs = {"gr": [-0.035, -0.05, -0.065], "attnres_full": [0.02, -0.02, 0.03],
-             "attnres_block": [0.0, 0.004, -0.002]}
-    p_gr = p_two_sided_df2(diffs["gr"])  # t = 0.05 / (0.015 / sqrt 3) = 5.774 -> p = 0.0287
-    assert p_gr == pytest.approx(0.028713, abs=1e-5)
-    assert p_gr < 0.05 < 3 * p_gr  # the planted case: raw significant, Holm not
-    results = planted(diffs)
-    gr = results["arms"]["gr"]
-    assert gr["p"] == pytest.approx(p_gr, rel=1e-9)
-    assert gr["p_holm"] == pytest.approx(3 * p_gr, rel=1e-9)  # the smallest of 3: times m = 3
-    assert gr["t_interval"][1] < 0  # the raw test alone would have called it better
-    assert gr["verdict"] == "undecided", (
-        f"verdict {gr['verdict']} with raw p {gr['p']:.4f} and Holm p {gr['p_holm']:.4f} "
-        f"(deviation={gr['verdict']} bound=undecided)")
-    assert gr["kept"] == "rezero"  # the simpler arm stays
-    assert f"Holm-adjusted p {3 * p_gr:.3g} ≥ 0.05" in gr["reason"]
+# gr: mean −0.05, sd c with c = 0.05·√3 / 7, so t = 7.0 and p = 1 − 7/√51 = 0.0198: significant at α/2
+# (0.025) but not at α/3 (0.0167). The family size decides this arm.
+_C = 0.05 * math.sqrt(3) / 7
+ON_THE_FAMILY_EDGE = [-0.05 - _C, -0.05, -0.05 + _C]
 
 
-def test_each_verdict_states_its_rule_and_the_command_of_the_extension() -> None:
-    diffs = {"gr": [-0.10, -0.11, -0.09],  # better: p = 0.0033, Holm x4 = 0.013
+def test_a_failed_arm_stays_in_the_multiplicity_family(plan: Any) -> None:
+    """An arm whose runs failed is invalid and keeps its share of α: the others are judged at α / 3, the
+    registered family, not at α / 2 (issue 22, item 7: a failed arm dropping out shrinks the family)."""
+    p = p_two_sided_df2(ON_THE_FAMILY_EDGE)
+    assert 0.05 / 3 < p < 0.05 / 2, p  # the planted case: decided by the family size
+    diffs = {"gr": ON_THE_FAMILY_EDGE, "attnres_full": [0.0, 0.001, -0.001], "attnres_block": [0.02, 0.0, 0.01]}
+    whole = planted(plan, diffs)
+    failed = planted(plan, diffs, failed=("attnres_block-s2",))
+    assert failed["arms"]["attnres_block"]["verdict"] == "invalid"
+    assert "planted failure" in failed["arms"]["attnres_block"]["sentence"]
+    assert failed["n_arms"] == whole["n_arms"] == 3
+    for results in (whole, failed):
+        gr = results["arms"]["gr"]
+        assert gr["decision"]["p"] == pytest.approx(p, rel=1e-9)
+        assert gr["verdict"] == "undecided", (
+            f"gr {gr['verdict']} at p {p:.4f} with family {gr['decision']['n_arms']} "
+            f"(deviation={gr['verdict']} bound=undecided at α/3 = {0.05 / 3:.4f})")
+        assert gr["decision"]["n_arms"] == 3
+        assert gr["kept"] == "rezero"  # undecided: the simpler arm stays
+
+
+def test_each_verdict_states_what_was_tested_and_keeps_by_the_registry_order(plan: Any) -> None:
+    diffs = {"gr": [-0.10, -0.11, -0.09],  # better
              "attnres_full": [0.10, 0.11, 0.09],  # worse
-             "attnres_block": [0.001, -0.001, 0.002],  # tie: interval ~(-0.0031, +0.0045) inside +-0.01
-             "attnres_wide": [0.03, -0.03, 0.02]}  # undecided: contains 0, reaches +-0.08
-    results = planted(diffs)
+             "attnres_block": [0.001, -0.001, 0.002]}  # tie: TOST interval well inside ±0.01
+    results = planted(plan, diffs)
     verdicts = {a: r["verdict"] for a, r in results["arms"].items()}
-    assert verdicts == {"rezero": "baseline", "gr": "better", "attnres_full": "worse", "attnres_block": "tie",
-                        "attnres_wide": "undecided"}
+    assert verdicts == {"rezero": "baseline", "gr": "better", "attnres_full": "worse", "attnres_block": "tie"}
     kept = {a: r["kept"] for a, r in results["arms"].items()}
-    want = {"rezero": None, "gr": "gr", "attnres_full": "rezero", "attnres_block": "rezero",
-            "attnres_wide": "rezero"}
-    wrong = {a: kept[a] for a in want if kept[a] != want[a]}
-    assert not wrong, f"kept arms {wrong}, expected {want} (deviation={len(wrong)} bound=0)"
+    assert kept == {"rezero": None, "gr": "gr", "attnres_full": "rezero", "attnres_block": "rezero"}
     report = render_report(results, [])
-    lines = {a: next(ln for ln in report.splitlines() if ln.startswith(f"- `{a}`"))
-             for a in diffs}
-    assert "rule: better = interval lies below 0, |mean Δ| ≥ δ and Holm p < α" in lines["gr"]
-    assert "rule: worse = interval lies above 0" in lines["attnres_full"]
-    assert "rule: tie = the interval lies inside (−δ, +δ)" in lines["attnres_block"]
-    assert "the mechanism is rejected; the simpler arm is kept" in lines["attnres_block"]
-    assert "rule: undecided" in lines["attnres_wide"]
-    assert "Registered extension: Add seeds 4-6 once. Run it with `dormouse ab t_ext`." in lines["attnres_wide"]
-    assert "Stays for now: `rezero`" in lines["attnres_wide"]
-    assert "rejected" not in lines["attnres_wide"]  # undecided never rejects the mechanism
-    assert "`undecided` otherwise" in report  # the decision bullet states the registered rule
+    lines = {a: next(ln for ln in report.splitlines() if ln.startswith(f"- `{a}`")) for a in diffs}
+    assert "gr has lower final bpb than rezero" in lines["gr"] and "lies below 0" in lines["gr"]
+    assert "attnres_full has higher final bpb" in lines["attnres_full"]
+    assert "differ by less than the SESOI 0.01 bpb" in lines["attnres_block"]
+    assert "the simpler arm is kept (the registry's order: rezero, then gr, then attnres)" in lines["attnres_block"]
+    for arm in diffs:  # results.json holds every number the sentence states
+        d = results["arms"][arm]["decision"]
+        assert f"[{d['interval'][0]:+.4f}, {d['interval'][1]:+.4f}]" in results["arms"][arm]["sentence"] \
+            or f"[{d['eq_interval'][0]:+.4f}, {d['eq_interval'][1]:+.4f}]" in results["arms"][arm]["sentence"]
 
 
-_INTERVAL = re.compile(r"t-interval \[([+-][\d.]+), ([+-][\d.]+)\] (lies below 0|lies above 0|contains 0|does)")
-_SIZE = re.compile(r"\|mean Δ\| ([\d.]+) (≥|<) δ ([\d.]+)")
-_HOLM = re.compile(r"Holm-adjusted p ([\d.e+-]+) (<|≥) ([\d.]+)")
+def test_beside_the_verdict_bad_runs_and_depth_are_reported_not_decided(plan: Any) -> None:
+    results = planted(plan, {"gr": [-0.10, -0.11, -0.09], "attnres_full": [0.0, 0.2, 0.0],
+                             "attnres_block": [0.0, 0.0, 0.0]})
+    full = results["arms"]["attnres_full"]
+    # bad_run_ceiling 2.15: attnres_full ends at 2.00, 2.30, 2.20 -> 2 of 3 above it; the baseline 1 of 3.
+    assert full["bad_runs"]["count"] == 2 and full["bad_runs"]["n"] == 3
+    assert results["arms"]["rezero"]["bad_runs"]["count"] == 1
+    assert results["arms"]["gr"]["bpb_by_depth"]["bpb@1"]["diff_mean"] == pytest.approx(-0.10)
+    report = render_report(results, [])
+    assert "## Δ at every depth (secondary" in report
+    assert "2/3" in next(ln for ln in report.splitlines() if ln.startswith("| `attnres_full`"))
 
 
-@pytest.mark.parametrize("diffs", [
-    {"gr": [-0.03, 0.004, -0.02]},  # mean < 0, interval contains 0
-    {"gr": [-0.015, -0.004, -0.012]},  # below 0, |mean| < delta, not inside the band
-    {"gr": [0.05, 0.02, 0.08], "attnres_full": [0.0, 0.001, -0.001], "attnres_block": [0.2, -0.2, 0.1]},
-])
-def test_no_verdict_sentence_contradicts_its_numbers(diffs: dict[str, list[float]]) -> None:
-    """Every comparison a sentence states ("lies below 0", "|mean Δ| x ≥ δ y", "Holm p < α") is checked
-    against the numbers in results.json."""
-    results = planted(diffs)
-    for arm, r in results["arms"].items():
-        if r["role"] == "baseline":
-            continue
-        text = r["reason"]
-        lo, hi = r["t_interval"]
-        m = _INTERVAL.search(text)
-        assert m, text
-        assert (float(m.group(1)), float(m.group(2))) == (round(lo, 4), round(hi, 4)), text
-        side, delta = m.group(3), results["delta"]
-        # the number that would contradict the claim, and the claim's bound on it
-        offending, bound, holds = {"lies below 0": (hi, "<0", hi < 0), "lies above 0": (lo, ">0", lo > 0),
-                                   "contains 0": (min(abs(lo), abs(hi)), "lo<=0<=hi", lo <= 0 <= hi),
-                                   "does": (max(abs(lo), abs(hi)), f"<{delta:.4f}", -delta < lo and hi < delta),
-                                   }[side]
-        assert holds, (f"{arm}: '{side}' contradicts the interval [{lo:+.4f}, {hi:+.4f}] "
-                       f"(deviation={offending:+.4f} bound={bound})")
-        for size in _SIZE.finditer(text):
-            big = abs(r["diff_mean"]) >= results["delta"]
-            assert (size.group(2) == "≥") == big, f"{arm}: {size.group(0)} contradicts mean {r['diff_mean']}"
-        for holm in _HOLM.finditer(text):
-            assert (holm.group(2) == "<") == (r["p_holm"] < results["alpha"]), f"{arm}: {holm.group(0)}"
-
-
-def test_the_registered_extension_only_adds_seeds(tmp_path: Path) -> None:
-    from dormouse.ab.registry import ABSpecError, load_spec
-
-    residual, ext = load_spec("residual").spec, load_spec("residual_ext").spec
-    assert residual.extension_comparison == "residual_ext"
-    assert set(residual.seeds) < set(ext.seeds) == {1, 2, 3, 4, 5, 6}
-    assert (residual.arms, residual.fixed, residual.baseline, residual.aa_arm, residual.min_effect) == (
-        ext.arms, ext.fixed, ext.baseline, ext.aa_arm, ext.min_effect)
-    # An "extension" that changes anything else is refused, naming the field.
-    reg = tmp_path / "reg"
-    reg.mkdir()
-    base = ("name: {name}\nbaseline: a\nmin_effect: 0.01\nseeds: {seeds}\narms:\n  a: []\n  b: [model.use_gr=true]\n"
-            "fixed: [{fixed}]\n")
-    (reg / "c.yaml").write_text(base.format(name="c", seeds="[1, 2]", fixed="train.steps=10")
-                                + "extension_comparison: c_ext\n")
-    (reg / "c_ext.yaml").write_text(base.format(name="c_ext", seeds="[1, 2, 3]", fixed="train.steps=20"))
-    with pytest.raises(ABSpecError, match="changes 'fixed'"):
-        load_spec("c", registry=reg)
-    (reg / "c_ext.yaml").write_text(base.format(name="c_ext", seeds="[1, 2, 3]", fixed="train.steps=10"))
-    assert load_spec("c", registry=reg).spec.extension_comparison == "c_ext"
+def test_the_metric_is_the_registered_final_eval_not_the_best(tmp_path: Path) -> None:
+    """A run whose bpb rose after an earlier eval is scored at its registered final step, never at its
+    best eval (that would be early stopping chosen after the fact)."""
+    rows = [{"step": 10, "bpb": 2.40}, {"step": 20, "bpb": 2.10}, {"step": 30, "bpb": 2.25}]
+    run = tmp_path / "gr-s1"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rec = load_record("gr", 1, run, "gr", 30)
+    assert rec.final is not None and rec.final["step"] == 30
+    assert rec.final["bpb"] == 2.25, f"read {rec.final['bpb']} (deviation={rec.final['bpb'] - 2.25:+.2f} bound=0)"
+    assert load_record("gr", 1, run, "gr", 40).final is None  # the registered step was never reached

@@ -24,7 +24,8 @@ def test_version_is_the_installed_distribution_version():
 def test_ab_list_shows_every_registered_comparison_with_its_description():
     result = runner.invoke(app, ["ab", "--list"])
     assert result.exit_code == 0, result.output
-    assert result.output.startswith("residual\t3 seeds; arms rezero, gr, attnres_full")
+    assert result.output.startswith("residual\tlooks at 3, 6, 9 replicates, SESOI 0.02 bpb; arms rezero, gr, ")
+    assert "\nresidual_cpu\t5 seeds (protocol 1, read only)" in result.output
     assert "\nsmoke\t" in result.output and "Smoke test of the A/B machinery" in result.output
 
 
@@ -36,8 +37,9 @@ def test_ab_without_a_name_says_how_to_find_one():
 def test_ab_runs_a_registration_file_given_by_path(tmp_path: Path):
     spec = tmp_path / "mine.yaml"
     spec.write_text(
-        "name: mine\ndescription: two arms, two seeds, four steps\nbaseline: rezero\nmin_effect: 0.01\n"
-        "seeds: [1, 2]\nfixed: [preset=tiny, train.steps=4, train.eval_every=4, data.eval_bytes=256, "
+        "protocol: 2\nname: mine\ndescription: two arms, two replicates, four steps\nbaseline: rezero\n"
+        "sesoi: 0.01\nlooks: [2]\ninit_seed_base: 1\ndata_seed_base: 1\npilot_sd: 0.01\nexpected_effect: -0.02\n"
+        "fixed: [preset=tiny, train.steps=4, train.eval_every=4, data.eval_bytes=256, "
         "logging.progress=off, train.device=cpu]\narms:\n  rezero: []\n  gr: [model.use_gr=true]\n")
     result = runner.invoke(app, ["ab", str(spec), "--root", str(tmp_path / "ab")])
     assert result.exit_code == 0, result.output

@@ -24,6 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from dormouse.ab import fingerprint
 from dormouse.ab.launch import DONE, FAILED, INTERRUPTED, Outcome
 from dormouse.ab.lock import LockHeld, pair_lock
 from dormouse.ab.records import final_row, read_metrics
@@ -40,7 +41,7 @@ STOP = (KeyboardInterrupt, Interrupted)
 
 @dataclass
 class Pair:
-    """One (arm, seed) run of the comparison."""
+    """One (arm, replicate) run of the comparison; ``seed`` is the replicate's init seed (``train.seed``)."""
 
     arm: str
     seed: int
@@ -48,6 +49,7 @@ class Pair:
     run_dir: Path
     status: str = "pending"  # pending | running | resuming | done | kept | failed | interrupted
     note: str = ""
+    replicate: int = 1  # 1-based index in the registered replicate stream
 
     @property
     def name(self) -> str:
@@ -88,6 +90,7 @@ class PairTask:
     train_fn: TrainFn
     launcher: str  # how the comparison launched it (recorded with the attempt)
     output_to_file: bool = False  # a worker: its prints go to launch/<pair>.out, not the terminal
+    fingerprint: str | None = None  # the code the comparison runs on (dormouse.ab.fingerprint); None = any
 
 
 # --- the attempt record ---------------------------------------------------------------------------------
@@ -102,6 +105,11 @@ def read_launch_record(comp_dir: Path, pair: str) -> dict[str, Any]:
         return json.loads(launch_record_path(comp_dir, pair).read_text())
     except (OSError, ValueError):
         return {"pair": pair, "attempts": []}
+
+
+def recorded_fingerprints(comp_dir: Path, pair: str) -> list[dict[str, Any] | None]:
+    """The fingerprint each attempt of a pair recorded (None for an attempt that recorded none)."""
+    return [a.get("fingerprint") for a in read_launch_record(comp_dir, pair).get("attempts", [])]
 
 
 def _write_record(comp_dir: Path, pair: str, record: dict[str, Any]) -> None:
@@ -176,13 +184,20 @@ def run_pair(task: PairTask) -> Outcome:
         cfg.train.resume = "auto"
         task.train_fn(cfg)
         return Outcome(pair.name, DONE, "follower rank")
+    code_here = fingerprint.compute()
+    if task.fingerprint is not None and code_here.sha256 != task.fingerprint:
+        # The code changed between the driver's check and this job (an edit, another checkout on a node):
+        # a run computed by it must not join the comparison.
+        return Outcome(pair.name, FAILED, f"this job's code (fingerprint {code_here.sha256[:12]}, commit "
+                       f"{code_here.commit}) is not the comparison's ({task.fingerprint[:12]}); nothing was run")
     try:
         lock = pair_lock(task.comp_dir, pair.name).acquire()
     except LockHeld as exc:
         return Outcome(pair.name, FAILED, str(exc))
     record = read_launch_record(task.comp_dir, pair.name)
     attempt: dict[str, Any] = {"launcher": task.launcher, **_where(),
-                               "started": datetime.now().isoformat(timespec="seconds"), "state": "running"}
+                               "started": datetime.now().isoformat(timespec="seconds"), "state": "running",
+                               "fingerprint": code_here.to_dict()}
     if lock.took_over:
         attempt["lock"] = lock.stale_message()
     record["attempts"] = [*record.get("attempts", []), attempt]

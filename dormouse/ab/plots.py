@@ -19,8 +19,8 @@ from dormouse.runfiles import ComparisonFiles
 
 
 def plot_curves(records: list[RunRecord], arms: list[str], out: Path, aa_arm: str | None = None) -> Path:
-    """Eval bpb vs training tokens: one colour per arm, each seed thin, the mean over seeds thick (the A/A
-    arm dashed: it often lies exactly on the baseline).
+    """Eval bpb vs training tokens: one colour per arm, each replicate thin, the mean over replicates thick
+    (the A/A arm dashed, its replicates dashed too and as visible as the others': they are the check).
 
     The mean is taken at the steps every seed of the arm reached (the runs share the eval schedule).
     """
@@ -36,7 +36,8 @@ def plot_curves(records: list[RunRecord], arms: list[str], out: Path, aa_arm: st
             pts = [(x["tokens"], x["bpb"]) for x in r.rows
                    if is_finite_number(x.get("bpb")) and is_finite_number(x.get("tokens"))]
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colour, linewidth=0.8, alpha=0.45)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], color=colour, linewidth=0.9, alpha=0.6,
+                        linestyle="--" if arm == aa_arm else "-")
             for x in r.rows:
                 if is_finite_number(x.get("bpb")) and is_finite_number(x.get("tokens")):
                     by_step[int(x["step"])].append((float(x["tokens"]), float(x["bpb"])))
@@ -48,7 +49,7 @@ def plot_curves(records: list[RunRecord], arms: list[str], out: Path, aa_arm: st
                     label=f"{arm} (n={len(runs)})")
     ax.set_xlabel("training tokens (bytes)")
     ax.set_ylabel("eval bpb")
-    ax.set_title("Eval bpb vs tokens (thin: seeds, thick: mean)")
+    ax.set_title("Eval bpb vs tokens (thin: replicates, thick: mean)")
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend()
@@ -58,7 +59,8 @@ def plot_curves(records: list[RunRecord], arms: list[str], out: Path, aa_arm: st
 
 
 def plot_depth(results: dict[str, Any], out: Path) -> Path:
-    """Final bpb at each depth 1..max_iter per arm: mean over seeds, error bars ± sd across seeds."""
+    """Final bpb at each depth 1..max_iter per arm: mean over replicates, error bars ± sd across replicates.
+    The legend sits outside the axes: inside, it covered the curves."""
     fig = Figure(figsize=(7, 4.5), dpi=110)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -79,41 +81,43 @@ def plot_depth(results: dict[str, Any], out: Path) -> Path:
         ax.errorbar(depths, means, yerr=sds, marker="o", capsize=3, color=f"C{i % 10}", label=name)
     ax.set_xlabel("depth (iterations of the shared block)")
     ax.set_ylabel("final eval bpb")
-    ax.set_title("Final bpb by depth (mean ± sd over seeds)")
+    ax.set_title("Final bpb by depth (mean ± sd over replicates)")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend()
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     fig.tight_layout()
     fig.savefig(out)
     return out
 
 
 def plot_forest(results: dict[str, Any], out: Path) -> Path:
-    """The decision at a glance: each arm's paired Δ bpb vs the baseline (mean over seeds, a dot), its t
-    interval (thick bar) and bootstrap interval (thin bar below it), the ±δ band of no practical
-    difference (shaded) and zero (a line). Below zero = lower bpb = better. The verdict is written at the
-    right; an arm without paired seeds is listed with "no paired Δ"."""
+    """The decision at a glance: each arm's mean paired Δ bpb vs the baseline (a dot), the repeated
+    confidence interval its deciding look compared with 0 (thick bar) and the TOST interval it compared
+    with ±SESOI (thin bar below it), the ±SESOI band (shaded) and zero (a line). Below zero = lower bpb =
+    better. The verdict and its look are written at the right; an arm without a decision is listed with
+    "no decision"."""
     arms = [(name, a) for name, a in results["arms"].items() if a["role"] != "baseline"]
-    delta = float(results["delta"])
+    sesoi = float(results["sesoi"])
     fig = Figure(figsize=(8, 1.4 + 0.6 * max(1, len(arms))), dpi=110)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    ax.axvspan(-delta, delta, color="grey", alpha=0.18, label=f"±δ = {delta:.4f} bpb")
+    ax.axvspan(-sesoi, sesoi, color="grey", alpha=0.18, label=f"±SESOI = {sesoi:g} bpb")
     ax.axvline(0.0, color="black", linewidth=0.8)
     ys = list(range(len(arms)))[::-1]
-    xs: list[float] = [-delta, delta]
+    xs: list[float] = [-sesoi, sesoi]
     for y, (_, a) in zip(ys, arms):
         colour = "C7" if a["role"] == "aa" else "C0"
-        t_iv, boot = a.get("t_interval"), a.get("bootstrap_interval")
-        if t_iv is not None:
-            ax.plot(t_iv, [y, y], color=colour, linewidth=3.5, solid_capstyle="butt",
-                    label="95 % t interval" if y == ys[0] else None)
-            xs += list(t_iv)
-        if boot is not None:
-            ax.plot(boot, [y - 0.18, y - 0.18], color=colour, linewidth=1.2, alpha=0.8,
-                    label="95 % bootstrap interval" if y == ys[0] else None)
-            xs += list(boot)
+        d = a.get("decision") or {}
+        rci, eq = d.get("interval"), d.get("eq_interval")
+        if rci is not None:
+            ax.plot(rci, [y, y], color=colour, linewidth=3.5, solid_capstyle="butt",
+                    label="repeated interval (vs 0)" if y == ys[0] else None)
+            xs += list(rci)
+        if eq is not None:
+            ax.plot(eq, [y - 0.18, y - 0.18], color=colour, linewidth=1.2, alpha=0.8,
+                    label="TOST interval (vs ±SESOI)" if y == ys[0] else None)
+            xs += list(eq)
         if is_finite_number(a.get("diff_mean")):
             ax.plot([a["diff_mean"]], [y], "o", color="black", markersize=5,
                     label="mean paired Δ" if y == ys[0] else None)
@@ -123,13 +127,15 @@ def plot_forest(results: dict[str, Any], out: Path) -> Path:
     ax.set_xlim(lo - pad, hi + pad)
     for y, (_, a) in zip(ys, arms):
         note = str(a.get("verdict", "?"))
-        if not is_finite_number(a.get("diff_mean")):
-            note += ": no paired Δ"
+        if a.get("look"):
+            note += f" (look {a['look']}, n={len(a.get('replicates', []))})"
+        elif a["role"] == "arm":
+            note += ": no decision"
         ax.annotate(note, xy=(1.01, y), xycoords=("axes fraction", "data"), va="center", fontsize=9)
     ax.set_yticks(ys, [name + (" (A/A)" if a["role"] == "aa" else "") for name, a in arms])
     ax.set_ylim(-0.8, len(arms) - 0.4)
     ax.set_xlabel(f"Δ bpb vs {results['baseline']} (arm − baseline; < 0 is better)")
-    ax.set_title(f"ab {results['name']}: paired differences, {len(results['seeds'])} seeds", fontsize=10)
+    ax.set_title(f"ab {results['name']}: paired differences, looks at {results['looks']} replicates", fontsize=10)
     ax.grid(True, axis="x", alpha=0.3)
     ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.08), ncol=4, frameon=False)
     fig.tight_layout()

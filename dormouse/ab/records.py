@@ -39,7 +39,11 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 
 def final_row(rows: list[dict[str, Any]], steps: int) -> dict[str, Any] | None:
-    """The registered final eval (step == train.steps) with a finite bpb, else None."""
+    """The registered final eval (step == train.steps) with a finite bpb, else None.
+
+    The last row, never the best one: reading the lowest bpb over the evals would be early stopping chosen
+    after the fact, and it favours the noisier arm (its minimum over evals sits further below its final).
+    """
     if rows and int(rows[-1]["step"]) == steps and is_finite_number(rows[-1].get("bpb")):
         return rows[-1]
     return None
@@ -47,7 +51,7 @@ def final_row(rows: list[dict[str, Any]], steps: int) -> dict[str, Any] | None:
 
 @dataclass
 class RunRecord:
-    """One (arm, seed) run as the report sees it."""
+    """One (arm, replicate) run as the report sees it (``seed`` is the replicate's init seed)."""
 
     arm: str
     seed: int
@@ -59,6 +63,7 @@ class RunRecord:
     final: dict[str, Any] | None = None
     findings: list[Finding] = field(default_factory=list)
     provenance: dict[str, Any] = field(default_factory=dict)
+    replicate: int = 1
 
     @property
     def complete(self) -> bool:
@@ -66,10 +71,10 @@ class RunRecord:
 
 
 def load_record(arm: str, seed: int, run_dir: Path, kind: str, steps: int,
-                error: str | None = None) -> RunRecord:
+                error: str | None = None, replicate: int = 1) -> RunRecord:
     """Read one run's metrics, provenance and log findings (the `dormouse logs --check` checks)."""
     files = RunFiles(run_dir)
-    rec = RunRecord(arm, seed, run_dir, kind, steps, error)
+    rec = RunRecord(arm, seed, run_dir, kind, steps, error, replicate=replicate)
     rec.rows = read_metrics(files.metrics)
     rec.final = final_row(rec.rows, steps)
     rec.findings = read_run(run_dir).findings

@@ -1,27 +1,42 @@
 """Registered comparisons: ``conf/ab/NAME.yaml`` (installed as ``dormouse.conf`` / ``ab``).
 
-Registering a comparison before running it is the point of the protocol (docs/ab-protocol.md): arms, seeds,
-the minimum effect and everything held fixed are written down first, so nothing can be tuned after the
-results are seen. The file is schema-checked with the typed dataclass :class:`ComparisonSpec` through
-``OmegaConf.structured`` and then validated; a bad file is refused before any run, with the field named.
+Registering a comparison before running it is the point of the protocol (docs/ab-protocol.md): arms, the
+smallest effect of interest, the looks, the seed streams and everything held fixed are written down first,
+so nothing can be tuned after the results are seen. The file is schema-checked with a typed dataclass
+through ``OmegaConf.structured`` and then validated; a bad file is refused before any run, with the field
+named.
 
-Schema (every key; unknown keys are refused)::
+Protocol 2 (every new registration; :class:`ComparisonSpec`, every key, unknown keys refused)::
 
-    name: residual                 # must equal the file name
+    protocol: 2
+    name: smoke                    # must equal the file name
     description: "..."             # free text, copied into the report
     metric: bpb                    # the only metric: final eval bpb at the final depth
     baseline: rezero               # an arm name
-    aa_arm: rezero_aa              # optional: the baseline again with another data-order stream (noise)
-    min_effect: 0.01               # registered minimum effect δ, in bpb
-    seeds: [1, 2, 3]               # train.seed of each pair; every arm runs every seed
-    fixed: [preset=9m, ...]        # overrides applied to every run (before the arm's own)
-    arms:                          # arm name -> its overrides (the baseline's list is usually empty)
+    aa_arm: rezero_aa              # optional: the baseline again (same overrides) on its own data-order
+                                   # stream: a calibration check, not a margin
+    sesoi: 0.02                    # smallest effect of interest, bpb, argued in the file's comments
+    alpha: 0.05                    # family-wise error rate, spent across the looks (dormouse.ab.sequential)
+    looks: [2, 4, 6]               # cumulative replicates per arm at each look; the last is the maximum
+    init_seed_base: 1              # replicate k (0-based) trains with train.seed = init_seed_base + k
+    data_seed_base: 1              # ... and train.data_seed = data_seed_base + k (every arm but the A/A)
+    aa_data_seed_base: 1001        # the A/A arm's train.data_seed = aa_data_seed_base + k
+    pilot_sd: 0.03                 # sd of paired differences the design card simulates (from a pilot)
+    expected_effect: -0.05         # the effect the card states its power at (bpb, arm - baseline)
+    bad_run_ceiling: 2.6           # optional: a run ending above this final bpb is a bad run (reported)
+    fixed: [preset=tiny, ...]      # overrides applied to every run (before the arm's own)
+    arms:                          # arm name -> its overrides; the order is the registry's
       rezero: []
       gr: [model.use_gr=true]
-    extension: "..."               # the rule, fixed in advance, for adding seeds after a first look
-    extension_comparison: name_ext # optional: the registered comparison that rule runs (the report names
-                                   # `dormouse ab name_ext` for an undecided arm); it must differ from this
-                                   # one only in name, description, seeds (a superset) and extension fields
+
+Seeds are streams, not lists: replicate k's seeds are the bases plus k, so a longer schedule extends them
+and never renumbers a replicate that ran. ``train.seed`` seeds the shared initial weights (and the
+random-depth draw); ``train.data_seed`` the data order only (dormouse/model.py ``init_weights``,
+dormouse/data.py ``train_batch``).
+
+Protocol 1 (no ``protocol`` key; :class:`ComparisonSpecV1`: ``min_effect``, ``seeds``, ``extension``,
+``extension_comparison``) is read only, so the published ``residual_cpu`` result stays checkable against
+its registration; ``dormouse ab`` refuses to run it (its margin 2·sd(A/A) does not shrink with seeds).
 """
 
 from __future__ import annotations
@@ -32,31 +47,69 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 REGISTRY_PACKAGE = "dormouse.conf"
 REGISTRY_DIR = "ab"
+PROTOCOL = 2  # what `dormouse ab` runs; protocol 1 is read only
 
 # Keys the runner sets for every pair; a registered file or CLI override that sets them would break the
-# pairing (seed), the directory layout (run.*), resumption (train.resume) or the wandb grouping.
+# pairing (seeds), the directory layout (run.*), resumption (train.resume) or the wandb grouping.
 RUNNER_KEYS = (
     "run.dir",
     "run.name",
     "train.seed",
+    "train.data_seed",
     "train.resume",
     "train.overwrite",
     "logging.wandb_group",
     "logging.wandb_job_type",
 )
+# Protocol 1 let an arm set its data-order seed (its A/A arm did); the runner owned the rest.
+RUNNER_KEYS_V1 = tuple(k for k in RUNNER_KEYS if k != "train.data_seed")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 @dataclass
 class ComparisonSpec:
-    """The typed schema of a registered comparison (see the module docstring)."""
+    """The typed schema of a protocol-2 registered comparison (see the module docstring)."""
 
+    protocol: int = PROTOCOL
+    name: str = MISSING
+    description: str = ""
+    metric: str = "bpb"
+    baseline: str = MISSING
+    aa_arm: str | None = None
+    sesoi: float = MISSING
+    alpha: float = 0.05
+    looks: list[int] = MISSING
+    init_seed_base: int = MISSING
+    data_seed_base: int = MISSING
+    aa_data_seed_base: int | None = None
+    pilot_sd: float = MISSING
+    expected_effect: float = MISSING
+    bad_run_ceiling: float | None = None
+    fixed: list[str] = field(default_factory=list)
+    arms: dict[str, list[str]] = MISSING
+
+    @property
+    def max_replicates(self) -> int:
+        return int(self.looks[-1])
+
+    @property
+    def tested(self) -> list[str]:
+        """The arms compared with the baseline: the multiplicity family, fixed here, in registry order."""
+        return [a for a in self.arms if a not in (self.baseline, self.aa_arm)]
+
+
+@dataclass
+class ComparisonSpecV1:
+    """Protocol 1's schema, read only (the published ``residual_cpu``): seeds as a list, δ from the A/A."""
+
+    protocol: int = 1
     name: str = MISSING
     description: str = ""
     metric: str = "bpb"
@@ -69,9 +122,12 @@ class ComparisonSpec:
     extension: str = ""
     extension_comparison: str | None = None
 
+    @property
+    def tested(self) -> list[str]:
+        return [a for a in self.arms if a not in (self.baseline, self.aa_arm)]
 
-# Fields an extension comparison may change (seeds only grow); everything else is what was registered.
-EXTENSION_MAY_DIFFER = ("name", "description", "seeds", "extension", "extension_comparison")
+
+AnySpec = ComparisonSpec | ComparisonSpecV1
 
 
 class ComparisonError(ValueError):
@@ -90,13 +146,17 @@ class ABSpecError(ComparisonError):
 class Registered:
     """A loaded registered comparison: the typed spec, its file's text and where it came from."""
 
-    spec: ComparisonSpec
+    spec: AnySpec
     text: str
     source: str  # a path or "dormouse.conf/ab/NAME.yaml"
 
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+    @property
+    def protocol(self) -> int:
+        return int(self.spec.protocol)
 
 
 def override_key(override: str) -> str:
@@ -116,54 +176,49 @@ def _read_text(name: str, registry: Path | None) -> tuple[str, str]:
     if not _SAFE_NAME.match(name):
         raise ABSpecError([f"comparison name {name!r} is not a plain name (letters, digits, _ . -)"])
     if registry is not None:
-        path = Path(registry) / f"{name}.yaml"
+        path: Any = Path(registry) / f"{name}.yaml"
         source = str(path)
-        exists = path.is_file()
     else:
         path = importlib.resources.files(REGISTRY_PACKAGE) / REGISTRY_DIR / f"{name}.yaml"
         source = f"{REGISTRY_PACKAGE}/{REGISTRY_DIR}/{name}.yaml"
-        exists = path.is_file()
-    if not exists:
+    if not path.is_file():
         known = ", ".join(list_comparisons(registry)) or "none"
         raise ABSpecError([f"no registered comparison {name!r} ({source} does not exist); "
                            f"registered: {known}"])
     return path.read_text(encoding="utf-8"), source
 
 
-def parse_spec(text: str, source: str) -> ComparisonSpec:
-    """Schema-check YAML text against :class:`ComparisonSpec`; :class:`ABSpecError` names the field."""
+def parse_spec(text: str, source: str) -> AnySpec:
+    """Schema-check YAML text against its protocol's dataclass; :class:`ABSpecError` names the field."""
     try:
         raw = OmegaConf.create(text)
     except Exception as exc:
         raise ABSpecError([f"{source}: not valid YAML: {exc}"]) from exc
     if not OmegaConf.is_dict(raw):
-        raise ABSpecError([f"{source}: expected a mapping of the fields {', '.join(_fields())}"])
+        raise ABSpecError([f"{source}: expected a mapping of the fields {', '.join(_fields(ComparisonSpec))}"])
+    protocol = raw.get("protocol", 1)
+    schema: type = {1: ComparisonSpecV1, 2: ComparisonSpec}.get(protocol)  # type: ignore[assignment]
+    if schema is None:
+        raise ABSpecError([f"{source}: field 'protocol': {protocol!r} is not 1 (read only) or 2"])
     try:
-        cfg = OmegaConf.merge(OmegaConf.structured(ComparisonSpec), raw)
+        cfg = OmegaConf.merge(OmegaConf.structured(schema), raw)
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", None) or "?"
         msg = str(getattr(exc, "msg", None) or exc).splitlines()[0]
-        raise ABSpecError([f"{source}: field '{key}': {msg} (fields: {', '.join(_fields())})"]) from exc
+        raise ABSpecError([f"{source}: field '{key}': {msg} (protocol {protocol} fields: "
+                           f"{', '.join(_fields(schema))})"]) from exc
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
         raise ABSpecError([f"{source}: field '{k}' is required" for k in missing])
     return OmegaConf.to_object(cfg)  # type: ignore[return-value]
 
 
-def _fields() -> list[str]:
-    return list(ComparisonSpec.__dataclass_fields__)
+def _fields(schema: type) -> list[str]:
+    return list(schema.__dataclass_fields__)
 
 
-def validate_spec(spec: ComparisonSpec, source: str, expected_name: str | None = None) -> list[str]:
-    """Every problem with a schema-valid spec, one line each naming the field. Empty = runnable.
-
-    Override values are checked later, by composing every pair's config before the first run.
-    """
-    lines: list[str] = []
-
-    def bad(key: str, msg: str) -> None:
-        lines.append(f"{source}: field '{key}': {msg}")
-
+def _common_problems(spec: AnySpec, bad: Any, expected_name: str | None, runner_keys: tuple[str, ...]) -> None:
+    """The checks both protocols share: names, metric, arms and their overrides, baseline, A/A arm."""
     if not _SAFE_NAME.match(spec.name):
         bad("name", f"{spec.name!r} must be a plain name (letters, digits, _ . -)")
     elif expected_name is not None and spec.name != expected_name:
@@ -179,13 +234,13 @@ def validate_spec(spec: ComparisonSpec, source: str, expected_name: str | None =
         for o in overrides:
             if "=" not in o:
                 bad(f"arms.{arm}", f"override {o!r} is not key=value")
-            elif override_key(o) in RUNNER_KEYS:
-                bad(f"arms.{arm}", f"override {o!r} sets a key the runner owns ({', '.join(RUNNER_KEYS)})")
+            elif override_key(o) in runner_keys:
+                bad(f"arms.{arm}", f"override {o!r} sets a key the runner owns ({', '.join(runner_keys)})")
     for o in spec.fixed:
         if "=" not in o:
             bad("fixed", f"override {o!r} is not key=value")
-        elif override_key(o) in RUNNER_KEYS:
-            bad("fixed", f"override {o!r} sets a key the runner owns ({', '.join(RUNNER_KEYS)})")
+        elif override_key(o) in runner_keys:
+            bad("fixed", f"override {o!r} sets a key the runner owns ({', '.join(runner_keys)})")
     if spec.baseline not in spec.arms:
         bad("baseline", f"{spec.baseline!r} is not one of the arms ({', '.join(spec.arms)})")
     if spec.aa_arm is not None:
@@ -193,9 +248,55 @@ def validate_spec(spec: ComparisonSpec, source: str, expected_name: str | None =
             bad("aa_arm", f"{spec.aa_arm!r} is not one of the arms ({', '.join(spec.arms)})")
         elif spec.aa_arm == spec.baseline:
             bad("aa_arm", "must differ from the baseline (it is the baseline again with another data-order stream)")
-    tested = [a for a in spec.arms if a not in (spec.baseline, spec.aa_arm)]
-    if spec.arms and not tested:
+    if spec.arms and not spec.tested:
         bad("arms", "no arm to compare with the baseline")
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def _v2_problems(spec: ComparisonSpec, bad: Any) -> None:
+    """Protocol 2's own fields: the smallest effect, α, the looks, the seed streams, the design inputs."""
+    if not (_finite(spec.sesoi) and spec.sesoi > 0):
+        bad("sesoi", f"{spec.sesoi} must be a finite number > 0 (bpb): equivalence needs a margin")
+    if not (_finite(spec.alpha) and 0 < spec.alpha < 0.5):
+        bad("alpha", f"{spec.alpha} must lie in (0, 0.5)")
+    looks = list(spec.looks)
+    if not looks:
+        bad("looks", "at least one look is required")
+    elif looks[0] < 2 or any(b <= a for a, b in zip(looks, looks[1:])):
+        bad("looks", f"{looks} must be strictly increasing cumulative replicate counts, the first >= 2 "
+            "(an interval needs two replicates)")
+    if not (_finite(spec.pilot_sd) and spec.pilot_sd > 0):
+        bad("pilot_sd", f"{spec.pilot_sd} must be a finite number > 0 (bpb; the sd of paired differences)")
+    if not _finite(spec.expected_effect):
+        bad("expected_effect", f"{spec.expected_effect} must be a finite number (bpb)")
+    if spec.bad_run_ceiling is not None and not (_finite(spec.bad_run_ceiling) and spec.bad_run_ceiling > 0):
+        bad("bad_run_ceiling", f"{spec.bad_run_ceiling} must be a finite number > 0 (bpb) or null")
+    for key in ("init_seed_base", "data_seed_base", "aa_data_seed_base"):
+        value = getattr(spec, key)
+        if value is not None and value < 0:
+            bad(key, f"{value} must be >= 0")
+    if spec.aa_arm is not None and spec.aa_arm in spec.arms and spec.baseline in spec.arms:
+        if spec.aa_data_seed_base is None:
+            bad("aa_data_seed_base", f"required with aa_arm {spec.aa_arm!r}: the A/A arm's own data-order stream")
+        elif looks:
+            n = looks[-1]
+            lo, hi = spec.aa_data_seed_base, spec.aa_data_seed_base + n - 1
+            if lo <= spec.data_seed_base + n - 1 and spec.data_seed_base <= hi:
+                bad("aa_data_seed_base", f"the A/A data seeds {lo}..{hi} overlap the arms' data seeds "
+                    f"{spec.data_seed_base}..{spec.data_seed_base + n - 1}: an A/A replicate would share its "
+                    "baseline's data order")
+        if list(spec.arms[spec.aa_arm]) != list(spec.arms[spec.baseline]):
+            bad(f"arms.{spec.aa_arm}", f"the A/A arm is the baseline again: its overrides "
+                f"{list(spec.arms[spec.aa_arm])} must equal {spec.baseline!r}'s {list(spec.arms[spec.baseline])} "
+                "(the runner gives it its own data-order stream)")
+    elif spec.aa_arm is None and spec.aa_data_seed_base is not None:
+        bad("aa_data_seed_base", "set without an aa_arm")
+
+
+def _v1_problems(spec: ComparisonSpecV1, bad: Any) -> None:
     if not spec.seeds:
         bad("seeds", "at least one seed is required")
     elif len(set(spec.seeds)) != len(spec.seeds):
@@ -207,19 +308,24 @@ def validate_spec(spec: ComparisonSpec, source: str, expected_name: str | None =
             bad("extension_comparison", f"{spec.extension_comparison!r} must be a plain name")
         elif spec.extension_comparison == spec.name:
             bad("extension_comparison", "must name another registered comparison, not this one")
-    return lines
 
 
-def extension_problems(spec: ComparisonSpec, ext: ComparisonSpec, source: str) -> list[str]:
-    """Why ``ext`` is not a faithful extension of ``spec``: it may add seeds and nothing else."""
-    lines = []
-    for key in ComparisonSpec.__dataclass_fields__:
-        if key not in EXTENSION_MAY_DIFFER and getattr(spec, key) != getattr(ext, key):
-            lines.append(f"{source}: field 'extension_comparison': {ext.name!r} changes {key!r} "
-                         f"({getattr(spec, key)!r} -> {getattr(ext, key)!r}); an extension adds seeds only")
-    if not set(spec.seeds) < set(ext.seeds):
-        lines.append(f"{source}: field 'extension_comparison': {ext.name!r} has seeds {ext.seeds}, which must "
-                     f"strictly contain this comparison's {spec.seeds}")
+def validate_spec(spec: AnySpec, source: str, expected_name: str | None = None) -> list[str]:
+    """Every problem with a schema-valid spec, one line each naming the field. Empty = well formed.
+
+    Override values are checked later, by composing every pair's config before the first run.
+    """
+    lines: list[str] = []
+
+    def bad(key: str, msg: str) -> None:
+        lines.append(f"{source}: field '{key}': {msg}")
+
+    if isinstance(spec, ComparisonSpec):
+        _common_problems(spec, bad, expected_name, RUNNER_KEYS)
+        _v2_problems(spec, bad)
+    else:
+        _common_problems(spec, bad, expected_name, RUNNER_KEYS_V1)
+        _v1_problems(spec, bad)
     return lines
 
 
@@ -233,14 +339,6 @@ def load_spec(name: str, registry: Path | None = None) -> Registered:
     spec = parse_spec(text, source)
     expected = None if name.endswith((".yaml", ".yml")) else name
     problems = validate_spec(spec, source, expected)
-    if not problems and spec.extension_comparison is not None:
-        try:
-            ext_text, ext_source = _read_text(spec.extension_comparison, registry)
-            ext = parse_spec(ext_text, ext_source)
-        except ABSpecError as exc:
-            problems += [f"{source}: field 'extension_comparison': {line}" for line in exc.lines]
-        else:
-            problems += extension_problems(spec, ext, source)
     if problems:
         raise ABSpecError(problems)
     return Registered(spec=spec, text=text, source=source)

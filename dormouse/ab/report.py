@@ -1,14 +1,22 @@
-"""From finished runs to a verdict: read every run of a comparison, apply the protocol's statistics and
-write ``results.json`` and ``report.md`` (docs/ab-protocol.md, "The metric and the statistics", "Outputs").
+"""From finished runs to verdicts: read every run a comparison's looks used, state each arm's sequential
+decision with everything beside it, and write ``results.json`` and ``report.md`` (docs/ab-protocol.md,
+"Verdicts", "Outputs").
 
-Everything here reads the run directories on disk, so a report made after a resume (some pairs from an
-earlier process) is the same as one made in a single sitting.
+Everything here reads the run directories on disk (through :func:`dormouse.ab.looks.progress`, which
+replays the looks), so a report made after a resume is the same as one made in a single sitting.
+``results.json`` carries every number a verdict compared (the look's boundary, the repeated interval, the
+TOST interval, p and its nominal level), so a reader can check each verdict by hand.
+
+Nothing here branches on an arm's name: the tie rule "keeps the simpler arm" uses the arm registry's order
+(``dormouse.config.ARMS``, simplest first).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
+from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -16,43 +24,29 @@ from typing import Any
 import numpy as np
 
 from dormouse.ab import stats
+from dormouse.ab.looks import INVALID, UNDECIDED, Progress
+from dormouse.ab.pairjob import Pair
+from dormouse.ab.plan import ComparisonPlan
 from dormouse.ab.plots import write_plots
 from dormouse.ab.records import RunRecord, is_finite_number
-from dormouse.ab.registry import ComparisonSpec
 from dormouse.checkpoint import atomic_write_text
 from dormouse.config import ARMS
 from dormouse.logs import Finding
 from dormouse.runfiles import ComparisonFiles
 
-ALPHA = 0.05
-CONFIDENCE = 0.95
+BETTER, WORSE, TIE = "better", "worse", "tie"
+ORDER = ", then ".join(ARMS)  # the registry's order, simplest first
 
-# What each verdict means for the mechanism (after the sentence that states the rule and the numbers).
+# What each verdict means for the mechanism (after the sentence that states what was tested).
 MEANING = {
-    stats.BETTER: "the arm lowers final bpb by at least δ beyond noise. The mechanism is kept if its cost "
-                  "(below) is acceptable.",
-    stats.WORSE: "the arm raises final bpb by at least δ beyond noise: the mechanism is rejected.",
-    stats.TIE: "the effect is shown to be smaller than δ either way: the mechanism is rejected; the simpler "
-               "arm is kept (ReZero, then GR, then AttnRes).",
-    stats.UNDECIDED: "the data cannot tell an effect of δ from none. Nothing is adopted: the simpler arm "
-                     "stays for now (ReZero, then GR, then AttnRes), and the registered extension decides.",
-    stats.INVALID: "no verdict: the arm's counters show it did not run as asked (ran ≠ asked, or 0), an "
-                   "unselected arm leaked, or a run failed or is incomplete. Fix the cause and rerun; an "
-                   "invalid arm is never a tie.",
+    BETTER: "the mechanism is kept if its cost (below) is acceptable.",
+    WORSE: "the mechanism is rejected.",
+    TIE: f"the mechanism is rejected: the simpler arm is kept (the registry's order: {ORDER}).",
+    UNDECIDED: f"nothing is adopted: the simpler arm stays (the registry's order: {ORDER}).",
+    INVALID: "no verdict: the arm's counters show it did not run as asked (ran ≠ asked, or 0), an unselected "
+             "arm leaked, or a run failed or is incomplete. Fix the cause and rerun; an invalid arm is never a "
+             "tie, and it stays in the multiplicity family.",
 }
-
-AA_MEANING = {
-    stats.TIE: "as expected: the baseline run again is shown to be within δ of the baseline.",
-    stats.UNDECIDED: "no difference beyond noise was shown, but the interval is too wide to show the repeat "
-                     "lies within δ of the baseline. Expected at few seeds when δ comes from the A/A spread "
-                     "itself: the interval's half-width is t(0.975, n−1)/(2√n)·δ, 1.24 δ at 3 seeds. Only a "
-                     "`better`/`worse` A/A arm is a warning.",
-    stats.BETTER: "the baseline run again differs from the baseline beyond δ: the noise is larger than "
-                  "the A/A seeds showed, or the runs are not reproducible. Treat every verdict above with "
-                  "suspicion and find out why.",
-    stats.INVALID: MEANING[stats.INVALID] + " Without it δ is the registered minimum.",
-}
-AA_MEANING[stats.WORSE] = AA_MEANING[stats.BETTER]
 
 
 # --- analysis -------------------------------------------------------------------------------------------
@@ -80,157 +74,197 @@ def _cost(records: list[RunRecord]) -> dict[str, Any]:
 
 
 def simpler(kind_a: str, kind_b: str) -> str:
-    """The simpler of two mechanisms (ReZero, then GR, then AttnRes)."""
-    rank = {k: i for i, k in enumerate(ARMS)}  # the arm registry lists the mechanisms simplest first
+    """The simpler of two mechanisms: the one earlier in the arm registry (``ARMS``, simplest first)."""
+    rank = {k: i for i, k in enumerate(ARMS)}
     return min(kind_a, kind_b, key=lambda k: rank.get(k, len(rank)))
 
 
-def analyze(spec: ComparisonSpec, records: list[RunRecord], *, overrides: list[str] | None = None,
-            registration: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Apply the protocol to the runs; returns the results.json content (JSON-ready, NaN as null)."""
-    by_arm: dict[str, list[RunRecord]] = {a: sorted([r for r in records if r.arm == a], key=lambda r: r.seed)
-                                         for a in spec.arms}
-    base = spec.baseline
-    base_final = {r.seed: float(r.final["bpb"]) for r in by_arm[base] if r.final}
+def _paired(recs: list[RunRecord], base: dict[int, RunRecord], key: str) -> list[float]:
+    """Per replicate, arm − baseline at metric ``key`` (replicates both finished, in replicate order)."""
+    out = []
+    for r in recs:
+        b = base.get(r.replicate)
+        if r.final and b is not None and b.final and is_finite_number(r.final.get(key)) \
+                and is_finite_number(b.final.get(key)):
+            out.append(float(r.final[key]) - float(b.final[key]))
+    return out
+
+
+def _by_depth(recs: list[RunRecord], base: dict[int, RunRecord], role: str) -> dict[str, Any]:
+    """Secondary: final bpb at every depth (mean over replicates) and, for a compared arm, the mean paired
+    Δ at that depth and its sd. Not part of any decision."""
+    keys = sorted({k for r in recs if r.final for k in r.final if k.startswith("bpb@")}, key=lambda k: int(k[4:]))
+    out: dict[str, Any] = {}
+    for k in keys:
+        d = _paired(recs, base, k) if role != "baseline" else []
+        out[k] = {"bpb_mean": _mean_of([float(r.final[k]) for r in recs if r.final and k in r.final]),
+                  "diff_mean": stats.mean(d) if d else None, "diff_sd": stats.sd(d)}
+    return out
+
+
+def _beside(diffs: list[float]) -> dict[str, Any]:
+    """Reported beside the verdict, never decided on (dormouse.ab.stats): the probability of improvement
+    (the share of replicates where the arm's final bpb is below the baseline's) with its Clopper–Pearson
+    interval, and the Hodges–Lehmann estimate of Δ with its signed-rank interval, a robust cross-check."""
+    poi = stats.prob_improvement(diffs) if diffs else None
+    hl = stats.hodges_lehmann(diffs) if diffs else None
+    return {"poi": None if poi is None else poi.estimate, "poi_interval": None if poi is None else poi.interval,
+            "poi_k": None if poi is None else poi.k,
+            "hodges_lehmann": None if hl is None else hl.estimate,
+            "hodges_lehmann_interval": None if hl is None else hl.interval,
+            "hodges_lehmann_confidence": None if hl is None else hl.confidence}
+
+
+def _bad_runs(finals: list[float], ceiling: float | None) -> dict[str, Any] | None:
+    """Runs whose final bpb ended above the registered ceiling (a run that did not learn)."""
+    rate = None if ceiling is None else stats.bad_run_rate(finals, ceiling)
+    if rate is None:
+        return None
+    return {"count": rate.k, "n": rate.n, "rate": rate.estimate, "interval": rate.interval, "ceiling": ceiling}
+
+
+def _arm_result(arm: str, role: str, recs: list[RunRecord], base: dict[int, RunRecord], spec: Any) -> dict[str, Any]:
+    """One arm's numbers that do not depend on the decision: its runs, Δ, and what is reported beside."""
+    finals = {r.replicate: float(r.final["bpb"]) for r in recs if r.final}
+    diffs = _paired(recs, base, "bpb") if role != "baseline" else []
+    problems = [_finding_text(f, r.run_dir.parent) for r in recs for f in r.findings]
+    incomplete = [f"{r.run_dir.name}: {r.error or 'no final eval at step ' + str(r.steps)}"
+                  for r in recs if not r.complete]
+    beside = _beside(diffs) if role != "baseline" else {}
+    beside["bad_runs"] = _bad_runs(list(finals.values()), spec.bad_run_ceiling)
+    return {
+        "role": role,
+        "kind": recs[0].kind if recs else None,
+        "overrides": list(spec.arms[arm]),
+        "replicates": [r.replicate for r in recs],
+        "init_seeds": [r.seed for r in recs],
+        "final_bpb": {str(k): v for k, v in finals.items()},
+        "bpb_mean": _mean_of(list(finals.values())),
+        "bpb_sd": stats.sd(list(finals.values())),
+        "diffs": diffs,
+        "diff_mean": stats.mean(diffs) if diffs else None,
+        "diff_sd": stats.sd(diffs),
+        **beside,
+        "bpb_by_depth": _by_depth(recs, base, role),
+        "counter_check": "pass" if not problems else "fail",
+        "findings": problems,
+        "incomplete": incomplete,
+    }
+
+
+def _verdict(arm: str, a: dict[str, Any], state: Progress, base: str, base_kind: str) -> None:
+    """The arm's verdict, its sentence, the look that decided it, and the arm kept."""
+    decision = state.decisions.get(arm)
+    a["verdict"] = state.verdict(arm)
+    a["decision"] = None if decision is None else decision.to_dict()
+    a["look"] = None if decision is None else decision.look + 1
+    if a["verdict"] == INVALID:
+        a["sentence"] = f"{arm} is invalid: {state.invalid[arm]}"
+    elif decision is None:
+        a["sentence"] = f"{arm} was not decided: its first look has not been taken"
+    else:
+        a["sentence"] = decision.sentence(arm, base)
+    kind = a["kind"] or "?"
+    if a["verdict"] == BETTER:
+        a["kept"] = arm
+    elif a["verdict"] in (TIE, UNDECIDED):
+        a["kept"] = base if simpler(kind, base_kind) == base_kind else arm
+    elif a["verdict"] == WORSE:
+        a["kept"] = base
+    else:
+        a["kept"] = None
+
+
+def analyze(plan: ComparisonPlan, state: Progress, read: Callable[[Pair], RunRecord], *,
+            registration: dict[str, Any] | None = None,
+            design_card: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[RunRecord]]:
+    """Apply the protocol to the runs the looks used; returns (results.json content, the records read)."""
+    spec = plan.spec
+    base, aa = spec.baseline, spec.aa_arm
+    records = [read(p) for p in plan.pairs if p.replicate <= state.used.get(p.arm, 0)]
+    by_arm = {a: [r for r in records if r.arm == a] for a in spec.arms}
+    base_runs = {r.replicate: r for r in by_arm[base]}
+    base_kind = by_arm[base][0].kind if by_arm[base] else ARMS[0]
     base_cost = _cost(by_arm[base])
-    base_kind = by_arm[base][0].kind if by_arm[base] else "rezero"
-    cpu = any(d == "cpu" or d.startswith("cpu") for recs in by_arm.values() for r in recs
-              for d in [str(r.provenance.get("device", ""))])
-
+    cpu = any(str(r.provenance.get("device", "")).startswith("cpu") for r in records)
     arms: dict[str, Any] = {}
-    for arm, recs in by_arm.items():
-        finals = {r.seed: float(r.final["bpb"]) for r in recs if r.final}
-        depth_keys = sorted({k for r in recs if r.final for k in r.final if k.startswith("bpb@")},
-                            key=lambda k: int(k[4:]))
-        by_depth = {k: _mean_of([float(r.final[k]) for r in recs if r.final and k in r.final])
-                    for k in depth_keys}
-        problems = [_finding_text(f, r.run_dir.parent) for r in recs for f in r.findings]
-        incomplete = [f"{r.arm}-s{r.seed}: {r.error or 'no final eval at step ' + str(r.steps)}"
-                      for r in recs if not r.complete]
-        missing_seeds = [s for s in spec.seeds if s not in {r.seed for r in recs}]
-        incomplete += [f"{arm}-s{s}: not run" for s in missing_seeds]
-        paired = [s for s in spec.seeds if s in finals and s in base_final]
-        diffs = [finals[s] - base_final[s] for s in paired]
-        cost = _cost(recs)
-        role = "baseline" if arm == base else "aa" if arm == spec.aa_arm else "arm"
-        arms[arm] = {
-            "role": role,
-            "kind": recs[0].kind if recs else None,
-            "overrides": list(spec.arms[arm]),
-            "seeds": [r.seed for r in recs if r.final],
-            "final_bpb": {str(s): v for s, v in finals.items()},
-            "bpb_mean": _mean_of(list(finals.values())),
-            "bpb_sd": stats.sd(list(finals.values())),
-            "bpb_by_depth": by_depth,
-            "paired_seeds": paired if role != "baseline" else [],
-            "diffs": diffs if role != "baseline" else [],
-            "diff_mean": stats.mean(diffs) if diffs and role != "baseline" else None,
-            "diff_sd": stats.sd(diffs) if role != "baseline" else None,
-            "t_interval": stats.t_interval(diffs, CONFIDENCE) if role != "baseline" else None,
-            "bootstrap_interval": stats.bootstrap_interval(diffs, CONFIDENCE) if role != "baseline" else None,
-            "p": stats.t_test_p(diffs) if role != "baseline" else None,
-            "p_holm": None,
-            "counter_check": "pass" if not problems else "fail",
-            "findings": problems,
-            "incomplete": incomplete,
-            "params": cost["params"],
-            "arm_params": cost["arm_params"],
-            "tok_s": cost["tok_s"],
-            "peak_mem_bytes": cost["peak_mem_bytes"],
-            "devices": cost["devices"],
-            "params_ratio": _ratio(cost["params"], base_cost["params"]),
-            "tok_s_ratio": _ratio(cost["tok_s"], base_cost["tok_s"]),
-            # On CPU the figure is the process's max RSS, which only grows across the runs of one process:
-            # a ratio would compare run order, not arms.
-            "peak_mem_ratio": None if cpu else _ratio(cost["peak_mem_bytes"], base_cost["peak_mem_bytes"]),
-        }
-
-    aa = arms.get(spec.aa_arm) if spec.aa_arm else None
-    aa_ok = aa is not None and aa["counter_check"] == "pass" and not aa["incomplete"]
-    aa_diffs = aa["diffs"] if aa_ok else None
-    floor = stats.noise_floor(spec.min_effect, aa_diffs)
-
-    # The Holm family is every registered tested arm, fixed in advance: an arm without a p-value (failed
-    # runs) counts as p = 1 rather than shrinking the family and loosening the others' correction.
-    tested = [a for a, r in arms.items() if r["role"] == "arm"]
-    if len(spec.seeds) >= 2:
-        adjusted = stats.holm([1.0 if arms[a]["p"] is None else arms[a]["p"] for a in tested])
-        for a, p in zip(tested, adjusted, strict=True):
-            arms[a]["p_holm"] = p if arms[a]["p"] is not None else None
-
-    base_bad = arms[base]["counter_check"] == "fail" or bool(arms[base]["incomplete"])
-    for arm, r in arms.items():
-        if r["role"] == "baseline":
-            r["verdict"] = stats.INVALID if base_bad else "baseline"
-            r["reason"] = ("the baseline " + _invalid_reason(r)) if base_bad else "the reference"
-            r["kept"] = None
-            continue
-        if r["counter_check"] == "fail" or r["incomplete"]:
-            r["verdict"], r["reason"] = stats.INVALID, _invalid_reason(r)
-        elif base_bad:
-            r["verdict"] = stats.INVALID
-            r["reason"] = "the baseline is invalid: " + _invalid_reason(arms[base])
+    for arm in spec.arms:
+        role = "baseline" if arm == base else "aa" if arm == aa else "arm"
+        a = _arm_result(arm, role, by_arm[arm], base_runs, spec)
+        cost = _cost(by_arm[arm])
+        a.update(cost, params_ratio=_ratio(cost["params"], base_cost["params"]),
+                 tok_s_ratio=_ratio(cost["tok_s"], base_cost["tok_s"]),
+                 # On CPU the figure is the process's max RSS, which only grows across the runs of one
+                 # process: a ratio would compare run order, not arms.
+                 peak_mem_ratio=None if cpu else _ratio(cost["peak_mem_bytes"], base_cost["peak_mem_bytes"]))
+        if role == "arm":
+            _verdict(arm, a, state, base, base_kind)
         else:
-            p_adj = r["p_holm"] if r["role"] == "arm" else None
-            decision = stats.decide(r["diff_mean"] if r["diffs"] else math.nan,
-                                    None if r["t_interval"] is None else tuple(r["t_interval"]),
-                                    floor.delta, p_adj, ALPHA)
-            r["verdict"] = decision.verdict
-            r["reason"] = rule_sentence(decision, len(r["diffs"]), CONFIDENCE)
-        kind, bkind = r["kind"] or "?", base_kind
-        if r["role"] == "aa":
-            r["kept"] = None  # a noise check decides nothing about mechanisms
-        elif r["verdict"] == stats.BETTER:
-            r["kept"] = arm
-        elif r["verdict"] in (stats.TIE, stats.UNDECIDED):
-            r["kept"] = base if simpler(kind, bkind) == bkind else arm
-        elif r["verdict"] == stats.WORSE:
-            r["kept"] = base
-        else:
-            r["kept"] = None
+            bad = arm in state.invalid
+            a.update(verdict=INVALID if bad else role, kept=None, decision=None, look=None,
+                     sentence=state.invalid[arm] if bad else "the reference" if role == "baseline"
+                     else "the calibration check (below)")
+        arms[arm] = a
+    calibration = _calibration(arms, aa)
+    complete = not state.pending and all(not a["incomplete"] for a in arms.values())
+    results = _jsonable({
+        "protocol": 2, "name": spec.name, "description": spec.description, "metric": spec.metric,
+        "baseline": base, "aa_arm": aa, "sesoi": spec.sesoi, "alpha": spec.alpha, "looks": list(plan.looks),
+        "family": list(spec.tested), "n_arms": plan.design().n_arms,
+        "replicates": [vars(r) for r in plan.replicates],
+        "bad_run_ceiling": spec.bad_run_ceiling,
+        "pilot_sd": spec.pilot_sd, "expected_effect": spec.expected_effect,
+        "looks_taken": [{"look": lk.index + 1, "n": lk.n, "arms": lk.arms,
+                         "verdicts": {a: d.verdict for a, d in lk.decisions.items()}} for lk in state.looks],
+        "next_look": None if state.next_look is None else state.next_look + 1,
+        "complete": complete, "overrides": list(plan.overrides), "fixed": list(spec.fixed),
+        "registration": registration or {}, "design_card": design_card,
+        "aa_calibration": calibration, "code": _code(records),
+        "notes": _notes(cpu, state),
+        "arms": arms,
+        "runs": [_run_json(r) for r in sorted(records, key=lambda r: (r.replicate, plan.arms.index(r.arm)))],
+        "generated": datetime.now().isoformat(timespec="seconds"),
+    })
+    return results, records
 
+
+def _calibration(arms: dict[str, Any], aa: str | None) -> dict[str, Any] | None:
+    """The A/A check (dormouse.ab.stats.aa_calibration): does the A/A arm's spread of paired differences
+    agree with each compared arm's? A check that can fail; it decides no verdict."""
+    if aa is None:
+        return None
+    a = arms[aa]
+    compared = {n: r["diffs"] for n, r in arms.items() if r["role"] == "arm" and r["verdict"] != INVALID}
+    check = None if a["verdict"] == INVALID else stats.aa_calibration(a["diffs"], compared)
+    if check is None:
+        return {"agrees": None, "sentence": "The check could not be made: the A/A arm is invalid, or it or "
+                "every compared arm has fewer than 2 paired replicates."}
+    return {**asdict(check), "sentence": check.sentence()}
+
+
+def _code(records: list[RunRecord]) -> dict[str, Any]:
+    """The commit and code fingerprint every run used (from the pairs' attempt records)."""
+    from dormouse.ab.pairjob import recorded_fingerprints
+
+    per_run: dict[str, Any] = {}
+    for r in records:
+        fps = [f for f in recorded_fingerprints(r.run_dir.parent, r.run_dir.name) if f]
+        per_run[r.run_dir.name] = {"commit": sorted({str(f.get("commit")) for f in fps}),
+                                   "fingerprint": sorted({str(f.get("sha256")) for f in fps})}
+    commits = sorted({c for v in per_run.values() for c in v["commit"]})
+    prints = sorted({c for v in per_run.values() for c in v["fingerprint"]})
+    return {"commits": commits, "fingerprints": prints, "runs": per_run}
+
+
+def _notes(cpu: bool, state: Progress) -> list[str]:
     notes = []
-    if aa is not None and aa_diffs is not None and aa_diffs and all(d == 0.0 for d in aa_diffs):
-        notes.append(f"The A/A arm `{spec.aa_arm}` reproduced the baseline exactly (every paired difference "
-                     "is 0): a different arm-parameter stream changes nothing when every arm parameter has a "
-                     "deterministic init, and these runs are deterministic. It calibrates no noise; δ is the "
-                     "registered minimum.")
-    if aa is not None and aa_diffs is None:
-        notes.append(f"The A/A arm `{spec.aa_arm}` is invalid or incomplete, so δ is the registered minimum.")
-    if aa_diffs is not None and len(aa_diffs) < 2:
-        notes.append("With fewer than 2 A/A seeds the A/A spread is undefined; δ is the registered minimum.")
-    if len(spec.seeds) < 2:
-        notes.append("One seed: paired intervals are undefined; every valid arm is `undecided`.")
+    if state.pending:
+        notes.append(f"Look {int(state.next_look or 0) + 1} is not taken yet: {len(state.pending)} pair(s) to run; "
+                     "rerun `dormouse ab` to continue the schedule.")
     if cpu:
         notes.append("Peak memory on CPU is the process's max RSS, which only grows across the runs of one "
                      "process; its ratios are not reported.")
-
-    complete = all(not r["incomplete"] for r in arms.values())
-    return _jsonable({
-        "name": spec.name,
-        "description": spec.description,
-        "metric": spec.metric,
-        "baseline": base,
-        "aa_arm": spec.aa_arm,
-        "seeds": list(spec.seeds),
-        "min_effect": spec.min_effect,
-        "delta": floor.delta,
-        "delta_source": floor.source,
-        "aa_sd": floor.aa_sd,
-        "alpha": ALPHA,
-        "confidence": CONFIDENCE,
-        "bootstrap": {"resamples": stats.BOOTSTRAP_RESAMPLES, "seed": stats.BOOTSTRAP_SEED},
-        "complete": complete,
-        "overrides": list(overrides or []),
-        "fixed": list(spec.fixed),
-        "extension": spec.extension,
-        "extension_comparison": spec.extension_comparison,
-        "registration": registration or {},
-        "notes": notes,
-        "arms": arms,
-        "runs": [_run_json(r) for r in sorted(records, key=lambda r: (r.seed, list(spec.arms).index(r.arm)))],
-        "generated": datetime.now().isoformat(timespec="seconds"),
-    })
+    return notes
 
 
 def _finding_text(f: Finding, base: Path) -> str:
@@ -242,53 +276,11 @@ def _finding_text(f: Finding, base: Path) -> str:
     return f"{where}{'' if f.line is None else f':{f.line}'}: {f.kind}: {f.message}"
 
 
-def _invalid_reason(r: dict[str, Any]) -> str:
-    parts = []
-    if r["counter_check"] == "fail":
-        parts.append(f"failed the counter/log check ({len(r['findings'])} finding(s))")
-    if r["incomplete"]:
-        parts.append("incomplete runs: " + "; ".join(r["incomplete"]))
-    return "; ".join(parts)
-
-
-def rule_sentence(d: stats.Decision, n_paired: int, confidence: float) -> str:
-    """The rule that produced ``d.verdict``, with the numbers it compared (every clause is one of the
-    comparisons :func:`dormouse.ab.stats.decide` made, so the sentence cannot contradict the numbers)."""
-    if d.interval is None:
-        return (f"{n_paired} paired seed(s): no spread, so no interval; a verdict other than undecided needs "
-                "an interval")
-    lo, hi = d.interval
-    ci = f"the {confidence * 100:.0f} % t-interval [{lo:+.4f}, {hi:+.4f}]"
-    side = "lies below 0" if d.below_zero else "lies above 0" if d.above_zero else "contains 0"
-    size = f"|mean Δ| {abs(d.diff_mean):.4f} {'≥' if d.big else '<'} δ {d.delta:.4f}"
-    holm = ("" if d.p_adjusted is None else
-            f"Holm-adjusted p {d.p_adjusted:.3g} {'<' if d.significant else '≥'} {d.alpha}")
-    band = f"(−δ, +δ) = ({-d.delta:+.4f}, {d.delta:+.4f})"
-    if d.verdict in (stats.BETTER, stats.WORSE):
-        clauses = [f"{ci} {side}", size] + ([holm] if holm else [])
-        return f"rule: {d.verdict} = interval {side}, |mean Δ| ≥ δ and Holm p < α; here " + ", ".join(clauses)
-    if d.verdict == stats.TIE:
-        return f"rule: tie = the interval lies inside {band}; here {ci} does"
-    # undecided: say which condition of better/worse failed and why the interval is not a tie.
-    failed = []
-    if not (d.below_zero or d.above_zero):
-        failed.append(f"{ci} {side}")
-    else:
-        failed.append(f"{ci} {side}")
-        if not d.big:
-            failed.append(size)
-        if not d.significant:
-            failed.append(holm)
-    return (f"rule: undecided = neither better/worse (interval on one side of 0, |mean Δ| ≥ δ, Holm p < α) "
-            f"nor tie (interval inside {band}); here " + ", ".join(failed) + f", and the interval is not "
-            f"inside {band}")
-
-
 def _run_json(r: RunRecord) -> dict[str, Any]:
     last = r.rows[-1] if r.rows else {}
     return {
-        "arm": r.arm, "seed": r.seed, "kind": r.kind, "run_dir": str(r.run_dir), "complete": r.complete,
-        "error": r.error, "steps": r.steps, "last_step": last.get("step"),
+        "arm": r.arm, "replicate": r.replicate, "seed": r.seed, "kind": r.kind, "run_dir": str(r.run_dir),
+        "complete": r.complete, "error": r.error, "steps": r.steps, "last_step": last.get("step"),
         "final": r.final, "findings": [f.to_dict() for f in r.findings],
         "curve": [{"step": x.get("step"), "tokens": x.get("tokens"), "bpb": x.get("bpb")} for x in r.rows],
     }
@@ -315,8 +307,8 @@ def _f(x: Any, spec: str = ".4f", none: str = "—") -> str:
     return none if x is None else format(x, spec)
 
 
-def _interval(iv: list[float] | None) -> str:
-    return "undefined" if iv is None else f"[{iv[0]:+.4f}, {iv[1]:+.4f}]"
+def _interval(iv: list[float] | None, spec: str = "+.4f") -> str:
+    return "—" if iv is None else f"[{iv[0]:{spec}}, {iv[1]:{spec}}]"
 
 
 def _bytes(n: float | None) -> str:
@@ -337,117 +329,150 @@ def _count(n: float | None) -> str:
     return f"{n:.0f}"
 
 
-def extension_sentence(results: dict[str, Any]) -> str:
-    """What an undecided arm leads to: the extension registered in advance and the command that runs it."""
-    rule = results.get("extension") or "none registered"
-    comp = results.get("extension_comparison")
-    if comp:
-        return f"Registered extension: {rule} Run it with `dormouse ab {comp}`."
-    return (f"Registered extension: {rule} No extension comparison is registered, so none can be run under "
-            "this registration.")
-
-
-def render_report(results: dict[str, Any], plots: list[str]) -> str:
-    """The report.md text."""
-    r = results
-    arms = r["arms"]
-    base = r["baseline"]
-    out: list[str] = [f"# A/B comparison `{r['name']}`", ""]
+def _header(r: dict[str, Any]) -> list[str]:
+    reg = r.get("registration") or {}
+    code = r.get("code") or {}
+    out = [f"# A/B comparison `{r['name']}`", ""]
     if r["description"]:
         out += [r["description"], ""]
-    reg = r.get("registration") or {}
     out += [
-        f"- Registered: `{reg.get('source', '?')}` (sha256 `{str(reg.get('sha256', '?'))[:16]}`), "
+        f"- Registered: `{reg.get('source', '?')}` (sha256 `{str(reg.get('sha256', '?'))[:16]}`, protocol 2), "
         f"CLI overrides: {', '.join(f'`{o}`' for o in r['overrides']) or 'none'}.",
-        f"- Baseline: `{base}`; seeds: {', '.join(map(str, r['seeds']))}; metric: final eval bpb at the "
-        "final depth (lower is better), read at the registered final step.",
-        f"- δ = **{r['delta']:.4f} bpb** ({r['delta_source']}; registered minimum {r['min_effect']:.4f}; "
-        f"2·sd of the A/A paired differences = {_f(None if r['aa_sd'] is None else 2 * r['aa_sd'])}).",
-        f"- Decision: Δ = bpb(arm) − bpb({base}) per seed; `better` if the {int(r['confidence'] * 100)} % "
-        f"t-interval lies below 0, the Holm-adjusted p < {r['alpha']} and |mean Δ| ≥ δ; `worse` likewise "
-        "above 0; `tie` if the interval lies inside (−δ, +δ) (the effect is shown to be small); "
-        "`undecided` otherwise (the simpler arm stays; the registered extension decides); `invalid` if the "
-        "counter check fails or a run is missing. The bootstrap "
-        f"interval ({r['bootstrap']['resamples']} resamples, seed {r['bootstrap']['seed']}) is a "
-        "cross-check. The Holm family is every registered arm except the baseline and the A/A arm.",
-        f"- Status: {'complete' if r['complete'] else '**incomplete** (some runs failed or are missing)'}.",
+        f"- Code: every run used commit {', '.join(f'`{c}`' for c in code.get('commits', [])) or '—'} "
+        f"(code fingerprint {', '.join(f'`{c[:12]}`' for c in code.get('fingerprints', [])) or '—'}; "
+        "per run in the Runs table).",
+        f"- Baseline: `{r['baseline']}`; metric: final eval bpb at the final depth (lower is better), read at "
+        "the registered final step. Δ = bpb(arm) − bpb(baseline) per replicate (same init seed and data order).",
+        f"- Rule: SESOI ±{r['sesoi']:g} bpb, α {r['alpha']:g} family-wise over the {r['n_arms']} registered arm(s) "
+        f"({', '.join(f'`{a}`' for a in r['family'])}); looks at {', '.join(map(str, r['looks']))} replicates per "
+        "arm. `better`/`worse`: the look's repeated confidence interval lies below/above 0; `tie`: the TOST "
+        "interval lies inside ±SESOI; `undecided` otherwise; a decided arm stops. Each sentence below states "
+        "the numbers the rule compared.",
+        f"- Status: {'complete' if r['complete'] else '**incomplete** (some runs failed, or a look is pending)'}"
+        f"; looks taken: {', '.join(str(lk['look']) for lk in r['looks_taken']) or 'none'}.",
         "",
     ]
     if r["notes"]:
         out += ["> " + n for n in r["notes"]] + [""]
+    return out
 
-    out += ["## Verdicts", "",
-            f"| arm | kind | seeds | bpb mean ± sd | Δ vs {base} (mean ± sd) | 95 % t-interval | "
-            "95 % bootstrap | p | p (Holm) | verdict | kept |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for name, a in arms.items():
+
+def _verdict_table(r: dict[str, Any]) -> list[str]:
+    base = r["baseline"]
+    out = ["## Verdicts", "",
+           f"| arm | kind | look | n | bpb mean ± sd | mean Δ vs {base} | repeated interval | verdict | "
+           "P(improvement) [95 %] | Hodges–Lehmann Δ | bad runs | kept |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, a in r["arms"].items():
         label = f"`{name}`" + (" (A/A)" if a["role"] == "aa" else "")
-        dm = "—" if a["role"] == "baseline" else f"{_f(a['diff_mean'], '+.4f')} ± {_f(a['diff_sd'])}"
-        ti = "—" if a["role"] == "baseline" else _interval(a["t_interval"])
-        bi = "—" if a["role"] == "baseline" else _interval(a["bootstrap_interval"])
+        d = a.get("decision") or {}
+        poi = ("—" if a.get("poi") is None
+               else f"{a['poi_k']}/{len(a['diffs'])} {_interval(a.get('poi_interval'), '.2f')}")
+        bad = a.get("bad_runs")
+        bad_text = "—" if bad is None else f"{bad['count']}/{bad['n']}"
         out.append(
-            f"| {label} | {a['kind']} | {len(a['seeds'])} | {_f(a['bpb_mean'])} ± {_f(a['bpb_sd'])} | {dm} | "
-            f"{ti} | {bi} | {_f(a['p'], '.3g')} | {_f(a['p_holm'], '.3g')} | **{a['verdict']}** | "
-            f"{a['kept'] or '—'} |")
-    out += ["", "## What the verdicts mean", ""]
-    for name, a in arms.items():
-        if a["role"] == "baseline" and a["verdict"] == "baseline":
+            f"| {label} | {a['kind']} | {_f(a['look'], 'd')} | {len(a['replicates'])} | "
+            f"{_f(a['bpb_mean'])} ± {_f(a['bpb_sd'])} | {_f(a['diff_mean'], '+.4f')} | "
+            f"{_interval(d.get('interval'))} | **{a['verdict']}**"
+            f"{' (smaller than the SESOI)' if d.get('smaller_than_sesoi') else ''} | {poi} | "
+            f"{_f(a.get('hodges_lehmann'), '+.4f')} | {bad_text} | {a['kept'] or '—'} |")
+    return out
+
+
+def _sentences(r: dict[str, Any]) -> list[str]:
+    out = ["", "## What was tested", ""]
+    for name, a in r["arms"].items():
+        if a["role"] != "arm":
             continue
-        what = (AA_MEANING if a["role"] == "aa" else MEANING).get(a["verdict"], "")
+        what = MEANING.get(a["verdict"], "")
         kept = f" Kept: `{a['kept']}`." if a["kept"] else ""
-        if a["verdict"] == stats.UNDECIDED and a["role"] == "arm":
-            kept = f" Stays for now: `{a['kept']}`. " + extension_sentence(r)
-        role = " (the A/A arm: a noise check, expected to be a tie)" if a["role"] == "aa" else ""
-        out.append(f"- `{name}`{role} — **{a['verdict']}** ({a['reason']}): {what}{kept}")
-    out += ["", "## Cost relative to the baseline", "",
-            "| arm | params | arm params | params × | tok/s | tok/s × | peak memory | peak memory × "
-            "| device |",
-            "|---|---|---|---|---|---|---|---|---|"]
-    for name, a in arms.items():
+        out.append(f"- `{name}` — **{a['verdict']}**: {a['sentence']} So {what}{kept}")
+    cal = r.get("aa_calibration")
+    if cal is not None:
+        verdict = {True: "agrees", False: "**does not agree**", None: "could not be checked"}[cal.get("agrees")]
+        out += ["", f"**A/A calibration check** (`{r['aa_arm']}`: the baseline again on its own data-order "
+                f"stream): its spread {verdict} with the compared arms'. {cal['sentence']}"]
+    return out
+
+
+def _cost_table(r: dict[str, Any]) -> list[str]:
+    out = ["", "## Cost relative to the baseline", "",
+           "| arm | params | arm params | params × | tok/s | tok/s × | peak memory | peak memory × | device |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for name, a in r["arms"].items():
         out.append(
-            f"| `{name}` | {_count(a['params'])} | {_count(a['arm_params'])} | "
-            f"{_f(a['params_ratio'], '.3f')} | "
+            f"| `{name}` | {_count(a['params'])} | {_count(a['arm_params'])} | {_f(a['params_ratio'], '.3f')} | "
             f"{_count(a['tok_s'])} | {_f(a['tok_s_ratio'], '.3f')} | {_bytes(a['peak_mem_bytes'])} | "
             f"{_f(a['peak_mem_ratio'], '.3f', 'n/a')} | {', '.join(a['devices'])} |")
-    out += ["", "## Counter check (`dormouse logs --check` on every run)", "",
-            "| arm | result | findings |", "|---|---|---|"]
-    for name, a in arms.items():
-        out.append(f"| `{name}` | {a['counter_check']} | {len(a['findings'])} |")
-    problems = [(name, f) for name, a in arms.items() for f in a["findings"]]
+    out += ["", "## Counter check (`dormouse logs --check` on every run)", "", "| arm | result | findings |",
+            "|---|---|---|"]
+    out += [f"| `{name}` | {a['counter_check']} | {len(a['findings'])} |" for name, a in r["arms"].items()]
+    problems = [(name, f) for name, a in r["arms"].items() for f in a["findings"]]
     if problems:
         out += ["", "Findings:", ""] + [f"- `{name}`: {f}" for name, f in problems]
-    depth_keys = sorted({k for a in arms.values() for k in a["bpb_by_depth"]}, key=lambda k: int(k[4:]))
-    if depth_keys:
-        out += ["", "## Final bpb by depth (mean over seeds)", "",
-                "| arm | " + " | ".join(depth_keys) + " |", "|---|" + "---|" * len(depth_keys)]
-        for name, a in arms.items():
-            out.append(f"| `{name}` | " + " | ".join(_f(a["bpb_by_depth"].get(k)) for k in depth_keys) + " |")
+    return out
+
+
+def _depth_table(r: dict[str, Any]) -> list[str]:
+    keys = sorted({k for a in r["arms"].values() for k in a["bpb_by_depth"]}, key=lambda k: int(k[4:]))
+    if not keys:
+        return []
+    out = ["", "## Δ at every depth (secondary: reported, never decided on)", "",
+           "Mean final bpb at each depth, and for a compared arm the mean paired Δ (± sd) at that depth.", "",
+           "| arm | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
+    for name, a in r["arms"].items():
+        cells = []
+        for k in keys:
+            d = a["bpb_by_depth"].get(k) or {}
+            delta = "" if d.get("diff_mean") is None else f" (Δ {d['diff_mean']:+.4f} ± {_f(d.get('diff_sd'))})"
+            cells.append(_f(d.get("bpb_mean")) + delta)
+        out.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    return out
+
+
+def _runs_table(r: dict[str, Any]) -> list[str]:
     # How each pair ran (dormouse/ab/pairjob.py records every attempt): on CPU the per-pair thread count
-    # fixes the order of a reduction, so it belongs next to the numbers.
+    # fixes the order of a reduction, and the commit what computed it, so both belong next to the numbers.
     launch = r.get("launch", {})
     ran = launch.get("pairs", {})
-    out += ["", "## Runs", "", "| arm | seed | complete | last step | final bpb | threads | launcher | run |",
-            "|---|---|---|---|---|---|---|---|"]
+    code = (r.get("code") or {}).get("runs", {})
+    out = ["", "## Runs", "",
+           "| arm | replicate | init seed | complete | last step | final bpb | threads | launcher | commit | run |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for run in r["runs"]:
         bpb = run["final"]["bpb"] if run["final"] else None
         status = "yes" if run["complete"] else f"no{': ' + run['error'] if run['error'] else ''}"
-        how = ran.get(Path(run["run_dir"]).name, {})
-        out.append(f"| `{run['arm']}` | {run['seed']} | {status} | {run['last_step']} | {_f(bpb)} | "
-                   f"{', '.join(map(str, how.get('threads', []))) or '—'} | "
-                   f"{', '.join(how.get('launchers', [])) or '—'} | `{Path(run['run_dir']).name}` |")
+        name = Path(run["run_dir"]).name
+        how = ran.get(name, {})
+        commit = ", ".join(c[:12] + ("+dirty" if c.endswith("+dirty") else "") for c in code.get(name, {}).get(
+            "commit", [])) or "—"
+        out.append(f"| `{run['arm']}` | {run['replicate']} | {run['seed']} | {status} | {run['last_step']} | "
+                   f"{_f(bpb)} | {', '.join(map(str, how.get('threads', []))) or '—'} | "
+                   f"{', '.join(how.get('launchers', [])) or '—'} | `{commit}` | `{name}` |")
     if launch.get("this_invocation"):
         inv = launch["this_invocation"]
         out += ["", "This report's invocation: " + ", ".join(f"{k}={v}" for k, v in inv.items() if v is not None)
                 + ". Threads and launcher above are per pair, over all its attempts (a pair resumed under "
                 "another setting lists both)."]
+    return out
+
+
+def render_report(results: dict[str, Any], plots: list[str]) -> str:
+    """The report.md text."""
+    r = results
+    out = _header(r) + _verdict_table(r) + _sentences(r)
+    card = r.get("design_card")
+    if card:
+        out += ["", "## Design card (simulated at registration from the registered pilot spread)", "", "```",
+                card.get("text", "").rstrip(), "```"]
+    out += _depth_table(r) + _cost_table(r) + _runs_table(r)
     if plots:
         out += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
-    out += ["", "## Registration", "",
-            f"- Fixed overrides: {', '.join(f'`{o}`' for o in r['fixed']) or 'none'}"]
+    out += ["", "## Registration", "", f"- Fixed overrides: {', '.join(f'`{o}`' for o in r['fixed']) or 'none'}"]
     out += [f"- `{name}`: {', '.join(f'`{o}`' for o in a['overrides']) or '(no overrides)'}"
-            for name, a in arms.items()]
-    if r["extension"]:
-        out += [f"- Extension rule (fixed in advance): {r['extension']}"]
+            for name, a in r["arms"].items()]
+    out += ["- Replicates (init seed / data seed / A/A data seed): " + "; ".join(
+        f"{x['index']}: {x['init_seed']} / {x['data_seed']} / {x['aa_data_seed']}" for x in r["replicates"])]
     out += ["", f"_Generated {r['generated']} by `dormouse ab {r['name']}`._", ""]
     return "\n".join(out)
 
@@ -463,3 +488,14 @@ def write_outputs(comp_dir: Path, results: dict[str, Any], records: list[RunReco
     for p in plots:
         paths[p.stem] = p
     return paths
+
+
+def verdict_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per arm for the console summary (runner.verdict_table)."""
+    rows = []
+    for name, a in results["arms"].items():
+        d = a.get("decision") or {}
+        rows.append({"arm": name + (" (A/A)" if a["role"] == "aa" else ""), "bpb_mean": a["bpb_mean"],
+                     "diff_mean": a["diff_mean"], "interval": d.get("interval"), "look": a.get("look"),
+                     "verdict": a["verdict"], "kept": a.get("kept"), "sentence": a.get("sentence")})
+    return rows

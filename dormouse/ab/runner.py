@@ -1,34 +1,33 @@
-"""``dormouse ab NAME [OVERRIDES...]``: run every (arm, seed) pair of a registered comparison, then report.
+"""``dormouse ab NAME [OVERRIDES...]``: run a registered comparison look by look, then report.
 
 The flow (docs/ab-protocol.md):
 
-1. Load and check the registered file (:mod:`dormouse.ab.registry`), then compose and validate every
-   pair's config, and build the launcher the request asks for (:mod:`dormouse.ab.launch`,
-   :mod:`dormouse.ab.cluster`). Anything wrong is refused here, before any run; a problem every arm
-   shares (a bad CLI override) is said once.
+1. Build the comparison's one plan (:func:`dormouse.ab.plan.build_plan`): load and check the registered
+   file, compose and validate every pair's config, and build the launcher the request asks for
+   (:mod:`dormouse.ab.launch`, :mod:`dormouse.ab.cluster`). Anything wrong is refused here, before any run;
+   a problem every arm shares (a bad CLI override) is said once. Protocol-1 registrations are read only.
 2. Take the comparison's lock (:mod:`dormouse.ab.lock`): a second ``dormouse ab`` on the same directory is
    refused with the holder's pid and host; a dead holder's lock is taken over, with a message.
 3. Check the registration stamp in ``<root>/<name>/registration.json``: the hash of the registered file
    plus the CLI overrides. A comparison is continued only under the registration it started with;
-   ``restart=True`` discards its runs and starts over.
-4. Hand every unfinished pair to the launcher, seed-major (all arms of seed 1 first, so paired results
-   exist early): one after another in this process, ``--jobs N`` at once in worker processes, or as
-   submitit jobs. Each runs :func:`dormouse.ab.pairjob.run_pair`: a pair whose final metrics row is at
-   ``train.steps`` with a finite bpb and whose log has its ``done`` line is kept; an interrupted pair
-   resumes from its newest checkpoint (``train.resume=auto``) or, without one (or if the resume fails),
-   is restarted from scratch. :class:`dormouse.ab.live.PairBoard` shows the progress.
-5. Analyse and write ``results.json``, ``report.md`` and the plots (:mod:`dormouse.ab.report`), with how
-   each pair ran (threads, launcher) from its attempt records.
+   ``restart=True`` discards its runs and starts over. Then check the code: every pair already started
+   must have been computed by code with this checkout's fingerprint (:mod:`dormouse.ab.fingerprint`).
+4. Save the design card (``design.json``) if it is missing.
+5. Look by look (:mod:`dormouse.ab.looks`): hand the pairs the next look needs to the launcher,
+   replicate-major: one after another in this process, ``--jobs N`` at once in worker processes, or as
+   submitit jobs. Each runs :func:`dormouse.ab.pairjob.run_pair`: a complete pair is kept; an interrupted
+   pair resumes from its newest checkpoint (``train.resume=auto``) or, without one (or if the resume
+   fails), is restarted from scratch. Then the look decides what it can; decided arms stop.
+6. Analyse and write ``results.json``, ``report.md`` and the plots (:mod:`dormouse.ab.report`), with how
+   each pair ran (threads, launcher, code) from its attempt records.
 
-``--plan`` and ``--status`` (:mod:`dormouse.ab.status`) only read.
+``--plan`` and ``--status`` (:mod:`dormouse.ab.status`) only read; ``--design`` writes only ``design.json``.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
-import re
 import shutil
 import sys
 from collections.abc import Callable
@@ -37,11 +36,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from dormouse.ab import fingerprint
 from dormouse.ab.launch import (
     DONE,
     InProcessLauncher,
@@ -54,36 +54,27 @@ from dormouse.ab.launch import (
 )
 from dormouse.ab.live import PairBoard
 from dormouse.ab.lock import LockHeld, comparison_lock, is_locked
-from dormouse.ab.pairjob import Pair, PairTask, pair_state, read_launch_record, run_pair
-from dormouse.ab.records import load_record
+from dormouse.ab.looks import progress, read_pair
+from dormouse.ab.pairjob import Pair, PairTask, pair_state, read_launch_record, recorded_fingerprints, run_pair
+from dormouse.ab.plan import ComparisonPlan, build_plan, check_cli_overrides
 from dormouse.ab.registry import (
-    RUNNER_KEYS,
+    PROTOCOL,
     ABSpecError,
     ComparisonError,
     Registered,
-    load_spec,
-    override_key,
 )
-from dormouse.ab.report import analyze, write_outputs
-from dormouse.ab.status import comparison_status, render_plan, render_status
+from dormouse.ab.report import analyze, verdict_rows, write_outputs
+from dormouse.ab.status import comparison_status, render_looks, render_plan, render_status
 from dormouse.checkpoint import atomic_write_text
-from dormouse.config import ConfigError, arm_name, load_config
+from dormouse.config import ConfigError
 from dormouse.errors import Interrupted
-from dormouse.runfiles import LAUNCH, LOCK, REGISTRATION, ComparisonFiles, run_name
+from dormouse.runfiles import AB_ROOT, DESIGN, LAUNCH, LOCK, REGISTRATION, ComparisonFiles
 
 __all__ = ["ComparisonError", "ABSpecError", "Pair", "plan_pairs", "pair_state", "run_comparison",
-           "ab_command", "STAMP_NAME", "LaunchRequest"]
+           "ab_command", "STAMP_NAME", "LaunchRequest", "check_cli_overrides"]
 
 STAMP_NAME = REGISTRATION
 TrainFn = Callable[[DictConfig], Any]
-_PLAIN_VALUE = re.compile(r"^[A-Za-z0-9_./-]+$")
-
-
-def _quote(value: str) -> str:
-    """A Hydra override value: plain paths stay as they are, anything else is single-quoted."""
-    if _PLAIN_VALUE.match(value):
-        return value
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def registration_hash(reg: Registered, overrides: list[str]) -> str:
@@ -92,88 +83,24 @@ def registration_hash(reg: Registered, overrides: list[str]) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-def check_cli_overrides(reg: Registered, overrides: list[str]) -> None:
-    """CLI overrides may tune the environment (device, steps for a quick look, wandb) but must not set a
-    key the runner owns or a key an arm sets: that would erase the difference the comparison measures."""
-    arm_keys = {override_key(o): arm for arm, ovs in reg.spec.arms.items() for o in ovs}
-    lines = []
-    for o in overrides:
-        key = override_key(o)
-        if "=" not in o:
-            lines.append(f"override {o!r} is not key=value")
-        elif key in RUNNER_KEYS:
-            lines.append(f"override {o!r} sets {key}, which `dormouse ab` sets for every pair "
-                         f"({', '.join(RUNNER_KEYS)})")
-        elif key in arm_keys:
-            lines.append(f"override {o!r} sets {key}, which arm {arm_keys[key]!r} sets: it would change what "
-                         "the arms differ in; register another comparison instead")
-    if lines:
-        raise ComparisonError(lines)
-
-
 def plan_pairs(reg: Registered, overrides: list[str], comp_dir: Path) -> list[Pair]:
-    """Compose and validate every pair's config (seed-major order). Raises :class:`ComparisonError` with
-    one line per problem, before anything runs: a problem of one arm names the arm, a problem every arm
-    shares (a bad CLI or fixed override) is said once for the comparison.
-
-    Each arm is composed once (Hydra composition is the slow part); its seeds differ only in
-    ``train.seed`` and ``run.name``, which are set on copies.
-    """
-    spec = reg.spec
-    lines: list[str] = []
-    arm_lines: dict[str, list[str]] = {}
-    arm_cfgs: dict[str, DictConfig] = {}
-    for arm, arm_overrides in spec.arms.items():
-        full = [*spec.fixed, *arm_overrides, *overrides,
-                f"run.dir={_quote(str(comp_dir))}", f"run.name={run_name(arm, spec.seeds[0])}",
-                f"train.seed={spec.seeds[0]}",
-                f"logging.wandb_group={_quote(spec.name)}", f"logging.wandb_job_type={_quote(arm)}"]
-        try:
-            arm_cfgs[arm] = load_config(full)
-        except ConfigError as exc:
-            arm_lines[arm] = list(exc.lines)
-    # A problem every arm has (a bad CLI or fixed override) is the comparison's: say it once.
-    shared = [ln for ln in dict.fromkeys(ln for lns in arm_lines.values() for ln in lns)
-              if len(arm_lines) == len(spec.arms) and all(ln in lns for lns in arm_lines.values())]
-    lines += [f"{reg.source}: every arm: {ln}" for ln in shared]
-    lines += [f"{reg.source}: arm {arm!r}: {ln}" for arm, lns in arm_lines.items() for ln in lns if ln not in shared]
-    if not lines and spec.aa_arm is not None:
-        base_kind, aa_kind = arm_name(arm_cfgs[spec.baseline]), arm_name(arm_cfgs[spec.aa_arm])
-        if base_kind != aa_kind:
-            lines.append(f"{reg.source}: field 'aa_arm': {spec.aa_arm!r} selects {aa_kind} but the baseline "
-                         f"{spec.baseline!r} selects {base_kind}; an A/A arm is the baseline again")
-    if not lines:
-        lines += _data_problems(reg, arm_cfgs)
-    if lines:
-        raise ComparisonError(lines)
-    pairs: list[Pair] = []
-    for seed in spec.seeds:
-        for arm, base_cfg in arm_cfgs.items():
-            cfg = copy.deepcopy(base_cfg)
-            cfg.train.seed = seed
-            cfg.run.name = run_name(arm, seed)
-            pairs.append(Pair(arm, seed, cfg, comp_dir / cfg.run.name))
-    return pairs
+    """Every pair of a registration composed and validated (protocol 1 too: scripts/rerun_pair.py re-runs a
+    published pair); ``comp_dir`` is where the pairs would be written. See :func:`dormouse.ab.plan.build_plan`."""
+    plan = build_plan(reg, overrides, Path(comp_dir).parent)
+    if plan.comp_dir != Path(comp_dir).resolve():  # a directory not named after the comparison
+        for p in plan.pairs:
+            p.run_dir = Path(comp_dir).resolve() / p.name
+            p.cfg.run.dir = str(Path(comp_dir).resolve())
+    return plan.pairs
 
 
-def _data_problems(reg: Registered, arm_cfgs: dict[str, DictConfig]) -> list[str]:
-    """Load each distinct data config once, before any run: a registered comparison runs the eval set it
-    registered or nothing (``data.eval_bytes`` larger than the val split is refused here, naming it)."""
-    from dormouse.data import DataError, load_corpus
-
-    lines: list[str] = []
-    seen: dict[str, str | None] = {}
-    for arm, cfg in arm_cfgs.items():
-        key = json.dumps(OmegaConf.to_container(cfg.data, resolve=True), sort_keys=True)
-        if key not in seen:
-            try:
-                load_corpus(cfg.data)
-                seen[key] = None
-            except DataError as exc:
-                seen[key] = str(exc)
-        if seen[key] is not None:
-            lines.append(f"{reg.source}: arm {arm!r}: {seen[key]}")
-    return lines
+def _refuse_protocol_1(reg: Registered) -> None:
+    if reg.protocol != PROTOCOL:
+        raise ComparisonError([
+            f"{reg.source} is a protocol-{reg.protocol} registration, kept read only so its published result "
+            "stays checkable: its margin 2·sd(A/A) does not shrink with seeds, so an effect below it could never "
+            f"be called better. Register a protocol-{PROTOCOL} comparison (sesoi, looks, seed streams: "
+            "docs/ab-protocol.md) to run it"])
 
 
 def _stamp(reg: Registered, overrides: list[str]) -> dict[str, Any]:
@@ -188,22 +115,27 @@ def _stamp(reg: Registered, overrides: list[str]) -> dict[str, Any]:
     }
 
 
+def _discard(comp_dir: Path, name: str, console: Console) -> None:
+    """--restart: empty the comparison directory (but the lock this process holds), refusing while a pair
+    is still being trained by another process."""
+    busy = [p.name[: -len(".lock")] for p in ComparisonFiles(comp_dir).pair_locks.glob("*.lock") if is_locked(p)]
+    if busy:
+        raise ComparisonError([f"--restart: pair(s) {', '.join(busy)} are still being trained by another "
+                               f"process (see `dormouse ab {name} --status`); stop them first"])
+    console.print(f"[yellow]--restart:[/] discarding {comp_dir}")
+    for entry in comp_dir.iterdir():
+        if entry.name == LOCK:  # this process holds it
+            continue
+        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+
+
 def _check_registration(comp_dir: Path, reg: Registered, overrides: list[str], restart: bool,
                         console: Console) -> dict[str, Any]:
     """Bind the comparison directory to this registration, or refuse. Returns the stamp in force."""
     stamp_path = ComparisonFiles(comp_dir).registration
     new = _stamp(reg, overrides)
     if comp_dir.exists() and restart:
-        busy = [p.name[: -len(".lock")] for p in ComparisonFiles(comp_dir).pair_locks.glob("*.lock")
-                if is_locked(p)]
-        if busy:
-            raise ComparisonError([f"--restart: pair(s) {', '.join(busy)} are still being trained by another "
-                                   f"process (see `dormouse ab {reg.spec.name} --status`); stop them first"])
-        console.print(f"[yellow]--restart:[/] discarding {comp_dir}")
-        for entry in comp_dir.iterdir():
-            if entry.name == LOCK:  # this process holds it
-                continue
-            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        _discard(comp_dir, reg.spec.name, console)
     if stamp_path.is_file():
         old = json.loads(stamp_path.read_text())
         if old.get("hash") == new["hash"]:
@@ -217,12 +149,40 @@ def _check_registration(comp_dir: Path, reg: Registered, overrides: list[str], r
         lines.append("rerun with the original file and overrides to continue, or pass --restart to discard "
                      f"the runs in {comp_dir} and start over")
         raise ComparisonError(lines)
-    if comp_dir.exists() and any(e.name != LOCK for e in comp_dir.iterdir()):
+    if comp_dir.exists() and any(e.name not in (LOCK, DESIGN) for e in comp_dir.iterdir()):
         raise ComparisonError([f"{comp_dir} holds files but no {STAMP_NAME}: it is not a comparison this "
                                "tool started; pass --restart to discard it, or choose another --root"])
     comp_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(stamp_path, json.dumps(new, indent=2) + "\n")
     return new
+
+
+def check_same_code(plan: ComparisonPlan, code: fingerprint.Fingerprint) -> None:
+    """Refuse to add runs computed by other code than the comparison's runs so far (issue 22): every pair
+    that ever started records the fingerprint of the code it ran on (dormouse/ab/pairjob.py)."""
+    differing: dict[str, tuple[str, list[str]]] = {}  # pair -> (its commit, what differs)
+    for pair in plan.pairs:
+        if not pair.run_dir.exists():
+            continue
+        for rec in recorded_fingerprints(plan.comp_dir, pair.name) or [None]:
+            old = fingerprint.Fingerprint.from_dict(rec) if rec else None
+            if old is None:
+                differing[pair.name] = ("unknown", ["it recorded no code fingerprint (no attempt record)"])
+            elif old.sha256 != code.sha256:
+                differing[pair.name] = (old.commit, [f"commit {old.commit} -> {code.commit}",
+                                                     *fingerprint.differences(old, code)])
+    if not differing:
+        return
+    names = list(differing)
+    commit, what = differing[names[0]]
+    raise ComparisonError([
+        f"{plan.comp_dir}: {len(names)} pair(s) ({', '.join(names[:4])}{' …' if len(names) > 4 else ''}) were "
+        f"computed by other code than this checkout (fingerprint {code.sha256[:12]}, commit {code.commit}); a "
+        "comparison runs on one version of the code that computes it, so no run is added",
+        f"what differs for {names[0]}: " + "; ".join(what),
+        f"to continue, run it from the code those runs used (commit {commit}, e.g. `git worktree add /tmp/ab "
+        f"{commit.split('+')[0]}`, with the same uncommitted edits if it was dirty); to start over on this "
+        "code, pass --restart (it discards the comparison's runs)"])
 
 
 @dataclass
@@ -272,13 +232,14 @@ def run_comparison(
     overrides: list[str],
     *,
     restart: bool = False,
-    root: Path = Path("runs/ab"),
+    root: Path = AB_ROOT,
     console: Console | None = None,
     train_fn: TrainFn | None = None,
     registry: Path | None = None,
     launch: LaunchRequest | None = None,
 ) -> Path:
-    """Run (or continue) registered comparison ``name`` and write its results; returns the comparison dir.
+    """Run (or continue) registered comparison ``name`` look by look and write its results; returns the
+    comparison dir.
 
     ``overrides`` are Hydra overrides applied to every run after the registered ones (they are part of the
     registration hash). ``registry`` is a directory of NAME.yaml files (default: the installed
@@ -287,60 +248,110 @@ def run_comparison(
     after another in this process).
 
     Raises :class:`ComparisonError` (with ``.lines``) for a bad registration, bad overrides, a changed
-    registration or a launch that cannot be honoured, and :class:`LockHeld` when another live process
-    runs this comparison; all before any run. A failed pair does not raise: it is marked in the report
-    (its arm is ``invalid``) and retried by the next invocation. A stop by signal (Ctrl-C, SIGTERM)
-    raises :class:`dormouse.errors.Interrupted` once the running pairs have checkpointed.
+    registration, runs computed by other code, or a launch that cannot be honoured, and :class:`LockHeld`
+    when another live process runs this comparison; all before any run. A failed pair does not raise: its
+    arm is ``invalid`` in the report (and stays in the family) and the next invocation retries it. A stop by
+    signal (Ctrl-C, SIGTERM) raises :class:`dormouse.errors.Interrupted` once the running pairs have
+    checkpointed.
     """
     console = console or Console()
-    overrides = list(overrides)
     launch = launch or LaunchRequest()
-    reg = load_spec(name, registry)
-    check_cli_overrides(reg, overrides)
-    comp_dir = (Path(root) / reg.spec.name).resolve()
-    pairs = plan_pairs(reg, overrides, comp_dir)
+    plan = build_plan(name, overrides, root, registry)
+    _refuse_protocol_1(plan.reg)
+    design_problems(plan)
     try:
-        launcher = make_launcher(launch, pairs, comp_dir, reg.spec.name)
+        launcher = make_launcher(launch, plan.pairs, plan.comp_dir, plan.name)
     except LaunchError as exc:
         raise ComparisonError(exc.lines) from exc
-    with comparison_lock(comp_dir) as lock:
+    code = fingerprint.compute()
+    with comparison_lock(plan.comp_dir) as lock:
         if lock.stale_message():
             console.print(f"[yellow]note:[/] {lock.stale_message()}")
-        stamp = _check_registration(comp_dir, reg, overrides, restart, console)
-        train_fn = train_fn or _default_train_fn()
-        tasks: list[Job] = []
-        for pair in pairs:
-            state, why = pair_state(pair)
-            if state == "complete":
-                pair.status = "kept"
-                continue
-            if state in ("resume", "restart"):
+        stamp = _check_registration(plan.comp_dir, plan.reg, plan.overrides, restart, console)
+        check_same_code(plan, code)
+        card = ensure_design_card(plan, console)
+        errors = _run_looks(plan, launcher, train_fn or _default_train_fn(), code.sha256, console)
+        state = progress(plan, lambda p: read_pair(p, errors.get(p.name)), failed=set(errors))
+        stamp_public = {k: v for k, v in stamp.items() if k != "registered"}
+        results, records = analyze(plan, state, lambda p: read_pair(p, errors.get(p.name)),
+                                   registration=stamp_public, design_card=card)
+        used = [p for p in plan.pairs if p.replicate <= state.used.get(p.arm, 0)]
+        results["launch"] = {"this_invocation": launcher.settings(),
+                             "pairs": {p.name: _pair_launch(plan.comp_dir, p.name) for p in used}}
+        write_outputs(plan.comp_dir, results, records)
+    console.print(verdict_table(results))
+    console.print(f"report: {plan.files.report}")
+    return plan.comp_dir
+
+
+def _run_looks(plan: ComparisonPlan, launcher: Launcher, train_fn: TrainFn, code: str,
+               console: Console) -> dict[str, str]:
+    """Run the pairs each look needs until every arm is decided or the maximum is reached (a look's
+    decisions come from :func:`dormouse.ab.looks.progress`, replayed from disk after every batch, so a
+    resumed comparison continues its schedule). Returns this invocation's failed pairs: name -> why."""
+    errors: dict[str, str] = {}
+    while True:
+        state = progress(plan, read_pair, failed=set(errors))
+        if state.finished:
+            return errors
+        index, todo = int(state.next_look or 0), state.pending
+        arms = list(dict.fromkeys(p.arm for p in todo))
+        for pair in todo:
+            st, why = pair_state(pair)
+            if st in ("resume", "restart"):
                 console.print(f"[cyan]{pair.name}[/]: {why}")
-            task = PairTask(pair, comp_dir, train_fn, launcher.name,
-                            output_to_file=not isinstance(launcher, InProcessLauncher))
-            tasks.append(Job(pair.name, run_pair, (task,)))
-        console.print(f"ab {reg.spec.name}: {len(tasks)} of {len(pairs)} pairs to run ({_launch_lines(launcher)})"
-                      + (f"; workers' output in {comp_dir / LAUNCH}" if tasks and not isinstance(
-                          launcher, InProcessLauncher) else ""))
-        with PairBoard(reg.spec.name, pairs, console) as board:
+        workers = not isinstance(launcher, InProcessLauncher)
+        tasks = [Job(p.name, run_pair, (PairTask(p, plan.comp_dir, train_fn, launcher.name, output_to_file=workers,
+                                                 fingerprint=code),)) for p in todo]
+        console.print(f"ab {plan.name}: look {index + 1} of {len(plan.looks)} ({plan.looks[index]} replicates per "
+                      f"arm; arms {', '.join(arms)}): {len(tasks)} pairs to run ({_launch_lines(launcher)})"
+                      + (f"; workers' output in {plan.comp_dir / LAUNCH}" if workers else ""))
+        with PairBoard(plan.name, todo, console) as board:
             outcomes = launcher.run(tasks, board.start, board.finish)
-        errors = {(p.arm, p.seed): o.note for o in outcomes if o.status != DONE
-                  for p in pairs if p.name == o.key}
+        errors.update({o.key: o.note for o in outcomes if o.status != DONE})
         if launcher.stopped_by is not None:
-            console.print(f"[yellow]interrupted[/]: rerun `dormouse ab {reg.spec.name}` with the same overrides "
+            console.print(f"[yellow]interrupted[/]: rerun `dormouse ab {plan.name}` with the same overrides "
                           "to continue (finished pairs are kept, interrupted ones resume from their checkpoints)")
             raise Interrupted(launcher.stopped_by, "the comparison was interrupted")
+        for pair in todo:  # never loop on a pair that came back done but is not complete on disk
+            if pair.name not in errors and pair_state(pair)[0] != "complete":
+                errors[pair.name] = "the launcher returned without the pair's final eval"
 
-        records = [load_record(p.arm, p.seed, p.run_dir, arm_name(p.cfg), p.steps, errors.get((p.arm, p.seed)))
-                   for p in pairs]
-        stamp_public = {k: v for k, v in stamp.items() if k != "registered"}
-        results = analyze(reg.spec, records, overrides=overrides, registration=stamp_public)
-        results["launch"] = {"this_invocation": launcher.settings(),
-                             "pairs": {p.name: _pair_launch(comp_dir, p.name) for p in pairs}}
-        write_outputs(comp_dir, results, records)
-    console.print(verdict_table(results))
-    console.print(f"report: {ComparisonFiles(comp_dir).report}")
-    return comp_dir
+
+def design_problems(plan: ComparisonPlan) -> None:
+    """The registered design must be one the sequential rule accepts (dormouse.ab.sequential)."""
+    problems = plan.design().problems()
+    if problems:
+        raise ComparisonError([f"{plan.reg.source}: the registered design: {p}" for p in problems])
+
+
+def design_card_for(plan: ComparisonPlan) -> Any:
+    """The design card of the registered design, simulated from the registered pilot spread."""
+    from dormouse.ab.sequential import design_card
+
+    spec = plan.spec
+    return design_card(plan.design(), float(spec.pilot_sd), float(spec.expected_effect))
+
+
+def ensure_design_card(plan: ComparisonPlan, console: Console) -> dict[str, Any]:
+    """The comparison's saved design card (``design.json``) for this registration, computed and saved if
+    missing or made for another registration. Returns ``{"registration_hash", "card", "text"}``."""
+    path = plan.files.design
+    want = registration_hash(plan.reg, plan.overrides)
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        if saved.get("registration_hash") == want:
+            return saved
+    console.print(f"ab {plan.name}: simulating the design card (the registered looks, arms and rule)")
+    return save_design_card(plan, design_card_for(plan))
+
+
+def save_design_card(plan: ComparisonPlan, card: Any) -> dict[str, Any]:
+    saved = {"registration_hash": registration_hash(plan.reg, plan.overrides), "card": card.to_dict(),
+             "text": card.to_text()}
+    plan.comp_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(plan.files.design, json.dumps(saved, indent=2, allow_nan=False) + "\n")
+    return saved
 
 
 def _pair_launch(comp_dir: Path, pair: str) -> dict[str, Any]:
@@ -356,18 +367,33 @@ def _pair_launch(comp_dir: Path, pair: str) -> dict[str, Any]:
 
 def plan_command(name: str, overrides: list[str], *, root: Path, registry: Path | None, launch: LaunchRequest,
                  console: Console) -> None:
-    """``--plan``: compose and check everything a run would, print the plan, write nothing."""
-    reg = load_spec(name, registry)
-    check_cli_overrides(reg, overrides)
-    comp_dir = (Path(root) / reg.spec.name).resolve()
-    pairs = plan_pairs(reg, overrides, comp_dir)
+    """``--plan``: compose and check everything a run would, print the plan and its looks, write nothing."""
+    plan = build_plan(name, overrides, root, registry)
+    if plan.reg.protocol == PROTOCOL:
+        design_problems(plan)
     try:
-        settings = _launch_settings(launch, pairs)
+        settings = _launch_settings(launch, plan.pairs)
     except LaunchError as exc:
         raise ComparisonError(exc.lines) from exc
-    render_plan(reg.spec.name, pairs, comp_dir, fixed=list(reg.spec.fixed), cli=overrides,
-                arm_overrides=dict(reg.spec.arms), launch=settings,
-                registration=_registration_state(comp_dir, reg, overrides), console=console)
+    render_plan(plan, launch=settings,
+                registration=_registration_state(plan.comp_dir, plan.reg, plan.overrides), console=console)
+
+
+def design_command(name: str, overrides: list[str], *, root: Path, registry: Path | None,
+                   console: Console) -> None:
+    """``--design``: simulate the registered design, print its card and save it with the comparison (unless
+    the comparison directory holds another registration's runs). Trains nothing."""
+    plan = build_plan(name, overrides, root, registry)
+    _refuse_protocol_1(plan.reg)
+    design_problems(plan)
+    card = design_card_for(plan)
+    console.print(card.to_text(), soft_wrap=True, highlight=False, markup=False)
+    stamp = plan.files.registration
+    if stamp.is_file() and json.loads(stamp.read_text()).get("hash") != registration_hash(plan.reg, plan.overrides):
+        console.print(f"not saved: {plan.comp_dir} holds a comparison started under another registration")
+        return
+    save_design_card(plan, card)
+    console.print(f"saved: {plan.files.design} (the report shows it)")
 
 
 def _launch_settings(launch: LaunchRequest, pairs: list[Pair]) -> dict[str, Any]:
@@ -400,8 +426,9 @@ def _registration_state(comp_dir: Path, reg: Registered, overrides: list[str]) -
 
 
 def status_command(name: str, *, root: Path, registry: Path | None, console: Console) -> int:
-    """``--status``: where a comparison stands (read-only; safe while it runs). Exit 0; 2 if never started."""
-    reg = load_spec(name, registry)
+    """``--status``: where a comparison stands, pair by pair and look by look (read-only; safe while it
+    runs). Exit 0; 2 if never started."""
+    reg = load_spec_for_status(name, registry)
     comp_dir = (Path(root) / reg.spec.name).resolve()
     stamp_path = ComparisonFiles(comp_dir).registration
     if not stamp_path.is_file():
@@ -412,35 +439,44 @@ def status_command(name: str, *, root: Path, registry: Path | None, console: Con
     if stamp.get("sha256") != reg.sha256:
         console.print(f"[yellow]note:[/] {reg.source} changed since the comparison started; the pairs below "
                       "follow the file as it is now")
-    pairs = plan_pairs(reg, list(stamp.get("overrides", [])), comp_dir)
-    render_status(reg.spec.name, comp_dir, comparison_status(pairs, comp_dir), console)
+    plan = build_plan(reg, list(stamp.get("overrides", [])), root)
+    status = comparison_status(plan)
+    render_status(plan, status, console)
+    if plan.reg.protocol == PROTOCOL:
+        failed = {r["pair"] for r in status["pairs"] if r["state"] == "failed"}
+        render_looks(plan, progress(plan, read_pair, failed=failed), console)
     return 0
 
 
+def load_spec_for_status(name: str, registry: Path | None) -> Registered:
+    from dormouse.ab.registry import load_spec
+
+    return load_spec(name, registry)
+
+
 def verdict_table(results: dict[str, Any]) -> Table:
-    """The verdicts as a rich table (the report's first table, abridged)."""
-    table = Table(title=f"ab {results['name']}: δ = {results['delta']:.4f} bpb ({results['delta_source']})",
-                  title_justify="left")
-    for c in ("arm", "bpb mean", "Δ mean", "95 % t-interval", "Holm p", "verdict", "kept", "reason"):
+    """The verdicts as a rich table (the report's first table, abridged), each with its sentence."""
+    table = Table(title=f"ab {results['name']}: SESOI ±{results['sesoi']:g} bpb, α {results['alpha']:g} over "
+                  f"{results['n_arms']} arm(s), looks {results['looks']}", title_justify="left")
+    for c in ("arm", "bpb mean", "Δ mean", "repeated interval", "look", "verdict", "kept", "what was tested"):
         table.add_column(c, overflow="fold")  # a narrow terminal wraps a value; it never cuts it to "…"
-    for name, a in results["arms"].items():
-        iv = a["t_interval"]
+    for row in verdict_rows(results):
+        iv = row["interval"]
         table.add_row(
-            name + (" (A/A)" if a["role"] == "aa" else ""),
-            "—" if a["bpb_mean"] is None else f"{a['bpb_mean']:.4f}",
-            "—" if a["diff_mean"] is None else f"{a['diff_mean']:+.4f}",
-            "—" if a["role"] == "baseline" else "undefined" if iv is None
-            else f"[{iv[0]:+.4f}, {iv[1]:+.4f}]",
-            "—" if a.get("p_holm") is None else f"{a['p_holm']:.3g}",
-            f"[{_VERDICT_STYLE.get(a['verdict'], '')}]{a['verdict']}[/]",
-            a.get("kept") or "—",
-            Text(a.get("reason") or "—"),
+            row["arm"],
+            "—" if row["bpb_mean"] is None else f"{row['bpb_mean']:.4f}",
+            "—" if row["diff_mean"] is None else f"{row['diff_mean']:+.4f}",
+            "—" if iv is None else f"[{iv[0]:+.4f}, {iv[1]:+.4f}]",
+            "—" if row["look"] is None else str(row["look"]),
+            f"[{_VERDICT_STYLE.get(row['verdict'], '')}]{row['verdict']}[/]",
+            row["kept"] or "—",
+            Text(row["sentence"] or "—"),
         )
     return table
 
 
 _VERDICT_STYLE = {"better": "bold green", "worse": "bold red", "tie": "yellow", "invalid": "bold red",
-                  "undecided": "yellow", "baseline": "dim"}
+                  "undecided": "yellow", "baseline": "dim", "aa": "dim"}
 
 
 def _default_train_fn() -> TrainFn:
@@ -460,7 +496,7 @@ def ab_command(
     overrides: list[str],
     *,
     restart: bool = False,
-    root: Path = Path("runs/ab"),
+    root: Path = AB_ROOT,
     console: Console | None = None,
     err_console: Console | None = None,
     train_fn: TrainFn | None = None,
@@ -468,18 +504,23 @@ def ab_command(
     launch: LaunchRequest | None = None,
     plan: bool = False,
     status: bool = False,
+    design: bool = False,
 ) -> int:
-    """The whole CLI command: returns the exit code. 0 = every pair finished (whatever the verdicts);
-    1 = some pair failed (the report says which; rerun to retry); 2 = refused before any run (a bad
-    request, or another live process holds the comparison); 130/143 = interrupted (Ctrl-C / SIGTERM;
-    rerun to resume). ``plan`` and ``status`` only read (exit 0; ``status`` exits 2 if never started)."""
+    """The whole CLI command: returns the exit code. 0 = every pair the schedule needed finished (whatever
+    the verdicts); 1 = some pair failed (the report says which; rerun to retry); 2 = refused before any run
+    (a bad request, runs computed by other code, or another live process holds the comparison); 130/143 =
+    interrupted (Ctrl-C / SIGTERM; rerun to resume). ``plan`` and ``status`` only read (exit 0; ``status``
+    exits 2 if never started); ``design`` prints the design card and saves it (exit 0)."""
     # In a file or a pipe rich assumes 80 columns and would wrap every table cell: give it room.
     console = console or Console(width=None if sys.stdout.isatty() else 200)
     err = err_console or Console(stderr=True, highlight=False)
     launch = launch or LaunchRequest()
     try:
-        if plan and status:
-            raise ComparisonError(["--plan and --status are two different questions: ask one at a time"])
+        if sum((plan, status, design)) > 1:
+            raise ComparisonError(["--plan, --status and --design are different questions: ask one at a time"])
+        if design:
+            design_command(name, overrides, root=root, registry=registry, console=console)
+            return 0
         if status:
             return status_command(name, root=root, registry=registry, console=console)
         if plan:

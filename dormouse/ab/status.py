@@ -1,8 +1,10 @@
 """``dormouse ab NAME --plan`` and ``--status``: what a comparison will do, and where it stands.
 
-Both only read. ``--plan`` composes every pair (so a bad override is refused exactly as a run would
-refuse it) and prints the pairs, what each runs, what is already done, and the estimated cost; it writes
-nothing and takes no lock. ``--status`` is safe while a comparison runs: it reads the run directories,
+Both only read, and both read the comparison's one plan (:class:`dormouse.ab.plan.ComparisonPlan`).
+``--plan`` composes every pair (so a bad override is refused exactly as a run would refuse it) and prints
+the looks (replicates per arm, each replicate's init and data-order seeds), the pairs, what each runs,
+what is already done, and the estimated cost up to the maximum; it writes nothing and takes
+no lock. ``--status`` is safe while a comparison runs: it reads the run directories,
 the pairs' attempt records and probes the locks (a shared probe, never taken): a pair whose lock is held
 is running, wherever it runs.
 
@@ -27,17 +29,17 @@ from rich.console import Console
 from rich.table import Table
 
 from dormouse.ab.lock import is_locked, read_holder
+from dormouse.ab.looks import Progress
 from dormouse.ab.pairjob import Pair, pair_state, read_launch_record
-from dormouse.loglines import EVAL, RESUME, LogLineError, line_kind, parse_resume_line
+from dormouse.ab.plan import ComparisonPlan
+from dormouse.loglines import EVAL, RESUME, LogLineError, human, line_kind, parse_resume_line
 from dormouse.logs import read_run
 from dormouse.runfiles import ComparisonFiles, RunFiles
-
-VOCAB = 256
 
 
 def pair_cost(cfg: DictConfig) -> dict[str, float]:
     """Training tokens and the estimated training FLOPs of one pair (see the module docstring)."""
-    from dormouse.model import swiglu_hidden
+    from dormouse.model import VOCAB, swiglu_hidden
 
     m, t, d = cfg.model, cfg.train, int(cfg.model.d_model)
     h = swiglu_hidden(d, m.mlp_hidden)
@@ -47,13 +49,6 @@ def pair_cost(cfg: DictConfig) -> dict[str, float]:
     tokens = int(t.steps) * int(t.batch_size) * seq
     per_token_fwd = depth * (2 * (4 * d * d + 3 * d * h) + 2 * seq * d) + readouts * 2 * VOCAB * d
     return {"tokens": float(tokens), "flops": 3.0 * per_token_fwd * tokens}
-
-
-def _si(x: float) -> str:
-    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g}{unit}"
-    return f"{x:.3g}"
 
 
 def _fmt_s(seconds: float | None) -> str:
@@ -75,34 +70,55 @@ def pair_wall_s(pair: Pair, comp_dir: Path) -> float | None:
 
 # --- the plan -------------------------------------------------------------------------------------------
 
-def render_plan(name: str, pairs: list[Pair], comp_dir: Path, *, fixed: list[str], cli: list[str],
-                arm_overrides: dict[str, list[str]], launch: dict[str, Any], registration: str,
-                console: Console) -> None:
-    """Print the plan (see the module docstring)."""
-    def say(text: str) -> None:
-        console.print(text, soft_wrap=True, highlight=False)
+def _say(console: Console, text: str) -> None:
+    console.print(text, soft_wrap=True, highlight=False)
 
-    say(f"[bold]plan: ab {name}[/] -> {comp_dir}  (trains nothing, writes nothing)")
-    say(f"registration: {registration}")
-    say("launch: " + ", ".join(f"{k}={v}" for k, v in launch.items() if v is not None))
-    say("each pair runs the Hydra overrides, in order: fixed, the arm's, the CLI's, then "
-        "train.seed=<seed> run.name=<arm>-s<seed> run.dir=<comparison dir>")
-    say(f"  fixed: {' '.join(fixed) or '(none)'}")
-    width = max(len(a) for a in arm_overrides)
-    for arm, ovs in arm_overrides.items():
-        say(f"  arm {arm:<{width}}: {' '.join(ovs) or '(none)'}")
-    say(f"  CLI:   {' '.join(cli) or '(none)'}")
-    table = Table(title_justify="left")
-    for col in ("pair", "state", "tokens", "est. FLOPs", "wall"):
+
+def render_schedule(plan: ComparisonPlan, console: Console) -> None:
+    """The looks and the replicates' seed streams (what the registration fixes before any run)."""
+    spec = plan.spec
+    if plan.reg.protocol == 1:
+        _say(console, f"protocol 1 (read only): seeds {', '.join(str(r.init_seed) for r in plan.replicates)} "
+             "as one look; each arm's data seed is its own")
+        return
+    _say(console, f"protocol 2: SESOI {spec.sesoi:g} bpb, α {spec.alpha:g} family-wise over "
+         f"{len(spec.tested)} tested arm(s) ({', '.join(spec.tested)}); looks at {', '.join(map(str, plan.looks))} "
+         f"replicates per arm (maximum {plan.looks[-1]}); decided arms stop, the baseline"
+         + (f" and the A/A arm {spec.aa_arm!r}" if spec.aa_arm else "") + " run while any arm is undecided")
+    table = Table(title="replicates (train.seed = init seed: shared initial weights; train.data_seed: data order)",
+                  title_justify="left")
+    for col in ("replicate", "look", "init seed", "data seed", "A/A data seed"):
         table.add_column(col, no_wrap=True)
+    for rep in plan.replicates:
+        look = next(i + 1 for i, n in enumerate(plan.looks) if rep.index <= n)
+        table.add_row(str(rep.index), str(look), str(rep.init_seed), str(rep.data_seed),
+                      "—" if rep.aa_data_seed is None else str(rep.aa_data_seed))
+    console.print(table)
+
+
+def render_plan(plan: ComparisonPlan, *, launch: dict[str, Any], registration: str, console: Console) -> None:
+    """Print the plan (see the module docstring)."""
+    spec, comp_dir, pairs = plan.spec, plan.comp_dir, plan.pairs
+    _say(console, f"[bold]plan: ab {plan.name}[/] -> {comp_dir}  (trains nothing, writes nothing)")
+    _say(console, f"registration: {registration}")
+    render_schedule(plan, console)
+    _say(console, "launch: " + ", ".join(f"{k}={v}" for k, v in launch.items() if v is not None))
+    _say(console, "each pair runs the Hydra overrides, in order: fixed, the arm's, the CLI's, then "
+         "train.seed=<init seed> train.data_seed=<data seed> run.name=<arm>-s<init seed> run.dir=<comparison dir>")
+    _say(console, f"  fixed: {' '.join(spec.fixed) or '(none)'}")
+    width = max(len(a) for a in spec.arms)
+    for arm, ovs in spec.arms.items():
+        _say(console, f"  arm {arm:<{width}}: {' '.join(ovs) or '(none)'}")
+    _say(console, f"  CLI:   {' '.join(plan.overrides) or '(none)'}")
+    table = Table(title_justify="left")
+    for col in ("pair", "look", "state", "tokens", "est. FLOPs", "wall"):
+        table.add_column(col, no_wrap=True)
+    states = {p.name: pair_state(p) for p in pairs}
     measured: dict[str, list[float]] = {}
-    states = {}
     for p in pairs:
-        states[p.name] = pair_state(p)
-        if states[p.name][0] == "complete":
-            w = pair_wall_s(p, comp_dir)
-            if w is not None:
-                measured.setdefault(p.arm, []).append(w)
+        w = pair_wall_s(p, comp_dir) if states[p.name][0] == "complete" else None
+        if w is not None:
+            measured.setdefault(p.arm, []).append(w)
     total_flops = total_tokens = 0.0
     remaining_s: float | None = 0.0
     left = 0
@@ -116,18 +132,20 @@ def render_plan(name: str, pairs: list[Pair], comp_dir: Path, *, fixed: list[str
             total_tokens += cost["tokens"]
             est = median(measured[p.arm]) if p.arm in measured else None
             remaining_s = None if est is None or remaining_s is None else remaining_s + est
-        table.add_row(p.name, "done" if state == "complete" else f"{state}: {why}" if state != "new" else "new",
-                      _si(cost["tokens"]), _si(cost["flops"]), _fmt_s(wall) if wall else "")
+        look = next(i + 1 for i, n in enumerate(plan.looks) if p.replicate <= n)
+        table.add_row(p.name, str(look), "done" if state == "complete" else f"{state}: {why}" if state != "new"
+                      else "new", human(cost["tokens"]), human(cost["flops"]), _fmt_s(wall) if wall else "")
     console.print(table)
     jobs = int(launch.get("jobs") or 1)
-    say(f"left to run: {left} of {len(pairs)} pairs, {_si(total_tokens)} training tokens, "
-                  f"≈{_si(total_flops)} FLOPs (matmuls only, ×3 for backward; eval excluded)")
+    _say(console, f"left to run at most (every look, no arm decided early): {left} of {len(pairs)} pairs, "
+         f"{human(total_tokens)} training tokens, ≈{human(total_flops)} FLOPs (matmuls only, ×3 for backward; "
+         "eval excluded)")
     if left and remaining_s is not None:
-        say(f"estimated wall time: ≈{_fmt_s(remaining_s / max(1, jobs))} at {jobs} pair(s) at once "
-                      "(from this comparison's finished pairs, per arm)")
+        _say(console, f"estimated wall time: ≈{_fmt_s(remaining_s / max(1, jobs))} at {jobs} pair(s) at once "
+             "(from this comparison's finished pairs, per arm)")
     elif left:
-        say("estimated wall time: unknown until a pair of each arm has finished on this machine "
-                      "(then --plan and --status use the measured time)")
+        _say(console, "estimated wall time: unknown until a pair of each arm has finished on this machine "
+             "(then --plan and --status use the measured time)")
 
 
 # --- the status -----------------------------------------------------------------------------------------
@@ -189,11 +207,14 @@ def _attempt_start_step(run_dir: Path) -> int:
     return 0
 
 
-def comparison_status(pairs: list[Pair], comp_dir: Path) -> dict[str, Any]:
-    """Every pair's status, the driver (lock holder) if one is alive, and the comparison's ETA:
-    the longest running pair's ETA plus the pending pairs at the measured mean pair time, shared over
-    as many pairs as are running now."""
+def comparison_status(plan: ComparisonPlan) -> dict[str, Any]:
+    """Every started pair's status (and the next look's pending pairs), the driver (lock holder) if one
+    is alive, and the ETA of what has started: the longest running pair's ETA plus the pending pairs at
+    the measured mean pair time, shared over as many pairs as are running now."""
     now = time.time()
+    comp_dir = plan.comp_dir
+    pairs = [p for p in plan.pairs if p.run_dir.exists() or read_launch_record(comp_dir, p.name)["attempts"]
+             or p.replicate <= plan.looks[0]]
     rows = [pair_status(p, comp_dir, now) for p in pairs]
     lock_path = ComparisonFiles(Path(comp_dir)).lock
     driver = read_holder(lock_path) if is_locked(lock_path) else None
@@ -211,7 +232,8 @@ def comparison_status(pairs: list[Pair], comp_dir: Path) -> dict[str, Any]:
     return {"pairs": rows, "driver": driver, "counts": counts, "eta_s": eta}
 
 
-def render_status(name: str, comp_dir: Path, status: dict[str, Any], console: Console) -> None:
+def render_status(plan: ComparisonPlan, status: dict[str, Any], console: Console) -> None:
+    name, comp_dir = plan.name, plan.comp_dir
     driver = status["driver"]
     who = (f"driver: pid {driver.get('pid')} on {driver.get('host')} since {driver.get('started')}"
            if driver else "no `dormouse ab` is running on it")
@@ -230,6 +252,27 @@ def render_status(name: str, comp_dir: Path, status: dict[str, Any], console: Co
     if status["counts"]["done"] < len(status["pairs"]):
         console.print(f"comparison ETA: {_fmt_s(status['eta_s'])}"
                       + ("" if status["eta_s"] is not None else " (unknown until a pair has finished)"))
+
+
+def render_looks(plan: ComparisonPlan, state: Progress, console: Console) -> None:
+    """The looks taken so far and what each decided, and what the next look needs."""
+    table = Table(title=f"looks ({', '.join(map(str, plan.looks))} replicates per arm)", title_justify="left")
+    for col in ("look", "replicates", "arm", "verdict", "mean Δ", "interval"):
+        table.add_column(col, no_wrap=True)
+    for look in state.looks:
+        for arm, d in look.decisions.items():
+            lo, hi = d.interval
+            table.add_row(str(look.index + 1), str(look.n), arm, str(d.verdict), f"{d.mean:+.4f}",
+                          f"[{lo:+.4f}, {hi:+.4f}]")
+    for arm, why in state.invalid.items():
+        table.add_row("", "", arm, "invalid", "", why)
+    console.print(table)
+    if state.pending:
+        arms = ", ".join(dict.fromkeys(p.arm for p in state.pending))
+        _say(console, f"next: look {int(state.next_look or 0) + 1} needs {len(state.pending)} pair(s) ({arms})")
+    else:
+        _say(console, "every look this comparison needs is taken" if not state.invalid else
+             "no further look can be taken until the invalid arms' runs are fixed (rerun to retry failed pairs)")
 
 
 def _abridge(line: str) -> str:

@@ -9,10 +9,13 @@ _LAUNCH = "dormouse/ab/launch.py"
 _CLUSTER = "dormouse/ab/cluster.py"
 _PAIRJOB = "dormouse/ab/pairjob.py"
 _RUNNER = "dormouse/ab/runner.py"
+_PLAN = "dormouse/ab/plan.py"
+_LOOKS = "dormouse/ab/looks.py"
 _STATUS = "dormouse/ab/status.py"
 _LIVE = "dormouse/ab/live.py"
 _L = "tests/test_ab_lock.py::"
 _T = "tests/test_ab_launch.py::"
+_A = "tests/test_ab.py::"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -101,8 +104,8 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "override_error_said_per_arm",
-        "file": _RUNNER,
-        "function": "plan_pairs",
+        "file": _PLAN,
+        "function": "_compose_arms",
         "old": "              if len(arm_lines) == len(spec.arms) and all(ln in lns for lns in arm_lines.values())]\n",
         "new": "              if False]\n",
         "gates": [_T + "test_an_invalid_override_is_reported_once_for_the_comparison"],
@@ -127,6 +130,38 @@ PERTURBATIONS: list[dict] = [
         "new": "        if False:\n",
         "gates": [_T + "test_the_board_is_plain_lines_off_a_terminal_and_a_live_table_on_one"],
         "why": "on a terminal the progress scrolls as lines instead of one table updated in place",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "code_compared_by_commit_not_fingerprint",
+        "file": _RUNNER,
+        "function": "check_same_code",
+        "old": "            elif old.sha256 != code.sha256:\n",
+        "new": "            elif old.commit != code.commit:\n",
+        "gates": [_A + "test_runs_computed_by_other_code_are_refused_until_restart"],
+        "why": "the comparison compares commits, not what computes a run: an uncommitted edit (the commit "
+               "stays 'sha+dirty') adds runs computed by other code to a resumed comparison",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "job_does_not_check_its_code",
+        "file": _PAIRJOB,
+        "function": "run_pair",
+        "old": "    if task.fingerprint is not None and code_here.sha256 != task.fingerprint:\n",
+        "new": "    if task.fingerprint is None and code_here.sha256 != task.fingerprint:\n",
+        "gates": [_A + "test_a_pair_whose_job_runs_other_code_is_failed_not_trained"],
+        "why": "a job that runs on other code than the comparison's (an edit after the driver's check, a node "
+               "with another checkout) trains its pair anyway",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "decided_arms_keep_running",
+        "file": _LOOKS,
+        "function": "progress",
+        "old": "        active = [a for a in active if decided[a].verdict == UNDECIDED]\n",
+        "new": "        active = list(active)\n",
+        "gates": [_A + "test_sequential_looks_stop_decided_arms_and_resume_continues_the_schedule"],
+        "why": "an arm decided at an early look keeps running replicates to the maximum: the looks save nothing",
         "protects": "A/B rule",
     },
 ]

@@ -1,29 +1,22 @@
-"""Perturbations of the A/B rule (issue 10, gate 7 and the undecided verdict; tests/falsification; format in
-perturbations_attnres.py, plus ``protects``).
+"""Perturbations of the A/B rule (issues 10 and 22; tests/falsification; format in perturbations_attnres.py,
+plus ``protects``).
 
 The verdict is what a researcher reads: each of these turns a registered rule into a plausible other one
-(raw p for Holm, the old "tie unless proven" rule, a closed band, a sentence built from the mean).
+(the old "tie unless proven" rule of protocol 1, a closed band, a failed arm leaving the family, the best
+eval for the final one, the A/A arm on its baseline's data order).
 """
 
 from __future__ import annotations
 
 _STATS = "dormouse/ab/stats.py"
 _REPORT = "dormouse/ab/report.py"
-_REGISTRY = "dormouse/ab/registry.py"
+_RECORDS = "dormouse/ab/records.py"
+_LOOKS = "dormouse/ab/looks.py"
+_PLAN = "dormouse/ab/plan.py"
 _V = "tests/test_ab_verdict.py::"
 _S = "tests/test_ab_stats.py::"
 
 PERTURBATIONS: list[dict] = [
-    {
-        "name": "verdict_uses_raw_p_not_holm",
-        "file": _REPORT,
-        "function": "analyze",
-        "old": "            p_adj = r[\"p_holm\"] if r[\"role\"] == \"arm\" else None\n",
-        "new": "            p_adj = r[\"p\"] if r[\"role\"] == \"arm\" else None\n",
-        "gates": [_V + "test_verdict_follows_holm_not_the_raw_p"],
-        "why": "the report decides on the raw p: Holm is printed but takes no part in the verdict",
-        "protects": "A/B rule",
-    },
     {
         "name": "undecided_reported_as_tie",
         "file": _STATS,
@@ -56,34 +49,56 @@ PERTURBATIONS: list[dict] = [
         "protects": "A/B rule",
     },
     {
-        "name": "sentence_side_from_the_mean",
-        "file": _REPORT,
-        "function": "rule_sentence",
-        "old": "    side = \"lies below 0\" if d.below_zero else \"lies above 0\" if d.above_zero else ",
-        "new": "    side = \"lies below 0\" if d.diff_mean < 0 else \"lies above 0\" if d.diff_mean > 0 else ",
-        "gates": [_V + "test_no_verdict_sentence_contradicts_its_numbers"],
-        "why": "the report's sentence says where the interval lies from the mean's sign: it contradicts the "
-               "interval printed next to it",
-        "protects": "A/B rule",
-    },
-    {
         "name": "undecided_keeps_nothing",
         "file": _REPORT,
-        "function": "analyze",
-        "old": "        elif r[\"verdict\"] in (stats.TIE, stats.UNDECIDED):\n",
-        "new": "        elif r[\"verdict\"] in (stats.TIE,):\n",
-        "gates": [_V + "test_each_verdict_states_its_rule_and_the_command_of_the_extension"],
+        "function": "_verdict",
+        "old": "    elif a[\"verdict\"] in (TIE, UNDECIDED):\n",
+        "new": "    elif a[\"verdict\"] in (TIE,):\n",
+        "gates": [_V + "test_a_failed_arm_stays_in_the_multiplicity_family"],
         "why": "an undecided arm names no arm to keep: the registration says the simpler arm stays",
         "protects": "A/B rule",
     },
     {
-        "name": "extension_may_change_the_fixed_overrides",
-        "file": _REGISTRY,
-        "function": "EXTENSION_MAY_DIFFER",
-        "old": "EXTENSION_MAY_DIFFER = (\"name\", \"description\", \"seeds\", ",
-        "new": "EXTENSION_MAY_DIFFER = (\"name\", \"description\", \"seeds\", \"fixed\", ",
-        "gates": [_V + "test_the_registered_extension_only_adds_seeds"],
-        "why": "the registered extension may change what was held fixed: 'more seeds' becomes another comparison",
+        "name": "tie_keeps_the_more_complex_arm",
+        "file": _REPORT,
+        "function": "simpler",
+        "old": "    return min(kind_a, kind_b, key=lambda k: rank.get(k, len(rank)))\n",
+        "new": "    return max(kind_a, kind_b, key=lambda k: rank.get(k, len(rank)))\n",
+        "gates": [_V + "test_each_verdict_states_what_was_tested_and_keeps_by_the_registry_order"],
+        "why": "a tie keeps the more complex mechanism: the registry's order read backwards",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "failed_arm_leaves_the_family",
+        "file": _LOOKS,
+        "function": "progress",
+        "old": "        family = design  # the registered family (n_arms fixed at registration), whatever failed\n",
+        "new": "        family = __import__('dataclasses').replace(design, n_arms=len(spec.tested) - len("
+               "[a for a in spec.tested if a in out.invalid]))\n",
+        "gates": [_V + "test_a_failed_arm_stays_in_the_multiplicity_family"],
+        "why": "an arm whose runs failed drops out of the multiplicity family, which shrinks it and loosens "
+               "every other arm's correction (issue 22, item 7)",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "metric_read_from_the_best_eval",
+        "file": _RECORDS,
+        "function": "final_row",
+        "old": "        return rows[-1]\n",
+        "new": "        return min(rows, key=lambda r: r[\"bpb\"])\n",
+        "gates": [_V + "test_the_metric_is_the_registered_final_eval_not_the_best"],
+        "why": "the metric is the best eval row instead of the registered final one: early stopping chosen "
+               "after the fact, which favours the noisier arm (issue 22, item 7)",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "aa_arm_on_the_baselines_data_order",
+        "file": _PLAN,
+        "function": "replicates_of",
+        "old": "spec.data_seed_base + k, None if aa is None else aa + k)",
+        "new": "spec.data_seed_base + k, spec.data_seed_base + k)",
+        "gates": ["tests/test_ab.py::test_each_replicate_has_its_own_seed_streams_and_the_aa_arm_its_own_data"],
+        "why": "the A/A arm trains on its baseline's data order: it reproduces the baseline and calibrates nothing",
         "protects": "A/B rule",
     },
     {

@@ -1,0 +1,133 @@
+"""Where a sequential comparison stands: which looks were taken, what each decided, and which pairs the
+next look needs (docs/ab-protocol.md, "Running a comparison").
+
+:func:`progress` replays the registered schedule from the runs on disk, so the runner (deciding whether to
+run more), ``--status`` and the report all see the same looks, and a resumed comparison continues exactly
+where it stood. At look i (``n = looks[i]`` replicates per arm) the baseline and the A/A arm run with every
+tested arm still undecided; an arm decided at an earlier look runs no more replicates. The decision is
+:func:`dormouse.ab.sequential.decide` on each undecided arm's paired differences over the first n
+replicates, with the family size fixed at registration (:meth:`ComparisonPlan.design`).
+
+An arm whose runs failed, or whose counters show it did not run as asked, is ``invalid``: it takes no
+further part, and it *stays in the family* (the design's ``n_arms`` does not shrink), so a failed arm never
+loosens the others' correction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dormouse.ab.pairjob import Pair
+from dormouse.ab.plan import ComparisonPlan
+from dormouse.ab.records import RunRecord, load_record
+from dormouse.config import arm_name
+
+UNDECIDED, INVALID = "undecided", "invalid"
+ReadRecord = Callable[[Pair], RunRecord]
+
+
+@dataclass
+class Look:
+    """One look taken: its index (0-based), replicates per arm, the arms it decided on and their decisions."""
+
+    index: int
+    n: int
+    arms: list[str]
+    decisions: dict[str, Any]  # arm -> sequential.ArmDecision
+
+
+@dataclass
+class Progress:
+    """The replayed schedule (see the module docstring)."""
+
+    looks: list[Look] = field(default_factory=list)
+    decisions: dict[str, Any] = field(default_factory=dict)  # each tested arm's latest ArmDecision
+    invalid: dict[str, str] = field(default_factory=dict)  # arm -> why (failed or incomplete runs, counters)
+    next_look: int | None = None  # the look the pending pairs are for
+    pending: list[Pair] = field(default_factory=list)  # pairs to run before the next look can be taken
+    used: dict[str, int] = field(default_factory=dict)  # arm -> replicates its analysis uses
+
+    @property
+    def finished(self) -> bool:
+        """Nothing left to run: every arm decided or invalid, or the maximum reached, or a blocked look."""
+        return not self.pending
+
+    def verdict(self, arm: str) -> str:
+        if arm in self.invalid:
+            return INVALID
+        d = self.decisions.get(arm)
+        return UNDECIDED if d is None else str(d.verdict)
+
+
+def read_pair(pair: Pair, error: str | None = None) -> RunRecord:
+    """A pair's run as the report reads it back from disk."""
+    return load_record(pair.arm, pair.seed, pair.run_dir, arm_name(pair.cfg), pair.steps, error,
+                       replicate=pair.replicate)
+
+
+def _finding_free(records: list[RunRecord]) -> bool:
+    return all(not r.findings for r in records)
+
+
+def progress(plan: ComparisonPlan, read: ReadRecord, failed: set[str] | None = None) -> Progress:
+    """Replay the schedule from disk. ``read(pair)`` gives a pair's record; ``failed`` names pairs that
+    failed and are not to be run again now (this invocation's failures, or ``--status``'s failed pairs):
+    their arm is invalid instead of pending."""
+    from dormouse.ab.sequential import decide
+
+    spec, failed = plan.spec, failed or set()
+    design = plan.design()
+    base, aa = spec.baseline, spec.aa_arm
+    helpers = [base] + ([aa] if aa is not None else [])
+    out = Progress()
+    active = list(spec.tested)
+    for index, n in enumerate(plan.looks):
+        pairs = plan.pairs_to(n, helpers + active)
+        records = {p.name: read(p) for p in pairs}
+        to_run = [p for p in pairs if not records[p.name].complete and p.name not in failed]
+        if to_run:
+            out.next_look, out.pending = index, to_run
+            break
+        by_arm = {a: [records[p.name] for p in pairs if p.arm == a] for a in helpers + active}
+        for arm in list(helpers + active):
+            if arm not in out.invalid and not (all(r.complete for r in by_arm[arm]) and _finding_free(by_arm[arm])):
+                out.invalid[arm] = _why_invalid(by_arm[arm], n)
+                out.used[arm] = n
+        if base in out.invalid:  # nothing can be decided against a baseline that did not run as asked
+            for arm in active:
+                out.invalid.setdefault(arm, f"the baseline {base!r} is invalid: {out.invalid[base]}")
+            break
+        active = [a for a in active if a not in out.invalid]
+        if not active:
+            break
+        finals = {a: {r.replicate: float(r.final["bpb"]) for r in by_arm[a] if r.final} for a in [base, *active]}
+        diffs = {a: [finals[a][k] - finals[base][k] for k in range(1, n + 1)] for a in active}
+        family = design  # the registered family (n_arms fixed at registration), whatever failed
+        decided = decide(family, index, diffs, decided=dict(out.decisions))
+        out.looks.append(Look(index, n, list(active), {a: decided[a] for a in active}))
+        for a in active:
+            out.decisions[a] = decided[a]
+            out.used[a] = n
+        for a in helpers:
+            if a not in out.invalid:
+                out.used[a] = n
+        active = [a for a in active if decided[a].verdict == UNDECIDED]
+        if not active:
+            break
+    return out
+
+
+def _why_invalid(records: list[RunRecord], n: int) -> str:
+    parts = []
+    missing = [r for r in records if not r.complete]
+    if missing:
+        parts.append("incomplete runs: " + "; ".join(
+            f"{r.run_dir.name}: {r.error or 'no final eval at step ' + str(r.steps)}" for r in missing))
+    flagged = [r for r in records if r.findings]
+    if flagged:
+        count = sum(len(r.findings) for r in flagged)
+        parts.append(f"failed the counter/log check ({count} finding(s) in "
+                     f"{', '.join(r.run_dir.name for r in flagged)})")
+    return f"at {n} replicates: " + "; ".join(parts)

@@ -1,0 +1,212 @@
+"""One plan per comparison: the registration, its replicates (each an init seed and a data-order seed), its
+looks and every (arm, replicate) pair's composed config, built once and read by the run, ``--plan``,
+``--status`` and ``--design`` alike (docs/ab-protocol.md, "Running a comparison").
+
+:func:`build_plan` loads the registered file, checks the CLI overrides, composes each arm's config once
+(Hydra composition is the slow part) and validates every pair before anything runs: a problem of one arm
+names the arm, a problem every arm shares (a bad CLI or fixed override) is said once.
+
+Replicate k (1-based) of a protocol-2 comparison trains every arm with ``train.seed = init_seed_base + k - 1``
+(the shared initial weights) and ``train.data_seed = data_seed_base + k - 1`` (the data order); the A/A arm
+takes ``aa_data_seed_base + k - 1`` instead. So a replicate's streams never depend on how many looks there
+are, and a longer schedule only adds replicates. A protocol-1 registration (read only) plans its listed
+seeds as one look, with whatever data seed its arms set.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from dormouse.ab.pairjob import Pair
+from dormouse.ab.registry import (
+    RUNNER_KEYS,
+    ComparisonError,
+    ComparisonSpec,
+    Registered,
+    load_spec,
+    override_key,
+)
+from dormouse.config import ConfigError, arm_name, load_config
+from dormouse.runfiles import ComparisonFiles, run_name
+
+if TYPE_CHECKING:
+    from dormouse.ab.sequential import Design
+
+_PLAIN_VALUE = re.compile(r"^[A-Za-z0-9_./-]+$")
+
+
+@dataclass(frozen=True)
+class Replicate:
+    """One replicate: every arm trains once with these seeds (``data_seed`` None: protocol 1, the arm's)."""
+
+    index: int  # 1-based
+    init_seed: int
+    data_seed: int | None
+    aa_data_seed: int | None
+
+
+@dataclass
+class ComparisonPlan:
+    """Everything a comparison will run, in the order it runs it (replicate-major)."""
+
+    reg: Registered
+    overrides: list[str]
+    comp_dir: Path
+    replicates: list[Replicate]
+    looks: list[int]  # cumulative replicates per arm at each look
+    pairs: list[Pair]
+
+    @property
+    def spec(self) -> Any:
+        return self.reg.spec
+
+    @property
+    def name(self) -> str:
+        return str(self.reg.spec.name)
+
+    @property
+    def files(self) -> ComparisonFiles:
+        return ComparisonFiles(self.comp_dir)
+
+    @property
+    def arms(self) -> list[str]:
+        return list(self.reg.spec.arms)
+
+    def pairs_to(self, n_replicates: int, arms: list[str] | None = None) -> list[Pair]:
+        """The pairs of the first ``n_replicates`` replicates, of ``arms`` (default: every arm)."""
+        keep = set(self.arms if arms is None else arms)
+        return [p for p in self.pairs if p.replicate <= n_replicates and p.arm in keep]
+
+    def design(self) -> Design:
+        """The registered sequential design: α, SESOI, looks, and the family size fixed at registration
+        (every tested arm, whether or not its runs later fail)."""
+        from dormouse.ab.sequential import Design
+
+        spec = self.reg.spec
+        if not isinstance(spec, ComparisonSpec):
+            raise ComparisonError([f"{self.reg.source}: protocol 1 has no sequential design (read only)"])
+        return Design(alpha=float(spec.alpha), sesoi=float(spec.sesoi), looks=tuple(int(n) for n in spec.looks),
+                      n_arms=len(spec.tested))
+
+
+def quote(value: str) -> str:
+    """A Hydra override value: plain paths stay as they are, anything else is single-quoted."""
+    if _PLAIN_VALUE.match(value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def check_cli_overrides(reg: Registered, overrides: list[str]) -> None:
+    """CLI overrides may tune the environment (device, steps for a quick look, wandb) but must not set a
+    key the runner owns or a key an arm sets: that would erase the difference the comparison measures."""
+    arm_keys = {override_key(o): arm for arm, ovs in reg.spec.arms.items() for o in ovs}
+    lines = []
+    for o in overrides:
+        key = override_key(o)
+        if "=" not in o:
+            lines.append(f"override {o!r} is not key=value")
+        elif key in RUNNER_KEYS:
+            lines.append(f"override {o!r} sets {key}, which `dormouse ab` sets for every pair "
+                         f"({', '.join(RUNNER_KEYS)})")
+        elif key in arm_keys:
+            lines.append(f"override {o!r} sets {key}, which arm {arm_keys[key]!r} sets: it would change what "
+                         "the arms differ in; register another comparison instead")
+    if lines:
+        raise ComparisonError(lines)
+
+
+def replicates_of(spec: Any) -> list[Replicate]:
+    """The registered replicates up to the maximum (see the module docstring)."""
+    if not isinstance(spec, ComparisonSpec):
+        return [Replicate(i + 1, int(s), None, None) for i, s in enumerate(spec.seeds)]
+    aa = spec.aa_data_seed_base
+    return [Replicate(k + 1, spec.init_seed_base + k, spec.data_seed_base + k, None if aa is None else aa + k)
+            for k in range(spec.max_replicates)]
+
+
+def looks_of(spec: Any) -> list[int]:
+    return [int(n) for n in spec.looks] if isinstance(spec, ComparisonSpec) else [len(spec.seeds)]
+
+
+def build_plan(reg: Registered | str, overrides: list[str], root: Path, registry: Path | None = None) -> ComparisonPlan:
+    """Load (if a name is given), check and compose the whole comparison; :class:`ComparisonError` with one
+    line per problem, before anything runs. Writes nothing."""
+    if isinstance(reg, str):
+        reg = load_spec(reg, registry)
+    overrides = list(overrides)
+    check_cli_overrides(reg, overrides)
+    comp_dir = (Path(root) / reg.spec.name).resolve()
+    replicates = replicates_of(reg.spec)
+    arm_cfgs = _compose_arms(reg, overrides, comp_dir, replicates[0])
+    pairs: list[Pair] = []
+    for rep in replicates:
+        for arm, base_cfg in arm_cfgs.items():
+            cfg = copy.deepcopy(base_cfg)
+            cfg.train.seed = rep.init_seed
+            if rep.data_seed is not None:
+                cfg.train.data_seed = rep.aa_data_seed if arm == reg.spec.aa_arm else rep.data_seed
+            cfg.run.name = run_name(arm, rep.init_seed)
+            pairs.append(Pair(arm, rep.init_seed, cfg, comp_dir / cfg.run.name, replicate=rep.index))
+    return ComparisonPlan(reg, overrides, comp_dir, replicates, looks_of(reg.spec), pairs)
+
+
+def _compose_arms(reg: Registered, overrides: list[str], comp_dir: Path, first: Replicate) -> dict[str, DictConfig]:
+    """Each arm's config composed once (at the first replicate's seeds) and validated."""
+    spec = reg.spec
+    lines: list[str] = []
+    arm_lines: dict[str, list[str]] = {}
+    arm_cfgs: dict[str, DictConfig] = {}
+    for arm, arm_overrides in spec.arms.items():
+        seeds = [f"train.seed={first.init_seed}"]
+        if first.data_seed is not None:
+            seeds.append(f"train.data_seed={first.aa_data_seed if arm == spec.aa_arm else first.data_seed}")
+        full = [*spec.fixed, *arm_overrides, *overrides,
+                f"run.dir={quote(str(comp_dir))}", f"run.name={run_name(arm, first.init_seed)}", *seeds,
+                f"logging.wandb_group={quote(spec.name)}", f"logging.wandb_job_type={quote(arm)}"]
+        try:
+            arm_cfgs[arm] = load_config(full)
+        except ConfigError as exc:
+            arm_lines[arm] = list(exc.lines)
+    # A problem every arm has (a bad CLI or fixed override) is the comparison's: say it once.
+    shared = [ln for ln in dict.fromkeys(ln for lns in arm_lines.values() for ln in lns)
+              if len(arm_lines) == len(spec.arms) and all(ln in lns for lns in arm_lines.values())]
+    lines += [f"{reg.source}: every arm: {ln}" for ln in shared]
+    lines += [f"{reg.source}: arm {arm!r}: {ln}" for arm, lns in arm_lines.items() for ln in lns if ln not in shared]
+    if not lines and spec.aa_arm is not None:
+        base_kind, aa_kind = arm_name(arm_cfgs[spec.baseline]), arm_name(arm_cfgs[spec.aa_arm])
+        if base_kind != aa_kind:
+            lines.append(f"{reg.source}: field 'aa_arm': {spec.aa_arm!r} selects {aa_kind} but the baseline "
+                         f"{spec.baseline!r} selects {base_kind}; an A/A arm is the baseline again")
+    if not lines:
+        lines += _data_problems(reg, arm_cfgs)
+    if lines:
+        raise ComparisonError(lines)
+    return arm_cfgs
+
+
+def _data_problems(reg: Registered, arm_cfgs: dict[str, DictConfig]) -> list[str]:
+    """Load each distinct data config once, before any run: a registered comparison runs the eval set it
+    registered or nothing (``data.eval_bytes`` larger than the val split is refused here, naming it)."""
+    from dormouse.data import DataError, load_corpus
+
+    lines: list[str] = []
+    seen: dict[str, str | None] = {}
+    for arm, cfg in arm_cfgs.items():
+        data = {k: v for k, v in OmegaConf.to_container(cfg.data, resolve=True).items()}  # type: ignore[union-attr]
+        key = json.dumps(data, sort_keys=True)
+        if key not in seen:
+            try:
+                load_corpus(cfg.data)
+                seen[key] = None
+            except DataError as exc:
+                seen[key] = str(exc)
+        if seen[key] is not None:
+            lines.append(f"{reg.source}: arm {arm!r}: {seen[key]}")
+    return lines
