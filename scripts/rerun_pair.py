@@ -23,9 +23,10 @@ import sys
 import time
 from pathlib import Path
 
-from dormouse.ab.records import final_row, read_metrics
+from dormouse.ab.records import final_row
 from dormouse.ab.registry import load_spec
 from dormouse.ab.runner import plan_pairs
+from dormouse.loglines import read_metrics
 from dormouse.rundir import git_commit
 from dormouse.runfiles import RunFiles
 

@@ -311,7 +311,7 @@ def test_plan_trains_nothing_writes_nothing_and_shows_pairs_overrides_state_and_
     console = _console()
     ab_command("t", ["train.lr=0.002"], root=tmp_path / "ab", registry=reg, console=console, plan=True)
     text = console.export_text()
-    assert "15 pairs" in text and ": 1 of 15 pairs" in text and "resume: interrupted (last eval at step 10)" in text
+    assert "15 pairs" in text and ": 1 of 15 pairs" in text and "resume: interrupted (last eval at step 10" in text
     assert "continues" in text and "estimated wall time: ≈" in text
     console = _console()
     ab_command("t", [], root=tmp_path / "ab", registry=reg, console=console, plan=True)

@@ -22,9 +22,12 @@ from typing import Any
 from dormouse.ab.pairjob import Pair
 from dormouse.ab.plan import ComparisonPlan
 from dormouse.ab.records import RunRecord, load_record
+from dormouse.ab.sequential import UNDECIDED
 from dormouse.config import arm_name
 
-UNDECIDED, INVALID = "undecided", "invalid"
+# An arm whose runs failed or whose counters show it did not run as asked: no verdict, but it stays in the
+# registered multiplicity family (sequential.Design.n_arms). The statistical verdicts are sequential.VERDICTS.
+INVALID = "invalid"
 ReadRecord = Callable[[Pair], RunRecord]
 
 

@@ -27,9 +27,10 @@ from omegaconf import DictConfig
 from dormouse.ab import fingerprint
 from dormouse.ab.launch import DONE, FAILED, INTERRUPTED, Outcome
 from dormouse.ab.lock import LockHeld, pair_lock
-from dormouse.ab.records import final_row, read_metrics
+from dormouse.ab.records import final_row
 from dormouse.checkpoint import atomic_write_text, list_checkpoints
 from dormouse.errors import Interrupted
+from dormouse.loglines import last_eval_phrase, read_metrics
 from dormouse.logs import read_run
 from dormouse.runfiles import ComparisonFiles, RunFiles
 
@@ -73,12 +74,11 @@ def pair_state(pair: Pair) -> tuple[str, str]:
     if not pair.run_dir.exists():
         return "new", "not started"
     rows = read_metrics(pair.files.metrics)
-    last = rows[-1]["step"] if rows else None
     if final_row(rows, pair.steps) is not None and read_run(pair.run_dir).finished:
         return "complete", f"finished at step {pair.steps}"
     if list_checkpoints(pair.files.checkpoints):
-        return "resume", f"interrupted (last eval at step {last}); resuming from its checkpoint"
-    return "restart", f"interrupted (last eval at step {last}) without a checkpoint; restarting it"
+        return "resume", f"interrupted ({last_eval_phrase(rows)}); resuming from its checkpoint"
+    return "restart", f"interrupted ({last_eval_phrase(rows)}) without a checkpoint; restarting it"
 
 
 @dataclass
@@ -169,9 +169,7 @@ def _complete(pair: Pair, train_fn: TrainFn) -> tuple[str, str]:
     if state == "complete":
         return DONE, "; ".join(notes)
     rows = read_metrics(pair.files.metrics)
-    last = rows[-1] if rows else {}
-    return FAILED, (f"the run returned without its final eval (last eval at step {last.get('step')}, "
-                    f"bpb={last.get('bpb')}; train.steps={pair.steps})")
+    return FAILED, f"the run returned without its final eval ({last_eval_phrase(rows)}; train.steps={pair.steps})"
 
 
 def run_pair(task: PairTask) -> Outcome:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dormouse.loglines import LogLineError, parse_metrics_row, replay
+from dormouse.loglines import read_metrics
 from dormouse.logs import Finding, read_run
 from dormouse.runfiles import RunFiles
 
@@ -20,22 +20,6 @@ from dormouse.runfiles import RunFiles
 def is_finite_number(x: Any) -> bool:
     """A real number that is neither NaN nor infinite (metrics rows hold NaN for an undefined value)."""
     return isinstance(x, (int, float)) and math.isfinite(x)
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The effective rows of a metrics.jsonl: a resumed run replays evals from its checkpoint, so a row
-    whose step does not advance supersedes the earlier rows from that step on (dormouse.loglines.replay).
-    Unparseable lines (a write cut by a kill) are skipped; the log check reports the run."""
-    rows: list[dict[str, Any]] = []
-    if not path.is_file():
-        return rows
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            row = parse_metrics_row(line)
-        except LogLineError:
-            continue
-        rows = replay(rows, row, lambda r: int(r["step"]))
-    return rows
 
 
 def final_row(rows: list[dict[str, Any]], steps: int) -> dict[str, Any] | None:

@@ -8,7 +8,7 @@ replays the looks), so a report made after a resume is the same as one made in a
 TOST interval, p and its nominal level), so a reader can check each verdict by hand.
 
 Nothing here branches on an arm's name: the tie rule "keeps the simpler arm" uses the arm registry's order
-(``dormouse.config.ARMS``, simplest first).
+(``dormouse.arm_registry.ARMS``, simplest first).
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from dormouse.ab.pairjob import Pair
 from dormouse.ab.plan import ComparisonPlan
 from dormouse.ab.plots import write_plots
 from dormouse.ab.records import RunRecord, is_finite_number
+from dormouse.arm_registry import ARMS
 from dormouse.checkpoint import atomic_write_text
-from dormouse.config import ARMS
+from dormouse.config import arm_name
 from dormouse.logs import Finding
 from dormouse.runfiles import ComparisonFiles
 
@@ -184,7 +185,7 @@ def analyze(plan: ComparisonPlan, state: Progress, read: Callable[[Pair], RunRec
     records = [read(p) for p in plan.pairs if p.replicate <= state.used.get(p.arm, 0)]
     by_arm = {a: [r for r in records if r.arm == a] for a in spec.arms}
     base_runs = {r.replicate: r for r in by_arm[base]}
-    base_kind = by_arm[base][0].kind if by_arm[base] else ARMS[0]
+    base_kind = arm_name(next(p.cfg for p in plan.pairs if p.arm == base))  # what the registration selects
     base_cost = _cost(by_arm[base])
     cpu = any(str(r.provenance.get("device", "")).startswith("cpu") for r in records)
     arms: dict[str, Any] = {}
