@@ -116,9 +116,12 @@ def test_the_toy_arm_has_a_switch_and_options_and_is_refused_next_to_another(toy
 
 
 def test_the_toy_arm_trains_logs_probes_plots_and_reports(toy: type[ResidualArm], tmp_path: Path):
-    from dormouse.ab.records import load_record
-    from dormouse.ab.registry import parse_spec
+    from dormouse.ab.looks import progress
+    from dormouse.ab.pairjob import Pair
+    from dormouse.ab.plan import build_plan
+    from dormouse.ab.records import RunRecord, load_record
     from dormouse.ab.report import analyze, write_outputs
+    from dormouse.config import arm_name
     from dormouse.train import train
 
     runs = tmp_path / "runs"
@@ -136,13 +139,25 @@ def test_the_toy_arm_trains_logs_probes_plots_and_reports(toy: type[ResidualArm]
         sum(rows[-1]["probe/beta"]) / 4)
     assert rows[-1]["probe/beta"] != [0.5] * 4  # it trained: beta moved off its start
     assert (toy_dir / "toy_beta.png").read_bytes()[:4] == b"\x89PNG"
-    # the A/B report, through its public entry points: the toy arm against the ReZero baseline
-    spec = parse_spec("name: toy\nbaseline: rezero\nmin_effect: 0.01\nseeds: [1]\narms:\n  rezero: []\n"
-                      "  toy: [model.use_toy=true]\n", "toy.yaml")
-    records = [load_record(arm, 1, runs / f"{arm}-s1", arm, 4) for arm in ("rezero", "toy")]
-    comp = tmp_path / "ab"
-    comp.mkdir()
-    results = analyze(spec, records)
-    write_outputs(comp, results, records)
-    assert "toy" in results["arms"] and (comp / "toy_beta_toy.png").is_file()
-    assert "toy" in (comp / "report.md").read_text()
+    # the A/B report, through the comparison's own plan, looks and report (protocol 2): the toy arm against
+    # the ReZero baseline, two replicates trained from the plan's composed configs
+    reg = tmp_path / "registry"
+    reg.mkdir()
+    (reg / "toy.yaml").write_text(
+        "protocol: 2\nname: toy\nbaseline: rezero\nsesoi: 0.05\nalpha: 0.05\nlooks: [2]\ninit_seed_base: 1\n"
+        "data_seed_base: 101\npilot_sd: 0.05\nexpected_effect: -0.05\n"
+        f"fixed: [{', '.join(overrides(runs, 'unused')[:-2])}]\n"
+        "arms:\n  rezero: []\n  toy: [model.use_toy=true]\n")
+    plan = build_plan("toy", [], tmp_path / "ab", registry=reg)
+    for pair in plan.pairs:
+        train(pair.cfg)
+
+    def read(pair: Pair) -> RunRecord:
+        return load_record(pair.arm, pair.seed, pair.run_dir, arm_name(pair.cfg), pair.steps,
+                           replicate=pair.replicate)
+
+    results, records = analyze(plan, progress(plan, read), read)
+    write_outputs(plan.comp_dir, results, records)
+    assert results["arms"]["toy"]["verdict"] in ("better", "worse", "tie", "undecided")
+    assert (plan.comp_dir / "toy_beta_toy.png").is_file()
+    assert "toy" in (plan.comp_dir / "report.md").read_text()
