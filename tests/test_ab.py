@@ -267,7 +267,7 @@ def test_end_to_end_report_results_and_plots_agree(tmp_path: Path, registry: Pat
         if a["role"] == "arm":
             assert f"{a['diff_mean']:+.4f}" in line and f"{a['decision']['interval'][0]:+.4f}" in line
             assert a["sentence"] in report
-    assert "the simpler arm is kept (the registry's order: rezero, then gr, then attnres)" in report
+    assert "the simpler arm is kept (the registry's order: prenorm, then rezero, then gr, then attnres)" in report
     assert "bpb_vs_tokens.png" in report and "bpb_by_depth.png" in report
     assert "## Design card" in report and "A/A calibration check" in report
     assert results["code"]["commits"][0][:12] in report
