@@ -84,8 +84,10 @@ class TrainConfig:
 @dataclass
 class LoggingConfig:
     wandb: str = "disabled"  # "disabled" | "offline" | "online"
+    wandb_entity: str | None = None  # the team or user the run belongs to; null = the account's default
     wandb_project: str = "dormouse"
-    wandb_group: str | None = None
+    wandb_group: str | None = None  # `dormouse ab` sets it: a comparison is a group, its pairs the runs
+    wandb_tags: list[str] = field(default_factory=list)  # e.g. logging.wandb_tags=[baseline,lr-sweep]
     wandb_job_type: str | None = None
     progress: str = "auto"  # "auto" (a rich bar on a terminal) | "on" | "off"
 
@@ -285,6 +287,11 @@ def validate(cfg: DictConfig) -> list[str]:
         _bad(lines, "run.name", name, "a folder name inside run.dir (no '..', not absolute, not empty)")
     if lg.wandb not in ("disabled", "offline", "online"):
         _bad(lines, "logging.wandb", lg.wandb, "one of disabled, offline, online")
+    for tag in lg.wandb_tags:
+        if not 0 < len(str(tag)) <= WANDB_TAG_MAX:  # wandb refuses longer tags at init, after the run began
+            _bad(lines, "logging.wandb_tags", list(lg.wandb_tags),
+                 f"each tag a non-empty string of at most {WANDB_TAG_MAX} characters")
+            break
     if lg.progress not in ("auto", "on", "off"):
         _bad(lines, "logging.progress", lg.progress, "one of auto, on, off")
     return lines
@@ -335,6 +342,7 @@ def _arm_problems(m: Any) -> list[str]:
 
 
 KERNEL_CHOICES = ("auto", "triton", "torch")
+WANDB_TAG_MAX = 64  # wandb's own limit on a tag's length
 
 
 def _check_kernel(lines: list[str], m: Any, device: str) -> None:

@@ -210,9 +210,10 @@ def _wandb_run(cfg: DictConfig, files: RunFiles, resumed: bool) -> Any:
     if not run_id:
         run_id = secrets.token_hex(6)  # wandb ids are [a-z0-9]; 48 random bits never collide in a project
         atomic_write_text(files.wandb_id, run_id + "\n")
-    return wandb.init(mode=mode, project=cfg.logging.wandb_project, group=cfg.logging.wandb_group,
-                      job_type=cfg.logging.wandb_job_type, name=str(cfg.run.name), dir=str(files.dir),
-                      id=run_id, resume="allow",
+    lg = cfg.logging
+    return wandb.init(mode=mode, entity=lg.wandb_entity, project=lg.wandb_project, group=lg.wandb_group,
+                      job_type=lg.wandb_job_type, tags=[str(tag) for tag in lg.wandb_tags],
+                      name=str(cfg.run.name), dir=str(files.dir), id=run_id, resume="allow",
                       config=OmegaConf.to_container(cfg, resolve=True), settings=wandb.Settings(silent=True))
 
 
