@@ -191,6 +191,33 @@ def logs(
     raise typer.Exit(logs_command(paths, check, Console(), fmt=fmt, err_console=err))
 
 
+@app.command(name="eval", epilog="""[bold]Examples[/]\n
+  dormouse eval runs/myrun                                   # the newest checkpoint\n
+  dormouse eval runs/myrun --checkpoint runs/myrun/checkpoints/best.pt""")
+def eval_(
+    run_dir: Path = typer.Argument(..., help="A run directory written by `dormouse train`."),
+    checkpoint: Path = typer.Option(None, "--checkpoint", help="A checkpoint file (default: the run's newest).",
+                                    show_default=False),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
+) -> None:
+    """Evaluate a checkpoint on its run's fixed eval set and print the eval line (bpb at every depth).
+
+    Writes nothing, to the run or anywhere else."""
+    from dormouse.checkpoint import CheckpointError
+    from dormouse.data import DataError
+    from dormouse.eval_only import eval_checkpoint
+    from dormouse.loglines import format_eval_line
+    from dormouse.sample import SampleError
+
+    try:
+        path, row = eval_checkpoint(run_dir, checkpoint, device)
+    except (SampleError, CheckpointError, DataError) as exc:
+        err.print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
+        raise typer.Exit(2) from None
+    err.print(f"checkpoint {path} (step {row['step']})", highlight=False, markup=False)
+    print(format_eval_line(row), flush=True)
+
+
 _SAMPLE = SampleOptions()  # the defaults' one owner (dormouse/sample_options.py)
 
 

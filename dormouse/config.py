@@ -58,6 +58,9 @@ class DataConfig:
 class TrainConfig:
     steps: int = 2400
     batch_size: int = 32  # global batch (split across ranks under torchrun)
+    # micro-batches per step: each rank's share of batch_size in grad_accum equal parts, their gradients
+    # summed with the loss scaled by 1/grad_accum, so one step is one full-batch step (dormouse.train)
+    grad_accum: int = 1
     lr: float = 3e-3
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
     warmup: int = 100
@@ -72,6 +75,7 @@ class TrainConfig:
     readout: str = "all"  # "all": mean CE over every iteration's readout; "last": the final one only
     ckpt_every: int = 0  # 0 = only the final checkpoint
     keep_ckpts: int = 2
+    keep_best: bool = False  # also keep checkpoints/best.pt: the lowest eval bpb so far (dormouse.train)
     resume: str = "never"  # "never" | "auto" | a checkpoint path
     overwrite: bool = False  # allow starting a new run in a directory that holds another run
     nonfinite: str = "stop"  # "stop" | "skip": what a NaN/inf loss does
@@ -276,6 +280,13 @@ def validate(cfg: DictConfig) -> list[str]:
     if t.batch_size > 0 and t.batch_size % world_size:
         lines.append(f"train.batch_size={t.batch_size} does not divide by the {world_size} ranks: it is the "
                      f"global batch, split evenly across ranks; choose a multiple of {world_size}")
+    elif t.grad_accum < 1:
+        _bad(lines, "train.grad_accum", t.grad_accum, "must be >= 1 (1 = no accumulation)")
+    elif t.batch_size > 0 and (t.batch_size // world_size) % t.grad_accum:
+        lines.append(f"train.grad_accum={t.grad_accum} does not divide each rank's batch of "
+                     f"{t.batch_size // world_size} (train.batch_size={t.batch_size} over {world_size} rank(s)): "
+                     "the micro-batches must be equal for one step to equal a full-batch step; choose a "
+                     "divisor")
     _check_device(lines, str(t.device))
     if not lines:  # the read path on the device the run will use: only for an otherwise runnable config
         _check_kernel(lines, m, str(t.device))

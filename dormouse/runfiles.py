@@ -77,6 +77,11 @@ class RunFiles:
         return self.dir / CHECKPOINTS
 
     @property
+    def best_checkpoint(self) -> Path:
+        """The lowest-eval-bpb checkpoint (``train.keep_best``); not a ``step_*.pt``, so never pruned or resumed."""
+        return self.checkpoints / "best.pt"
+
+    @property
     def ab_error(self) -> Path:
         return self.dir / AB_ERROR
 

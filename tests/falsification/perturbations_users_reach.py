@@ -5,6 +5,9 @@ format in perturbations_attnres.py, plus ``protects``)."""
 from __future__ import annotations
 
 _TRAIN = "dormouse/train.py"
+_LOOP_STATE = "dormouse/loop_state.py"
+_EVAL_ONLY = "dormouse/eval_only.py"
+_KNOBS = "tests/test_trainer_knobs.py::"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -16,5 +19,49 @@ PERTURBATIONS: list[dict] = [
         "gates": ["tests/test_wandb_team.py::test_entity_project_group_and_tags_reach_wandb_init"],
         "why": "logging.wandb_tags is accepted and dropped: the team's runs are not tagged and nothing says so",
         "protects": "training loop",
+    },
+    {
+        "name": "grad_accum_without_loss_scaling",
+        "file": _TRAIN,
+        "function": "accumulate_gradients",
+        "old": "        loss = readout_loss(logits, yb) / accum\n",
+        "new": "        loss = readout_loss(logits, yb)\n",
+        "gates": ["tests/test_trainer_knobs.py::test_accumulated_micro_batches_give_the_full_batch_gradient"],
+        "why": "the micro-batch losses are summed unscaled: the step is accum times a full-batch step (an "
+               "effective learning rate x accum), silently",
+        "protects": "training loop",
+    },
+    {
+        "name": "grad_accum_counts_one_pass_per_step",
+        "file": _LOOP_STATE,
+        "function": "Window.add_forward",
+        "old": "        self.forward_depth_sum += depth * passes\n",
+        "new": "        self.forward_depth_sum += depth\n",
+        "gates": ["tests/test_trainer_knobs.py::test_grad_accum_keeps_the_counters_and_depth_sum_of_one_step_per_"
+                  "step"],
+        "why": "depth_sum counts one forward per step while the arm is asked once per micro-batch: logs --check "
+               "calls every accumulated run's arm leaking",
+        "protects": "counters",
+    },
+    {
+        "name": "keep_best_keeps_the_last",
+        "file": _TRAIN,
+        "function": "write_best_checkpoint",
+        "old": "    if math.isfinite(row[\"bpb\"]) and all(row[\"bpb\"] < float(r[\"bpb\"]) for r in earlier):\n",
+        "new": "    if math.isfinite(row[\"bpb\"]):\n",
+        "gates": [_KNOBS + "test_keep_best_writes_the_lowest_eval_bpb_checkpoint_not_the_last"],
+        "why": "best.pt is overwritten at every eval: it is the last checkpoint, not the best",
+        "protects": "training loop",
+    },
+    {
+        "name": "eval_only_reads_the_train_split",
+        "file": _EVAL_ONLY,
+        "function": "eval_checkpoint",
+        "old": "    x, y = eval_windows(corpus.val, seq_len=int(cfg.data.seq_len), eval_bytes=cfg.data.eval_bytes)\n",
+        "new": "    x, y = eval_windows(corpus.train, seq_len=int(cfg.data.seq_len), eval_bytes=cfg.data.eval_bytes)\n",
+        "gates": [_KNOBS + "test_eval_only_gives_the_runs_own_final_bpb_and_writes_nothing"],
+        "why": "dormouse eval scores the checkpoint on bytes it trained on: a number that looks like the run's "
+               "eval bpb and is not",
+        "protects": "data/eval",
     },
 ]
