@@ -46,8 +46,13 @@ class ModelBase:
 class DataConfig:
     path: str | None = None  # null = the embedded Shakespeare corpus; else a local file or folder
     hf_dataset: str | None = None  # a Hugging Face dataset name, loaded through `datasets`
+    hf_config: str | None = None  # the dataset's configuration, e.g. wikitext-103-raw-v1
     hf_split: str = "train"
+    # the val split: "auto" = the dataset's own `validation` split when it has one, else the tail of the
+    # train stream (data.val_fraction); "tail" = always the tail; or a split's name (it must exist)
+    hf_val_split: str = "auto"
     hf_text_field: str = "text"
+    hf_streaming: bool = False  # refused: the corpus is held in memory (dormouse.data.load_corpus)
     seq_len: int = 128
     val_fraction: float = 0.05  # the tail of the corpus, never trained on
     # how much of the val split the fixed eval set reads (whole windows); null = min(65536, the val split)
@@ -247,6 +252,10 @@ def validate(cfg: DictConfig) -> list[str]:
         _bad(lines, "data.eval_bytes", d.eval_bytes, "must be >= 1")
     if d.path is not None and d.hf_dataset is not None:
         lines.append("data.path and data.hf_dataset are both set: choose one source")
+    if d.hf_streaming:
+        lines.append("data.hf_streaming=true is not supported: dormouse holds the whole corpus in memory as "
+                     "bytes; take a slice (data.hf_split='train[:100000]') or save a subset with "
+                     "Dataset.save_to_disk and point data.path at that folder")
     if d.path is not None and not Path(os.path.expanduser(str(d.path))).exists():
         _bad(lines, "data.path", d.path, "no such file or folder; give an existing file or folder of text")
 

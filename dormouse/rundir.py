@@ -169,7 +169,12 @@ def config_differences(old: DictConfig, new: DictConfig) -> list[str]:
             return out
         return {prefix[:-1]: node}
 
-    a = flat(OmegaConf.to_container(old, resolve=True))
+    from dormouse.config import schema
+
+    # A key the checkpoint's config lacks was added to the schema after it was written: it ran with what is
+    # now that key's default (e.g. train.grad_accum=1), so it differs only if the new value is not the default.
+    defaults = flat(OmegaConf.to_container(OmegaConf.structured(schema()), resolve=True))
+    a = {**defaults, **flat(OmegaConf.to_container(old, resolve=True))}
     b = flat(OmegaConf.to_container(new, resolve=True))
     keys = sorted(set(a) | set(b))
     return [k for k in keys if a.get(k) != b.get(k) and not k.startswith(RESUMABLE_CHANGES)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 from typer.testing import CliRunner
 
 from dormouse.cli import app
@@ -132,3 +133,19 @@ def test_keep_best_writes_the_lowest_eval_bpb_checkpoint_not_the_last(tmp_path: 
 def test_without_keep_best_there_is_no_best_checkpoint(tmp_path: Path):
     train(load_config([*TINY, f"run.dir={tmp_path}", "run.name=n"]))
     assert not (tmp_path / "n" / "checkpoints" / "best.pt").exists()
+
+
+def test_a_checkpoint_from_before_a_new_key_resumes_when_the_key_keeps_its_default(tmp_path: Path):
+    """A key added to the schema later (train.grad_accum, data.hf_val_split, ...) is absent from an older
+    checkpoint's config: it ran with today's default, so a resume is not refused for it; a non-default value
+    is a real difference and is refused."""
+    from dormouse.rundir import config_differences
+
+    cfg = load_config([*TINY, f"run.dir={tmp_path}", "run.name=old"])
+    old = load_config([*TINY, f"run.dir={tmp_path}", "run.name=old"])
+    container = OmegaConf.to_container(old)
+    del container["train"]["grad_accum"], container["data"]["hf_val_split"]
+    older = OmegaConf.create(container)
+    assert config_differences(older, cfg) == []
+    changed = load_config([*TINY, "data.hf_val_split=tail", f"run.dir={tmp_path}", "run.name=old"])
+    assert config_differences(older, changed) == ["data.hf_val_split"]

@@ -8,6 +8,7 @@ _TRAIN = "dormouse/train.py"
 _LOOP_STATE = "dormouse/loop_state.py"
 _EVAL_ONLY = "dormouse/eval_only.py"
 _KNOBS = "tests/test_trainer_knobs.py::"
+_DATA = "dormouse/data.py"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -62,6 +63,19 @@ PERTURBATIONS: list[dict] = [
         "gates": [_KNOBS + "test_eval_only_gives_the_runs_own_final_bpb_and_writes_nothing"],
         "why": "dormouse eval scores the checkpoint on bytes it trained on: a number that looks like the run's "
                "eval bpb and is not",
+        "protects": "data/eval",
+    },
+    {
+        "name": "hf_own_validation_split_ignored",
+        "file": _DATA,
+        "function": "_load_hf",
+        "old": ("        val_name = \"validation\" if \"validation\" in splits and "
+                "split.split(\"[\")[0] != \"validation\" else None\n"),
+        "new": "        val_name = None\n",
+        "gates": ["tests/test_hf_datasets.py::test_a_saved_dataset_folder_uses_its_own_validation_split_and_"
+                  "says_so"],
+        "why": "a dataset's own validation split is ignored: the eval reads the tail of train, a number not "
+               "comparable with anyone else's on that dataset",
         "protects": "data/eval",
     },
 ]
