@@ -50,6 +50,27 @@ def _root(
     """Train a looped byte-level LM and A/B-compare residual mechanisms (ReZero, GR, AttnRes)."""
 
 
+CFG = typer.Option(None, "--cfg", show_default=False,
+                   help="job: print the composed config and exit (Hydra's flag); checks and writes nothing.")
+
+
+def _print_job_config(cfg_flag: str, overrides: list[str] | None) -> None:
+    """``--cfg job``: the composed config (schema, preset, overrides) as YAML, like Hydra's own flag; the
+    values are not checked (that is `validate`). Hydra's ``hydra`` and ``all`` have no meaning here."""
+    from dormouse.config import compose_config
+
+    if cfg_flag != "job":
+        err.print(f"[bold red]error:[/] --cfg {cfg_flag}: only --cfg job is supported (dormouse has no Hydra "
+                  "runtime config to print)", markup=True, soft_wrap=True)
+        raise typer.Exit(2)
+    try:
+        print(OmegaConf.to_yaml(compose_config(list(overrides or []))), end="")
+    except ConfigError as exc:
+        for line in exc.lines:
+            err.print(f"[bold red]error:[/] {line}", markup=True, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
 def _config_or_exit(overrides: list[str] | None):
     try:
         return load_config(list(overrides or []))
@@ -64,10 +85,15 @@ def _config_or_exit(overrides: list[str] | None):
   dormouse train model.use_attnres=true model.max_iter=4 train.steps=2000\n
   dormouse train model.use_gr=true data.path=my_corpus/\n
   dormouse train preset=9m model.use_attnres=true model.attnres.block_size=2\n
+  dormouse train preset=./my.yaml                      # your own preset file (same form as conf/preset/)\n
+  dormouse train preset=tiny --cfg job                 # print the composed config and exit\n
   dormouse train run.name=myrun train.resume=auto      # continue an interrupted run\n
   torchrun --nproc_per_node=2 -m dormouse train train.device=cpu""")
-def train(overrides: list[str] = OVERRIDES) -> None:
+def train(overrides: list[str] = OVERRIDES, cfg_flag: str = CFG) -> None:
     """Train one model (no arguments: the CPU default on the embedded Shakespeare corpus)."""
+    if cfg_flag is not None:
+        _print_job_config(cfg_flag, overrides)
+        return
     cfg = _config_or_exit(overrides)
     from dormouse.checkpoint import CheckpointError
     from dormouse.data import DataError
@@ -93,10 +119,13 @@ def train(overrides: list[str] = OVERRIDES) -> None:
   dormouse validate preset=9m model.use_attnres=true\n
   dormouse validate model.use_attnres=true model.use_gr=true   # refused: exit 2, names both fields\n
   dormouse validate data.path=notes.txt run.name=myrun       # the data and the run directory, too""")
-def validate(overrides: list[str] = OVERRIDES) -> None:
+def validate(overrides: list[str] = OVERRIDES, cfg_flag: str = CFG) -> None:
     """A dry run of `train`: the config, the data source and the run directory; prints the resolved config.
 
     Exit 2 on anything `train` would refuse before step 0, like `train`. Creates nothing, trains nothing."""
+    if cfg_flag is not None:
+        _print_job_config(cfg_flag, overrides)
+        return
     cfg = _config_or_exit(overrides)
     from dormouse.preflight import preflight
 

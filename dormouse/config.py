@@ -9,6 +9,7 @@ one line per problem, naming the field, what was given and what is allowed.
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import os
 from dataclasses import dataclass, field, make_dataclass
@@ -171,11 +172,11 @@ def compose_config(overrides: list[str] | None = None, config_name: str = "confi
     """
     from dormouse.overrides import check_overrides
 
-    overrides = list(overrides or [])
-    problems = check_overrides(overrides, schema())  # in dormouse's words, before Hydra's own
+    register_configs()
+    overrides, user_presets = _user_preset_files(list(overrides or []))
+    problems = check_overrides(overrides, schema(), {"preset": user_presets})  # dormouse's words, before Hydra's
     if problems:
         raise ConfigError(problems)
-    register_configs()
     GlobalHydra.instance().clear()
     try:
         with initialize_config_module(config_module="dormouse.conf", version_base="1.3"):
@@ -189,6 +190,41 @@ def compose_config(overrides: list[str] | None = None, config_name: str = "confi
         GlobalHydra.instance().clear()
     OmegaConf.set_struct(cfg, True)
     return cfg
+
+
+def is_preset_file(value: str) -> bool:
+    """``preset=VALUE`` names a user's own preset file (a path), not one of conf/preset/*.yaml."""
+    return value.endswith((".yaml", ".yml")) or "/" in value or os.sep in value
+
+
+def _user_preset_files(overrides: list[str]) -> tuple[list[str], list[str]]:
+    """``preset=./my.yaml``: the file is stored in Hydra's ConfigStore as an option of the ``preset`` group
+    (package ``_global_``, like conf/preset/*.yaml, whose header it may omit) and the override names that
+    option, so Hydra composes it exactly as a shipped preset: schema, then the preset, then the other
+    overrides. Returns the rewritten overrides and the stored options' names."""
+    out, stored = [], []
+    for text in overrides:
+        key, sep, value = text.partition("=")
+        value = value.strip().strip("'\"")
+        if key.strip() != "preset" or not sep or not is_preset_file(value):
+            out.append(text)
+            continue
+        path = Path(os.path.expanduser(value))
+        if not path.is_file():
+            raise ConfigError([f"preset={value}: no such file; give a YAML file of config values (like "
+                               "conf/preset/tiny.yaml) or a shipped preset's name"])
+        try:
+            node = OmegaConf.load(path)
+        except Exception as exc:  # yaml's errors, OSError
+            raise ConfigError([f"preset={value}: not readable as YAML ({' '.join(str(exc).split())[:200]})"]) from exc
+        if not isinstance(node, DictConfig):
+            raise ConfigError([f"preset={value}: a preset file is a mapping of config values (model: ..., "
+                               "train: ...), not a list or a scalar"])
+        name = "file_" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+        ConfigStore.instance().store(group="preset", name=name, node=node, package="_global_")
+        out.append(f"preset={name}")
+        stored.append(name)
+    return out, stored
 
 
 def _hydra_error_text(exc: BaseException) -> str:

@@ -87,8 +87,9 @@ def _expected(schema_cfg: Any, key: str) -> str:
     return words
 
 
-def check_overrides(overrides: list[str], schema: type) -> list[str]:
-    """Every problem with ``overrides`` against the dataclass ``schema``, one line each. Empty = fine."""
+def check_overrides(overrides: list[str], schema: type, extra_options: dict[str, list[str]] | None = None) -> list[str]:
+    """Every problem with ``overrides`` against the dataclass ``schema``, one line each. Empty = fine.
+    ``extra_options``: group options stored in Hydra's ConfigStore, not files (a user's own preset file)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
@@ -125,7 +126,7 @@ def check_overrides(overrides: list[str], schema: type) -> list[str]:
         value = o.value()
         if key in GROUPS:
             options = available(key)
-            if str(value) not in options:
+            if str(value) not in options + (extra_options or {}).get(key, []):
                 close = difflib.get_close_matches(str(value), options, n=1)
                 hint = f"; did you mean {key}={close[0]}?" if close else ""
                 lines.append(f"{key}={o.get_value_element_as_str()}: no such {key}; available: "

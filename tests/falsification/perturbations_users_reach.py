@@ -9,6 +9,7 @@ _LOOP_STATE = "dormouse/loop_state.py"
 _EVAL_ONLY = "dormouse/eval_only.py"
 _KNOBS = "tests/test_trainer_knobs.py::"
 _DATA = "dormouse/data.py"
+_CONFIG = "dormouse/config.py"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -77,5 +78,16 @@ PERTURBATIONS: list[dict] = [
         "why": "a dataset's own validation split is ignored: the eval reads the tail of train, a number not "
                "comparable with anyone else's on that dataset",
         "protects": "data/eval",
+    },
+    {
+        "name": "preset_file_under_its_own_key",
+        "file": _CONFIG,
+        "function": "_user_preset_files",
+        "old": "        ConfigStore.instance().store(group=\"preset\", name=name, node=node, package=\"_global_\")\n",
+        "new": "        ConfigStore.instance().store(group=\"preset\", name=name, node=node)\n",
+        "gates": ["tests/test_user_preset.py::test_a_preset_file_composes_like_a_shipped_preset_and_the_command_"
+                  "line_wins"],
+        "why": "a preset file lands under `preset:` instead of the root: its values never reach the config",
+        "protects": "training loop",
     },
 ]
