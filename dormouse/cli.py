@@ -88,12 +88,29 @@ def _config_or_exit(overrides: list[str] | None):
   dormouse train preset=./my.yaml                      # your own preset file (same form as conf/preset/)\n
   dormouse train preset=tiny --cfg job                 # print the composed config and exit\n
   dormouse train run.name=myrun train.resume=auto      # continue an interrupted run\n
+  dormouse train -m train.lr=1e-3,3e-3 run.name=lrs    # a sweep: runs/lrs/0, runs/lrs/1\n
   torchrun --nproc_per_node=2 -m dormouse train train.device=cpu""")
-def train(overrides: list[str] = OVERRIDES, cfg_flag: str = CFG) -> None:
-    """Train one model (no arguments: the CPU default on the embedded Shakespeare corpus)."""
+def train(overrides: list[str] = OVERRIDES, cfg_flag: str = CFG,
+          multirun: bool = typer.Option(False, "--multirun", "-m",
+                                        help="A sweep (Hydra's -m): one run per setting of a,b values, one after "
+                                             "another, in run.dir/<run.name>/<n>. A sweep explores; a registered "
+                                             "comparison (dormouse ab) decides.")) -> None:
+    """Train one model (no arguments: the CPU default on the embedded Shakespeare corpus).
+
+    A sweep explores; a registered comparison decides: `-m` runs settings, `dormouse ab` gives a verdict."""
     if cfg_flag is not None:
         _print_job_config(cfg_flag, overrides)
         return
+    if multirun:
+        from dormouse.sweep import run_sweep
+
+        try:
+            code = run_sweep(list(overrides or []))
+        except ConfigError as exc:
+            for line in exc.lines:
+                err.print(f"[bold red]error:[/] {line}", markup=True, soft_wrap=True)
+            raise typer.Exit(2) from None
+        raise typer.Exit(code)
     cfg = _config_or_exit(overrides)
     from dormouse.checkpoint import CheckpointError
     from dormouse.data import DataError
@@ -169,7 +186,9 @@ def ab(
                               "estimated cost; train nothing."),
     status: bool = typer.Option(False, "--status", help="Show where the comparison stands (read-only)."),
 ) -> None:
-    """Run a registered A/B comparison to a verdict (resumable: rerun to continue)."""
+    """Run a registered A/B comparison to a verdict (resumable: rerun to continue).
+
+    A sweep explores; a registered comparison decides: `dormouse train -m` runs settings, `ab` gives a verdict."""
     if list_:
         _list_comparisons()
         return

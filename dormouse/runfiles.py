@@ -32,6 +32,7 @@ from pathlib import Path
 CONFIG = "config.yaml"
 PROVENANCE = "provenance.json"
 LOG = "train.log"
+SWEEP = "sweep.yaml"  # a sweep's folder (dormouse train -m): its settings, one run folder per setting
 METRICS = "metrics.jsonl"
 CHECKPOINTS = "checkpoints"
 AB_ERROR = "ab_error.txt"

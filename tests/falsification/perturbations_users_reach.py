@@ -10,6 +10,7 @@ _EVAL_ONLY = "dormouse/eval_only.py"
 _KNOBS = "tests/test_trainer_knobs.py::"
 _DATA = "dormouse/data.py"
 _CONFIG = "dormouse/config.py"
+_SWEEP = "dormouse/sweep.py"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -88,6 +89,17 @@ PERTURBATIONS: list[dict] = [
         "gates": ["tests/test_user_preset.py::test_a_preset_file_composes_like_a_shipped_preset_and_the_command_"
                   "line_wins"],
         "why": "a preset file lands under `preset:` instead of the root: its values never reach the config",
+        "protects": "training loop",
+    },
+    {
+        "name": "sweep_settings_share_one_run_folder",
+        "file": _SWEEP,
+        "function": "plan",
+        "old": "[f\"run.name={sweep}/{i:0{width}d}\"]",
+        "new": "[f\"run.name={sweep}/0\"]",
+        "gates": ["tests/test_sweep.py::test_multirun_trains_each_setting_in_its_own_run_and_logs_shows_one_table"],
+        "why": "every setting of a sweep is sent to one run folder: the second is refused (or, with "
+               "train.overwrite, replaces the first)",
         "protects": "training loop",
     },
 ]
