@@ -51,6 +51,27 @@ def _root(
     """Train a looped byte-level LM and A/B-compare residual mechanisms (ReZero, GR, AttnRes)."""
 
 
+CFG = typer.Option(None, "--cfg", show_default=False,
+                   help="job: print the composed config and exit (Hydra's flag); checks and writes nothing.")
+
+
+def _print_job_config(cfg_flag: str, overrides: list[str] | None) -> None:
+    """``--cfg job``: the composed config (schema, preset, overrides) as YAML, like Hydra's own flag; the
+    values are not checked (that is `validate`). Hydra's ``hydra`` and ``all`` have no meaning here."""
+    from dormouse.config import compose_config
+
+    if cfg_flag != "job":
+        err.print(f"[bold red]error:[/] --cfg {cfg_flag}: only --cfg job is supported (dormouse has no Hydra "
+                  "runtime config to print)", markup=True, soft_wrap=True)
+        raise typer.Exit(2)
+    try:
+        print(OmegaConf.to_yaml(compose_config(list(overrides or []))), end="")
+    except ConfigError as exc:
+        for line in exc.lines:
+            err.print(f"[bold red]error:[/] {line}", markup=True, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
 def _config_or_exit(overrides: list[str] | None):
     try:
         return load_config(list(overrides or []))
@@ -65,10 +86,32 @@ def _config_or_exit(overrides: list[str] | None):
   dormouse train model.use_attnres=true model.max_iter=4 train.steps=2000\n
   dormouse train model.use_gr=true data.path=my_corpus/\n
   dormouse train preset=9m model.use_attnres=true model.attnres.block_size=2\n
+  dormouse train preset=./my.yaml                      # your own preset file (same form as conf/preset/)\n
+  dormouse train preset=tiny --cfg job                 # print the composed config and exit\n
   dormouse train run.name=myrun train.resume=auto      # continue an interrupted run\n
+  dormouse train -m train.lr=1e-3,3e-3 run.name=lrs    # a sweep: runs/lrs/0, runs/lrs/1\n
   torchrun --nproc_per_node=2 -m dormouse train train.device=cpu""")
-def train(overrides: list[str] = OVERRIDES) -> None:
-    """Train one model (no arguments: the CPU default on the embedded Shakespeare corpus)."""
+def train(overrides: list[str] = OVERRIDES, cfg_flag: str = CFG,
+          multirun: bool = typer.Option(False, "--multirun", "-m",
+                                        help="A sweep (Hydra's -m): one run per setting of a,b values, one after "
+                                             "another, in run.dir/<run.name>/<n>. A sweep explores; a registered "
+                                             "comparison (dormouse ab) decides.")) -> None:
+    """Train one model (no arguments: the CPU default on the embedded Shakespeare corpus).
+
+    A sweep explores; a registered comparison decides: `-m` runs settings, `dormouse ab` gives a verdict."""
+    if cfg_flag is not None:
+        _print_job_config(cfg_flag, overrides)
+        return
+    if multirun:
+        from dormouse.sweep import run_sweep
+
+        try:
+            code = run_sweep(list(overrides or []))
+        except ConfigError as exc:
+            for line in exc.lines:
+                err.print(f"[bold red]error:[/] {line}", markup=True, soft_wrap=True)
+            raise typer.Exit(2) from None
+        raise typer.Exit(code)
     cfg = _config_or_exit(overrides)
     from dormouse.checkpoint import CheckpointError
     from dormouse.data import DataError
@@ -94,10 +137,13 @@ def train(overrides: list[str] = OVERRIDES) -> None:
   dormouse validate preset=9m model.use_attnres=true\n
   dormouse validate model.use_attnres=true model.use_gr=true   # refused: exit 2, names both fields\n
   dormouse validate data.path=notes.txt run.name=myrun       # the data and the run directory, too""")
-def validate(overrides: list[str] = OVERRIDES) -> None:
+def validate(overrides: list[str] = OVERRIDES, cfg_flag: str = CFG) -> None:
     """A dry run of `train`: the config, the data source and the run directory; prints the resolved config.
 
     Exit 2 on anything `train` would refuse before step 0, like `train`. Creates nothing, trains nothing."""
+    if cfg_flag is not None:
+        _print_job_config(cfg_flag, overrides)
+        return
     cfg = _config_or_exit(overrides)
     from dormouse.preflight import preflight
 
@@ -114,7 +160,7 @@ def validate(overrides: list[str] = OVERRIDES) -> None:
 
 @app.command(epilog="""[bold]Examples[/]\n
   dormouse ab --list                         # the registered comparisons and what each compares\n
-  dormouse ab smoke                          # the whole flow on CPU in a few minutes\n
+  dormouse ab smoke                          # the whole flow on CPU: ~30 s on 2 idle cores\n
   dormouse ab residual                       # the registered GPU comparison (3 seeds), one pair at a time\n
   dormouse ab residual --jobs 8              # 8 pairs at once: one GPU each (or a share of the CPU cores)\n
   dormouse ab residual --launcher slurm launcher.partition=gpu launcher.time_min=120\n
@@ -144,7 +190,9 @@ def ab(
     design: bool = typer.Option(False, "--design", help="Simulate the registered design and print its card "
                                 "(type-I error, power, expected replicates); saved with the comparison."),
 ) -> None:
-    """Run a registered A/B comparison to a verdict (resumable: rerun to continue)."""
+    """Run a registered A/B comparison to a verdict (resumable: rerun to continue).
+
+    A sweep explores; a registered comparison decides: `dormouse train -m` runs settings, `ab` gives a verdict."""
     if list_:
         _list_comparisons()
         return
@@ -195,6 +243,33 @@ def logs(
     from dormouse.logs import logs_command
 
     raise typer.Exit(logs_command(paths, check, Console(), fmt=fmt, err_console=err))
+
+
+@app.command(name="eval", epilog="""[bold]Examples[/]\n
+  dormouse eval runs/myrun                                   # the newest checkpoint\n
+  dormouse eval runs/myrun --checkpoint runs/myrun/checkpoints/best.pt""")
+def eval_(
+    run_dir: Path = typer.Argument(..., help="A run directory written by `dormouse train`."),
+    checkpoint: Path = typer.Option(None, "--checkpoint", help="A checkpoint file (default: the run's newest).",
+                                    show_default=False),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
+) -> None:
+    """Evaluate a checkpoint on its run's fixed eval set and print the eval line (bpb at every depth).
+
+    Writes nothing, to the run or anywhere else."""
+    from dormouse.checkpoint import CheckpointError
+    from dormouse.data import DataError
+    from dormouse.eval_only import eval_checkpoint
+    from dormouse.loglines import format_eval_line
+    from dormouse.sample import SampleError
+
+    try:
+        path, row = eval_checkpoint(run_dir, checkpoint, device)
+    except (SampleError, CheckpointError, DataError) as exc:
+        err.print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
+        raise typer.Exit(2) from None
+    err.print(f"checkpoint {path} (step {row['step']})", highlight=False, markup=False)
+    print(format_eval_line(row), flush=True)
 
 
 _SAMPLE = SampleOptions()  # the defaults' one owner (dormouse/sample_options.py)

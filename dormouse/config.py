@@ -9,6 +9,7 @@ one line per problem, naming the field, what was given and what is allowed.
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import os
 from dataclasses import dataclass, field, make_dataclass
@@ -46,8 +47,13 @@ class ModelBase:
 class DataConfig:
     path: str | None = None  # null = the embedded Shakespeare corpus; else a local file or folder
     hf_dataset: str | None = None  # a Hugging Face dataset name, loaded through `datasets`
+    hf_config: str | None = None  # the dataset's configuration, e.g. wikitext-103-raw-v1
     hf_split: str = "train"
+    # the val split: "auto" = the dataset's own `validation` split when it has one, else the tail of the
+    # train stream (data.val_fraction); "tail" = always the tail; or a split's name (it must exist)
+    hf_val_split: str = "auto"
     hf_text_field: str = "text"
+    hf_streaming: bool = False  # refused: the corpus is held in memory (dormouse.data.load_corpus)
     seq_len: int = 128
     val_fraction: float = 0.05  # the tail of the corpus, never trained on
     # how much of the val split the fixed eval set reads (whole windows); null = min(65536, the val split)
@@ -58,6 +64,9 @@ class DataConfig:
 class TrainConfig:
     steps: int = 2400
     batch_size: int = 32  # global batch (split across ranks under torchrun)
+    # micro-batches per step: each rank's share of batch_size in grad_accum equal parts, their gradients
+    # summed with the loss scaled by 1/grad_accum, so one step is one full-batch step (dormouse.train)
+    grad_accum: int = 1
     lr: float = 3e-3
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
     warmup: int = 100
@@ -72,6 +81,7 @@ class TrainConfig:
     readout: str = "all"  # "all": mean CE over every iteration's readout; "last": the final one only
     ckpt_every: int = 0  # 0 = only the final checkpoint
     keep_ckpts: int = 2
+    keep_best: bool = False  # also keep checkpoints/best.pt: the lowest eval bpb so far (dormouse.train)
     resume: str = "never"  # "never" | "auto" | a checkpoint path
     overwrite: bool = False  # allow starting a new run in a directory that holds another run
     nonfinite: str = "stop"  # "stop" | "skip": what a NaN/inf loss does
@@ -84,8 +94,10 @@ class TrainConfig:
 @dataclass
 class LoggingConfig:
     wandb: str = "disabled"  # "disabled" | "offline" | "online"
+    wandb_entity: str | None = None  # the team or user the run belongs to; null = the account's default
     wandb_project: str = "dormouse"
-    wandb_group: str | None = None
+    wandb_group: str | None = None  # `dormouse ab` sets it: a comparison is a group, its pairs the runs
+    wandb_tags: list[str] = field(default_factory=list)  # e.g. logging.wandb_tags=[baseline,lr-sweep]
     wandb_job_type: str | None = None
     progress: str = "auto"  # "auto" (a rich bar on a terminal) | "on" | "off"
 
@@ -160,11 +172,11 @@ def compose_config(overrides: list[str] | None = None, config_name: str = "confi
     """
     from dormouse.overrides import check_overrides
 
-    overrides = list(overrides or [])
-    problems = check_overrides(overrides, schema())  # in dormouse's words, before Hydra's own
+    register_configs()
+    overrides, user_presets = _user_preset_files(list(overrides or []))
+    problems = check_overrides(overrides, schema(), {"preset": user_presets})  # dormouse's words, before Hydra's
     if problems:
         raise ConfigError(problems)
-    register_configs()
     GlobalHydra.instance().clear()
     try:
         with initialize_config_module(config_module="dormouse.conf", version_base="1.3"):
@@ -178,6 +190,41 @@ def compose_config(overrides: list[str] | None = None, config_name: str = "confi
         GlobalHydra.instance().clear()
     OmegaConf.set_struct(cfg, True)
     return cfg
+
+
+def is_preset_file(value: str) -> bool:
+    """``preset=VALUE`` names a user's own preset file (a path), not one of conf/preset/*.yaml."""
+    return value.endswith((".yaml", ".yml")) or "/" in value or os.sep in value
+
+
+def _user_preset_files(overrides: list[str]) -> tuple[list[str], list[str]]:
+    """``preset=./my.yaml``: the file is stored in Hydra's ConfigStore as an option of the ``preset`` group
+    (package ``_global_``, like conf/preset/*.yaml, whose header it may omit) and the override names that
+    option, so Hydra composes it exactly as a shipped preset: schema, then the preset, then the other
+    overrides. Returns the rewritten overrides and the stored options' names."""
+    out, stored = [], []
+    for text in overrides:
+        key, sep, value = text.partition("=")
+        value = value.strip().strip("'\"")
+        if key.strip() != "preset" or not sep or not is_preset_file(value):
+            out.append(text)
+            continue
+        path = Path(os.path.expanduser(value))
+        if not path.is_file():
+            raise ConfigError([f"preset={value}: no such file; give a YAML file of config values (like "
+                               "conf/preset/tiny.yaml) or a shipped preset's name"])
+        try:
+            node = OmegaConf.load(path)
+        except Exception as exc:  # yaml's errors, OSError
+            raise ConfigError([f"preset={value}: not readable as YAML ({' '.join(str(exc).split())[:200]})"]) from exc
+        if not isinstance(node, DictConfig):
+            raise ConfigError([f"preset={value}: a preset file is a mapping of config values (model: ..., "
+                               "train: ...), not a list or a scalar"])
+        name = "file_" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+        ConfigStore.instance().store(group="preset", name=name, node=node, package="_global_")
+        out.append(f"preset={name}")
+        stored.append(name)
+    return out, stored
 
 
 def _hydra_error_text(exc: BaseException) -> str:
@@ -241,6 +288,10 @@ def validate(cfg: DictConfig) -> list[str]:
         _bad(lines, "data.eval_bytes", d.eval_bytes, "must be >= 1")
     if d.path is not None and d.hf_dataset is not None:
         lines.append("data.path and data.hf_dataset are both set: choose one source")
+    if d.hf_streaming:
+        lines.append("data.hf_streaming=true is not supported: dormouse holds the whole corpus in memory as "
+                     "bytes; take a slice (data.hf_split='train[:100000]') or save a subset with "
+                     "Dataset.save_to_disk and point data.path at that folder")
     if d.path is not None and not Path(os.path.expanduser(str(d.path))).exists():
         _bad(lines, "data.path", d.path, "no such file or folder; give an existing file or folder of text")
 
@@ -274,6 +325,13 @@ def validate(cfg: DictConfig) -> list[str]:
     if t.batch_size > 0 and t.batch_size % world_size:
         lines.append(f"train.batch_size={t.batch_size} does not divide by the {world_size} ranks: it is the "
                      f"global batch, split evenly across ranks; choose a multiple of {world_size}")
+    elif t.grad_accum < 1:
+        _bad(lines, "train.grad_accum", t.grad_accum, "must be >= 1 (1 = no accumulation)")
+    elif t.batch_size > 0 and (t.batch_size // world_size) % t.grad_accum:
+        lines.append(f"train.grad_accum={t.grad_accum} does not divide each rank's batch of "
+                     f"{t.batch_size // world_size} (train.batch_size={t.batch_size} over {world_size} rank(s)): "
+                     "the micro-batches must be equal for one step to equal a full-batch step; choose a "
+                     "divisor")
     _check_device(lines, str(t.device))
     if not lines:  # the read path on the device the run will use: only for an otherwise runnable config
         _check_kernel(lines, m, str(t.device))
@@ -285,6 +343,11 @@ def validate(cfg: DictConfig) -> list[str]:
         _bad(lines, "run.name", name, "a folder name inside run.dir (no '..', not absolute, not empty)")
     if lg.wandb not in ("disabled", "offline", "online"):
         _bad(lines, "logging.wandb", lg.wandb, "one of disabled, offline, online")
+    for tag in lg.wandb_tags:
+        if not 0 < len(str(tag)) <= WANDB_TAG_MAX:  # wandb refuses longer tags at init, after the run began
+            _bad(lines, "logging.wandb_tags", list(lg.wandb_tags),
+                 f"each tag a non-empty string of at most {WANDB_TAG_MAX} characters")
+            break
     if lg.progress not in ("auto", "on", "off"):
         _bad(lines, "logging.progress", lg.progress, "one of auto, on, off")
     return lines
@@ -335,6 +398,7 @@ def _arm_problems(m: Any) -> list[str]:
 
 
 KERNEL_CHOICES = ("auto", "triton", "torch")
+WANDB_TAG_MAX = 64  # wandb's own limit on a tag's length
 
 
 def _check_kernel(lines: list[str], m: Any, device: str) -> None:

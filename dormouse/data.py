@@ -79,26 +79,59 @@ def load_corpus(cfg: Any) -> ByteCorpus:
     val_fraction = float(cfg.val_fraction)
 
     parts: list[tuple[str, int]] = []  # a folder's files (name, bytes), to say which the val split reads
-    if cfg.path is not None:
+    own_val: bytes | None = None  # a Hugging Face dataset's own val split, when it is used
+    given = cfg.path if cfg.path is not None else cfg.hf_dataset
+    if given is not None and is_saved_dataset(Path(os.path.expanduser(str(given)))):
+        data, own_val, source, label = _load_hf(cfg, saved=True)
+    elif cfg.path is not None:
         data, source, label, parts = _load_path(str(cfg.path))
     elif cfg.hf_dataset is not None:
-        data, source, label = _load_hf(str(cfg.hf_dataset), str(cfg.hf_split), str(cfg.hf_text_field))
+        data, own_val, source, label = _load_hf(cfg, saved=False)
     else:
         data, source, label = _load_embedded()
+    _refuse_hf_options_without_hf(cfg, label, hf=cfg.hf_dataset is not None or source.startswith("hf"))
 
-    train, val = _split(data, seq_len=seq_len, val_fraction=val_fraction, label=label)
+    if own_val is None:
+        train, val = _split(data, seq_len=seq_len, val_fraction=val_fraction, label=label)
+    else:
+        train, val = _own_splits(data, own_val, seq_len=seq_len, label=label)
     if parts:
         source += f"; val split: {_val_files(parts, val.numel())}"
+    if source.startswith("hf") and own_val is None:
+        source += f"; val split: the last {val.numel():,} bytes of the train stream (data.val_fraction={val_fraction})"
     eval_bytes = getattr(cfg, "eval_bytes", None)  # null: resolve_eval_bytes fits the default to the split
     if eval_bytes is not None and int(eval_bytes) > val.numel():
         # A registered comparison must run the eval set it registered: cutting it silently to the val split
         # (as before) would report a smaller eval than the one asked for.
         raise DataError(
             f"data.eval_bytes={int(eval_bytes)} is larger than the val split of {label}: {val.numel()} bytes "
-            f"(data.val_fraction={val_fraction} of {len(data)} bytes); set data.eval_bytes<={val.numel()} "
-            "or raise data.val_fraction"
+            + (f"(data.val_fraction={val_fraction} of {len(data)} bytes); set data.eval_bytes<={val.numel()} "
+               "or raise data.val_fraction" if own_val is None else
+               f"(the dataset's own val split); set data.eval_bytes<={val.numel()}")
         )
-    return ByteCorpus(train=train, val=val, source=source, sha256=hashlib.sha256(data).hexdigest())
+    digest = hashlib.sha256(data + (own_val or b"")).hexdigest()
+    return ByteCorpus(train=train, val=val, source=source, sha256=digest)
+
+
+def _refuse_hf_options_without_hf(cfg: Any, label: str, hf: bool) -> None:
+    """The Hugging Face options change nothing for another source: refused, not ignored."""
+    if hf:
+        return
+    for key, default in (("hf_config", None), ("hf_val_split", "auto")):
+        value = getattr(cfg, key, default)
+        if value != default:
+            raise DataError(f"data.{key}={value!r} applies to a Hugging Face dataset (data.hf_dataset, or a "
+                            f"data.path folder saved by save_to_disk), not to {label}; remove it")
+
+
+def _own_splits(train: bytes, val: bytes, *, seq_len: int, label: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The train and val bytes of a dataset with its own val split, each holding one ``seq_len + 1`` window."""
+    need = seq_len + 1
+    if len(train) < need or len(val) < need:
+        raise DataError(f"{label}: train {len(train)} bytes, val {len(val)} bytes: each needs seq_len + 1 = "
+                        f"{need} for data.seq_len={seq_len}; use a smaller data.seq_len or another split")
+    return (torch.frombuffer(bytearray(train), dtype=torch.uint8).clone(),
+            torch.frombuffer(bytearray(val), dtype=torch.uint8).clone())
 
 
 def _split(
@@ -308,13 +341,87 @@ def _hf_offline_mode() -> Iterator[None]:
             setattr(mod, name, value)
 
 
-def _load_hf(name: str, split: str, field: str) -> tuple[bytes, str, str]:
-    """A dataset's ``field`` column, rows joined by ``\\n`` and encoded as UTF-8.
+# A folder written by `datasets`' save_to_disk: a Dataset has these two files, a DatasetDict the third.
+_SAVED_DATASET_FILES = ("dataset_info.json", "state.json")
+_SAVED_DATASET_DICT_FILE = "dataset_dict.json"
+
+
+def is_saved_dataset(path: Path) -> bool:
+    """A folder that ``datasets.load_from_disk`` reads (a saved Dataset or DatasetDict), not a text folder."""
+    return path.is_dir() and ((path / _SAVED_DATASET_DICT_FILE).is_file()
+                              or all((path / f).is_file() for f in _SAVED_DATASET_FILES))
+
+
+def _load_hf(cfg: Any, *, saved: bool) -> tuple[bytes, bytes | None, str, str]:
+    """A Hugging Face dataset's train text and, when it is used, its own val split's text:
+    ``(train bytes, val bytes or None, source, label)``; rows of the ``data.hf_text_field`` column joined by
+    ``\n`` as UTF-8. ``saved``: ``data.path`` is a ``save_to_disk`` folder (:func:`is_saved_dataset`).
+
+    The val split (``data.hf_val_split``): ``auto`` takes the dataset's ``validation`` split when it has one,
+    else None (the caller takes the tail of the train stream); ``tail`` always None; a name takes that split.
+    """
+    key = "path" if cfg.path is not None else "hf_dataset"
+    name = str(getattr(cfg, key))
+    label = f"data.{key}={name!r}"
+    split, field, val_split = str(cfg.hf_split), str(cfg.hf_text_field), str(getattr(cfg, "hf_val_split", "auto"))
+    config = getattr(cfg, "hf_config", None)
+    if saved:
+        if config is not None:
+            raise DataError(f"data.hf_config={config!r}: a saved dataset folder ({label}) has no configurations; "
+                            "remove data.hf_config")
+        splits, load = _saved_splits(Path(os.path.expanduser(name)), label)
+    else:
+        splits, load = _hub_splits(name, config, label)
+    if val_split == "auto":
+        val_name = "validation" if "validation" in splits and split.split("[")[0] != "validation" else None
+    elif val_split == "tail":
+        val_name = None
+    elif val_split not in splits:
+        raise DataError(f"data.hf_val_split={val_split!r}: {label} has no such split (splits: "
+                        f"{', '.join(splits) or 'unknown'}); name one of them, or auto or tail")
+    else:
+        val_name = val_split
+    train, n_train = _hf_text(load(split), field, label, split)
+    where = f"{name}" + (f", config {config}" if config else "")
+    source = f"hf:{where} (split {split}, field {field}, {n_train} rows)"
+    if val_name is None:
+        return train, None, source, label
+    val, n_val = _hf_text(load(val_name), field, label, val_name)
+    return train, val, source + f"; val split: the dataset's own {val_name!r} split ({n_val} rows)", label
+
+
+def _saved_splits(folder: Path, label: str) -> tuple[list[str], Any]:
+    """A save_to_disk folder's split names (a single Dataset: the one ``train``) and a loader by split."""
+    import datasets
+
+    try:
+        ds = datasets.load_from_disk(str(folder))
+    except Exception as exc:  # datasets raises many types
+        raise DataError(f"{label} cannot be loaded with datasets.load_from_disk "
+                        f"[{' '.join(f'{type(exc).__name__}: {exc}'.split())[:300]}]") from exc
+    if isinstance(ds, datasets.DatasetDict):
+        def pick(split: str) -> Any:
+            if split not in ds:
+                raise DataError(f"{label} has no split {split!r} (splits: {', '.join(ds)}); set data.hf_split")
+            return ds[split]
+
+        return list(ds), pick
+
+    def only(split: str) -> Any:
+        if split != "train":
+            raise DataError(f"{label} is one saved Dataset, not a DatasetDict: it has no split {split!r}; "
+                            "leave data.hf_split=train")
+        return ds
+
+    return ["train"], only
+
+
+def _hub_splits(name: str, config: str | None, label: str) -> tuple[list[str], Any]:
+    """A Hub (or local script/data folder) dataset's split names and a loader by split.
 
     Offline (``HF_DATASETS_OFFLINE``/``HF_HUB_OFFLINE``), a local dataset folder, or an unreachable Hub
     all load in cache-only mode: a cached dataset still works, anything else fails at once.
     """
-    label = f"data.hf_dataset={name!r}"
     offline_env = _env_offline()
     local = Path(os.path.expanduser(name)).exists()
     cache_only = offline_env or local or not _hub_reachable()
@@ -322,11 +429,9 @@ def _load_hf(name: str, split: str, field: str) -> tuple[bytes, str, str]:
         import datasets
     except ImportError as exc:  # pragma: no cover - datasets is a declared dependency
         raise DataError(f"{label} needs the `datasets` package; pip install datasets") from exc
+    path = os.path.expanduser(name) if local else name
 
-    try:
-        with _hf_offline_mode() if cache_only else contextlib.nullcontext():
-            ds = datasets.load_dataset(os.path.expanduser(name) if local else name, split=split)
-    except Exception as exc:  # datasets raises many types (ConnectionError, FileNotFoundError, ValueError)
+    def fail(exc: Exception, split: str) -> DataError:
         detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
         if local:
             hint = "check that the folder holds a loadable dataset and that the split exists"
@@ -337,9 +442,26 @@ def _load_hf(name: str, split: str, field: str) -> tuple[bytes, str, str]:
             hint = ("the Hugging Face Hub is unreachable and the dataset is not cached; "
                     "check the network or set data.path to a local file")
         else:
-            hint = "check the dataset name and data.hf_split, or set data.path to a local file"
-        raise DataError(f"{label} (split {split!r}) cannot be loaded: {hint} [{detail}]") from exc
+            hint = "check the dataset name, data.hf_config and data.hf_split, or set data.path to a local file"
+        return DataError(f"{label} (split {split!r}) cannot be loaded: {hint} [{detail}]")
 
+    def load(split: str) -> Any:
+        try:
+            with _hf_offline_mode() if cache_only else contextlib.nullcontext():
+                return datasets.load_dataset(path, config, split=split)
+        except Exception as exc:  # datasets raises many types (ConnectionError, FileNotFoundError, ValueError)
+            raise fail(exc, split) from exc
+
+    try:
+        with _hf_offline_mode() if cache_only else contextlib.nullcontext():
+            splits = list(datasets.get_dataset_split_names(path, config))
+    except Exception:  # the split names are only needed to find a val split; loading says what is wrong
+        splits = []
+    return splits, load
+
+
+def _hf_text(ds: Any, field: str, label: str, split: str) -> tuple[bytes, int]:
+    """The ``field`` column's rows joined by ``\n`` as UTF-8, and the row count."""
     columns = list(getattr(ds, "column_names", None) or [])
     if field not in columns:
         raise DataError(
@@ -356,7 +478,7 @@ def _load_hf(name: str, split: str, field: str) -> tuple[bytes, str, str]:
     data = "\n".join(rows).encode("utf-8")
     if not data:
         raise DataError(f"{label} (split {split!r}) column {field!r} is empty; choose another split or field")
-    return data, f"hf:{name} (split {split}, field {field}, {len(rows)} rows)", label
+    return data, len(rows)
 
 
 # ------------------------------------------------------------------------------------------ batches

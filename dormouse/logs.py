@@ -51,7 +51,7 @@ from dormouse.loglines import (
     read_metrics,
     replay,
 )
-from dormouse.runfiles import CONFIG, LOG, RunFiles
+from dormouse.runfiles import CONFIG, LOG, SWEEP, RunFiles
 
 
 @dataclass
@@ -425,6 +425,28 @@ def json_document(runs: list[RunLog]) -> dict[str, Any]:
                       "findings": [f.to_dict() for f in run.findings]} for run in runs]}
 
 
+def sweep_table(folder: Path, runs: list[RunLog]) -> Table:
+    """A sweep as one table: a row per setting (its run folder, the swept keys' values, the last eval's step,
+    bpb and the run's findings), in the sweep's order (``sweep.yaml``, dormouse.sweep)."""
+    import yaml
+
+    sweep = yaml.safe_load((folder / SWEEP).read_text()) or {}
+    swept = list(sweep.get("swept", []))
+    by_dir = {run.run_dir.resolve(): run for run in runs}
+    table = Table(title=f"sweep {folder} ({len(sweep.get('jobs', []))} settings)", title_justify="left")
+    for name in ["run", *swept, "step", "bpb\n(bits)", "findings"]:
+        table.add_column(name, overflow="fold")
+    for job in sweep.get("jobs", []):
+        values = dict(s.partition("=")[::2] for s in job.get("overrides", []))
+        run = by_dir.get((folder / str(job["run"]).rsplit("/", 1)[-1]).resolve())
+        last = run.evals[-1] if run is not None and run.evals else None
+        bpb = (last.row or last.values).get("bpb") if last is not None else None
+        table.add_row(str(job["run"]).rsplit("/", 1)[-1], *[values.get(k, "") for k in swept],
+                      str(last.step) if last else "-", f"{bpb:.4f}" if isinstance(bpb, float) else "-",
+                      "not run" if run is None else str(len(run.findings)))
+    return table
+
+
 def logs_command(paths: list[Path], check: bool = False, console: Console | None = None,
                  fmt: str | None = None, err_console: Console | None = None) -> int:
     """``dormouse logs PATH... [--check] [--format table|tsv|json]``: every run's eval rows and findings.
@@ -460,6 +482,10 @@ def logs_command(paths: list[Path], check: bool = False, console: Console | None
         width = console.width if console.is_terminal else None
         if not console.is_terminal:  # a table in a file: wide enough for every column, never "…"
             console.width = max(console.width, 1000)
+        for path in paths:  # a sweep (dormouse train -m): one table of its settings first
+            if (Path(path) / SWEEP).is_file():
+                console.print(sweep_table(Path(path), runs))
+                console.print()
         for run in runs:
             if run.evals:
                 console.print(run_table(run, width))

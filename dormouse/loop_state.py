@@ -59,10 +59,11 @@ class Window:
     forwards: int = 0
     forward_depth_sum: int = 0
 
-    def add_forward(self, depth: int) -> None:
-        """A training forward at the depth drawn for its step."""
+    def add_forward(self, depth: int, passes: int = 1) -> None:
+        """A training step's forward at the depth drawn for it, run as ``passes`` micro-batches (gradient
+        accumulation): each pass asks the arm at every sublayer, so the depth counts once per pass."""
         self.forwards += 1
-        self.forward_depth_sum += depth
+        self.forward_depth_sum += depth * passes
 
     def add_update(self, loss: float, depth: int) -> None:
         """A step whose update was applied."""

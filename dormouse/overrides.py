@@ -2,14 +2,14 @@
 
 Hydra's own messages are written for Hydra's CLI and contradict dormouse's: an unknown key suggests
 ``+key=value`` (which dormouse refuses: the config is closed), a bad type prints the template
-``Value '$VALUE' of type '$VALUE_TYPE'``, a comma suggests ``--multirun`` (dormouse has no such flag) and a
+``Value '$VALUE' of type '$VALUE_TYPE'``, a comma suggests ``--multirun`` (only ``train`` has it) and a
 missing preset prints Hydra's search path. :func:`check_overrides` parses each override with Hydra's own
 grammar (so what it accepts is exactly what Hydra accepts) and returns one line per problem:
 
 * an unknown key, with the closest valid keys (did-you-mean, over full keys and leaf names);
 * ``+key`` (add) and ``~key`` (delete): the config's keys are fixed;
 * a value that does not fit the field's type, checked by OmegaConf's own conversion on the schema;
-* several values (``a,b``, ``range()``, ``choice()``): dormouse runs one config;
+* several values (``a,b``, ``range()``, ``choice()``): one config runs (``dormouse train -m`` sweeps);
 * a preset that does not exist, with the available ones.
 """
 
@@ -87,8 +87,9 @@ def _expected(schema_cfg: Any, key: str) -> str:
     return words
 
 
-def check_overrides(overrides: list[str], schema: type) -> list[str]:
-    """Every problem with ``overrides`` against the dataclass ``schema``, one line each. Empty = fine."""
+def check_overrides(overrides: list[str], schema: type, extra_options: dict[str, list[str]] | None = None) -> list[str]:
+    """Every problem with ``overrides`` against the dataclass ``schema``, one line each. Empty = fine.
+    ``extra_options``: group options stored in Hydra's ConfigStore, not files (a user's own preset file)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 
@@ -119,13 +120,14 @@ def check_overrides(overrides: list[str], schema: type) -> list[str]:
             continue
         if o.is_sweep_override():
             lines.append(f"override {text!r} gives several values (a sweep): dormouse runs one config; give "
-                         f"one value, or quote a string that holds a comma ({key}='a,b'); to compare settings, "
-                         "register an A/B comparison (dormouse ab --list)")
+                         f"one value, or quote a string that holds a comma ({key}='a,b'); to explore settings, "
+                         "sweep them (dormouse train -m); to decide between them, register an A/B comparison "
+                         "(dormouse ab --list)")
             continue
         value = o.value()
         if key in GROUPS:
             options = available(key)
-            if str(value) not in options:
+            if str(value) not in options + (extra_options or {}).get(key, []):
                 close = difflib.get_close_matches(str(value), options, n=1)
                 hint = f"; did you mean {key}={close[0]}?" if close else ""
                 lines.append(f"{key}={o.get_value_element_as_str()}: no such {key}; available: "

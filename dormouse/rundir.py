@@ -39,10 +39,12 @@ from dormouse.runfiles import RunFiles
 from dormouse.schedule import SCHEDULE_KEYS, schedule_change_problem
 
 # Keys that may differ between a checkpoint's config and a resuming run's: the eval/checkpoint cadence and
-# logging. The schedule's keys (dormouse.schedule.SCHEDULE_KEYS: train.steps among them) may change only when
+# logging, and how a step's batch is split into micro-batches (train.grad_accum: the same step up to float32
+# rounding, e.g. resumed on a smaller GPU; a checkpoint from before the key has none). The schedule's keys
+# (dormouse.schedule.SCHEDULE_KEYS: train.steps among them) may change only when
 # the steps already taken keep their learning rates (schedule_change_problem).
-RESUMABLE_CHANGES = ("train.eval_every", "train.ckpt_every", "train.keep_ckpts",
-                     "train.resume", "train.overwrite", "logging.")
+RESUMABLE_CHANGES = ("train.eval_every", "train.ckpt_every", "train.keep_ckpts", "train.keep_best",
+                     "train.grad_accum", "train.resume", "train.overwrite", "logging.")
 
 # What a second `train` on a run in use is told: wait or stop the first; train elsewhere. Not the destructive
 # train.overwrite=true, which would not help anyway (the lock refuses it too).
@@ -167,7 +169,12 @@ def config_differences(old: DictConfig, new: DictConfig) -> list[str]:
             return out
         return {prefix[:-1]: node}
 
-    a = flat(OmegaConf.to_container(old, resolve=True))
+    from dormouse.config import schema
+
+    # A key the checkpoint's config lacks was added to the schema after it was written: it ran with what is
+    # now that key's default (e.g. train.grad_accum=1), so it differs only if the new value is not the default.
+    defaults = flat(OmegaConf.to_container(OmegaConf.structured(schema()), resolve=True))
+    a = {**defaults, **flat(OmegaConf.to_container(old, resolve=True))}
     b = flat(OmegaConf.to_container(new, resolve=True))
     keys = sorted(set(a) | set(b))
     return [k for k in keys if a.get(k) != b.get(k) and not k.startswith(RESUMABLE_CHANGES)

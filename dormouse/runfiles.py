@@ -33,6 +33,7 @@ from pathlib import Path
 CONFIG = "config.yaml"
 PROVENANCE = "provenance.json"
 LOG = "train.log"
+SWEEP = "sweep.yaml"  # a sweep's folder (dormouse train -m): its settings, one run folder per setting
 METRICS = "metrics.jsonl"
 CHECKPOINTS = "checkpoints"
 AB_ERROR = "ab_error.txt"
@@ -78,6 +79,11 @@ class RunFiles:
     @property
     def checkpoints(self) -> Path:
         return self.dir / CHECKPOINTS
+
+    @property
+    def best_checkpoint(self) -> Path:
+        """The lowest-eval-bpb checkpoint (``train.keep_best``); not a ``step_*.pt``, so never pruned or resumed."""
+        return self.checkpoints / "best.pt"
 
     @property
     def ab_error(self) -> Path:

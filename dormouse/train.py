@@ -37,6 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 from dormouse.arm_registry import arm_class
 from dormouse.checkpoint import (
     CheckpointError,
+    atomic_save,
     atomic_write_text,
     list_checkpoints,
     load_checkpoint,
@@ -210,9 +211,10 @@ def _wandb_run(cfg: DictConfig, files: RunFiles, resumed: bool) -> Any:
     if not run_id:
         run_id = secrets.token_hex(6)  # wandb ids are [a-z0-9]; 48 random bits never collide in a project
         atomic_write_text(files.wandb_id, run_id + "\n")
-    return wandb.init(mode=mode, project=cfg.logging.wandb_project, group=cfg.logging.wandb_group,
-                      job_type=cfg.logging.wandb_job_type, name=str(cfg.run.name), dir=str(files.dir),
-                      id=run_id, resume="allow",
+    lg = cfg.logging
+    return wandb.init(mode=mode, entity=lg.wandb_entity, project=lg.wandb_project, group=lg.wandb_group,
+                      job_type=lg.wandb_job_type, tags=[str(tag) for tag in lg.wandb_tags],
+                      name=str(cfg.run.name), dir=str(files.dir), id=run_id, resume="allow",
                       config=OmegaConf.to_container(cfg, resolve=True), settings=wandb.Settings(silent=True))
 
 
@@ -417,6 +419,8 @@ def _loop(run: _Run, loop: LoopState, stop_at_step: int | None) -> TrainResult:
                 last_step = loop.step == t.steps
                 if last_step or loop.step % t.eval_every == 0:
                     eval_and_log(run, loop)
+                    if t.keep_best:
+                        write_best_checkpoint(run, loop)
                 asked_to_stop = signals.signum is not None or (stop_at_step is not None and loop.step >= stop_at_step)
                 stopping = broadcast_flag(asked_to_stop, info, run.device) and not last_step
                 if last_step or stopping or (t.ckpt_every and loop.step % t.ckpt_every == 0):
@@ -441,9 +445,9 @@ def train_step(run: _Run, loop: LoopState) -> float:
     """One training step; returns this rank's loss.
 
     The depth and the batch are pure functions of (seed, step), so a resumed run and every arm of a
-    comparison replay them. Forward, mean cross-entropy over the readouts, backward, clip, AdamW at the
-    step's learning rate. A non-finite loss or gradient norm stops the run (``train.nonfinite=stop``) or
-    skips the update and counts it (``skip``).
+    comparison replay them. Forward and backward over ``train.grad_accum`` micro-batches
+    (:func:`accumulate_gradients`), clip, AdamW at the step's learning rate. A non-finite loss or gradient
+    norm stops the run (``train.nonfinite=stop``) or skips the update and counts it (``skip``).
     """
     cfg, t, info = run.cfg, run.cfg.train, run.info
     t0 = time.perf_counter()
@@ -453,14 +457,13 @@ def train_step(run: _Run, loop: LoopState) -> float:
     x, y = x.to(run.device), y.to(run.device)
     for group in run.optimizer.param_groups:
         group["lr"] = lr_at(loop.step, cfg)
-    with run.autocast():
-        logits = run.train_model(x, depth=depth, readouts=str(t.readout))
-    loop.window.add_forward(depth)
-    loss = readout_loss(logits, y)
-    loss_value = float(loss.detach())
-    what = "loss" if broadcast_flag(not math.isfinite(loss_value), info, run.device) else None
+    accum = int(t.grad_accum)
+    loss_value = accumulate_gradients(run.train_model, x, y, depth=depth, readouts=str(t.readout),
+                                      accum=accum, autocast=run.autocast,
+                                      nonfinite=lambda v: broadcast_flag(not math.isfinite(v), info, run.device))
+    loop.window.add_forward(depth, passes=accum)
+    what = "loss" if not math.isfinite(loss_value) else None
     if what is None:
-        loss.backward()
         # A finite loss can still give an inf/NaN gradient that would poison the weights; the gradients
         # are all-reduced, so every rank sees the same norm.
         grad_norm = torch.nn.utils.clip_grad_norm_(
@@ -480,6 +483,33 @@ def train_step(run: _Run, loop: LoopState) -> float:
     loop.window.tokens += x.numel() * info.world_size
     loop.window.time += time.perf_counter() - t0
     return loss_value
+
+
+def accumulate_gradients(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, depth: int, readouts: str,
+                         accum: int, autocast: Any, nonfinite: Any = None) -> float:
+    """Forward and backward ``x, y`` as ``accum`` equal micro-batches, each loss scaled by ``1/accum``;
+    returns the batch's loss (a non-finite micro-batch's loss as soon as one is: no further backward).
+
+    The batch's loss is the mean over its rows of the per-row mean cross-entropy (:func:`readout_loss`), so
+    with equal micro-batches L = (1/accum) * sum_i L_i and, by linearity of the gradient,
+    grad L = sum_i grad(L_i / accum): the summed gradients are the full batch's, up to float32 rounding
+    (tests/test_trainer_knobs.py). ``nonfinite(v)`` says whether a micro-batch's loss ``v`` stops the step
+    (a collective under torchrun: every rank answers together); under DDP the gradients are all-reduced
+    once, on the last micro-batch (``no_sync`` before it)."""
+    is_bad = nonfinite or (lambda v: not math.isfinite(v))
+    total = 0.0
+    for i, (xb, yb) in enumerate(zip(x.chunk(accum), y.chunk(accum), strict=True)):
+        sync = i == accum - 1 or not hasattr(model, "no_sync")
+        with nullcontext() if sync else model.no_sync(), autocast():
+            logits = model(xb, depth=depth, readouts=readouts)
+        loss = readout_loss(logits, yb) / accum
+        value = float(loss.detach())
+        if is_bad(value):
+            return value * accum
+        with nullcontext() if sync else model.no_sync():
+            loss.backward()
+        total += value
+    return total
 
 
 def eval_and_log(run: _Run, loop: LoopState) -> None:
@@ -521,16 +551,38 @@ def _metrics_row(run: _Run, loop: LoopState, totals: WindowTotals) -> dict[str, 
     return row
 
 
-def write_checkpoint(run: _Run, loop: LoopState) -> Path | None:
-    """Save model, optimizer and loop state (a collective: every rank calls it at the same steps; rank 0
-    writes and returns the path)."""
+def _checkpoint_state(run: _Run, loop: LoopState) -> dict[str, Any] | None:
+    """Model, optimizer, loop state and config (a collective: every rank calls it at the same steps; rank 0
+    gets the state, the others None)."""
     totals = loop.window.summed(run.info, run.device)
     if not run.info.is_main:
         return None
     # The loop's state under one key (dormouse.loop_state: the layout); the metrics rows are metrics.jsonl's.
-    state = {"model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
-             LOOP_KEY: loop.state_dict(totals), "config": OmegaConf.to_container(run.cfg, resolve=True)}
+    return {"model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
+            LOOP_KEY: loop.state_dict(totals), "config": OmegaConf.to_container(run.cfg, resolve=True)}
+
+
+def write_checkpoint(run: _Run, loop: LoopState) -> Path | None:
+    """Save the step's checkpoint (a collective; rank 0 writes and returns the path)."""
+    state = _checkpoint_state(run, loop)
+    if state is None:
+        return None
     return save_checkpoint(state, run.files.checkpoints, loop.step, int(run.cfg.train.keep_ckpts))
+
+
+def write_best_checkpoint(run: _Run, loop: LoopState) -> None:
+    """``train.keep_best``: right after an eval, write ``checkpoints/best.pt`` (atomically) when that eval's
+    bpb is lower than every earlier eval's of the run (its history included, after a resume); a tie keeps
+    the earlier one. A collective, like :func:`write_checkpoint`.
+
+    For reading and sampling only: an A/B verdict reads each pair's *final* eval, never the best (choosing
+    the best of several looks on the eval set would bias every arm toward its luckiest eval)."""
+    state = _checkpoint_state(run, loop)
+    if state is None:
+        return
+    *earlier, row = run.metrics.rows
+    if math.isfinite(row["bpb"]) and all(row["bpb"] < float(r["bpb"]) for r in earlier):
+        atomic_save(state, run.files.best_checkpoint)
 
 
 def _stop(run: _Run, loop: LoopState, losses: list[float], checkpoint: Path | None,

@@ -162,13 +162,22 @@ def resolved_config(output: str) -> str:
     return "".join(line for line in output.splitlines(keepends=True) if not line.startswith("# "))
 
 
+# Keys added to the schema since the record, each at the default that keeps the recorded behaviour (issue 24:
+# wandb as teams use it, gradient accumulation, the best checkpoint, HF datasets' configs and val splits).
+ADDED_SINCE = {"logging": {"wandb_entity": None, "wandb_tags": []},
+               "train": {"grad_accum": 1, "keep_best": False},
+               "data": {"hf_config": None, "hf_val_split": "auto", "hf_streaming": False}}
+
+
 def assert_same_values_but_new_arm_switches(got_yaml: str, recorded_yaml: str) -> None:
     """Every recorded value is unchanged; the only keys added since are switches of arms registered since
     (``model.use_<arm>: false``): the schema grows a switch per arm (dormouse.config.schema), in registry
-    order, so the text's key order is not the record's."""
+    order, so the text's key order is not the record's; and the keys of ADDED_SINCE at their defaults."""
     from dormouse.arm_registry import ARMS, arm_switch
 
     got, recorded = (OmegaConf.to_container(OmegaConf.create(text)) for text in (got_yaml, recorded_yaml))
+    for section, added_keys in ADDED_SINCE.items():
+        assert {k: got[section].pop(k) for k in added_keys} == added_keys
     added = {k: v for k, v in got["model"].items() if k not in recorded["model"]}
     assert added == {k: False for k in added} and set(added) <= {arm_switch(a) for a in ARMS}, added
     got["model"] = {k: v for k, v in got["model"].items() if k not in added}

@@ -154,9 +154,9 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "checkpoint_carries_the_metrics_history",
         "file": "dormouse/train.py",
-        "function": "write_checkpoint",
-        "old": "             LOOP_KEY: loop.state_dict(totals), \"config\"",
-        "new": "             LOOP_KEY: loop.state_dict(totals), \"metrics\": list(run.metrics.rows), \"config\"",
+        "function": "_checkpoint_state",
+        "old": "            LOOP_KEY: loop.state_dict(totals), \"config\"",
+        "new": "            LOOP_KEY: loop.state_dict(totals), \"metrics\": list(run.metrics.rows), \"config\"",
         "gates": [_RESUME + "test_a_checkpoint_keeps_the_loop_state_under_one_key_and_no_metrics_history"],
         "why": "every checkpoint would grow with the run by a copy of metrics.jsonl, which already holds it",
         "protects": "training loop",
