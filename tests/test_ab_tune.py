@@ -190,7 +190,8 @@ def test_plan_shows_the_tune_pairs_and_says_the_lrs_are_chosen_by_the_stage(regi
     console = Console(record=True, width=250)
     assert ab_command("tt", [], root=tmp_path / "ab", registry=registry, console=console, plan=True) == 0
     out = console.export_text()
-    assert "tune stage: 24 pairs first" in out and "takes 'rezero''s lr" in out
+    assert "tune stage: 24 pairs first" in out and "tune stage (runs first, not in the card above): 24 pairs" in out
+    assert "takes the lr chosen for the baseline 'rezero'" in out
     assert "confirmatory train.lr: chosen by the tune stage once its pairs finish (0 of 24 settled)" in out
     assert "tune pair tune-gr-lr0.004-s9002: train.lr=0.004 train.seed=9002 train.data_seed=9102" in out
 
@@ -275,3 +276,10 @@ def test_status_shows_the_stage_and_the_chosen_lrs(finished: tuple[Path, TuneFak
     assert "confirmatory train.lr (chosen by the tune stage): rezero=0.002, gr=0.004, attnres_full=0.004, " \
            "rezero_aa=0.002" in out
     assert "tune-rezero-lr0.001-s9001" in out
+
+
+def test_design_says_the_tune_stages_cost_beside_the_card(registry: Path, tmp_path: Path) -> None:
+    console = Console(record=True, width=250)
+    assert ab_command("tt", [], root=tmp_path / "ab", registry=registry, console=console, design=True) == 0
+    out = console.export_text()
+    assert "tune stage (runs first, not in the card above): 24 pairs (3 arms × 4 lrs × 2 replicate(s))" in out

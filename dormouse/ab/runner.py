@@ -387,6 +387,7 @@ def plan_command(name: str, overrides: list[str], *, root: Path, registry: Path 
                 registration=_registration_state(plan.comp_dir, plan.reg, plan.overrides), console=console)
     if plan.tune_pairs:
         outcome = tune.settle(plan, read_pair, set())
+        console.print(tune_cost_line(plan), soft_wrap=True, highlight=False, markup=False)
         for line in tune.plan_lines(plan, outcome):
             console.print(line, soft_wrap=True, highlight=False, markup=False)
 

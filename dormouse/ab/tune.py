@@ -141,7 +141,8 @@ def plan_lines(plan: ComparisonPlan, out: TuneOutcome | None) -> list[str]:
              f"{', '.join(f'{x:g}' for x in tune.lrs)} × {tune.replicates} replicate(s); init seeds "
              f"{streams['tune.init_seed_base'].start}.., data seeds {streams['tune.data_seed_base'].start}..); "
              f"rule: {RULES[tune.rule]}"
-             + (f"; the A/A arm {plan.spec.aa_arm!r} takes {plan.spec.baseline!r}'s lr" if plan.spec.aa_arm else "")]
+             + (f"; the A/A arm {plan.spec.aa_arm!r} takes the lr chosen for the baseline {plan.spec.baseline!r}"
+                if plan.spec.aa_arm else "")]
     if out is not None and out.settled:
         lines.append("confirmatory train.lr (chosen by the tune stage): "
                      + ", ".join(f"{a}={lr:g}" for a, lr in out.chosen.items()))
