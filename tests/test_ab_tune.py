@@ -20,7 +20,7 @@ from rich.console import Console
 
 from dormouse.ab.plan import build_plan
 from dormouse.ab.registry import ABSpecError, ComparisonError, load_spec
-from dormouse.ab.runner import ab_command, run_comparison
+from dormouse.ab.runner import ab_command, plan_pairs, run_comparison
 from dormouse.ab.tune import choose
 from dormouse.config import arm_name
 from dormouse.errors import TrainError
@@ -283,3 +283,10 @@ def test_design_says_the_tune_stages_cost_beside_the_card(registry: Path, tmp_pa
     assert ab_command("tt", [], root=tmp_path / "ab", registry=registry, console=console, design=True) == 0
     out = console.export_text()
     assert "tune stage (runs first, not in the card above): 24 pairs (3 arms × 4 lrs × 2 replicate(s))" in out
+
+
+def test_plan_pairs_carries_the_recorded_choice(finished: tuple[Path, TuneFake, Path]) -> None:
+    """scripts/rerun_pair.py composes a published pair through plan_pairs: it must run at the chosen lr."""
+    comp, _, reg = finished
+    pairs = plan_pairs(load_spec("tt", reg), [], comp)
+    assert {p.arm: float(p.cfg.train.lr) for p in pairs} == EXPECTED

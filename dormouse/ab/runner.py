@@ -84,9 +84,14 @@ def registration_hash(reg: Registered, overrides: list[str]) -> str:
 
 
 def plan_pairs(reg: Registered, overrides: list[str], comp_dir: Path) -> list[Pair]:
-    """Every pair of a registration composed and validated (protocol 1 too: scripts/rerun_pair.py re-runs a
-    published pair); ``comp_dir`` is where the pairs would be written. See :func:`dormouse.ab.plan.build_plan`."""
+    """Every confirmatory pair of a registration composed and validated (protocol 1 too: scripts/rerun_pair.py
+    re-runs a published pair); ``comp_dir`` is where the pairs would be written. See
+    :func:`dormouse.ab.plan.build_plan`. With a tune stage the pairs carry the lrs recorded in ``comp_dir``'s
+    ``tune.json`` (or its ``results.json``); with neither, the composed default (``plan.lr_pending``)."""
     plan = build_plan(reg, overrides, Path(comp_dir).parent)
+    chosen = tune.recorded_choice(Path(comp_dir))
+    if plan.tune_pairs and chosen is not None:
+        plan.choose_lrs(chosen)
     if plan.comp_dir != Path(comp_dir).resolve():  # a directory not named after the comparison
         for p in plan.pairs:
             p.run_dir = Path(comp_dir).resolve() / p.name

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from dormouse.ab.records import RunRecord
 from dormouse.checkpoint import atomic_write_text
+from dormouse.runfiles import ComparisonFiles
 
 if TYPE_CHECKING:
     from dormouse.ab.pairjob import Pair
@@ -181,3 +182,17 @@ def markdown(tune: dict[str, Any]) -> list[str]:
 
 def tune_path(comp_dir: Path) -> Path:
     return Path(comp_dir) / TUNE_RECORD
+
+
+def recorded_choice(comp_dir: Path) -> dict[str, float] | None:
+    """The choice a comparison directory recorded: its ``tune.json``, else its ``results.json``'s ``tune``
+    (a published result); None when neither holds one."""
+    for path, pick in ((tune_path(comp_dir), lambda d: d.get("chosen")),
+                       (ComparisonFiles(Path(comp_dir)).results, lambda d: (d.get("tune") or {}).get("chosen"))):
+        try:
+            chosen = pick(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+        if chosen:
+            return {str(k): float(v) for k, v in chosen.items()}
+    return None
