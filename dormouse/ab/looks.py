@@ -48,7 +48,8 @@ class Progress:
     looks: list[Look] = field(default_factory=list)
     decisions: dict[str, Any] = field(default_factory=dict)  # each tested arm's latest ArmDecision
     invalid: dict[str, str] = field(default_factory=dict)  # arm -> why (failed or incomplete runs, counters)
-    next_look: int | None = None  # the look the pending pairs are for
+    tune: Any = None  # the tune stage's tune.TuneOutcome (None: the registration has none)
+    next_look: int | None = None  # the look the pending pairs are for (None with tune pairs pending)
     pending: list[Pair] = field(default_factory=list)  # pairs to run before the next look can be taken
     used: dict[str, int] = field(default_factory=dict)  # arm -> replicates its analysis uses
 
@@ -85,6 +86,8 @@ def progress(plan: ComparisonPlan, read: ReadRecord, failed: set[str] | None = N
     base, aa = spec.baseline, spec.aa_arm
     helpers = [base] + ([aa] if aa is not None else [])
     out = Progress()
+    if plan.tune_pairs and not _tune_stage(plan, read, failed, out):
+        return out
     active = list(spec.tested)
     for index, n in enumerate(plan.looks):
         pairs = plan.pairs_to(n, helpers + active)
@@ -120,6 +123,24 @@ def progress(plan: ComparisonPlan, read: ReadRecord, failed: set[str] | None = N
         if not active:
             break
     return out
+
+
+def _tune_stage(plan: ComparisonPlan, read: ReadRecord, failed: set[str], out: Progress) -> bool:
+    """The tune stage comes first (dormouse/ab/tune.py): True once it has chosen (the confirmatory pairs then
+    carry each arm's chosen lr); else its pending pairs, or every arm invalid when a tune pair failed."""
+    from dormouse.ab import tune
+
+    out.tune = tune.settle(plan, read, failed)
+    if out.tune.settled:
+        plan.choose_lrs(out.tune.chosen)
+        return True
+    if out.tune.pending:
+        out.pending = out.tune.pending
+        return False
+    why = "the tune stage could not choose: " + "; ".join(f"{k}: {v}" for k, v in out.tune.failed.items())
+    for arm in plan.arms:
+        out.invalid[arm] = why
+    return False
 
 
 def _why_invalid(records: list[RunRecord], n: int) -> str:

@@ -9,8 +9,10 @@ names the arm, a problem every arm shares (a bad CLI or fixed override) is said 
 Replicate k (1-based) of a protocol-2 comparison trains every arm with ``train.seed = init_seed_base + k - 1``
 (the shared initial weights) and ``train.data_seed = data_seed_base + k - 1`` (the data order); the A/A arm
 takes ``aa_data_seed_base + k - 1`` instead. So a replicate's streams never depend on how many looks there
-are, and a longer schedule only adds replicates. A protocol-1 registration (read only) plans its listed
-seeds as one look, with whatever data seed its arms set.
+are, and a longer schedule only adds replicates. A registration with a ``tune`` stage also plans its tune pairs
+(each tuned arm at each grid lr, on the tune seed streams: dormouse/ab/tune.py); the confirmatory pairs get
+their ``train.lr`` when the stage has chosen (:meth:`ComparisonPlan.choose_lrs`). A protocol-1
+registration (read only) plans its listed seeds as one look, with whatever data seed its arms set.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import copy
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from dormouse.ab.pairjob import Pair
 from dormouse.ab.registry import (
     RUNNER_KEYS,
+    TUNED_KEY,
     ComparisonError,
     ComparisonSpec,
     Registered,
@@ -61,7 +64,36 @@ class ComparisonPlan:
     comp_dir: Path
     replicates: list[Replicate]
     looks: list[int]  # cumulative replicates per arm at each look
-    pairs: list[Pair]
+    pairs: list[Pair]  # the confirmatory pairs (with a tune stage: their train.lr set by choose_lrs)
+    tune_pairs: list[Pair] = field(default_factory=list)  # the tune stage's pairs, run first (tune.py)
+    chosen_lrs: dict[str, float] | None = None  # arm -> train.lr, once the tune stage chose
+
+    @property
+    def tuned_arms(self) -> list[str]:
+        """The arms the tune stage trains: every arm but the A/A arm (it takes its baseline's lr)."""
+        return [a for a in self.arms if a != self.reg.spec.aa_arm]
+
+    def lr_source(self, arm: str) -> str:
+        """Whose tuned lr an arm runs at: its own, or for the A/A arm its baseline's, never its own."""
+        return str(self.reg.spec.baseline) if arm == self.reg.spec.aa_arm else arm
+
+    @property
+    def lr_pending(self) -> bool:
+        """A tune stage whose choice is not made yet: the confirmatory pairs must not run."""
+        return bool(self.tune_pairs) and self.chosen_lrs is None
+
+    def choose_lrs(self, chosen: dict[str, float]) -> None:
+        """Set each confirmatory pair's ``train.lr`` to its arm's tuned choice (tune.settle computes it from
+        the runs on disk, so every caller sets the same values; another choice is a bug, refused)."""
+        if self.chosen_lrs is not None and self.chosen_lrs != chosen:
+            raise ComparisonError([f"the tune choice changed within one invocation: {self.chosen_lrs} -> {chosen}"])
+        for pair in self.pairs:
+            pair.cfg.train.lr = float(chosen[pair.arm])
+        self.chosen_lrs = dict(chosen)
+
+    @property
+    def all_pairs(self) -> list[Pair]:
+        return [*self.tune_pairs, *self.pairs]
 
     @property
     def spec(self) -> Any:
@@ -107,6 +139,7 @@ def check_cli_overrides(reg: Registered, overrides: list[str]) -> None:
     """CLI overrides may tune the environment (device, steps for a quick look, wandb) but must not set a
     key the runner owns or a key an arm sets: that would erase the difference the comparison measures."""
     arm_keys = {override_key(o): arm for arm, ovs in reg.spec.arms.items() for o in ovs}
+    tuned = TUNED_KEY if getattr(reg.spec, "tune", None) is not None else None
     lines = []
     for o in overrides:
         key = override_key(o)
@@ -115,6 +148,8 @@ def check_cli_overrides(reg: Registered, overrides: list[str]) -> None:
         elif key in RUNNER_KEYS:
             lines.append(f"override {o!r} sets {key}, which `dormouse ab` sets for every pair "
                          f"({', '.join(RUNNER_KEYS)})")
+        elif key == tuned:
+            lines.append(f"override {o!r} sets {key}, which this registration's tune stage chooses per arm")
         elif key in arm_keys:
             lines.append(f"override {o!r} sets {key}, which arm {arm_keys[key]!r} sets: it would change what "
                          "the arms differ in; register another comparison instead")
@@ -154,7 +189,37 @@ def build_plan(reg: Registered | str, overrides: list[str], root: Path, registry
                 cfg.train.data_seed = rep.aa_data_seed if arm == reg.spec.aa_arm else rep.data_seed
             cfg.run.name = run_name(arm, rep.init_seed)
             pairs.append(Pair(arm, rep.init_seed, cfg, comp_dir / cfg.run.name, replicate=rep.index))
-    return ComparisonPlan(reg, overrides, comp_dir, replicates, looks_of(reg.spec), pairs)
+    plan = ComparisonPlan(reg, overrides, comp_dir, replicates, looks_of(reg.spec), pairs)
+    plan.tune_pairs = _tune_pairs(plan, arm_cfgs)
+    return plan
+
+
+def tune_run_name(arm: str, lr: float, init_seed: int) -> str:
+    """The run directory name of one tune pair (never a confirmatory pair's: those are ``<arm>-s<seed>``)."""
+    return f"tune-{arm}-lr{lr:g}-s{init_seed}"
+
+
+def _tune_pairs(plan: ComparisonPlan, arm_cfgs: dict[str, DictConfig]) -> list[Pair]:
+    """The tune stage's pairs (dormouse/ab/tune.py), replicate-major, each arm at each grid lr, validated."""
+    from dormouse.config import validate
+
+    tune = getattr(plan.spec, "tune", None)
+    if tune is None:
+        return []
+    pairs: list[Pair] = []
+    lines: list[str] = []
+    for j in range(int(tune.replicates)):
+        init_seed, data_seed = tune.init_seed_base + j, tune.data_seed_base + j
+        for arm in plan.tuned_arms:
+            for lr in tune.lrs:
+                cfg = copy.deepcopy(arm_cfgs[arm])
+                cfg.train.lr, cfg.train.seed, cfg.train.data_seed = float(lr), init_seed, data_seed
+                cfg.run.name = tune_run_name(arm, float(lr), init_seed)
+                lines += [f"{plan.reg.source}: tune pair {cfg.run.name}: {ln}" for ln in validate(cfg)]
+                pairs.append(Pair(arm, init_seed, cfg, plan.comp_dir / cfg.run.name, replicate=j + 1))
+    if lines:
+        raise ComparisonError(lines)
+    return pairs
 
 
 def _compose_arms(reg: Registered, overrides: list[str], comp_dir: Path, first: Replicate) -> dict[str, DictConfig]:

@@ -28,6 +28,12 @@ Protocol 2 (every new registration; :class:`ComparisonSpec`, every key, unknown 
     arms:                          # arm name -> its overrides; the order is the registry's
       rezero: []
       gr: [model.use_gr=true]
+    tune:                          # optional: each arm's train.lr chosen first (dormouse/ab/tune.py)
+      lrs: [1.0e-3, 2.0e-3, 4.0e-3]  # the grid; every arm but the A/A trains once per lr and replicate
+      replicates: 1                # tune replicate j (0-based): train.seed = init_seed_base + j,
+      init_seed_base: 9001         # train.data_seed = data_seed_base + j; disjoint from the
+      data_seed_base: 9001         # confirmatory streams (refused otherwise)
+      rule: lowest_mean_final_bpb  # the choice rule, fixed here (tune.RULES)
 
 Seeds are streams, not lists: replicate k's seeds are the bases plus k, so a longer schedule extends them
 and never renumbers a replicate that ran. ``train.seed`` seeds the shared initial weights (and the
@@ -74,6 +80,22 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 @dataclass
+class TuneSpec:
+    """The optional tune stage of a protocol-2 registration (see the module docstring; dormouse/ab/tune.py)."""
+
+    lrs: list[float] = MISSING
+    replicates: int = 1
+    init_seed_base: int = MISSING
+    data_seed_base: int = MISSING
+    rule: str = "lowest_mean_final_bpb"
+
+    def streams(self) -> dict[str, range]:
+        """Its seed streams: field -> the seeds it uses."""
+        return {"tune.init_seed_base": range(self.init_seed_base, self.init_seed_base + self.replicates),
+                "tune.data_seed_base": range(self.data_seed_base, self.data_seed_base + self.replicates)}
+
+
+@dataclass
 class ComparisonSpec:
     """The typed schema of a protocol-2 registered comparison (see the module docstring)."""
 
@@ -94,6 +116,7 @@ class ComparisonSpec:
     bad_run_ceiling: float | None = None
     fixed: list[str] = field(default_factory=list)
     arms: dict[str, list[str]] = MISSING
+    tune: TuneSpec | None = None
 
     @property
     def max_replicates(self) -> int:
@@ -294,6 +317,47 @@ def _v2_problems(spec: ComparisonSpec, bad: Any) -> None:
                 "(the runner gives it its own data-order stream)")
     elif spec.aa_arm is None and spec.aa_data_seed_base is not None:
         bad("aa_data_seed_base", "set without an aa_arm")
+    if spec.tune is not None:
+        _tune_problems(spec, spec.tune, bad)
+
+
+TUNED_KEY = "train.lr"  # the key the tune stage chooses per arm: nothing else may set it
+
+
+def _tune_problems(spec: ComparisonSpec, tune: TuneSpec, bad: Any) -> None:
+    """The tune stage: a grid of distinct positive lrs, a known rule, seed streams disjoint from the
+    confirmatory ones (a tune run must never be a confirmatory run), and no one else setting train.lr."""
+    from dormouse.ab.tune import RULES
+
+    lrs = list(tune.lrs)
+    if not lrs:
+        bad("tune.lrs", "at least one learning rate is required")
+    elif not all(_finite(x) and x > 0 for x in lrs) or len(set(lrs)) != len(lrs):
+        bad("tune.lrs", f"{lrs} must be distinct finite numbers > 0")
+    if tune.replicates < 1:
+        bad("tune.replicates", f"{tune.replicates} must be >= 1")
+    if tune.rule not in RULES:
+        bad("tune.rule", f"{tune.rule!r} is not a known rule ({', '.join(RULES)})")
+    for key in ("init_seed_base", "data_seed_base"):
+        if getattr(tune, key) < 0:
+            bad(f"tune.{key}", f"{getattr(tune, key)} must be >= 0")
+    n = int(spec.looks[-1]) if list(spec.looks) else 0
+    confirmatory = {"init_seed_base": ("tune.init_seed_base", spec.init_seed_base),
+                    "data_seed_base": ("tune.data_seed_base", spec.data_seed_base),
+                    "aa_data_seed_base": ("tune.data_seed_base", spec.aa_data_seed_base)}
+    streams = tune.streams()
+    for field_name, (tune_field, base) in confirmatory.items():
+        if base is None or n == 0:
+            continue
+        ours, theirs = streams[tune_field], range(base, base + n)
+        if ours and max(ours.start, theirs.start) < min(ours.stop, theirs.stop):
+            bad(tune_field, f"the tune seeds {ours.start}..{ours.stop - 1} overlap the confirmatory "
+                f"'{field_name}' seeds {theirs.start}..{theirs.stop - 1}: a tune run would repeat a confirmatory "
+                "replicate's stream; move the tune stream clear of it")
+    setters = [("fixed", o) for o in spec.fixed] + [(f"arms.{a}", o) for a, ovs in spec.arms.items() for o in ovs]
+    for where, o in setters:
+        if override_key(o) == TUNED_KEY:
+            bad(where, f"override {o!r} sets {TUNED_KEY}, which the tune stage chooses per arm")
 
 
 def _v1_problems(spec: ComparisonSpecV1, bad: Any) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from dormouse.ab import stats
+from dormouse.ab import stats, tune
 from dormouse.ab.looks import INVALID, UNDECIDED, Progress
 from dormouse.ab.pairjob import Pair
 from dormouse.ab.plan import ComparisonPlan
@@ -221,6 +221,7 @@ def analyze(plan: ComparisonPlan, state: Progress, read: Callable[[Pair], RunRec
         "complete": complete, "overrides": list(plan.overrides), "fixed": list(spec.fixed),
         "registration": registration or {}, "design_card": design_card,
         "aa_calibration": calibration, "code": _code(records),
+        "tune": None if state.tune is None else tune.to_dict(plan, state.tune),
         "notes": _notes(cpu, state),
         "arms": arms,
         "runs": [_run_json(r) for r in sorted(records, key=lambda r: (r.replicate, plan.arms.index(r.arm)))],
@@ -259,7 +260,10 @@ def _code(records: list[RunRecord]) -> dict[str, Any]:
 
 def _notes(cpu: bool, state: Progress) -> list[str]:
     notes = []
-    if state.pending:
+    if state.tune is not None and not state.tune.settled and state.pending:
+        notes.append(f"The tune stage is not finished: {len(state.pending)} tune pair(s) to run; rerun "
+                     "`dormouse ab` to continue.")
+    elif state.pending:
         notes.append(f"Look {int(state.next_look or 0) + 1} is not taken yet: {len(state.pending)} pair(s) to run; "
                      "rerun `dormouse ab` to continue the schedule.")
     if cpu:
@@ -462,6 +466,8 @@ def render_report(results: dict[str, Any], plots: list[str]) -> str:
     """The report.md text."""
     r = results
     out = _header(r) + _verdict_table(r) + _sentences(r)
+    if r.get("tune"):
+        out += [""] + tune.markdown(r["tune"])
     card = r.get("design_card")
     if card:
         out += ["", "## Design card (simulated at registration from the registered pilot spread)", "", "```",

@@ -41,7 +41,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dormouse.ab import fingerprint
+from dormouse.ab import fingerprint, tune
 from dormouse.ab.launch import (
     DONE,
     InProcessLauncher,
@@ -84,9 +84,14 @@ def registration_hash(reg: Registered, overrides: list[str]) -> str:
 
 
 def plan_pairs(reg: Registered, overrides: list[str], comp_dir: Path) -> list[Pair]:
-    """Every pair of a registration composed and validated (protocol 1 too: scripts/rerun_pair.py re-runs a
-    published pair); ``comp_dir`` is where the pairs would be written. See :func:`dormouse.ab.plan.build_plan`."""
+    """Every confirmatory pair of a registration composed and validated (protocol 1 too: scripts/rerun_pair.py
+    re-runs a published pair); ``comp_dir`` is where the pairs would be written. See
+    :func:`dormouse.ab.plan.build_plan`. With a tune stage the pairs carry the lrs recorded in ``comp_dir``'s
+    ``tune.json`` (or its ``results.json``); with neither, the composed default (``plan.lr_pending``)."""
     plan = build_plan(reg, overrides, Path(comp_dir).parent)
+    chosen = tune.recorded_choice(Path(comp_dir))
+    if plan.tune_pairs and chosen is not None:
+        plan.choose_lrs(chosen)
     if plan.comp_dir != Path(comp_dir).resolve():  # a directory not named after the comparison
         for p in plan.pairs:
             p.run_dir = Path(comp_dir).resolve() / p.name
@@ -161,7 +166,7 @@ def check_same_code(plan: ComparisonPlan, code: fingerprint.Fingerprint) -> None
     """Refuse to add runs computed by other code than the comparison's runs so far (issue 22): every pair
     that ever started records the fingerprint of the code it ran on (dormouse/ab/pairjob.py)."""
     differing: dict[str, tuple[str, list[str]]] = {}  # pair -> (its commit, what differs)
-    for pair in plan.pairs:
+    for pair in plan.all_pairs:
         if not pair.run_dir.exists():
             continue
         for rec in recorded_fingerprints(plan.comp_dir, pair.name) or [None]:
@@ -260,7 +265,7 @@ def run_comparison(
     _refuse_protocol_1(plan.reg)
     design_problems(plan)
     try:
-        launcher = make_launcher(launch, plan.pairs, plan.comp_dir, plan.name)
+        launcher = make_launcher(launch, plan.all_pairs, plan.comp_dir, plan.name)
     except LaunchError as exc:
         raise ComparisonError(exc.lines) from exc
     code = fingerprint.compute()
@@ -272,6 +277,8 @@ def run_comparison(
         card = ensure_design_card(plan, console)
         errors = _run_looks(plan, launcher, train_fn or _default_train_fn(), code.sha256, console)
         state = progress(plan, lambda p: read_pair(p, errors.get(p.name)), failed=set(errors))
+        if state.tune is not None:
+            tune.record(plan, state.tune)
         stamp_public = {k: v for k, v in stamp.items() if k != "registered"}
         results, records = analyze(plan, state, lambda p: read_pair(p, errors.get(p.name)),
                                    registration=stamp_public, design_card=card)
@@ -291,11 +298,15 @@ def _run_looks(plan: ComparisonPlan, launcher: Launcher, train_fn: TrainFn, code
     resumed comparison continues its schedule). Returns this invocation's failed pairs: name -> why."""
     errors: dict[str, str] = {}
     while True:
-        state = progress(plan, read_pair, failed=set(errors))
+        state = progress(plan, lambda p: read_pair(p, errors.get(p.name)), failed=set(errors))
+        if state.tune is not None:
+            tune.record(plan, state.tune)  # the choice, once made, before any confirmatory pair runs
         if state.finished:
             return errors
         index, todo = int(state.next_look or 0), state.pending
         arms = list(dict.fromkeys(p.arm for p in todo))
+        if plan.lr_pending and any(p in plan.pairs for p in todo):  # a confirmatory pair at an unchosen lr
+            raise ComparisonError([f"ab {plan.name}: confirmatory pairs scheduled before the tune stage chose"])
         for pair in todo:
             st, why = pair_state(pair)
             if st in ("resume", "restart"):
@@ -303,8 +314,10 @@ def _run_looks(plan: ComparisonPlan, launcher: Launcher, train_fn: TrainFn, code
         workers = not isinstance(launcher, InProcessLauncher)
         tasks = [Job(p.name, run_pair, (PairTask(p, plan.comp_dir, train_fn, launcher.name, output_to_file=workers,
                                                  fingerprint=code),)) for p in todo]
-        console.print(f"ab {plan.name}: look {index + 1} of {len(plan.looks)} ({plan.looks[index]} replicates per "
-                      f"arm; arms {', '.join(arms)}): {len(tasks)} pairs to run ({_launch_lines(launcher)})"
+        stage = (f"the tune stage (arms {', '.join(arms)} × lrs {', '.join(f'{x:g}' for x in plan.spec.tune.lrs)})"
+                 if plan.lr_pending else f"look {index + 1} of {len(plan.looks)} ({plan.looks[index]} replicates "
+                 f"per arm; arms {', '.join(arms)})")
+        console.print(f"ab {plan.name}: {stage}: {len(tasks)} pairs to run ({_launch_lines(launcher)})"
                       + (f"; workers' output in {plan.comp_dir / LAUNCH}" if workers else ""))
         with PairBoard(plan.name, todo, console) as board:
             outcomes = launcher.run(tasks, board.start, board.finish)
@@ -377,6 +390,11 @@ def plan_command(name: str, overrides: list[str], *, root: Path, registry: Path 
         raise ComparisonError(exc.lines) from exc
     render_plan(plan, launch=settings,
                 registration=_registration_state(plan.comp_dir, plan.reg, plan.overrides), console=console)
+    if plan.tune_pairs:
+        outcome = tune.settle(plan, read_pair, set())
+        console.print(tune_cost_line(plan), soft_wrap=True, highlight=False, markup=False)
+        for line in tune.plan_lines(plan, outcome):
+            console.print(line, soft_wrap=True, highlight=False, markup=False)
 
 
 def design_command(name: str, overrides: list[str], *, root: Path, registry: Path | None,
@@ -388,12 +406,28 @@ def design_command(name: str, overrides: list[str], *, root: Path, registry: Pat
     design_problems(plan)
     card = design_card_for(plan)
     console.print(card.to_text(), soft_wrap=True, highlight=False, markup=False)
+    if plan.tune_pairs:
+        console.print(tune_cost_line(plan), soft_wrap=True, highlight=False, markup=False)
     stamp = plan.files.registration
     if stamp.is_file() and json.loads(stamp.read_text()).get("hash") != registration_hash(plan.reg, plan.overrides):
         console.print(f"not saved: {plan.comp_dir} holds a comparison started under another registration")
         return
     save_design_card(plan, card)
     console.print(f"saved: {plan.files.design} (the report shows it)")
+
+
+def tune_cost_line(plan: ComparisonPlan) -> str:
+    """What the tune stage adds to the card's cost (the card counts confirmatory replicates only)."""
+    from dormouse.ab.status import pair_cost
+    from dormouse.loglines import human
+
+    costs = [pair_cost(p.cfg) for p in plan.tune_pairs]
+    confirmatory = [pair_cost(p.cfg) for p in plan.pairs]
+    return (f"tune stage (runs first, not in the card above): {len(costs)} pairs ({len(plan.tuned_arms)} arms × "
+            f"{len(plan.spec.tune.lrs)} lrs × {plan.spec.tune.replicates} replicate(s)), "
+            f"{human(sum(c['tokens'] for c in costs))} tokens, {human(sum(c['flops'] for c in costs))} training "
+            f"FLOPs; the confirmatory pairs at the maximum: {len(confirmatory)} pairs, "
+            f"{human(sum(c['flops'] for c in confirmatory))} FLOPs")
 
 
 def _launch_settings(launch: LaunchRequest, pairs: list[Pair]) -> dict[str, Any]:
@@ -444,7 +478,10 @@ def status_command(name: str, *, root: Path, registry: Path | None, console: Con
     render_status(plan, status, console)
     if plan.reg.protocol == PROTOCOL:
         failed = {r["pair"] for r in status["pairs"] if r["state"] == "failed"}
-        render_looks(plan, progress(plan, read_pair, failed=failed), console)
+        state = progress(plan, read_pair, failed=failed)
+        for line in tune.plan_lines(plan, state.tune):
+            console.print(line, soft_wrap=True, highlight=False, markup=False)
+        render_looks(plan, state, console)
     return 0
 
 

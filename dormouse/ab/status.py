@@ -213,7 +213,7 @@ def comparison_status(plan: ComparisonPlan) -> dict[str, Any]:
     the measured mean pair time, shared over as many pairs as are running now."""
     now = time.time()
     comp_dir = plan.comp_dir
-    pairs = [p for p in plan.pairs if p.run_dir.exists() or read_launch_record(comp_dir, p.name)["attempts"]
+    pairs = [p for p in plan.all_pairs if p.run_dir.exists() or read_launch_record(comp_dir, p.name)["attempts"]
              or p.replicate <= plan.looks[0]]
     rows = [pair_status(p, comp_dir, now) for p in pairs]
     lock_path = ComparisonFiles(Path(comp_dir)).lock
@@ -269,7 +269,8 @@ def render_looks(plan: ComparisonPlan, state: Progress, console: Console) -> Non
     console.print(table)
     if state.pending:
         arms = ", ".join(dict.fromkeys(p.arm for p in state.pending))
-        _say(console, f"next: look {int(state.next_look or 0) + 1} needs {len(state.pending)} pair(s) ({arms})")
+        what = "the tune stage" if plan.lr_pending else f"look {int(state.next_look or 0) + 1}"
+        _say(console, f"next: {what} needs {len(state.pending)} pair(s) ({arms})")
     else:
         _say(console, "every look this comparison needs is taken" if not state.invalid else
              "no further look can be taken until the invalid arms' runs are fixed (rerun to retry failed pairs)")

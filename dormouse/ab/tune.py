@@ -1,0 +1,198 @@
+"""The tune stage of a registration: each arm's learning rate chosen by a rule fixed in advance, on seed
+streams of its own, before any confirmatory replicate runs (docs/ab-protocol.md, "The tune stage").
+
+Every arm but the A/A arm trains once per grid lr and tune replicate (ordinary pairs of the plan,
+:attr:`dormouse.ab.plan.ComparisonPlan.tune_pairs`); the A/A arm takes its baseline's choice, never its
+own, so it stays the baseline again. The choice is recomputed from the runs on disk every time (a resume
+recomputes the same choice and re-runs nothing), recorded in ``tune.json`` and checked against it;
+``tune.json`` holds each run's final bpb, ``"diverged"`` or null (not finished).
+
+The one rule (``lowest_mean_final_bpb``): the lr whose tune runs have the lowest mean final eval bpb; a run
+that diverged (training stopped on a non-finite loss, gradient or eval) counts as +inf; ties go to the
+smaller lr.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import fmean
+from typing import TYPE_CHECKING, Any
+
+from dormouse.ab.records import RunRecord
+from dormouse.checkpoint import atomic_write_text
+from dormouse.runfiles import ComparisonFiles
+
+if TYPE_CHECKING:
+    from dormouse.ab.pairjob import Pair
+    from dormouse.ab.plan import ComparisonPlan
+
+RULE = "lowest_mean_final_bpb"
+RULES = {RULE: "the lr with the lowest mean final bpb over the tune replicates; a diverged run counts as +inf; "
+               "ties go to the smaller lr"}
+TUNE_RECORD = "tune.json"
+# What dormouse/train.py's TrainError says when training stops on a non-finite value (Run.nonfinite_error);
+# run_pair keeps the traceback in the pair's ab_error.txt, so a divergence is read back from disk.
+DIVERGED_MARK = "non-finite"
+
+
+def diverged(rec: RunRecord) -> bool:
+    """The run stopped on a non-finite value (this invocation's error, or the error file on disk)."""
+    if rec.complete:
+        return False
+    if rec.error and DIVERGED_MARK in rec.error:
+        return True
+    err = rec.run_dir / "ab_error.txt"
+    return err.is_file() and f"TrainError: {DIVERGED_MARK}" in err.read_text(errors="replace")
+
+
+def tune_value(rec: RunRecord) -> float | None:
+    """What the rule reads from one tune run: its final bpb, +inf if it diverged, None if not settled."""
+    if rec.complete and rec.final is not None:
+        return float(rec.final["bpb"])
+    return math.inf if diverged(rec) else None
+
+
+def choose(finals: dict[float, list[float]]) -> float:
+    """The rule (module docstring): the lowest mean final bpb, +inf for a diverged run, ties to the smaller lr."""
+    return min(sorted(finals), key=lambda lr: fmean(finals[lr]))
+
+
+@dataclass
+class TuneOutcome:
+    """Where the tune stage stands: its table, the choice (once every tune pair settled), what is left."""
+
+    table: dict[str, dict[float, list[float | None]]] = field(default_factory=dict)  # arm -> lr -> per replicate
+    chosen: dict[str, float] = field(default_factory=dict)  # every arm, the A/A arm with its baseline's lr
+    pending: list[Pair] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # pair -> why (failed without diverging)
+
+    @property
+    def settled(self) -> bool:
+        return bool(self.chosen)
+
+
+def settle(plan: ComparisonPlan, read: Callable[[Pair], RunRecord], failed: set[str]) -> TuneOutcome:
+    """Read every tune pair; choose each arm's lr once all have settled (see the module docstring)."""
+    out = TuneOutcome()
+    for pair in plan.tune_pairs:
+        rec = read(pair)
+        value = tune_value(rec)
+        lr = float(pair.cfg.train.lr)
+        out.table.setdefault(pair.arm, {}).setdefault(lr, []).append(value)
+        if value is None:
+            if pair.name in failed:
+                out.failed[pair.name] = rec.error or "failed"
+            else:
+                out.pending.append(pair)
+    if out.pending or out.failed:
+        return out
+    tuned = {arm: choose({lr: [float(v) for v in vs] for lr, vs in by_lr.items()})  # type: ignore[arg-type]
+             for arm, by_lr in out.table.items()}
+    out.chosen = {arm: tuned[plan.lr_source(arm)] for arm in plan.arms}
+    return out
+
+
+def to_dict(plan: ComparisonPlan, out: TuneOutcome) -> dict[str, Any]:
+    """The tune stage as results.json and tune.json hold it (a diverged run as null, listed in ``diverged``)."""
+    tune = plan.spec.tune
+    return {"rule": tune.rule, "rule_text": RULES[tune.rule], "lrs": [float(x) for x in tune.lrs],
+            "replicates": int(tune.replicates), "init_seeds": list(tune.streams()["tune.init_seed_base"]),
+            "data_seeds": list(tune.streams()["tune.data_seed_base"]),
+            "table": {arm: {repr(lr): [_cell(v) for v in vs]
+                            for lr, vs in by_lr.items()} for arm, by_lr in out.table.items()},
+            "chosen": dict(out.chosen), "aa_arm_takes": plan.spec.baseline if plan.spec.aa_arm else None}
+
+
+def _cell(value: float | None) -> float | str | None:
+    """A tune run in JSON: its final bpb, "diverged" (+inf to the rule), or null (not finished)."""
+    return "diverged" if value == math.inf else value
+
+
+def record(plan: ComparisonPlan, out: TuneOutcome) -> None:
+    """Write ``tune.json`` (atomically) once the choice is made; refuse if an earlier record chose otherwise
+    (the tune runs on disk changed since: the confirmatory runs may have used the other lr)."""
+    if not out.settled:
+        return
+    path = tune_path(plan.comp_dir)
+    new = to_dict(plan, out)
+    if path.is_file():
+        old = json.loads(path.read_text())
+        if old.get("chosen") != new["chosen"]:
+            from dormouse.ab.registry import ComparisonError
+
+            raise ComparisonError([f"{path} chose {old.get('chosen')} but the tune runs on disk now choose "
+                                   f"{new['chosen']}: the tune runs changed after the choice; pass --restart to "
+                                   "start the comparison over"])
+        if old == new:
+            return
+    atomic_write_text(path, json.dumps(new, indent=2) + "\n")
+
+
+def plan_lines(plan: ComparisonPlan, out: TuneOutcome | None) -> list[str]:
+    """What ``--plan`` and ``--status`` say about the stage."""
+    tune = plan.spec.tune
+    if tune is None:
+        return []
+    streams = tune.streams()
+    lines = [f"tune stage: {len(plan.tune_pairs)} pairs first (arms {', '.join(plan.tuned_arms)} × lrs "
+             f"{', '.join(f'{x:g}' for x in tune.lrs)} × {tune.replicates} replicate(s); init seeds "
+             f"{streams['tune.init_seed_base'].start}.., data seeds {streams['tune.data_seed_base'].start}..); "
+             f"rule: {RULES[tune.rule]}"
+             + (f"; the A/A arm {plan.spec.aa_arm!r} takes the lr chosen for the baseline {plan.spec.baseline!r}"
+                if plan.spec.aa_arm else "")]
+    if out is not None and out.settled:
+        lines.append("confirmatory train.lr (chosen by the tune stage): "
+                     + ", ".join(f"{a}={lr:g}" for a, lr in out.chosen.items()))
+    else:
+        done = 0 if out is None else len(plan.tune_pairs) - len(out.pending) - len(out.failed)
+        lines.append(f"confirmatory train.lr: chosen by the tune stage once its pairs finish ({done} of "
+                     f"{len(plan.tune_pairs)} settled" + (f"; failed: {', '.join(out.failed)}" if out and out.failed
+                                                          else "") + ")")
+    for p in plan.tune_pairs:
+        lines.append(f"  tune pair {p.name}: train.lr={float(p.cfg.train.lr):g} train.seed={p.cfg.train.seed} "
+                     f"train.data_seed={p.cfg.train.data_seed}")
+    return lines
+
+
+def markdown(tune: dict[str, Any]) -> list[str]:
+    """The report's tuning table: arm × lr -> final bpb per tune replicate, the chosen lr marked."""
+    lrs = [repr(float(x)) for x in tune["lrs"]]
+    lines = ["## The tune stage", "",
+             f"Rule ({tune['rule']}, registered): {tune['rule_text']}. Tune seeds: init {tune['init_seeds']}, "
+             f"data order {tune['data_seeds']} (disjoint from the confirmatory streams)."
+             + (f" The A/A arm takes {tune['aa_arm_takes']!r}'s lr." if tune.get("aa_arm_takes") else ""), "",
+             "| arm | " + " | ".join(f"lr {float(x):g}" for x in lrs) + " | chosen lr |",
+             "|---|" + "---|" * (len(lrs) + 1)]
+    for arm, by_lr in tune["table"].items():
+        cells = []
+        for lr in lrs:
+            vals = ", ".join(v if isinstance(v, str) else "not run" if v is None else f"{v:.4f}"
+                             for v in by_lr.get(lr, []))
+            chosen = arm in tune["chosen"] and repr(float(tune["chosen"][arm])) == lr
+            cells.append(f"**{vals}** ←" if chosen else vals)
+        pick = tune["chosen"].get(arm)
+        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {'—' if pick is None else f'{pick:g}'} |")
+    lines.append("")
+    return lines
+
+
+def tune_path(comp_dir: Path) -> Path:
+    return Path(comp_dir) / TUNE_RECORD
+
+
+def recorded_choice(comp_dir: Path) -> dict[str, float] | None:
+    """The choice a comparison directory recorded: its ``tune.json``, else its ``results.json``'s ``tune``
+    (a published result); None when neither holds one."""
+    for path, pick in ((tune_path(comp_dir), lambda d: d.get("chosen")),
+                       (ComparisonFiles(Path(comp_dir)).results, lambda d: (d.get("tune") or {}).get("chosen"))):
+        try:
+            chosen = pick(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+        if chosen:
+            return {str(k): float(v) for k, v in chosen.items()}
+    return None

@@ -1,0 +1,131 @@
+"""Perturbations of the tune stage's gates (issue 25 item 1; dormouse/ab/tune.py; tests/test_ab_tune.py;
+format in perturbations_attnres.py, plus ``protects``).
+
+Each is a plausible one-line defect in the rule, the seed streams, the A/A arm's lr, the confirmatory pairs'
+lr, the resume or the report, which its gate turns red.
+"""
+
+from __future__ import annotations
+
+_TUNE = "dormouse/ab/tune.py"
+_PLAN = "dormouse/ab/plan.py"
+_REG = "dormouse/ab/registry.py"
+_G = "tests/test_ab_tune.py::"
+
+PERTURBATIONS: list[dict] = [
+    {
+        "name": "tune_rule_picks_the_highest_bpb",
+        "file": _TUNE,
+        "function": "choose",
+        "old": "    return min(sorted(finals), key=lambda lr: fmean(finals[lr]))\n",
+        "new": "    return max(sorted(finals), key=lambda lr: fmean(finals[lr]))\n",
+        "gates": [_G + "test_the_rule_takes_the_lowest_mean_final_bpb"],
+        "why": "the rule chooses each arm's worst lr: every arm runs mistuned",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "tune_rule_ties_to_the_larger_lr",
+        "file": _TUNE,
+        "function": "choose",
+        "old": "    return min(sorted(finals), key=lambda lr: fmean(finals[lr]))\n",
+        "new": "    return min(sorted(finals, reverse=True), key=lambda lr: fmean(finals[lr]))\n",
+        "gates": [_G + "test_the_rule_breaks_a_tie_toward_the_smaller_lr"],
+        "why": "a tie goes to the larger lr, not the registered smaller one: the rule is not the one registered",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "tune_rule_drops_diverged_runs",
+        "file": _TUNE,
+        "function": "choose",
+        "old": "    return min(sorted(finals), key=lambda lr: fmean(finals[lr]))\n",
+        "new": "    return min(sorted(finals), key=lambda lr: fmean([v for v in finals[lr] if v != math.inf]"
+               " or [math.inf]))\n",
+        "gates": [_G + "test_a_diverged_run_counts_as_infinite_bpb"],
+        "why": "a diverged run is left out of its lr's mean instead of counting as +inf: an lr that diverges on "
+               "some seeds can be chosen",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "tune_aa_arm_tuned_on_its_own",
+        "file": _PLAN,
+        "function": "ComparisonPlan.tuned_arms",
+        "old": "        return [a for a in self.arms if a != self.reg.spec.aa_arm]\n",
+        "new": "        return list(self.arms)\n",
+        "gates": [_G + "test_the_plan_holds_each_tuned_arm_at_each_lr_and_no_aa_tune_pair"],
+        "why": "the A/A arm gets tune pairs of its own: it is no longer the baseline again",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "tune_aa_arm_takes_its_own_choice",
+        "file": _PLAN,
+        "function": "ComparisonPlan.lr_source",
+        "old": "        return str(self.reg.spec.baseline) if arm == self.reg.spec.aa_arm else arm\n",
+        "new": "        return arm\n",
+        "gates": [_G + "test_the_choice_is_recorded_with_the_aa_arm_at_its_baselines_lr"],
+        "why": "the A/A arm's lr is looked up under its own name instead of its baseline's",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "tune_seed_overlap_check_inverted",
+        "file": _REG,
+        "function": "_tune_problems",
+        "old": "        if ours and max(ours.start, theirs.start) < min(ours.stop, theirs.stop):\n",
+        "new": "        if ours and max(ours.start, theirs.start) > min(ours.stop, theirs.stop):\n",
+        "gates": [_G + "test_tune_init_seeds_overlapping_the_confirmatory_stream_are_refused",
+                  _G + "test_disjoint_tune_seeds_are_accepted"],
+        "why": "overlapping tune and confirmatory seed streams are let through (and disjoint ones refused): a tune "
+               "run could repeat a confirmatory replicate",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "tune_seed_check_only_the_init_stream",
+        "file": _REG,
+        "function": "_tune_problems",
+        "old": "        if base is None or n == 0:\n",
+        "new": "        if base is None or n == 0 or field_name != \"init_seed_base\":\n",
+        "gates": [_G + "test_tune_data_seeds_overlapping_the_aa_stream_are_refused",
+                  _G + "test_tune_data_seeds_overlapping_the_data_stream_are_refused"],
+        "why": "tune data-order seeds may overlap the confirmatory (or A/A) data-order streams",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "tune_confirmatory_pairs_ignore_the_chosen_lr",
+        "file": _PLAN,
+        "function": "ComparisonPlan.choose_lrs",
+        "old": "            pair.cfg.train.lr = float(chosen[pair.arm])\n",
+        "new": "            pair.cfg.train.lr = float(pair.cfg.train.lr)\n",
+        "gates": [_G + "test_confirmatory_pairs_run_at_their_arms_chosen_lr"],
+        "why": "the tune stage chooses but the confirmatory pairs run at the composed default lr",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "tune_divergence_not_read_back_from_disk",
+        "file": _TUNE,
+        "function": "diverged",
+        "old": "    return err.is_file() and f\"TrainError: {DIVERGED_MARK}\" in err.read_text(errors=\"replace\")\n",
+        "new": "    return False\n",
+        "gates": [_G + "test_a_resume_recomputes_the_same_choice_without_rerunning_tune_pairs"],
+        "why": "a resume does not see that a tune run diverged: it re-runs the diverged tune pairs",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "tune_record_not_checked_on_resume",
+        "file": _TUNE,
+        "function": "record",
+        "old": "        if old.get(\"chosen\") != new[\"chosen\"]:\n",
+        "new": "        if new.get(\"chosen\") != new[\"chosen\"]:\n",
+        "gates": [_G + "test_a_recorded_choice_the_runs_no_longer_give_is_refused"],
+        "why": "a resume whose runs now choose another lr than tune.json recorded silently switches lr mid-run",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "tune_report_does_not_mark_the_choice",
+        "file": _TUNE,
+        "function": "markdown",
+        "old": "            cells.append(f\"**{vals}** ←\" if chosen else vals)\n",
+        "new": "            cells.append(vals)\n",
+        "gates": [_G + "test_the_report_shows_the_tuning_table_and_the_rule"],
+        "why": "the report's tuning table does not say which lr each arm ran at",
+        "protects": "A/B rule",
+    },
+]
