@@ -65,3 +65,75 @@ PERTURBATIONS: list[dict] = [
         "protects": "A/B rule",
     },
 ]
+PERTURBATIONS += [
+    {
+        "name": "slot_workers_spawned_reimporting_torch",
+        "file": "dormouse/ab/launch.py",
+        "function": "ProcessLauncher.__init__",
+        "old": "        self.context = worker_context()\n",
+        "new": "        self.context = multiprocessing.get_context(\"spawn\")\n",
+        "gates": ["tests/test_ab_launch.py::test_slot_workers_start_with_torch_and_the_trainer_already_imported"],
+        "why": "every --jobs worker is spawned and imports torch (and torch._dynamo at its first optimizer) "
+               "again: seconds per worker before its first pair, more than a small pair's training",
+        "protects": "A/B rule",
+    },
+]
+_ETA = "tests/test_ab_eta.py::"
+PERTURBATIONS += [
+    {
+        "name": "eta_ignores_the_parallel_slots",
+        "file": "dormouse/ab/status.py",
+        "function": "comparison_eta",
+        "old": "        heapq.heappush(free, heapq.heappop(free) + per_pair)\n",
+        "new": "        heapq.heappush(free, max(free) + per_pair)\n",
+        "gates": [_ETA + "test_two_slots_before_any_pair_finished_give_an_eta_from_the_running_pairs_pace",
+                  _ETA + "test_finished_pairs_set_the_pair_time_and_the_slots_share_the_pending_pairs"],
+        "why": "the pending pairs are counted one after another as if one slot ran them: under --jobs N the "
+               "ETA is about N times too long",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "eta_unknown_until_a_pair_finished",
+        "file": "dormouse/ab/status.py",
+        "function": "comparison_eta",
+        "old": "                else sum(projected) / len(projected) if projected else None)\n",
+        "new": "                else None)\n",
+        "gates": [_ETA + "test_two_slots_before_any_pair_finished_give_an_eta_from_the_running_pairs_pace"],
+        "why": "under --jobs N the first N pairs run together, so no ETA until the first wave ends (issue 24)",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "board_eta_forgets_the_pending_pairs",
+        "file": "dormouse/ab/live.py",
+        "function": "PairBoard.eta_s",
+        "old": "comparison_eta(running, done, sum(p.status == \"pending\" for p in self.pairs.values()))",
+        "new": "comparison_eta(running, done, 0)",
+        "gates": [_ETA + "test_the_live_board_shows_the_eta_for_the_slots_running_at_once"],
+        "why": "the live board's ETA covers the running pairs only: it says minutes when hours of pending "
+               "pairs remain",
+        "protects": "A/B rule",
+    },
+]
+PERTURBATIONS += [
+    {
+        "name": "comparison_gate_bars_are_channel_spread",
+        "file": "dormouse/arms.py",
+        "function": "GatedResidual.mean_over_seeds",
+        "old": "        out = {k: v for k, v in super().mean_over_seeds(rows).items() if k != \"probe/gate_spread\"}\n",
+        "new": "        out = super().mean_over_seeds(rows)\n",
+        "gates": ["tests/test_probe_plots.py::test_error_bars_say_what_they_are_the_same_way_for_every_arm"],
+        "why": "a comparison's gate plot carries the seeds' mean sd over channels beside an |alpha| plot whose "
+               "bars are the sd over seeds (issue 24)",
+        "protects": "probes",
+    },
+    {
+        "name": "slot_plot_names_bars_it_does_not_draw",
+        "file": "dormouse/probe_plots.py",
+        "function": "spread_label",
+        "old": "    return f\"{quantity} (bars: sd over {over})\" if spread is not None else quantity\n",
+        "new": "    return f\"{quantity} (bars: sd over {over})\"\n",
+        "gates": ["tests/test_probe_plots.py::test_error_bars_say_what_they_are_the_same_way_for_every_arm"],
+        "why": "a one-seed comparison's plot says 'bars: sd over seeds' and draws none",
+        "protects": "probes",
+    },
+]
