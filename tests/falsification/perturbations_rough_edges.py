@@ -137,3 +137,15 @@ PERTURBATIONS += [
         "protects": "probes",
     },
 ]
+PERTURBATIONS += [
+    {
+        "name": "sample_streams_nothing_until_the_end",
+        "file": "dormouse/sample.py",
+        "function": "generate",
+        "old": "                on_byte(bytes((nxt,)))\n",
+        "new": "                pass\n",
+        "gates": ["tests/test_sample.py::test_one_sample_streams_each_byte_as_it_is_generated_flushed"],
+        "why": "the bytes are drawn but not handed on: `sample --bytes 100000` shows nothing for minutes",
+        "protects": "training loop",
+    },
+]
