@@ -278,15 +278,16 @@ class ReZero(ResidualArm):
 
     @classmethod
     def plot(cls, row: dict[str, Any], out: Path, label: str) -> Path | None:
-        from dormouse.probe_plots import plot_slot_values
+        from dormouse.probe_plots import plot_slot_values, spread_label
 
         if row.get("probe/alpha") is not None:
             return plot_slot_values(slot_names(len(row["probe/alpha"]) // 2), row["probe/alpha"], out,
                                     ylabel="alpha", title="ReZero alpha by slot" + label, reference=0.0)
         if row.get("probe/alpha_abs") is not None:  # several seeds: see mean_over_seeds
+            spread = row.get("probe/alpha_abs_sd")
             return plot_slot_values(slot_names(len(row["probe/alpha_abs"]) // 2), row["probe/alpha_abs"], out,
-                                    ylabel="|alpha| (bars: sd over seeds)", title="ReZero |alpha| by slot" + label,
-                                    spread=row.get("probe/alpha_abs_sd"), reference=0.0)
+                                    ylabel=spread_label("|alpha|", spread, "seeds"),
+                                    title="ReZero |alpha| by slot" + label, spread=spread, reference=0.0)
         return None
 
 
@@ -357,14 +358,31 @@ class GatedResidual(ResidualArm):
         return "gate", sum(fields["gate_mean"]) / len(fields["gate_mean"])
 
     @classmethod
+    def mean_over_seeds(cls, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """``gate_mean`` averaged over seeds, with its sd over seeds (``probe/gate_mean_sd``): an A/B plot's
+        error bars are the spread across seeds, as ReZero's |alpha|. A run's spread over channels is a
+        different quantity (within one run) and is not averaged into a comparison's plot."""
+        import numpy as np
+
+        out = {k: v for k, v in super().mean_over_seeds(rows).items() if k != "probe/gate_spread"}
+        gates = [r["probe/gate_mean"] for r in rows if r.get("probe/gate_mean") is not None]
+        if len(gates) > 1 and all(len(g) == len(gates[0]) for g in gates):
+            out["probe/gate_mean_sd"] = np.array(gates, dtype=float).std(axis=0, ddof=1).tolist()
+        return out
+
+    @classmethod
     def plot(cls, row: dict[str, Any], out: Path, label: str) -> Path | None:
-        from dormouse.probe_plots import plot_slot_values
+        """One run: bars are the sd over channels of the per-channel mean gate; a comparison's seed mean
+        (:meth:`mean_over_seeds`): the sd over seeds; no bars (and no word of them) when there is neither."""
+        from dormouse.probe_plots import plot_slot_values, spread_label
 
         if row.get("probe/gate_mean") is None:
             return None
+        spread, over = ((row["probe/gate_mean_sd"], "seeds") if row.get("probe/gate_mean_sd") is not None
+                        else (row.get("probe/gate_spread"), "channels"))
         return plot_slot_values(slot_names(len(row["probe/gate_mean"]) // 2), row["probe/gate_mean"], out,
-                                ylabel="mean gate (bars: sd over channels)", title="GR gate by slot" + label,
-                                spread=row.get("probe/gate_spread"), reference=1 / (1 + math.exp(-GR_BIAS_INIT)))
+                                ylabel=spread_label("mean gate", spread, over), title="GR gate by slot" + label,
+                                spread=spread, reference=1 / (1 + math.exp(-GR_BIAS_INIT)))
 
 
 # ----------------------------------------------------------------------------------------------------------

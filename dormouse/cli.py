@@ -305,16 +305,21 @@ def sample(
     from dormouse.checkpoint import CheckpointError
     from dormouse.sample import SampleError, sample_run
 
+    def loaded(path: Path, step: int) -> None:
+        err.print(f"checkpoint {path} (step {step}); seed {seed}, temperature {temperature}, "
+                  f"top-k {top_k or 'none'}", highlight=False, markup=False)
+
+    single = num_samples == 1 and depth != "all"  # one sample streams as it is generated (dormouse.sample)
     try:
         opts = SampleOptions(prompt=_prompt_bytes(prompt, prompt_file), n_bytes=n_bytes, temperature=temperature,
                              top_k=top_k, seed=seed, num_samples=num_samples)
-        path, step, samples = sample_run(run_dir, opts, depth=depth, checkpoint=checkpoint, device=device)
+        _, _, samples = sample_run(run_dir, opts, depth=depth, checkpoint=checkpoint, device=device,
+                                   stream=sys.stdout if single else None, on_loaded=loaded)
     except (SampleError, CheckpointError) as exc:
         err.print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
         raise typer.Exit(2) from None
-    err.print(f"checkpoint {path} (step {step}); seed {seed}, temperature {temperature}, "
-              f"top-k {top_k or 'none'}", highlight=False, markup=False)
-    _print_samples(samples)
+    if not single:
+        _print_samples(samples)
 
 
 def _prompt_bytes(prompt: str | None, prompt_file: Path | None) -> bytes:

@@ -431,6 +431,10 @@ def _check_kernel(lines: list[str], m: Any, device: str) -> None:
 def load_config(overrides: list[str] | None = None) -> DictConfig:
     """Compose and validate; raises :class:`ConfigError` with every bad field."""
     cfg = compose_config(overrides)
+    if str(cfg.train.resume) != "never":  # a resume's default is the run's saved config (dormouse.rundir)
+        from dormouse.rundir import resume_config
+
+        cfg = resume_config(cfg, list(overrides or []))
     problems = validate(cfg)
     if problems:
         raise ConfigError(problems)

@@ -81,6 +81,12 @@ def plot_attnres_map(probe: dict[str, Any], out: Path, title: str = "AttnRes dep
     return out
 
 
+def spread_label(quantity: str, spread: list[float] | None, over: str) -> str:
+    """A slot plot's y label, the one wording of its error bars: ``<quantity> (bars: sd over <over>)``, or
+    the quantity alone when there are no bars (a comparison of one seed has no sd over seeds)."""
+    return f"{quantity} (bars: sd over {over})" if spread is not None else quantity
+
+
 def plot_slot_values(slots: list[str], values: list[float], out: Path, *, ylabel: str, title: str,
                      spread: list[float] | None = None, reference: float | None = None) -> Path:
     """One bar per slot (sublayer of an iteration), blue attention and orange MLP (a legend says so);

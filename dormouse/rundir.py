@@ -2,9 +2,12 @@
 
 ``runs/<run.name>/`` holds one run. Starting over a directory that already holds a run is refused unless
 ``train.resume`` or ``train.overwrite`` says what to do with it, and a resume whose config differs from the
-checkpoint's in anything but the eval/checkpoint cadence and logging is refused with the keys named; a change
+checkpoint's in anything but the eval/checkpoint cadence and logging is refused with every differing key and
+both values named; a change
 of the learning-rate schedule (train.steps, warmup, lr, min_lr_ratio) is allowed only when every step already
-taken keeps its learning rate.
+taken keeps its learning rate. A resume's default config is the run's saved one (nanoGPT's
+``init_from='resume'``; :func:`resume_config`): ``dormouse train run.name=X train.resume=auto`` continues X as it
+was, and only the keys given on the command line differ from it.
 
 One process at a time writes a run: ``dormouse train`` holds ``<run>/run.lock`` (:func:`hold_run`, the
 holder lock of :mod:`dormouse.lock`, the same a comparison has) from before it decides to start, resume or
@@ -14,6 +17,7 @@ file, whatever ``train.overwrite`` says.
 
 from __future__ import annotations
 
+import importlib.resources
 import platform
 import shutil
 import subprocess
@@ -29,12 +33,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from dormouse import __version__
 from dormouse.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, load_newest
-from dormouse.config import arm_name
+from dormouse.config import ConfigError, arm_name
 from dormouse.data import DEFAULT_EVAL_BYTES, ByteCorpus, resolve_eval_bytes
 from dormouse.distributed import DistInfo, broadcast_object
 from dormouse.errors import RunDirRefused
 from dormouse.lock import HolderLock, LockHeld, is_locked, read_holder
 from dormouse.loop_state import checkpoint_step
+from dormouse.overrides import GROUPS
 from dormouse.runfiles import RunFiles
 from dormouse.schedule import SCHEDULE_KEYS, schedule_change_problem
 
@@ -159,26 +164,108 @@ def provenance(cfg: DictConfig, device: torch.device, dtype: str, kernel: str, c
     }
 
 
+def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
+    """A config container as ``{dotted key: leaf value}`` (a list is one leaf)."""
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for k, v in node.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: node}
+
+
 def config_differences(old: DictConfig, new: DictConfig) -> list[str]:
     """Dotted keys whose values differ, ignoring those a resume may change (budget, logging)."""
-    def flat(node: Any, prefix: str = "") -> dict[str, Any]:
-        if isinstance(node, dict):
-            out: dict[str, Any] = {}
-            for k, v in node.items():
-                out.update(flat(v, f"{prefix}{k}."))
-            return out
-        return {prefix[:-1]: node}
-
     from dormouse.config import schema
 
     # A key the checkpoint's config lacks was added to the schema after it was written: it ran with what is
     # now that key's default (e.g. train.grad_accum=1), so it differs only if the new value is not the default.
-    defaults = flat(OmegaConf.to_container(OmegaConf.structured(schema()), resolve=True))
-    a = {**defaults, **flat(OmegaConf.to_container(old, resolve=True))}
-    b = flat(OmegaConf.to_container(new, resolve=True))
+    defaults = _flat(OmegaConf.to_container(OmegaConf.structured(schema()), resolve=True))
+    a = {**defaults, **_flat(OmegaConf.to_container(old, resolve=True))}
+    b = _flat(OmegaConf.to_container(new, resolve=True))
     keys = sorted(set(a) | set(b))
     return [k for k in keys if a.get(k) != b.get(k) and not k.startswith(RESUMABLE_CHANGES)
             and k not in ("run.name", "run.dir")]
+
+
+def _differences_with_values(old: DictConfig, new: DictConfig, keys: list[str]) -> str:
+    """``key=old -> new`` for each of ``keys``, the refusal's words (one owner: the schedule's refusal too)."""
+    a = _flat(OmegaConf.to_container(old, resolve=True))
+    b = _flat(OmegaConf.to_container(new, resolve=True))
+    return ", ".join(f"{k}={a.get(k)} -> {b.get(k)}" for k in keys)
+
+
+# What a resume takes from the command line and never from the saved config: where the run is, and what to
+# do with it.
+COMMAND_KEYS = ("run.name", "run.dir", "train.resume", "train.overwrite")
+
+
+def resume_command(cfg: DictConfig) -> str:
+    """The command that continues this run: the saved config is a resume's default, so no other override."""
+    where = "" if str(cfg.run.dir) == "runs" else f"run.dir={cfg.run.dir} "
+    return f"dormouse train {where}run.name={cfg.run.name} train.resume=auto"
+
+
+def saved_config(cfg: DictConfig) -> tuple[Path, DictConfig] | None:
+    """The config the run a resume continues was saved with: ``<run>/config.yaml`` when ``train.resume=auto``
+    finds a checkpoint in that run, or the config inside the checkpoint ``train.resume=PATH`` names; None when
+    there is nothing to resume (a fresh start, or a checkpoint that cannot be read: prepare_run_dir and
+    validate refuse that in their own words)."""
+    resume = str(cfg.train.resume)
+    if resume == "never" or cfg.run.name is None:
+        return None
+    if resume != "auto":
+        try:
+            return Path(resume), OmegaConf.create(load_checkpoint(Path(resume))["config"])
+        except (CheckpointError, KeyError, OSError):
+            return None
+    files = RunFiles(Path(str(cfg.run.dir)) / str(cfg.run.name))
+    if not (files.config.is_file() and list_checkpoints(files.checkpoints)):
+        return None
+    try:
+        return files.config, OmegaConf.load(files.config)
+    except Exception as exc:  # a YAML or I/O error: say which file, whatever the parser raised
+        raise ConfigError([f"train.resume=auto: cannot read the run's saved config {files.config} ({exc}); "
+                           "restore it, or give every key of the run on the command line"]) from exc
+
+
+def explicit_keys(overrides: list[str]) -> list[str]:
+    """The dotted keys the command line sets: each ``key=value``, and every key a preset file sets
+    (``preset=9m`` sets what conf/preset/9m.yaml holds). Parsed with Hydra's own grammar."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    keys: list[str] = []
+    for o in OverridesParser.create().parse_overrides(overrides):
+        if o.key_or_group in GROUPS:
+            source = importlib.resources.files("dormouse.conf") / o.key_or_group / f"{o.value()}.yaml"
+            preset = OmegaConf.to_container(OmegaConf.create(source.read_text()))
+            keys += [k for k in _flat(preset) if not k.startswith("defaults")]
+        else:
+            keys.append(o.key_or_group)
+    return keys
+
+
+def resume_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
+    """The config a resume runs with (nanoGPT's ``init_from='resume'``): the run's saved config is the default,
+    and only the keys given on the command line (``overrides``, already composed into ``cfg``) differ from it;
+    :func:`prepare_run_dir` then refuses those that change what the run computes, naming each with both
+    values. ``cfg`` itself when there is nothing to resume."""
+    found = saved_config(cfg)
+    if found is None:
+        return cfg
+    source, saved = found
+    given = explicit_keys(overrides)
+    out = cfg.copy()
+    for key, value in _flat(OmegaConf.to_container(saved, resolve=True)).items():
+        if key in COMMAND_KEYS or any(key == g or key.startswith(g + ".") for g in given):
+            continue
+        try:
+            OmegaConf.update(out, key, value, merge=False)
+        except Exception as exc:  # OmegaConf's own error: an unknown key or a type this version refuses
+            raise ConfigError([f"{source}: the saved config's {key}={value!r} does not fit this version's config "
+                               f"({type(exc).__name__}); give {key} on the command line, or start a new run "
+                               "(another run.name)"]) from exc
+    return out
 
 
 def prepare_run_dir(cfg: DictConfig, *, dry_run: bool = False) -> tuple[Path, dict[str, Any] | None, Path | None]:
@@ -187,8 +274,9 @@ def prepare_run_dir(cfg: DictConfig, *, dry_run: bool = False) -> tuple[Path, di
     ``dry_run`` (``dormouse validate``) decides the same and refuses the same, but removes nothing.
 
     A directory that already holds a run is refused unless ``train.resume`` or ``train.overwrite`` says
-    what to do with it; a resume whose config differs in anything but the step budget and logging is
-    refused with the differing keys named.
+    what to do with it; a resume whose config differs in anything but the cadence and logging (or a schedule
+    change that keeps every step taken) is refused naming every differing key with both values, old -> new.
+    (The config a resume starts from is the run's saved one: :func:`resume_config`.)
     """
     files = RunFiles(Path(cfg.run.dir) / str(cfg.run.name))
     run_dir, ckpt_dir = files.dir, files.checkpoints
@@ -210,12 +298,13 @@ def prepare_run_dir(cfg: DictConfig, *, dry_run: bool = False) -> tuple[Path, di
     if state is not None:
         old = OmegaConf.create(state["config"])
         differences = [k for k in config_differences(old, cfg) if k not in SCHEDULE_KEYS]
-        if differences:
-            raise RunDirRefused(f"cannot resume from {source}: the config differs in {', '.join(differences)}; "
-                             "use the checkpoint's values or start a new run (another run.name)")
         problem = schedule_change_problem(old, cfg, checkpoint_step(state))
-        if problem:
-            raise RunDirRefused(f"cannot resume from {source}: {problem}")
+        refusals = [f"the command line differs from the run's saved config in "
+                    f"{_differences_with_values(old, cfg, differences)}, which change what the run computes; a "
+                    f"resume takes the saved config by default, so drop these overrides ({resume_command(cfg)}), "
+                    "or start a new run (another run.name) with the new values"] if differences else []
+        if problem or refusals:
+            raise RunDirRefused(f"cannot resume from {source}: " + "; and ".join([*refusals, *filter(None, [problem])]))
         return run_dir, state, source
     holds_run = files.holds_run()
     if holds_run and resume == "auto" and not cfg.train.overwrite:

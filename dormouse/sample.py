@@ -19,9 +19,11 @@ any bytes, from ``--prompt`` (the command line's own bytes, recovered with :func
 
 from __future__ import annotations
 
+import codecs
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 from omegaconf import OmegaConf
@@ -33,7 +35,7 @@ from dormouse.probes import PROBES
 from dormouse.runfiles import ComparisonFiles, RunFiles
 from dormouse.sample_options import SampleOptions
 
-__all__ = ["Sample", "SampleError", "SampleOptions", "generate", "load_model", "sample_run"]
+__all__ = ["Sample", "SampleError", "SampleOptions", "TextStream", "generate", "load_model", "sample_run"]
 
 
 class SampleError(ValueError):
@@ -141,9 +143,31 @@ def resolve_sample_device(device: str) -> torch.device:
     raise SampleError(f"--device {device!r} is not cpu, cuda or cuda:N")
 
 
+class TextStream:
+    """Bytes written to a text stream as they are generated, each flushed at once: decoded as UTF-8 by an
+    incremental decoder (a character split over two bytes appears when its last byte does; invalid bytes
+    become U+FFFD), so the streamed text equals ``Sample.text`` of the whole sample."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def write(self, data: bytes) -> None:
+        text = self.decoder.decode(data)
+        if text:
+            self.out.write(text)
+            self.out.flush()
+
+    def close(self) -> None:
+        self.out.write(self.decoder.decode(b"", final=True) + "\n")
+        self.out.flush()
+
+
 @torch.no_grad()
-def generate(model: LoopedByteLM, depth: int, opts: SampleOptions, context: int, index: int = 0) -> Sample:
-    """Sample ``opts.n_bytes`` bytes after ``opts.prompt`` reading out at ``depth``.
+def generate(model: LoopedByteLM, depth: int, opts: SampleOptions, context: int, index: int = 0,
+             on_byte: Callable[[bytes], None] | None = None) -> Sample:
+    """Sample ``opts.n_bytes`` bytes after ``opts.prompt`` reading out at ``depth``; ``on_byte`` is handed
+    each byte as soon as it is drawn (streaming).
 
     ``context`` is how many trailing bytes the model sees (its training ``data.seq_len``).
     """
@@ -164,15 +188,21 @@ def generate(model: LoopedByteLM, depth: int, opts: SampleOptions, context: int,
                     logits = logits.masked_fill(logits < kth, float("-inf"))
                 nxt = int(torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=gen))
             out.append(nxt)
+            if on_byte is not None:
+                on_byte(bytes((nxt,)))
             seq = torch.cat([seq, torch.tensor([[nxt]], device=device)], dim=1)
     return Sample(depth=depth, prompt=prompt, generated=bytes(out), index=index)
 
 
 def sample_run(run_dir: Path, opts: SampleOptions, depth: str = "last", checkpoint: Path | None = None,
-               device: str = "cpu") -> tuple[Path, int, list[Sample]]:
+               device: str = "cpu", stream: TextIO | None = None,
+               on_loaded: Callable[[Path, int], None] | None = None) -> tuple[Path, int, list[Sample]]:
     """Load the run's checkpoint and sample at the requested depth(s): ``(checkpoint, step, samples)``.
 
-    ``depth`` is ``"last"`` (model.max_iter), ``"all"`` or a number.
+    ``depth`` is ``"last"`` (model.max_iter), ``"all"`` or a number. ``on_loaded(checkpoint, step)`` is called
+    once the model is loaded, before the first byte. With ``stream``, a single sample (one depth, one
+    sample) is written there as it is generated, the prompt first (:class:`TextStream`), instead of only at
+    the end: at a few hundred bytes a second, ``--bytes 100000`` is minutes of output, not minutes of nothing.
     """
     check_options(opts)
     dev = resolve_sample_device(device)
@@ -180,5 +210,13 @@ def sample_run(run_dir: Path, opts: SampleOptions, depth: str = "last", checkpoi
     model, cfg, step = load_model(path, dev)
     depths = parse_depths(str(model.max_iter) if depth == "last" else depth, model.max_iter)
     context = int(cfg.data.seq_len)
+    if on_loaded is not None:
+        on_loaded(path, step)
+    if stream is not None and len(depths) == 1 and opts.num_samples == 1:
+        text = TextStream(stream)
+        text.write(opts.prompt_bytes)
+        one = generate(model, depths[0], opts, context, on_byte=text.write)
+        text.close()
+        return path, step, [one]
     return path, step, [generate(model, k, replace(opts, seed=opts.seed + i), context, index=i)
                         for k in depths for i in range(opts.num_samples)]

@@ -68,7 +68,7 @@ from dormouse.metrics import JsonlSink, Metrics, TerminalSink, TrainLogSink, Wan
 from dormouse.model import LoopedByteLM
 from dormouse.preflight import config_warnings
 from dormouse.probes import PROBES, learned_values
-from dormouse.rundir import default_run_name, hold_run, prepare_run_dir, provenance
+from dormouse.rundir import default_run_name, hold_run, prepare_run_dir, provenance, resume_command
 from dormouse.runfiles import CHECKPOINTS, RunFiles
 from dormouse.schedule import lr_at
 
@@ -588,8 +588,7 @@ def write_best_checkpoint(run: _Run, loop: LoopState) -> None:
 def _stop(run: _Run, loop: LoopState, losses: list[float], checkpoint: Path | None,
           signum: int | None) -> TrainResult:
     """An interrupt, after its checkpoint: say how to resume; ``stop_at_step`` (tests) returns normally."""
-    msg = (f"interrupted at step {loop.step}; checkpoint {checkpoint}; resume with: dormouse train "
-           f"<same overrides> run.name={run.cfg.run.name} train.resume=auto")
+    msg = f"interrupted at step {loop.step}; checkpoint {checkpoint}; resume with: {resume_command(run.cfg)}"
     if run.info.is_main:
         run.show(msg)
         run.append_log(format_interrupted_line(loop.step))

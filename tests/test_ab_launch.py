@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 from rich.console import Console
 
 from dormouse.ab.cluster import load_launcher_config
-from dormouse.ab.launch import LaunchError, plan_slots
+from dormouse.ab.launch import DONE, WORKER_PRELOAD, Job, LaunchError, Outcome, ProcessLauncher, plan_slots
 from dormouse.ab.pairjob import read_launch_record
 from dormouse.ab.registry import ComparisonError
 from dormouse.ab.runner import LaunchRequest, ab_command, run_comparison, status_command
@@ -152,6 +152,25 @@ def test_parallel_pairs_equal_the_sequential_pairs_bit_for_bit(tmp_path: Path) -
     assert "| 1 | local-processes |" in (par / "report.md").read_text()  # per-pair threads in the report
     seq_rec = read_launch_record(seq, "gr-s1")["attempts"]
     assert seq_rec[0]["threads"] == 1 and seq_rec[0]["pid"] == os.getpid()
+
+
+def _what_the_worker_had(key: str) -> Outcome:
+    """A job that reports what its worker had imported before the job ran, and who started the worker."""
+    return Outcome(key, DONE, note=json.dumps({"preloaded": sorted(m for m in WORKER_PRELOAD if m in sys.modules),
+                                                "parent": os.getppid()}))
+
+
+def test_slot_workers_start_with_torch_and_the_trainer_already_imported() -> None:
+    """Issue 24: every `--jobs` worker re-imported torch (and torch._dynamo on its first optimizer), seconds
+    per worker before its first pair. Workers are forked from the standard library's fork server, which
+    imported them once (multiprocessing.set_forkserver_preload): not started by this process (spawn)."""
+    launcher = ProcessLauncher(plan_slots(2, cuda=False, threads=1))
+    outcomes = launcher.run([Job(f"j{i}", _what_the_worker_had, (f"j{i}",)) for i in range(2)],
+                            lambda key, where: None, lambda outcome: None)
+    for outcome in outcomes:
+        seen = json.loads(outcome.note)
+        assert seen["preloaded"] == sorted(WORKER_PRELOAD), seen
+        assert seen["parent"] != os.getpid(), "the worker was started by this process, not the fork server"
 
 
 # --- submitit, local executor ---------------------------------------------------------------------------

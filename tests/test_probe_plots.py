@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
+
 from dormouse.arms import AttnRes, GatedResidual, ReZero
 from dormouse.probe_plots import mean_map, write_probe_plots
 
@@ -75,3 +77,45 @@ def test_map_with_few_sources_keeps_entropies_clear_of_the_colour_bar_and_the_ti
     assert right_of_labels <= colour_bar[0].get_window_extent(renderer).x0
     title = fig.axes[0].title.get_window_extent(renderer)
     assert title.x0 >= 0 and title.x1 <= fig.bbox.x1  # not cut by the figure's edge
+
+
+def _drawn_labels(monkeypatch, arm: type, row: dict, tmp_path: Path) -> tuple[str, list[float] | None]:
+    """The y label and error bars ``arm.plot`` hands to the slot plot."""
+    import dormouse.probe_plots as probe_plots
+
+    seen: dict = {}
+
+    def capture(slots, values, out, *, ylabel, title, spread=None, reference=None):
+        seen.update(ylabel=ylabel, spread=spread)
+        return out
+
+    monkeypatch.setattr(probe_plots, "plot_slot_values", capture)
+    arm.plot(row, tmp_path / "x.png", "")
+    return seen["ylabel"], seen["spread"]
+
+
+def test_error_bars_say_what_they_are_the_same_way_for_every_arm(monkeypatch, tmp_path: Path):
+    """One run's gate bars are its sd over channels; a comparison's (a seed mean) are the sd over seeds, as
+    ReZero's |alpha| (issue 24: the comparison's gate plot said "over channels"); no bars, no word of them."""
+    import statistics
+
+    from dormouse.probe_plots import mean_probe_row
+
+    one = {"probe/gate_mean": [0.2, 0.1], "probe/gate_spread": [0.05, 0.01]}
+    assert _drawn_labels(monkeypatch, GatedResidual, one, tmp_path) == ("mean gate (bars: sd over channels)",
+                                                                         [0.05, 0.01])
+    seeds = [{"probe/gate_mean": [0.2, 0.1], "probe/gate_spread": [0.05, 0.01]},
+             {"probe/gate_mean": [0.4, 0.1], "probe/gate_spread": [0.02, 0.03]},
+             {"probe/gate_mean": [0.3, 0.4], "probe/gate_spread": [0.04, 0.02]}]
+    label, spread = _drawn_labels(monkeypatch, GatedResidual, mean_probe_row(seeds), tmp_path)
+    assert label == "mean gate (bars: sd over seeds)"
+    # the sample sd (n - 1) of each slot's three seed means; 1e-12: float64 rounding of a 3-term sum
+    assert spread == pytest.approx([statistics.stdev([0.2, 0.4, 0.3]), statistics.stdev([0.1, 0.1, 0.4])],
+                                   abs=1e-12)
+    alpha_label, _ = _drawn_labels(monkeypatch, ReZero, mean_probe_row([{"probe/alpha": [0.1, -0.2]},
+                                                                        {"probe/alpha": [-0.1, 0.3]}]), tmp_path)
+    assert alpha_label == "|alpha| (bars: sd over seeds)"
+    # a comparison of one seed has no sd over seeds: neither arm draws bars or names them
+    assert _drawn_labels(monkeypatch, GatedResidual, mean_probe_row(seeds[:1]), tmp_path) == ("mean gate", None)
+    assert _drawn_labels(monkeypatch, ReZero, mean_probe_row([{"probe/alpha": [0.1, -0.2]}]), tmp_path) == (
+        "|alpha|", None)

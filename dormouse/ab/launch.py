@@ -21,6 +21,7 @@ pair.
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
 import socket
@@ -232,7 +233,8 @@ def _worker_init(slot: Slot) -> None:
 
 class ProcessLauncher:
     """Up to ``len(slots)`` jobs at once, each in its own process: one single-worker
-    ``ProcessPoolExecutor`` (spawn start method) per slot, whose worker is pinned to the slot's CUDA
+    ``ProcessPoolExecutor`` per slot (forked from a fork server that imported torch once:
+    :func:`worker_context`), whose worker is pinned to the slot's CUDA
     devices and thread count when it starts. A slot's worker runs its pairs one after another, like the
     sequential launcher runs all of them; what one pair leaves in the process (nothing the next pair
     reads: the trainer resets its counters and peak-memory statistics) does not change another's numbers.
@@ -250,6 +252,8 @@ class ProcessLauncher:
     def __init__(self, slots: Sequence[Slot]) -> None:
         self.slots = list(slots)
         self.stopped_by: int | None = None
+        # Made here, so the fork server imports torch while the driver plans and checks the comparison.
+        self.context = worker_context()
 
     def settings(self) -> dict[str, Any]:
         return {"launcher": self.name, "jobs": len(self.slots),
@@ -257,7 +261,7 @@ class ProcessLauncher:
                 "cuda_devices": [list(s.cuda_devices) for s in self.slots if s.cuda_devices is not None] or None}
 
     def run(self, jobs: Sequence[Job], on_start: StartFn, on_finish: FinishFn) -> list[Outcome]:
-        ctx = multiprocessing.get_context("spawn")
+        ctx = self.context
 
         def pool_for(slot: Slot) -> ProcessPoolExecutor:
             return ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_worker_init, initargs=(slot,))
@@ -311,6 +315,29 @@ class ProcessLauncher:
                 pool.shutdown(wait=True, cancel_futures=True)
         self.stopped_by = stopping[0] if stopping else None
         return outcomes
+
+
+# What the fork server imports once, before it forks any worker, so a worker starts without importing it
+# again (issue 24: every worker re-imported torch): torch and the trainer, and what a pair's first run would
+# import lazily (measured: torch._dynamo, ~3 s, on the optimizer's construction; matplotlib for the probe
+# plots).
+WORKER_PRELOAD = ["torch", "torch._dynamo", "dormouse.train", "dormouse.ab.pairjob", "dormouse.probe_plots"]
+
+
+def worker_context() -> multiprocessing.context.BaseContext:
+    """The start method of the slots' workers: the standard library's fork server with torch preloaded
+    (``multiprocessing.set_forkserver_preload``), where the platform has one; spawn elsewhere.
+
+    Not plain fork: this process may hold threads (OpenMP, a CUDA context) a forked child must not inherit.
+    The fork server is a fresh process that only imports the preload list (no CUDA call, no thread pool:
+    ``CUDA_VISIBLE_DEVICES`` and the thread count are still set per slot in :func:`_worker_init`, before
+    any CUDA call), so each worker forked from it is as clean as a spawned one, without the import."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(WORKER_PRELOAD)
+    multiprocessing.forkserver.ensure_running()  # returns at once; the server imports in the background
+    return ctx
 
 
 def _main_thread() -> bool:

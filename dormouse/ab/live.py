@@ -84,8 +84,38 @@ class PairBoard:
         rows = read_metrics(pair.files.metrics)
         return rows[-1] if rows else None
 
+    def eta_s(self, now: float | None = None) -> float | None:
+        """The comparison's ETA from what the board knows (:func:`dormouse.ab.status.comparison_eta`): the
+        running pairs' pace (a pair started at step 0 runs ``step`` steps in its elapsed time; a resumed
+        one's pace is unknown here), the finished pairs' wall times, and the pairs still pending, on as
+        many slots as pairs are running."""
+        from dormouse.ab.status import comparison_eta
+
+        now = time.time() if now is None else now
+        running: list[tuple[float, float | None]] = []
+        for key, pair in self.pairs.items():
+            if pair.status not in ("running", "resuming") or key not in self.started:
+                continue
+            elapsed = now - self.started[key]
+            row = self._last_row(pair) if pair.status == "running" else None
+            step = int(row["step"]) if row else 0
+            running.append((elapsed, elapsed / step * (pair.steps - step) if step > 0 else None))
+        done = [self.elapsed[k] for k, p in self.pairs.items() if p.status == "done" and k in self.elapsed]
+        return comparison_eta(running, done, sum(p.status == "pending" for p in self.pairs.values()))
+
+    def caption(self) -> str | None:
+        """The ETA line under the table while pairs remain; None once every pair has ended."""
+        at_once = sum(p.status in ("running", "resuming") for p in self.pairs.values())
+        if not at_once and not any(p.status == "pending" for p in self.pairs.values()):
+            return None
+        eta = self.eta_s()
+        if eta is None:
+            return "ETA unknown until a pair has finished or evaluated"
+        return f"ETA {_fmt_s(eta)} ({max(1, at_once)} pair(s) at once)"
+
     def table(self) -> Table:
-        table = Table(title=f"ab {self.name}", title_justify="left")
+        table = Table(title=f"ab {self.name}", title_justify="left", caption=self.caption(),
+                      caption_justify="left")
         for col in ("pair", "status", "step", "bpb", "elapsed", "where"):
             table.add_column(col, no_wrap=True)
         now = time.time()

@@ -47,6 +47,7 @@ its registration; ``dormouse ab`` refuses to run it (its margin 2·sd(A/A) does 
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib.resources
 import math
@@ -193,9 +194,21 @@ def list_comparisons(registry: Path | None = None) -> list[str]:
     return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
 
 
+def _looks_like_path(name: str) -> bool:
+    """A name with a folder separator or a YAML suffix is the path of a registration file, not a name."""
+    return "/" in name or "\\" in name or name.endswith((".yaml", ".yml"))
+
+
 def _read_text(name: str, registry: Path | None) -> tuple[str, str]:
-    if name.endswith((".yaml", ".yml")) and Path(name).is_file():  # a file outside the registry
-        return Path(name).read_text(encoding="utf-8"), str(Path(name))
+    if _looks_like_path(name):  # a registration file outside the registry
+        path_ = Path(name)
+        if not path_.is_file() or not name.endswith((".yaml", ".yml")):
+            what = "is not a .yaml file" if path_.is_file() else ("is a folder" if path_.is_dir() else
+                                                                  "does not exist")
+            raise ABSpecError([f"registration file {name} {what}: a comparison is a registered name under "
+                               f"conf/ab ({', '.join(list_comparisons(registry)) or 'none'}) or the path of an "
+                               "existing NAME.yaml file with the same fields"])
+        return path_.read_text(encoding="utf-8"), str(path_)
     if not _SAFE_NAME.match(name):
         raise ABSpecError([f"comparison name {name!r} is not a plain name (letters, digits, _ . -)"])
     if registry is not None:
@@ -205,9 +218,12 @@ def _read_text(name: str, registry: Path | None) -> tuple[str, str]:
         path = importlib.resources.files(REGISTRY_PACKAGE) / REGISTRY_DIR / f"{name}.yaml"
         source = f"{REGISTRY_PACKAGE}/{REGISTRY_DIR}/{name}.yaml"
     if not path.is_file():
-        known = ", ".join(list_comparisons(registry)) or "none"
-        raise ABSpecError([f"no registered comparison {name!r} ({source} does not exist); "
-                           f"registered: {known}"])
+        names = list_comparisons(registry)
+        # 0.6 (difflib's default): one or two letters off in a short name (smok/smoke 0.89, residul 0.93)
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        raise ABSpecError([f"no registered comparison {name!r} ({source} does not exist){hint} "
+                           f"registered: {', '.join(names) or 'none'} (dormouse ab --list)"])
     return path.read_text(encoding="utf-8"), source
 
 

@@ -17,6 +17,7 @@ is O(d) or O(L·d) per token against O(d²). Expected depth is (max_iter + 1)/2 
 
 from __future__ import annotations
 
+import heapq
 import json
 import time
 from datetime import datetime
@@ -207,10 +208,32 @@ def _attempt_start_step(run_dir: Path) -> int:
     return 0
 
 
+def comparison_eta(running: list[tuple[float, float | None]], done_walls: list[float], todo: int) -> float | None:
+    """Seconds until the pairs that are running and the ``todo`` pairs after them are done, on as many
+    slots as pairs are running now (``--jobs N`` keeps N running while pairs wait; none running: one).
+
+    ``running`` holds ``(elapsed_s, eta_s)`` per running pair (``eta_s`` None before its pace is known). A
+    pair takes the mean wall time of the finished pairs, or, before any finished, the mean projected total
+    (elapsed + ETA) of the running ones; a running pair whose own ETA is unknown has that time left less what
+    it already ran. The waiting pairs go, in order, to the slot that frees first (the launcher's own order:
+    :class:`dormouse.ab.launch.ProcessLauncher` starts the next pair on the first slot that frees), and the
+    ETA is when the last slot frees. None when no pair's time is known yet."""
+    projected = [elapsed + eta for elapsed, eta in running if eta is not None]
+    per_pair = (sum(done_walls) / len(done_walls) if done_walls
+                else sum(projected) / len(projected) if projected else None)
+    if per_pair is None:
+        return None if running or todo else 0.0
+    free = [eta if eta is not None else max(0.0, per_pair - elapsed) for elapsed, eta in running] or [0.0]
+    heapq.heapify(free)
+    for _ in range(todo):
+        heapq.heappush(free, heapq.heappop(free) + per_pair)
+    return max(free)
+
+
 def comparison_status(plan: ComparisonPlan) -> dict[str, Any]:
     """Every started pair's status (and the next look's pending pairs), the driver (lock holder) if one
-    is alive, and the ETA of what has started: the longest running pair's ETA plus the pending pairs at
-    the measured mean pair time, shared over as many pairs as are running now."""
+    is alive, and the ETA of what has started (:func:`comparison_eta`: the running pairs and the pending
+    ones after them, over as many slots as pairs are running)."""
     now = time.time()
     comp_dir = plan.comp_dir
     pairs = [p for p in plan.all_pairs if p.run_dir.exists() or read_launch_record(comp_dir, p.name)["attempts"]
@@ -219,17 +242,11 @@ def comparison_status(plan: ComparisonPlan) -> dict[str, Any]:
     lock_path = ComparisonFiles(Path(comp_dir)).lock
     driver = read_holder(lock_path) if is_locked(lock_path) else None
     done_walls = [r["elapsed_s"] for r in rows if r["state"] == "done" and r["elapsed_s"]]
-    running = [r for r in rows if r["state"] == "running"]
-    todo = [r for r in rows if r["state"] in ("pending", "interrupted", "failed")]
-    eta = None
-    if running or todo:
-        per_pair = sum(done_walls) / len(done_walls) if done_walls else None
-        run_eta = [r["eta_s"] for r in running]
-        if per_pair is not None and all(e is not None for e in run_eta):
-            width = max(1, len(running))
-            eta = max(run_eta, default=0.0) + per_pair * len(todo) / width
+    running = [(r["elapsed_s"] or 0.0, r["eta_s"]) for r in rows if r["state"] == "running"]
+    todo = sum(r["state"] in ("pending", "interrupted", "failed") for r in rows)
+    eta = comparison_eta(running, done_walls, todo) if running or todo else None
     counts = {s: sum(r["state"] == s for r in rows) for s in ("done", "running", "pending", "interrupted", "failed")}
-    return {"pairs": rows, "driver": driver, "counts": counts, "eta_s": eta}
+    return {"pairs": rows, "driver": driver, "counts": counts, "eta_s": eta, "slots": max(1, len(running))}
 
 
 def render_status(plan: ComparisonPlan, status: dict[str, Any], console: Console) -> None:
@@ -251,7 +268,8 @@ def render_status(plan: ComparisonPlan, status: dict[str, Any], console: Console
     console.print(table)
     if status["counts"]["done"] < len(status["pairs"]):
         console.print(f"comparison ETA: {_fmt_s(status['eta_s'])}"
-                      + ("" if status["eta_s"] is not None else " (unknown until a pair has finished)"))
+                      + (f" ({status['slots']} pair(s) at once)" if status["eta_s"] is not None
+                         else " (unknown until a pair has finished or evaluated)"))
 
 
 def render_looks(plan: ComparisonPlan, state: Progress, console: Console) -> None:
