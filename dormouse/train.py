@@ -96,6 +96,20 @@ def resolve_device(requested: str, info: DistInfo) -> torch.device:
     return torch.device(requested)
 
 
+def compute_dtype(requested: str, device: torch.device) -> str:
+    """``train.dtype`` resolved on ``device``: "bf16-autocast" or "fp32" (the string provenance records).
+    "auto" is bf16 autocast on CUDA (its tensor cores) and fp32 on CPU (where bf16 matmuls are slow)."""
+    if requested == "auto":
+        return "bf16-autocast" if device.type == "cuda" else "fp32"
+    return "bf16-autocast" if requested == "bf16" else "fp32"
+
+
+def autocast_context(dtype: str, device: torch.device) -> Any:
+    """A context running the forward in ``dtype`` (:func:`compute_dtype`): bf16 autocast on the device's own
+    type (CPU autocast on CPU), or nothing for fp32."""
+    return torch.autocast(device.type, dtype=torch.bfloat16) if dtype == "bf16-autocast" else nullcontext()
+
+
 def depth_for_step(seed: int, step: int, max_iter: int, random_depth: bool) -> int:
     """Random depth k ~ U{1..max_iter} from a generator keyed on (seed, step); else max_iter."""
     if not random_depth:
@@ -277,12 +291,12 @@ class _Run:
     start_time: float = 0.0
 
     def autocast(self) -> Any:
-        """bf16 autocast on CUDA, fp32 on CPU."""
-        return torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else nullcontext()
+        """The compute dtype ``train.dtype`` names on this device (:func:`compute_dtype`)."""
+        return autocast_context(compute_dtype(str(self.cfg.train.dtype), self.device), self.device)
 
     @property
     def dtype(self) -> str:
-        return "bf16-autocast" if self.device.type == "cuda" else "fp32"
+        return compute_dtype(str(self.cfg.train.dtype), self.device)
 
     def show(self, line: str) -> None:
         """Print ``line`` on the terminal, above the progress bar when there is one."""

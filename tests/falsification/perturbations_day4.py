@@ -1,0 +1,33 @@
+"""Perturbations of the compute dtype (train.dtype), the completion of config keys, presets and comparison
+names, and the first-step/memory notices (issue 24; tests/falsification; format in perturbations_attnres.py).
+``protects`` names what a defect here would break."""
+
+from __future__ import annotations
+
+_TRAIN = "dormouse/train.py"
+_EVAL_ONLY = "dormouse/eval_only.py"
+_D = "tests/test_dtype.py::"
+
+PERTURBATIONS: list[dict] = [
+    {
+        "name": "train_dtype_read_but_ignored",
+        "file": _TRAIN,
+        "function": "compute_dtype",
+        "old": "    return \"bf16-autocast\" if requested == \"bf16\" else \"fp32\"\n",
+        "new": "    return \"fp32\"\n",
+        "gates": [_D + "test_train_dtype_bf16_runs_the_matmuls_in_bf16_on_cpu_and_fp32_does_not"],
+        "why": "train.dtype=bf16 is accepted and recorded nowhere: the run computes in fp32 while the user "
+               "asked for (and compares against) bf16",
+        "protects": "training loop",
+    },
+    {
+        "name": "eval_only_ignores_the_runs_dtype",
+        "file": _EVAL_ONLY,
+        "function": "eval_checkpoint",
+        "old": "    dtype = compute_dtype(str(cfg.train.get(\"dtype\", \"auto\")), dev)\n",
+        "new": "    dtype = compute_dtype(\"auto\", dev)\n",
+        "gates": [_D + "test_eval_only_scores_a_bf16_run_in_bf16_giving_its_own_final_bpb"],
+        "why": "`dormouse eval` scores a bf16 run in fp32: its bpb is not the number the run logged",
+        "protects": "data/eval",
+    },
+]
