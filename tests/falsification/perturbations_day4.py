@@ -6,7 +6,9 @@ from __future__ import annotations
 
 _TRAIN = "dormouse/train.py"
 _EVAL_ONLY = "dormouse/eval_only.py"
+_COMPLETION = "dormouse/completion.py"
 _D = "tests/test_dtype.py::"
+_C = "tests/test_completion.py::"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -29,5 +31,16 @@ PERTURBATIONS: list[dict] = [
         "gates": [_D + "test_eval_only_scores_a_bf16_run_in_bf16_giving_its_own_final_bpb"],
         "why": "`dormouse eval` scores a bf16 run in fp32: its bpb is not the number the run logged",
         "protects": "data/eval",
+    },
+    {
+        "name": "override_completion_misses_the_preset_group",
+        "file": _COMPLETION,
+        "function": "complete_override",
+        "old": "        return [f\"{k}=\" for k in [*GROUPS, *leaves] if k.startswith(incomplete)]\n",
+        "new": "        return [f\"{k}=\" for k in leaves if k.startswith(incomplete)]\n",
+        "gates": [_C + "test_override_completion_offers_every_schema_key_as_key_equals"],
+        "why": "`dormouse train pre<TAB>` offers nothing: the presets, the first thing a user sets, are not "
+               "completed",
+        "protects": "training loop",
     },
 ]
