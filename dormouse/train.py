@@ -71,6 +71,7 @@ from dormouse.probes import PROBES, learned_values
 from dormouse.rundir import default_run_name, hold_run, prepare_run_dir, provenance
 from dormouse.runfiles import CHECKPOINTS, RunFiles
 from dormouse.schedule import lr_at
+from dormouse.step_notice import first_step_line, memory_warning
 
 
 @dataclass
@@ -354,6 +355,9 @@ def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: st
             run.train_model, device_ids=[device.index] if device.type == "cuda" else None)
     if info.is_main:
         _open_run_dir(run, loop, source)
+        warning = memory_warning(cfg, device, info.world_size)
+        if warning is not None:
+            print(f"warning: {warning}", file=sys.stderr, flush=True)
     return _loop(run, loop, stop_at_step)
 
 
@@ -427,7 +431,11 @@ def _loop(run: _Run, loop: LoopState, stop_at_step: int | None) -> TrainResult:
     try:
         with _SignalFlag() as signals:
             while loop.step < t.steps:
+                first = time.perf_counter() if not losses else None
                 loss = train_step(run, loop)
+                if first is not None and info.is_main:  # a step that cannot fit in time is not silent
+                    run.show(first_step_line(time.perf_counter() - first, loop.step, int(t.eval_every),
+                                             int(t.steps)))
                 losses.append(loss)
                 run.progress.update(loop.step, loss, loop.window.tokens / max(loop.window.time, 1e-9))
                 last_step = loop.step == t.steps
