@@ -9,6 +9,8 @@ _EVAL_ONLY = "dormouse/eval_only.py"
 _COMPLETION = "dormouse/completion.py"
 _D = "tests/test_dtype.py::"
 _C = "tests/test_completion.py::"
+_NOTICE = "dormouse/step_notice.py"
+_N = "tests/test_step_notice.py::"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -41,6 +43,37 @@ PERTURBATIONS: list[dict] = [
         "gates": [_C + "test_override_completion_offers_every_schema_key_as_key_equals"],
         "why": "`dormouse train pre<TAB>` offers nothing: the presets, the first thing a user sets, are not "
                "completed",
+        "protects": "training loop",
+    },
+    {
+        "name": "first_step_line_never_printed",
+        "file": _TRAIN,
+        "function": "_loop",
+        "old": "                if first is not None and info.is_main:  # a step that cannot fit in time is not silent\n",
+        "new": "                if first is not None and not info.is_main:\n",
+        "gates": [_N + "test_first_step_prints_its_time_off_a_terminal_before_the_first_eval"],
+        "why": "a run whose step takes minutes prints nothing off a terminal until its first eval (issue 24)",
+        "protects": "training loop",
+    },
+    {
+        "name": "first_step_projection_counts_from_step_0",
+        "file": _NOTICE,
+        "function": "first_step_line",
+        "old": "    to_eval, to_end = duration((next_eval - step) * step_s), duration((steps - step) * step_s)\n",
+        "new": "    to_eval, to_end = duration(next_eval * step_s), duration(steps * step_s)\n",
+        "gates": [_N + "test_first_step_line_projects_the_first_eval_and_the_end_from_the_first_step"],
+        "why": "the projection counts the step already done (and, on a resume, every step before it)",
+        "protects": "training loop",
+    },
+    {
+        "name": "attention_memory_warning_never_fires",
+        "file": _NOTICE,
+        "function": "memory_warning",
+        "old": "    if free is None or need <= MEMORY_WARN_FRACTION * free:\n",
+        "new": "    if free is None or need <= free:\n",
+        "gates": [_N + "test_attention_that_exceeds_half_the_free_memory_warns_before_step_0_and_still_trains"],
+        "why": "the warning waits until the estimate exceeds all the free memory, ignoring the stated fraction: "
+               "a step that holds more than half the memory starts silently",
         "protects": "training loop",
     },
 ]
