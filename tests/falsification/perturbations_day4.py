@@ -49,7 +49,8 @@ PERTURBATIONS: list[dict] = [
         "name": "first_step_line_never_printed",
         "file": _TRAIN,
         "function": "_loop",
-        "old": "                if first is not None and info.is_main:  # a step that cannot fit in time is not silent\n",
+        "old": "                if first is not None and info.is_main:  # a step that cannot fit in time is not "
+               "silent\n",
         "new": "                if first is not None and not info.is_main:\n",
         "gates": [_N + "test_first_step_prints_its_time_off_a_terminal_before_the_first_eval"],
         "why": "a run whose step takes minutes prints nothing off a terminal until its first eval (issue 24)",
