@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from rich.console import Console
 from rich.text import Text
 
+from dormouse.completion import complete_comparison, complete_override
 from dormouse.config import ConfigError, load_config
 from dormouse.runfiles import AB_ROOT
 from dormouse.sample_options import SampleOptions
@@ -32,7 +33,7 @@ app = typer.Typer(
 err = Console(stderr=True, highlight=False)
 
 OVERRIDES = typer.Argument(None, help="Hydra overrides, key=value (e.g. model.use_attnres=true).",
-                           show_default=False)
+                           show_default=False, autocompletion=complete_override)
 
 
 def _version(value: bool) -> None:
@@ -171,7 +172,8 @@ def validate(overrides: list[str] = OVERRIDES, cfg_flag: str = CFG) -> None:
   dormouse ab smoke train.steps=40 --restart""")
 def ab(
     name: str = typer.Argument(None, help="A registered comparison (conf/ab/NAME.yaml) or the path of a "
-                               "registration file PATH.yaml.", show_default=False),
+                               "registration file PATH.yaml.", show_default=False,
+                               autocompletion=complete_comparison),
     overrides: list[str] = typer.Argument(
         None, show_default=False,
         help="Hydra overrides for every pair (key=value), and launcher.KEY=VALUE for --launcher slurm."),

@@ -60,6 +60,9 @@ class DataConfig:
     eval_bytes: int | None = None
 
 
+DTYPES = ("auto", "fp32", "bf16")  # train.dtype's values (dormouse.train.compute_autocast reads them)
+
+
 @dataclass
 class TrainConfig:
     steps: int = 2400
@@ -76,6 +79,9 @@ class TrainConfig:
     beta2: float = 0.95
     eval_every: int = 600
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
+    # compute dtype (dormouse.train.compute_autocast): "auto" = bf16 autocast on CUDA, fp32 on CPU; "fp32";
+    # "bf16" = bf16 autocast on either (on CPU it is CPU autocast, the tests' stand-in for CUDA's)
+    dtype: str = "auto"
     seed: int = 1337
     compile: bool = False  # torch.compile the whole training forward, fullgraph (LoopedByteLM.compile_whole)
     readout: str = "all"  # "all": mean CE over every iteration's readout; "last": the final one only
@@ -319,6 +325,8 @@ def validate(cfg: DictConfig) -> list[str]:
         _bad(lines, "train.readout", t.readout, "one of all, last")
     if t.nonfinite not in ("stop", "skip"):
         _bad(lines, "train.nonfinite", t.nonfinite, "one of stop, skip")
+    if t.dtype not in DTYPES:
+        _bad(lines, "train.dtype", t.dtype, "one of " + ", ".join(DTYPES))
     if t.resume not in ("never", "auto") and not Path(str(t.resume)).exists():
         _bad(lines, "train.resume", t.resume, "never, auto, or the path of an existing checkpoint")
     world_size = int(os.environ.get("WORLD_SIZE", "1"))  # set by torchrun

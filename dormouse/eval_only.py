@@ -9,11 +9,8 @@ the run directory (no train.log line, no metrics.jsonl row, no lock), not anywhe
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from dormouse.config import arm_name
 from dormouse.data import eval_windows, load_corpus
@@ -23,7 +20,7 @@ from dormouse.sample import find_checkpoint, load_model, resolve_sample_device
 def eval_checkpoint(run_dir: Path, checkpoint: Path | None = None, device: str = "cpu") -> tuple[Path, dict[str, Any]]:
     """``(checkpoint path, row)``: the row holds ``step``, ``bpb``, ``bpb@k`` for every depth and ``arm`` (no
     training-window fields: nothing trained)."""
-    from dormouse.train import evaluate
+    from dormouse.train import autocast_context, compute_dtype, evaluate
 
     dev = resolve_sample_device(device)
     path = find_checkpoint(run_dir, checkpoint)
@@ -31,8 +28,11 @@ def eval_checkpoint(run_dir: Path, checkpoint: Path | None = None, device: str =
     corpus = load_corpus(cfg.data)
     x, y = eval_windows(corpus.val, seq_len=int(cfg.data.seq_len), eval_bytes=cfg.data.eval_bytes)
 
-    def autocast() -> Any:  # the training loop's (dormouse.train._Run.autocast): bf16 on CUDA, fp32 on CPU
-        return torch.autocast("cuda", dtype=torch.bfloat16) if dev.type == "cuda" else nullcontext()
+    # the run's own train.dtype, as its evals ran (a checkpoint older than the key ran "auto")
+    dtype = compute_dtype(str(cfg.train.get("dtype", "auto")), dev)
+
+    def autocast() -> Any:  # the training loop's (dormouse.train._Run.autocast)
+        return autocast_context(dtype, dev)
 
     bpb = evaluate(model, x, y, int(cfg.train.batch_size), dev, autocast)
     return path, {"step": step, **bpb, "arm": arm_name(cfg)}

@@ -71,6 +71,7 @@ from dormouse.probes import PROBES, learned_values
 from dormouse.rundir import default_run_name, hold_run, prepare_run_dir, provenance, resume_command
 from dormouse.runfiles import CHECKPOINTS, RunFiles
 from dormouse.schedule import lr_at
+from dormouse.step_notice import first_step_line, memory_warning
 
 
 @dataclass
@@ -94,6 +95,20 @@ def resolve_device(requested: str, info: DistInfo) -> torch.device:
     if requested == "cuda" and info.enabled:
         requested = f"cuda:{info.local_rank}"
     return torch.device(requested)
+
+
+def compute_dtype(requested: str, device: torch.device) -> str:
+    """``train.dtype`` resolved on ``device``: "bf16-autocast" or "fp32" (the string provenance records).
+    "auto" is bf16 autocast on CUDA (its tensor cores) and fp32 on CPU (where bf16 matmuls are slow)."""
+    if requested == "auto":
+        return "bf16-autocast" if device.type == "cuda" else "fp32"
+    return "bf16-autocast" if requested == "bf16" else "fp32"
+
+
+def autocast_context(dtype: str, device: torch.device) -> Any:
+    """A context running the forward in ``dtype`` (:func:`compute_dtype`): bf16 autocast on the device's own
+    type (CPU autocast on CPU), or nothing for fp32."""
+    return torch.autocast(device.type, dtype=torch.bfloat16) if dtype == "bf16-autocast" else nullcontext()
 
 
 def depth_for_step(seed: int, step: int, max_iter: int, random_depth: bool) -> int:
@@ -277,12 +292,12 @@ class _Run:
     start_time: float = 0.0
 
     def autocast(self) -> Any:
-        """bf16 autocast on CUDA, fp32 on CPU."""
-        return torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda" else nullcontext()
+        """The compute dtype ``train.dtype`` names on this device (:func:`compute_dtype`)."""
+        return autocast_context(compute_dtype(str(self.cfg.train.dtype), self.device), self.device)
 
     @property
     def dtype(self) -> str:
-        return "bf16-autocast" if self.device.type == "cuda" else "fp32"
+        return compute_dtype(str(self.cfg.train.dtype), self.device)
 
     def show(self, line: str) -> None:
         """Print ``line`` on the terminal, above the progress bar when there is one."""
@@ -340,6 +355,9 @@ def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: st
             run.train_model, device_ids=[device.index] if device.type == "cuda" else None)
     if info.is_main:
         _open_run_dir(run, loop, source)
+        warning = memory_warning(cfg, device, info.world_size)
+        if warning is not None:
+            print(f"warning: {warning}", file=sys.stderr, flush=True)
     return _loop(run, loop, stop_at_step)
 
 
@@ -413,7 +431,11 @@ def _loop(run: _Run, loop: LoopState, stop_at_step: int | None) -> TrainResult:
     try:
         with _SignalFlag() as signals:
             while loop.step < t.steps:
+                first = time.perf_counter() if not losses else None
                 loss = train_step(run, loop)
+                if first is not None and info.is_main:  # a step that cannot fit in time is not silent
+                    run.show(first_step_line(time.perf_counter() - first, loop.step, int(t.eval_every),
+                                             int(t.steps)))
                 losses.append(loss)
                 run.progress.update(loop.step, loss, loop.window.tokens / max(loop.window.time, 1e-9))
                 last_step = loop.step == t.steps

@@ -163,9 +163,10 @@ def resolved_config(output: str) -> str:
 
 
 # Keys added to the schema since the record, each at the default that keeps the recorded behaviour (issue 24:
-# wandb as teams use it, gradient accumulation, the best checkpoint, HF datasets' configs and val splits).
+# wandb as teams use it, gradient accumulation, the best checkpoint, HF datasets' configs and val splits,
+# the compute dtype).
 ADDED_SINCE = {"logging": {"wandb_entity": None, "wandb_tags": []},
-               "train": {"grad_accum": 1, "keep_best": False},
+               "train": {"grad_accum": 1, "keep_best": False, "dtype": "auto"},
                "data": {"hf_config": None, "hf_val_split": "auto", "hf_streaming": False}}
 
 
