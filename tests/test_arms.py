@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from dormouse.config import compose_config
 from dormouse.model import LoopedByteLM
 from dormouse.probes import PROBES
+from tests.model_hooks import readouts_with_mlp_bumped
 
 ARM_OVERRIDES = {
     "rezero": [],
@@ -122,16 +123,7 @@ def test_attnres_readout_after_iteration_k_depends_on_iteration_k(arm: str):
     with torch.no_grad():
         base = model(idx)
     for k in range(3):
-        calls = {"n": 0}
-
-        def bump(module, args, output, k=k, calls=calls):
-            calls["n"] += 1
-            return output + 1.0 if calls["n"] == k + 1 else output
-
-        handle = model.mlp.register_forward_hook(bump)
-        with torch.no_grad():
-            moved = model(idx)
-        handle.remove()
+        moved = readouts_with_mlp_bumped(model, idx, k)
         dev = (moved[k] - base[k]).abs().max().item()
         assert dev > 1e-4, f"readout {k + 1} ignores iteration {k + 1}'s MLP output (deviation={dev:.3e}, bound=>1e-4)"
         if k > 0:

@@ -19,6 +19,7 @@ from dormouse.config import compose_config, validate
 from dormouse.loglines import format_eval_line, parse_eval_line
 from dormouse.model import LoopedByteLM
 from dormouse.probes import PROBES, learned_values
+from tests.model_hooks import hooked_trace, readouts_with_mlp_bumped
 
 
 def prenorm(*extra: str) -> LoopedByteLM:
@@ -30,30 +31,9 @@ def batch(seed: int = 0, n: int = 3) -> torch.Tensor:
     return torch.randint(0, 256, (n, 16), generator=torch.Generator().manual_seed(seed))
 
 
-def hooked(model: LoopedByteLM, idx: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
-    """The embedding and each sublayer call's (input, output), from hooks on a plain forward."""
-    emb: list[torch.Tensor] = []
-    ins: list[torch.Tensor] = []
-    outs: list[torch.Tensor] = []
-
-    def record(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> None:
-        ins.append(args[0])
-        outs.append(output)
-
-    handles = [model.embed.register_forward_hook(lambda m, a, o: emb.append(o))]
-    handles += [sub.register_forward_hook(record) for sub in (model.attn, model.mlp)]
-    try:
-        with torch.no_grad():
-            model(idx)
-    finally:
-        for h in handles:
-            h.remove()
-    return emb[0], ins, outs
-
-
 def test_prenorm_state_is_the_embedding_plus_every_earlier_update():
     model = prenorm()
-    emb, ins, outs = hooked(model, batch())
+    emb, ins, outs = hooked_trace(model, batch())
     assert type(model.arm).__name__ == "PreNormResidual" and not list(model.arm.parameters())
     total = emb.double()
     for s, (x, fx) in enumerate(zip(ins, outs)):
@@ -76,16 +56,7 @@ def test_prenorm_counts_ran_equal_asked_and_its_update_moves_every_later_readout
     with torch.no_grad():
         base = model(idx)
     for k in range(3):
-        calls = {"n": 0}
-
-        def bump(module, args, output, k=k, calls=calls):
-            calls["n"] += 1
-            return output + 1.0 if calls["n"] == k + 1 else output
-
-        handle = model.mlp.register_forward_hook(bump)
-        with torch.no_grad():
-            moved = model(idx)
-        handle.remove()
+        moved = readouts_with_mlp_bumped(model, idx, k)
         for j in range(3):
             dev = (moved[j] - base[j]).abs().max().item()
             if j >= k:  # the update of iteration k+1 is in the state every later readout reads
@@ -101,7 +72,7 @@ def test_prenorm_update_ratio_equals_a_float64_recomputation():
         model.mlp.down.weight.mul_(10)
     idx = batch(n=5)
     got = learned_values(model, idx, batch_size=2)  # three batches, one short: the mean is per token
-    _, ins, outs = hooked(copy.deepcopy(model).double(), idx)
+    _, ins, outs = hooked_trace(copy.deepcopy(model).double(), idx)
     want = [float((fx.norm(dim=-1) / x.norm(dim=-1)).mean()) for x, fx in zip(ins, outs)]
     # float32 model vs float64 copy: O(1e-6) relative drift through <= 6 sublayers; 1e-4 relative is a wide margin
     # and a wrong definition (another norm, the state after the update, one slot's ratio for all) is off by O(0.1).

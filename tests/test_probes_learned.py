@@ -19,6 +19,7 @@ from dormouse.attnres import block_sources
 from dormouse.config import compose_config
 from dormouse.model import LoopedByteLM
 from dormouse.probes import learned_values
+from tests.model_hooks import hooked_trace
 
 ARMS = {
     "full": ["model.use_attnres=true"],
@@ -51,22 +52,6 @@ def plant_attnres(model: LoopedByteLM) -> None:
             arm.query_proj.copy_(0.2 * torch.randn(arm.query_proj.shape, generator=g))
         for p in (model.attn.proj.weight, model.mlp.down.weight):  # larger outputs: sources of distinct size
             p.mul_(20)
-
-
-def hooked_trace(model: LoopedByteLM, idx: torch.Tensor) -> tuple[torch.Tensor, list, list]:
-    """The embedding and each sublayer call's (input, output), from hooks on a plain forward."""
-    calls: list[tuple[torch.Tensor, torch.Tensor]] = []
-    emb: list[torch.Tensor] = []
-    handles = [model.embed.register_forward_hook(lambda m, a, o: emb.append(o))]
-    for sub in (model.attn, model.mlp):
-        handles.append(sub.register_forward_hook(lambda m, a, o: calls.append((a[0], o))))
-    try:
-        with torch.no_grad():
-            model(idx)
-    finally:
-        for h in handles:
-            h.remove()
-    return emb[0], [c[0] for c in calls], [c[1] for c in calls]
 
 
 def reference_sources(emb: torch.Tensor, outs: list[torch.Tensor], n_seen: int, block: int | None) -> list:
