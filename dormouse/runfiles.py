@@ -52,6 +52,7 @@ LOCK = "ab.lock"
 PAIR_LOCKS = "locks"
 LAUNCH = "launch"
 SUBMITIT = "submitit"
+COMPILE_CACHE = "compile_cache"  # torch's own compile caches (Inductor's FX graph and AOTAutograd), per comparison
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,10 @@ class ComparisonFiles:
     @property
     def submitit(self) -> Path:
         return self.dir / SUBMITIT
+
+    @property
+    def compile_cache(self) -> Path:
+        return self.dir / COMPILE_CACHE
 
     def run(self, arm: str, seed: int) -> RunFiles:
         return RunFiles(self.dir / run_name(arm, seed))

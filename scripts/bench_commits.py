@@ -20,6 +20,7 @@ One training step = forward (readout=all), mean cross-entropy, backward, AdamW; 
 from __future__ import annotations
 
 import argparse
+import inspect
 import re
 import statistics
 import subprocess
@@ -57,7 +58,9 @@ def make_step(package: str, preset: str, arm: str, extra: list[str]) -> Callable
     config = __import__(f"{package}.config", fromlist=["compose_config"])
     model_mod = __import__(f"{package}.model", fromlist=["LoopedByteLM"])
     cfg = config.compose_config([f"preset={preset}", *ARMS[arm], *extra])
-    model = model_mod.LoopedByteLM(cfg.model, seed=0, kernel="torch")
+    # commits before the read-path choice (e.g. 41f4e61, the first landing) take no ``kernel``
+    takes_kernel = "kernel" in inspect.signature(model_mod.LoopedByteLM).parameters
+    model = model_mod.LoopedByteLM(cfg.model, seed=0, **({"kernel": "torch"} if takes_kernel else {}))
     opt = torch.optim.AdamW(model.param_groups(0.1), lr=1e-3)
     gen = torch.Generator().manual_seed(0)
     batch, seq = int(cfg.train.batch_size), int(cfg.data.seq_len)

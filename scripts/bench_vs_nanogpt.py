@@ -36,6 +36,14 @@ from the checkout): how much of a tokens/s gap is arithmetic rather than overhea
 of ``--steps`` steps on one fixed batch: no data loading, no logging, and drift hits both alike. Real runs
 on a noisy machine do not resolve a 10 % difference in 3 rounds; this does, for the model's own cost.
 
+``--model-step --compile`` adds both models compiled (nanoGPT as its train.py does, dormouse as
+``train.compile``), and prints each dormouse variant's **time per FLOP against nanoGPT's** in the same mode,
+(step ratio) / (FLOP ratio), with a 95 % bootstrap interval: issue 23's goal is <= 1. ``--components`` times the
+parts where the models differ (RMSNorm vs LayerNorm, RoPE vs a learned position embedding, SwiGLU vs GELU),
+forward + backward, with their FLOPs and their share of a step.
+
+    python scripts/bench_vs_nanogpt.py --nanogpt DIR --model-step --compile --components --rounds 20 --steps 5
+
 ``--nanogpt`` is a checkout of nanoGPT (``git clone https://github.com/karpathy/nanoGPT; git -C nanoGPT
 checkout 3adf61e``); the script copies it to a temporary directory and writes the data there, so the
 checkout stays untouched.
@@ -71,6 +79,8 @@ DORMOUSE_ARMS: dict[str, list[str]] = {
     # one per iteration: 3 more head matmuls and softmaxes at max_iter=4)
     "dormouse ReZero (readout=last)": ["train.readout=last"],
     "dormouse AttnRes (readout=last)": ["model.use_attnres=true", "model.kernel=torch", "train.readout=last"],
+    # the plain pre-norm residual: nanoGPT's own residual, so the closest like-for-like model
+    "dormouse PreNorm (readout=last)": ["model.use_prenorm=true", "train.readout=last"],
 }
 
 
@@ -166,8 +176,29 @@ def print_step_flops(nanogpt: Path) -> None:
         print(f"  {arm:32s} {n / 1e9:6.3f} GFLOP   x{n / base:.3f}")
 
 
-def model_step_times(nanogpt: Path, rounds: int, steps: int) -> int:
-    """``--model-step``: one training step of each model, interleaved in this process."""
+def _flops_of(loss_fn: Any) -> int:
+    """FLOPs (matmuls and attention, forward and backward) of one loss and its backward, torch's count."""
+    from bench_model_step import _register_cpu_attention_flops
+    from torch.utils.flop_counter import FlopCounterMode
+
+    _register_cpu_attention_flops()
+    with FlopCounterMode(display=False) as counter:
+        loss_fn().backward()
+    return counter.get_total_flops()
+
+
+def _median_ci95(values: list[float]) -> tuple[float, float]:
+    from bench_model_step import median_ci95
+
+    return median_ci95(values)
+
+
+def model_step_times(nanogpt: Path, rounds: int, steps: int, modes: list[str]) -> dict[str, Any]:
+    """``--model-step``: one training step of each model, interleaved in this process, eager and (``--compile``)
+    compiled: nanoGPT as its train.py compiles it (``torch.compile(model)``), dormouse as ``train.compile``
+    does (``LoopedByteLM.compile_whole()``). Reported per variant: the step time, the FLOPs of the step, and
+    **time per FLOP against nanoGPT's in the same mode**: (step ratio) / (FLOP ratio), median over rounds with a
+    95 % bootstrap interval; <= 1 means dormouse does its arithmetic at least as fast as nanoGPT (the goal)."""
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, 256, (SHAPE["batch"], SHAPE["context"]), generator=gen)
     y = torch.randint(0, 256, (SHAPE["batch"], SHAPE["context"]), generator=gen)
@@ -183,16 +214,28 @@ def model_step_times(nanogpt: Path, rounds: int, steps: int) -> int:
 
         return step
 
-    nano = _nanogpt_model(nanogpt)
-    variants = {"nanoGPT": make_step(nano, lambda: nano(x, y)[1],
-                                     nano.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cpu"))}  # fmt: skip
-    for arm, extra in DORMOUSE_ARMS.items():
-        model, readouts = _dormouse_model(extra)
-        opt = torch.optim.AdamW(model.param_groups(0.1), lr=1e-3, betas=(0.9, 0.99))
-        variants[arm] = make_step(model, lambda m=model, r=readouts: _dormouse_loss(m, r, x, y), opt)
-    for step in variants.values():
+    variants: dict[str, Any] = {}
+    flops: dict[str, int] = {}
+    warmup_s: dict[str, float] = {}
+    for mode in modes:
+        nano = _nanogpt_model(nanogpt)
+        flops[f"nanoGPT [{mode}]"] = _flops_of(lambda m=nano: m(x, y)[1])
+        run_nano = torch.compile(nano) if mode == "compile" else nano
+        opt = nano.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cpu")
+        variants[f"nanoGPT [{mode}]"] = make_step(nano, lambda m=run_nano: m(x, y)[1], opt)
+        for arm, extra in DORMOUSE_ARMS.items():
+            model, readouts = _dormouse_model(extra)
+            name = f"{arm} [{mode}]"
+            flops[name] = _flops_of(lambda m=model, r=readouts: _dormouse_loss(m, r, x, y))
+            run_model = model.compile_whole() if mode == "compile" else model
+            opt = torch.optim.AdamW(model.param_groups(0.1), lr=1e-3, betas=(0.9, 0.99))
+            variants[name] = make_step(model, lambda m=run_model, r=readouts: _dormouse_loss(m, r, x, y), opt)
+    for name, step in variants.items():
+        t0 = time.perf_counter()
         for _ in range(3):
             step()
+        warmup_s[name] = time.perf_counter() - t0
+        print(f"warmed up {name} in {warmup_s[name]:.1f} s", flush=True)
     ms: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(rounds):
         for name, step in variants.items():
@@ -200,12 +243,93 @@ def model_step_times(nanogpt: Path, rounds: int, steps: int) -> int:
             for _ in range(steps):
                 step()
             ms[name].append((time.perf_counter() - t0) / steps * 1e3)
-    print(f"training step in one process, shape {SHAPE}, {rounds} interleaved rounds x {steps} steps "
-          "(median; speed = median of the per-round nanoGPT/arm time ratios)")
+    print(f"\ntraining step in one process, shape {SHAPE}, {torch.get_num_threads()} threads, {rounds} interleaved "
+          f"rounds x {steps} steps (median over rounds); vs nanoGPT in the same mode; per FLOP = step ratio / FLOP "
+          "ratio (<= 1: dormouse does its arithmetic at least as fast as nanoGPT)")
+    print(f"  {'variant':44s} {'step ms':>8s} {'GFLOP':>6s} {'step x':>7s} {'FLOP x':>7s} {'per FLOP x':>10s} "
+          f"{'95% CI':>13s} {'goal <= 1':>9s}")
+    rows: dict[str, Any] = {}
     for name, times in ms.items():
-        speed = statistics.median(b / a for a, b in zip(times, ms["nanoGPT"]))
-        print(f"  {name:32s} {statistics.median(times):7.2f} ms   x{speed:.3f} nanoGPT's tokens/s")
-    return 0
+        mode = name.rsplit("[", 1)[1].rstrip("]")
+        base = ms[f"nanoGPT [{mode}]"]
+        ratios = [a / b for a, b in zip(times, base)]
+        flop_x = flops[name] / flops[f"nanoGPT [{mode}]"]
+        per_flop = [r / flop_x for r in ratios]
+        ci = _median_ci95(per_flop) if len(per_flop) >= 3 and not name.startswith("nanoGPT") else None
+        verdict = "-" if ci is None else ("met" if ci[1] <= 1.0 else ("not met" if ci[0] > 1.0 else "open"))
+        rows[name] = {"step_ms": statistics.median(times), "gflop": flops[name] / 1e9,
+                      "step_x": statistics.median(ratios), "flop_x": flop_x,
+                      "per_flop_x": statistics.median(per_flop), "per_flop_ci95": ci, "verdict": verdict,
+                      "warmup_s": warmup_s[name], "round_ms": times}  # fmt: skip
+        ci_text = f"{ci[0]:.3f}-{ci[1]:.3f}" if ci else "-"
+        print(f"  {name:44s} {statistics.median(times):8.2f} {flops[name] / 1e9:6.3f} {rows[name]['step_x']:7.3f} "
+              f"{flop_x:7.3f} {rows[name]['per_flop_x']:10.3f} {ci_text:>13s} {verdict:>9s}")
+    return rows
+
+
+def component_times(rounds: int, steps: int) -> dict[str, Any]:
+    """``--components``: what each difference of model costs at the baby shape, against its arithmetic.
+    Forward + backward of dormouse's part and nanoGPT's counterpart on the same [batch, context, d] input,
+    interleaved: RMSNorm (``dormouse.norm``) vs LayerNorm without bias (nanoGPT's); RoPE on q and k
+    (``dormouse.model.rope_qkv``, once per attention sublayer) vs a learned position embedding added once per
+    forward; SwiGLU (hidden 8/3 d, rounded) vs GELU (hidden 4 d), both without their norms. Per step, one
+    forward of the baby model runs each norm 2 x 4 + 1 times, RoPE 4 times, the position add once, each MLP
+    4 times; the table gives each part's time per call and per step."""
+    from dormouse.model import SwiGLU, rope_qkv, rope_tables, swiglu_hidden
+    from dormouse.norm import RMSNorm
+
+    torch.manual_seed(0)
+    b, t, d, h = SHAPE["batch"], SHAPE["context"], SHAPE["d"], SHAPE["heads"]
+    x = torch.randn(b, t, d, requires_grad=True)
+    qkv = torch.randn(b, t, 3, h, d // h, requires_grad=True)
+    cos, sin = rope_tables(t, d // h, 10000.0, torch.device("cpu"))
+    rms, ln = RMSNorm(d), torch.nn.LayerNorm(d, bias=False)
+    wpe = torch.nn.Embedding(t, d)
+    pos = torch.arange(t)
+    swiglu = SwiGLU(d, swiglu_hidden(d, None))
+    gelu_mlp = torch.nn.Sequential(torch.nn.Linear(d, 4 * d, bias=False), torch.nn.GELU(),
+                                   torch.nn.Linear(4 * d, d, bias=False))  # fmt: skip
+
+    def rope() -> torch.Tensor:
+        qk, v = rope_qkv(qkv, cos[:, None, None, :], sin[:, None, None, :])
+        return qk.sum() + v.sum()
+
+    parts: dict[str, tuple[Any, int]] = {  # name -> (loss of one call, calls per baby-model step)
+        "dormouse RMSNorm": (lambda: rms(x).sum(), 9),
+        "nanoGPT LayerNorm": (lambda: ln(x).sum(), 9),
+        "dormouse RoPE (q, k)": (rope, 4),
+        "nanoGPT position embedding": (lambda: (x + wpe(pos)).sum(), 1),
+        "dormouse SwiGLU (no norm)": (lambda: _swiglu_no_norm(swiglu, x).sum(), 4),
+        "nanoGPT GELU MLP": (lambda: gelu_mlp(x).sum(), 4),
+    }
+    flops = {name: _flops_of(fn) for name, (fn, _) in parts.items()}
+    us: dict[str, list[float]] = {name: [] for name in parts}
+    for fn, _ in parts.values():
+        for _ in range(5):
+            fn().backward()
+    for _ in range(rounds):
+        for name, (fn, _) in parts.items():
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                fn().backward()
+            us[name].append((time.perf_counter() - t0) / steps * 1e6)
+    print(f"\nparts of the model, forward + backward, input [{b}, {t}, {d}], {rounds} interleaved rounds x {steps} "
+          "calls (median)")
+    print(f"  {'part':30s} {'us/call':>8s} {'MFLOP':>7s} {'calls/step':>10s} {'ms/step':>8s}")
+    rows = {}
+    for name, (_, calls) in parts.items():
+        med = statistics.median(us[name])
+        rows[name] = {"us_per_call": med, "mflop": flops[name] / 1e6, "calls_per_step": calls,
+                      "ms_per_step": med * calls / 1e3}  # fmt: skip
+        print(f"  {name:30s} {med:8.1f} {flops[name] / 1e6:7.2f} {calls:10d} {med * calls / 1e3:8.2f}")
+    return rows
+
+
+def _swiglu_no_norm(mlp: Any, x: torch.Tensor) -> torch.Tensor:
+    """dormouse's SwiGLU without its pre-norm (nanoGPT's MLP has its norm outside it): the same gate Function."""
+    from dormouse.model import _SwiGLUGate
+
+    return mlp.down(_SwiGLUGate.apply(mlp.gate_up(x)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write every round's numbers here as JSON")
     ap.add_argument("--flops", action="store_true", help="print each step's arithmetic first")
     ap.add_argument("--model-step", action="store_true", help="time the models' steps in one process instead")
+    ap.add_argument("--compile", action="store_true", help="--model-step: also time both models compiled")
+    ap.add_argument("--components", action="store_true", help="--model-step: also time the parts that differ")
     args = ap.parse_args(argv)
     if not (args.nanogpt / "train.py").is_file() or not (args.nanogpt / "model.py").is_file():
         print(f"--nanogpt {args.nanogpt}: no nanoGPT train.py/model.py there", file=sys.stderr)
@@ -224,7 +350,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.flops:
         print_step_flops(args.nanogpt)
     if args.model_step:
-        return model_step_times(args.nanogpt, args.rounds, args.steps)
+        modes = ["eager", "compile"] if args.compile else ["eager"]
+        out: dict[str, Any] = {"shape": SHAPE, "rounds": args.rounds, "steps": args.steps,
+                               "model_step": model_step_times(args.nanogpt, args.rounds, args.steps, modes)}
+        if args.components:
+            out["components"] = component_times(args.rounds, max(args.steps, 20))
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(out, indent=1))
+        return 0
     results: dict[str, list[float]] = {"nanoGPT": [], **{a: [] for a in DORMOUSE_ARMS}}
     with tempfile.TemporaryDirectory(prefix="bench_vs_nanogpt_") as tmp:
         root = Path(tmp) / "nanoGPT"

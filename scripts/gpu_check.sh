@@ -2,7 +2,8 @@
 # One-shot GPU check of the fused AttnRes kernels, sized for < 8 minutes on one H200:
 #   1. the kernel tests natively on CUDA (tests/test_kernels.py, tests/test_attnres.py);
 #   2. the kernel benchmark, reduced shape set (scripts/bench_kernels.py --quick);
-#   3. the 9m training step, ReZero vs AttnRes with the fused read, each eager, with the whole forward
+#   3. the 9m training step, pre-norm (the baseline), ReZero, GR and AttnRes with the fused read, each
+#      eager, with the whole forward
 #      compiled (train.compile) and compiled with CUDA graphs (mode=reduce-overhead), interleaved
 #      (scripts/bench_model_step.py);
 # then a short summary table. Results (JSON, logs) go to $OUT (default runs/gpu_check/).
@@ -74,7 +75,7 @@ fi
 run_stage bench "$T_BENCH" "$PY" scripts/bench_kernels.py --quick --reps 10 --out "$OUT/bench_kernels.json"
 
 # --- 3. model step ------------------------------------------------------------------------------------
-run_stage model_step "$T_MODEL" "$PY" scripts/bench_model_step.py --preset 9m --arms rezero attnres_fused \
+run_stage model_step "$T_MODEL" "$PY" scripts/bench_model_step.py --preset 9m --arms prenorm rezero gr attnres_fused \
     --modes eager compile reduce-overhead --rounds 3 --steps 5 --warmup 3 --out "$OUT/bench_model_step.json"
 
 # --- summary (last) -----------------------------------------------------------------------------------
@@ -120,9 +121,12 @@ if m.exists():
         if "error" in r:
             print(f"{name:<34} ERROR {r['error'][:70]}")
             continue
-        ratio = r["x_rezero"] if r.get("x_rezero") is not None else float("nan")
+        ratio = r["x_base"] if r.get("x_base") is not None else float("nan")
         e = eager.get(name.split(" [")[0])
         speedup = e / r["step_ms"] if e else float("nan")
-        print(f"{name:<34} path={r['kernel']:<7} step {r['step_ms']:8.2f} ms  x ReZero {ratio:5.3f}  "
+        print(f"{name:<34} path={r['kernel']:<7} step {r['step_ms']:8.2f} ms  x {r['baseline']} {ratio:5.3f}  "
               f"x eager {speedup:5.2f}  ran/asked {r['counts']}  warmup {r['warmup_s']:.0f}s")
+    for q in json.loads(m.read_text()).get("quotients", []):
+        print(f"{q['variant']:<34} step x {q['step_x']:.3f} / FLOP x {q['flop_x']:.3f} = {q['quotient']:.3f} "
+              f"(goal <= {q['goal']}: {q['verdict']})")
 EOF

@@ -358,6 +358,44 @@ def test_a_pair_whose_job_runs_other_code_is_failed_not_trained(tmp_path: Path, 
     assert outcome.status == FAILED and "not the comparison's" in outcome.note and fake.calls == []
 
 
+class CacheSpy(FakeTrain):
+    """A FakeTrain that records the compile-cache directory each run sees."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cache_dirs: dict[str, str | None] = {}
+
+    def __call__(self, cfg: DictConfig) -> None:
+        import os
+
+        self.cache_dirs[str(cfg.run.name)] = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+        super().__call__(cfg)
+
+
+def test_compiling_pairs_share_one_compile_cache_in_the_comparison(tmp_path: Path, registry: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 23: with train.compile=true every pair (any process, any resume) points torch's compile caches
+    at <comparison>/compile_cache, so an arm's graph is built once; the attempt record says where; the
+    variable is unset again afterwards; eager pairs are left alone; a directory the user set is kept."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    spy = CacheSpy()
+    out = run(registry, tmp_path / "ab", spy, ["train.compile=true"])
+    expected = str((out / "compile_cache").resolve())
+    assert len(spy.cache_dirs) == 15 and set(spy.cache_dirs.values()) == {expected}
+    record = json.loads((out / "launch" / "gr-s1.json").read_text())
+    assert record["attempts"][-1]["compile_cache"] == expected
+    import os
+
+    assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ
+    eager = CacheSpy()
+    run(registry, tmp_path / "ab_eager", eager)
+    assert set(eager.cache_dirs.values()) == {None}
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    own = CacheSpy()
+    run(registry, tmp_path / "ab_own", own, ["train.compile=true"])
+    assert set(own.cache_dirs.values()) == {str(tmp_path / "mine")}
+
+
 def test_rerun_does_not_redo_completed_pairs(tmp_path: Path, registry: Path) -> None:
     run(registry, tmp_path / "ab", FakeTrain())
     again = FakeTrain()

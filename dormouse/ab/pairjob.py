@@ -140,6 +140,36 @@ def _output_to(path: Path | None) -> Iterator[None]:
 
 # --- running one pair -----------------------------------------------------------------------------------
 
+# torch reads this variable each time it looks for a compiled artifact (torch._inductor's cache_dir()).
+INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+
+
+@contextlib.contextmanager
+def compile_cache(pair: Pair, comp_dir: Path) -> Iterator[str | None]:
+    """``train.compile=true``: a comparison compiles once (issue 23). Every pair of the comparison, in any
+    process and on any resume, points torch's own on-disk compile caches (Inductor's FX-graph cache and the
+    AOTAutograd cache, both on by default) at ``<comparison>/compile_cache``, so the graph of an arm is
+    lowered and built by its first pair, and later pairs (other seeds, other learning rates: the optimizer
+    is outside the graph) only trace it and load the result. No home-made cache: the key and what it covers
+    (graph, torch version, config) are torch's. A cache directory the user set is kept, and said.
+
+    Yields the cache directory in force (None when the pair does not compile)."""
+    if not bool(pair.cfg.train.compile):
+        yield None
+        return
+    own = os.environ.get(INDUCTOR_CACHE_ENV)
+    if own:
+        print(f"{pair.name}: compile cache {own} (set by {INDUCTOR_CACHE_ENV}, not the comparison's)", flush=True)
+        yield own
+        return
+    path = str(ComparisonFiles(Path(comp_dir)).compile_cache.resolve())
+    os.environ[INDUCTOR_CACHE_ENV] = path
+    try:
+        yield path
+    finally:
+        os.environ.pop(INDUCTOR_CACHE_ENV, None)
+
+
 def _complete(pair: Pair, train_fn: TrainFn) -> tuple[str, str]:
     """Keep, resume or (re)start the pair; ``(status, note)`` with status done or failed."""
     state, why = pair_state(pair)
@@ -204,7 +234,9 @@ def run_pair(task: PairTask) -> Outcome:
     t0 = datetime.now()
     out = ComparisonFiles(Path(task.comp_dir)).launch_output(pair.name) if task.output_to_file else None
     try:
-        with _output_to(out):
+        with _output_to(out), compile_cache(pair, task.comp_dir) as cache:
+            if cache:
+                attempt["compile_cache"] = cache
             status, note = _complete(pair, task.train_fn)
     except STOP as exc:
         status, code = INTERRUPTED, int(getattr(exc, "exit_code", 130))
