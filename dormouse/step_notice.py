@@ -4,7 +4,8 @@
 * before step 0, :func:`memory_warning`: a rough upper bound on one step's attention memory against the
   memory available; a warning, never a refusal (the bound is crude, see :func:`attention_bytes`);
 * after the first step, :func:`first_step_line`: that step's wall time and, at that pace, the time to the
-  first eval and to the end (the step includes warm-up, so the projection is pessimistic if anything).
+  first eval and to the end (the step includes warm-up, so the projection is pessimistic if anything); a
+  compiled run's first step is mostly compilation, so its projection comes after the second step.
 """
 
 from __future__ import annotations
@@ -67,10 +68,16 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def first_step_line(step_s: float, step: int, eval_every: int, steps: int) -> str:
+def first_step_line(step_s: float, step: int, eval_every: int, steps: int, *, compiling: bool = False,
+                    label: str = "first step") -> str:
     """After the first step this process ran (``step`` = the step just finished): its wall time and, at that
-    pace, the time to the next eval (the next multiple of ``eval_every``, or the last step) and to ``steps``."""
+    pace, the time to the next eval (the next multiple of ``eval_every``, or the last step) and to ``steps``.
+
+    ``compiling``: the step included ``torch.compile``'s compilation (``train.compile=true``), which can take a
+    hundred times a step: no projection from it (the loop says the pace after the next step, ``label``)."""
+    if compiling:
+        return f"{label}: {duration(step_s)} (it compiled the model: train.compile; the pace follows the next step)"
     next_eval = min(steps, -(-step // eval_every) * eval_every)  # the loop evaluates after steps k*eval_every
     to_eval, to_end = duration((next_eval - step) * step_s), duration((steps - step) * step_s)
-    return (f"first step: {duration(step_s)}; at this pace the first eval (step {next_eval}) is in {to_eval} "
+    return (f"{label}: {duration(step_s)}; at this pace the first eval (step {next_eval}) is in {to_eval} "
             f"and the end (step {steps}) in {to_end}")

@@ -431,11 +431,13 @@ def _loop(run: _Run, loop: LoopState, stop_at_step: int | None) -> TrainResult:
     try:
         with _SignalFlag() as signals:
             while loop.step < t.steps:
-                first = time.perf_counter() if not losses else None
+                # a compiled run's first step is mostly compilation: its pace is said after the second
+                first = time.perf_counter() if len(losses) < (2 if t.compile else 1) else None
                 loss = train_step(run, loop)
                 if first is not None and info.is_main:  # a step that cannot fit in time is not silent
                     run.show(first_step_line(time.perf_counter() - first, loop.step, int(t.eval_every),
-                                             int(t.steps)))
+                                             int(t.steps), compiling=bool(t.compile) and not losses,
+                                             label="second step" if losses else "first step"))
                 losses.append(loss)
                 run.progress.update(loop.step, loss, loop.window.tokens / max(loop.window.time, 1e-9))
                 last_step = loop.step == t.steps

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 _PAIRJOB = "dormouse/ab/pairjob.py"
 _AB = "tests/test_ab.py::"
+_TRAIN = "dormouse/train.py"
+_N = "tests/test_step_notice.py::"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -17,6 +19,16 @@ PERTURBATIONS: list[dict] = [
         "why": "a compiling pair leaves torch's compile cache wherever the process has it (/tmp by default): a "
                "resume on a fresh machine or another node compiles every arm again, and nothing says where "
                "the artifacts came from",
+        "protects": "training loop",
+    },
+    {
+        "name": "compiled_first_step_projected",
+        "file": _TRAIN,
+        "function": "_loop",
+        "old": "                first = time.perf_counter() if len(losses) < (2 if t.compile else 1) else None\n",
+        "new": "                first = time.perf_counter() if not losses else None\n",
+        "gates": [_N + "test_a_compiled_run_projects_from_its_second_step_not_from_the_compilation"],
+        "why": "a compiled run projects its end from the step that compiled the model: 33 h for a 5-minute pair",
         "protects": "training loop",
     },
 ]
