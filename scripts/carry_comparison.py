@@ -1,0 +1,110 @@
+#!/usr/bin/env python
+"""Keep a long comparison resumable across machines: save what resuming needs into the repository, and
+restore it on a fresh machine.
+
+A comparison that spans sessions may find a fresh machine next time, and ``runs/`` is git-ignored. What
+``dormouse ab NAME`` needs to go on without redoing finished work is small: the registration stamp, the
+design and tune records, each pair's launch record (its code fingerprint, its attempts) and each **finished**
+pair's run files (``config.yaml``, ``provenance.json``, ``train.log``, ``metrics.jsonl``: what
+:func:`dormouse.ab.pairjob.pair_state` reads to call a pair complete, and what the report reads). Checkpoints,
+compile caches, locks and the pairs still running are left out: an unfinished pair restarts.
+
+    python scripts/carry_comparison.py save residual_cpu2      # runs/ab/NAME -> docs/results/NAME/carry
+    python scripts/carry_comparison.py restore residual_cpu2   # and back; then `dormouse ab residual_cpu2`
+
+``save`` replaces the carry folder's contents (atomically per file). ``restore`` copies into the comparison
+directory only what is missing there, and refuses (changing nothing) when a file there differs from the
+carried one: the two would be different comparisons.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import shutil
+import sys
+from pathlib import Path
+
+from dormouse.ab.pairjob import pair_state
+from dormouse.ab.plan import build_plan
+from dormouse.ab.registry import load_spec
+from dormouse.checkpoint import atomic_write_text
+from dormouse.runfiles import AB_ROOT, CONFIG, DESIGN, LAUNCH, LOG, METRICS, PROVENANCE, REGISTRATION
+
+REPO = Path(__file__).resolve().parent.parent
+RUN_FILES = (CONFIG, PROVENANCE, LOG, METRICS)
+TOP_FILES = (REGISTRATION, DESIGN, "tune.json")
+
+
+def carried_files(comp: Path, name: str, registry: Path | None = None) -> list[Path]:
+    """The files of ``comp`` that resuming needs (relative paths): see the module docstring."""
+    stamp = comp / REGISTRATION
+    if not stamp.is_file():
+        raise SystemExit(f"{comp}: no {REGISTRATION}; not a comparison `dormouse ab {name}` started")
+    out = [Path(f) for f in TOP_FILES if (comp / f).is_file()]
+    out += sorted(p.relative_to(comp) for p in (comp / LAUNCH).glob("*.json"))
+    plan = build_plan(load_spec(name, registry), _overrides(comp), comp.parent)
+    for pair in plan.all_pairs:
+        if pair.run_dir.is_dir() and pair_state(pair)[0] == "complete":
+            out += [pair.run_dir.relative_to(comp) / f for f in RUN_FILES if (pair.run_dir / f).is_file()]
+    return out
+
+
+def _overrides(comp: Path) -> list[str]:
+    import json
+
+    return list(json.loads((comp / REGISTRATION).read_text()).get("overrides", []))
+
+
+def save(name: str, root: Path, carry: Path, registry: Path | None = None) -> int:
+    comp = (root / name).resolve()
+    files = carried_files(comp, name, registry)
+    if carry.exists():
+        shutil.rmtree(carry)
+    for rel in files:
+        dest = carry / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(dest, (comp / rel).read_text())
+    pairs = len({rel.parts[0] for rel in files if len(rel.parts) == 2 and rel.parts[0] != LAUNCH})
+    print(f"saved {len(files)} files ({pairs} finished pairs) from {comp} to {carry}")
+    return 0
+
+
+def restore(name: str, root: Path, carry: Path) -> int:
+    comp = (root / name).resolve()
+    if not carry.is_dir():
+        print(f"{carry}: nothing carried for {name}", file=sys.stderr)
+        return 2
+    files = sorted(p.relative_to(carry) for p in carry.rglob("*") if p.is_file())
+    differ = [str(rel) for rel in files if (comp / rel).is_file() and not filecmp.cmp(comp / rel, carry / rel, False)]
+    if differ:
+        print(
+            f"{comp} already holds files that differ from the carried ones ({', '.join(differ[:5])}"
+            f"{' ...' if len(differ) > 5 else ''}): it is another run of {name}; nothing restored. Move it "
+            "away (or `dormouse ab NAME --restart` to discard it) and restore again.",
+            file=sys.stderr,
+        )
+        return 2
+    copied = 0
+    for rel in files:
+        if not (comp / rel).is_file():
+            (comp / rel).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(comp / rel, (carry / rel).read_text())
+            copied += 1
+    print(f"restored {copied} of {len(files)} carried files into {comp}; `dormouse ab {name}` resumes from there")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("action", choices=("save", "restore"))
+    ap.add_argument("name", help="the registered comparison (conf/ab/NAME.yaml)")
+    ap.add_argument("--root", type=Path, default=REPO / AB_ROOT, help="where `dormouse ab` writes comparisons")
+    ap.add_argument("--carry", type=Path, help="default docs/results/NAME/carry")
+    args = ap.parse_args(argv)
+    carry = args.carry or REPO / "docs" / "results" / args.name / "carry"
+    return save(args.name, args.root, carry) if args.action == "save" else restore(args.name, args.root, carry)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""Perturbations of what keeps a long comparison resumable across machines (scripts/carry_comparison.py;
+tests/falsification; format in perturbations_attnres.py). ``protects`` names what a defect here would break."""
+
+from __future__ import annotations
+
+_CARRY = "scripts/carry_comparison.py"
+_T = "tests/test_carry_comparison.py::"
+
+PERTURBATIONS: list[dict] = [
+    {
+        "name": "carry_takes_unfinished_pairs",
+        "file": _CARRY,
+        "function": "carried_files",
+        "old": "        if pair.run_dir.is_dir() and pair_state(pair)[0] == \"complete\":\n",
+        "new": "        if pair.run_dir.is_dir():\n",
+        "gates": [_T + "test_a_carried_comparison_resumes_elsewhere_without_redoing_a_finished_pair"],
+        "why": "an interrupted pair's log and metrics are committed without its checkpoint: the results folder "
+               "holds a half-run a reader can take for a result, and what is carried is not what resuming needs",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "restore_overwrites_another_run",
+        "file": _CARRY,
+        "function": "restore",
+        "old": "    if differ:\n",
+        "new": "    if False:\n",
+        "gates": [_T + "test_restore_refuses_to_mix_with_another_run_of_the_comparison"],
+        "why": "restoring into a directory holding another run of the comparison mixes the two runs' pairs "
+               "(or overwrites finished results)",
+        "protects": "A/B rule",
+    },
+]
