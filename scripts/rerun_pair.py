@@ -4,8 +4,9 @@
     python scripts/rerun_pair.py residual_cpu gr 3 --print    # only print the equivalent `dormouse train`
 
 The pair is composed exactly as `dormouse ab` composes it (``runner.plan_pairs`` on the registered file:
-fixed values, the arm's overrides, ``train.seed`` and, under protocol 2, ``train.data_seed``; ``seed`` is the
-pair's init seed, which names its directory), into a fresh directory, and trained by the same trainer.
+fixed values, the arm's overrides, ``train.seed`` and, under protocol 2, ``train.data_seed``; with a tune stage,
+the arm's chosen ``train.lr`` from the published results; ``seed`` is the pair's init seed, which names its
+directory), into a fresh directory, and trained by the same trainer.
 CPU training is deterministic at a given thread count (fixed RNG objects; the thread count fixes the order
 of the CPU reductions: in the pilot, seed 101 at 2 threads differed from 1 thread by 6.7e-6 bpb at step 700),
 so the pair is re-run with the thread count its launch record says it used, and on the same kind of machine
@@ -63,12 +64,18 @@ def main() -> int:
     pairs = {(p.arm, p.seed): p for p in plan_pairs(reg, list(published.get("overrides", [])), comp_dir)}
     if (args.arm, args.seed) not in pairs:
         print(f"no pair {args.arm}-s{args.seed} in {args.name}: arms {list(reg.spec.arms)}, "
-              f"seeds {reg.spec.seeds}")
+              f"init seeds {sorted({seed for _, seed in pairs})}")
         return 2
     pair = pairs[(args.arm, args.seed)]
+    # A registration with a tune stage: the pair ran at its arm's chosen lr, which the published results hold
+    # (the re-run's own directory has no tune.json, so the plan could not know it).
+    chosen = (published.get("tune") or {}).get("chosen") or {}
+    tuned = [f"train.lr={chosen[args.arm]}"] if args.arm in chosen else []
+    if tuned:
+        pair.cfg.train.lr = float(chosen[args.arm])
     data_seed = [] if pair.cfg.train.data_seed is None or reg.protocol == 1 else [
         f"train.data_seed={pair.cfg.train.data_seed}"]  # protocol 2: the replicate's data-order stream
-    overrides = [*reg.spec.fixed, *reg.spec.arms[args.arm], f"train.seed={args.seed}", *data_seed,
+    overrides = [*reg.spec.fixed, *reg.spec.arms[args.arm], *tuned, f"train.seed={args.seed}", *data_seed,
                  f"run.dir={comp_dir}", f"run.name={pair.run_dir.name}"]
     print("equivalent command: dormouse train " + " ".join(overrides))
     # protocol 1 keys a run by its seed, protocol 2 by its replicate (whose init seed ``seed`` is)
