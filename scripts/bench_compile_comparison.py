@@ -12,11 +12,11 @@ its registered config, 2800 steps each) through ``dormouse ab NAME --jobs 2``, a
 
 ``residual_cpu`` itself is a protocol-1 registration, which ``dormouse ab`` only reads, so the script writes a
 protocol-2 copy of it (same ``fixed`` and arms; looks ``[2]``, the smallest allowed) per mode under ``--root``
-and stops each comparison (SIGINT, as Ctrl-C) once replicate 1's five pairs have finished: the slot that frees
-up first starts replicate 2 meanwhile, as it would in a real comparison, so the figure is the steady-state
-wall time of one replicate. Reported per mode: the wall time from the first pair's start to the fifth pair's
-end (the launch records), each pair's elapsed time, and the first step of each pair (its ``first step:`` line:
-the compile, cold or warm).
+and stops each comparison (SIGINT to its process group, as Ctrl-C) once replicate 1's five pairs have finished:
+the slot that frees up first starts replicate 2 meanwhile, as it would in a real comparison, so the figure is
+the steady-state wall time of one replicate. Reported per mode: the wall time from the first pair's start to
+the fifth pair's end (the launch records), each pair's elapsed time, and the first step of each pair (its
+``first step:`` line: the compile, cold or warm).
 
     python scripts/bench_compile_comparison.py --root /tmp/bench_compile          # ~35 min on 2 cores
     python scripts/bench_compile_comparison.py --root /tmp/bc --modes eager compile-warm --steps 700
@@ -93,17 +93,18 @@ def measure(mode: str, root: Path, steps: int | None, cache: Path | None) -> dic
     cmd = ["dormouse", "ab", str(reg), "--jobs", "2", "--root", str(root / "ab"), "--restart"]
     print(f"{mode}: {' '.join(cmd)}", flush=True)
     t0 = time.time()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # its own process group: the stop below reaches the driver and its pair workers, as Ctrl-C in a terminal does
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     comp = root / "ab" / name
     while not replicate_done(comp):
         if proc.poll() is not None:
             break
         time.sleep(5)
-    proc.send_signal(signal.SIGINT)
+    os.killpg(proc.pid, signal.SIGINT)
     try:
         proc.wait(timeout=120)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
     pairs = {}
     for arm in ARMS:
         att = json.loads((comp / "launch" / f"{arm}-s1.json").read_text())["attempts"][-1]
