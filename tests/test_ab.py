@@ -377,7 +377,10 @@ def test_compiling_pairs_share_one_compile_cache_in_the_comparison(tmp_path: Pat
     """Issue 23: with train.compile=true every pair (any process, any resume) points torch's compile caches
     at <comparison>/compile_cache, so an arm's graph is built once; the attempt record says where; the
     variable is unset again afterwards; eager pairs are left alone; a directory the user set is kept."""
-    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    # what importing torch._dynamo leaves in the environment (every pair worker imports it): not the user's
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())
     spy = CacheSpy()
     out = run(registry, tmp_path / "ab", spy, ["train.compile=true"])
     expected = str((out / "compile_cache").resolve())
@@ -386,10 +389,10 @@ def test_compiling_pairs_share_one_compile_cache_in_the_comparison(tmp_path: Pat
     assert record["attempts"][-1]["compile_cache"] == expected
     import os
 
-    assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == default_cache_dir()  # torch's default is back
     eager = CacheSpy()
     run(registry, tmp_path / "ab_eager", eager)
-    assert set(eager.cache_dirs.values()) == {None}
+    assert set(eager.cache_dirs.values()) == {default_cache_dir()}  # an eager pair is left alone
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
     own = CacheSpy()
     run(registry, tmp_path / "ab_own", own, ["train.compile=true"])

@@ -151,23 +151,29 @@ def compile_cache(pair: Pair, comp_dir: Path) -> Iterator[str | None]:
     AOTAutograd cache, both on by default) at ``<comparison>/compile_cache``, so the graph of an arm is
     lowered and built by its first pair, and later pairs (other seeds, other learning rates: the optimizer
     is outside the graph) only trace it and load the result. No home-made cache: the key and what it covers
-    (graph, torch version, config) are torch's. A cache directory the user set is kept, and said.
+    (graph, torch version, config) are torch's. A cache directory the user set is kept, and said; torch's
+    own default is not the user's (importing ``torch._dynamo`` writes it into the environment).
 
     Yields the cache directory in force (None when the pair does not compile)."""
     if not bool(pair.cfg.train.compile):
         yield None
         return
-    own = os.environ.get(INDUCTOR_CACHE_ENV)
-    if own:
-        print(f"{pair.name}: compile cache {own} (set by {INDUCTOR_CACHE_ENV}, not the comparison's)", flush=True)
-        yield own
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    before = os.environ.get(INDUCTOR_CACHE_ENV)
+    if before and os.path.abspath(before) != os.path.abspath(default_cache_dir()):
+        print(f"{pair.name}: compile cache {before} (set by {INDUCTOR_CACHE_ENV}, not the comparison's)", flush=True)
+        yield before
         return
     path = str(ComparisonFiles(Path(comp_dir)).compile_cache.resolve())
     os.environ[INDUCTOR_CACHE_ENV] = path
     try:
         yield path
     finally:
-        os.environ.pop(INDUCTOR_CACHE_ENV, None)
+        if before is None:
+            os.environ.pop(INDUCTOR_CACHE_ENV, None)
+        else:
+            os.environ[INDUCTOR_CACHE_ENV] = before
 
 
 def _complete(pair: Pair, train_fn: TrainFn) -> tuple[str, str]:
