@@ -67,6 +67,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from bench_model_step import median_ci95
 from bench_train_runs import train_tok_s
 
 SHAPE = {"d": 128, "heads": 4, "layers": 4, "context": 64, "batch": 12}
@@ -153,26 +154,16 @@ def _dormouse_model(extra: list[str]) -> tuple[Any, str]:
 
 def print_step_flops(nanogpt: Path) -> None:
     """FLOPs of one training step (forward + backward) of nanoGPT's model and of each dormouse arm."""
-    from bench_model_step import _register_cpu_attention_flops
-    from torch.utils.flop_counter import FlopCounterMode
-
-    _register_cpu_attention_flops()
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, 256, (SHAPE["batch"], SHAPE["context"]), generator=gen)
     y = torch.randint(0, 256, (SHAPE["batch"], SHAPE["context"]), generator=gen)
-
-    def flops(loss_fn: Any) -> int:
-        with FlopCounterMode(display=False) as counter:
-            loss_fn().backward()
-        return counter.get_total_flops()
-
     nano = _nanogpt_model(nanogpt)
-    base = flops(lambda: nano(x, y)[1])
+    base = _flops_of(lambda: nano(x, y)[1])
     print(f"FLOPs of one training step (matmuls + attention, fwd + bwd), shape {SHAPE}:")
     print(f"  {'nanoGPT':32s} {base / 1e9:6.3f} GFLOP   x1.000")
     for arm, extra in DORMOUSE_ARMS.items():
         model, readouts = _dormouse_model(extra)
-        n = flops(lambda m=model, r=readouts: _dormouse_loss(m, r, x, y))
+        n = _flops_of(lambda m=model, r=readouts: _dormouse_loss(m, r, x, y))
         print(f"  {arm:32s} {n / 1e9:6.3f} GFLOP   x{n / base:.3f}")
 
 
@@ -185,12 +176,6 @@ def _flops_of(loss_fn: Any) -> int:
     with FlopCounterMode(display=False) as counter:
         loss_fn().backward()
     return counter.get_total_flops()
-
-
-def _median_ci95(values: list[float]) -> tuple[float, float]:
-    from bench_model_step import median_ci95
-
-    return median_ci95(values)
 
 
 def model_step_times(nanogpt: Path, rounds: int, steps: int, modes: list[str]) -> dict[str, Any]:
@@ -255,7 +240,7 @@ def model_step_times(nanogpt: Path, rounds: int, steps: int, modes: list[str]) -
         ratios = [a / b for a, b in zip(times, base)]
         flop_x = flops[name] / flops[f"nanoGPT [{mode}]"]
         per_flop = [r / flop_x for r in ratios]
-        ci = _median_ci95(per_flop) if len(per_flop) >= 3 and not name.startswith("nanoGPT") else None
+        ci = median_ci95(per_flop) if len(per_flop) >= 3 and not name.startswith("nanoGPT") else None
         verdict = "-" if ci is None else ("met" if ci[1] <= 1.0 else ("not met" if ci[0] > 1.0 else "open"))
         rows[name] = {"step_ms": statistics.median(times), "gflop": flops[name] / 1e9,
                       "step_x": statistics.median(ratios), "flop_x": flop_x,
