@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import filecmp
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -51,8 +52,6 @@ def carried_files(comp: Path, name: str, registry: Path | None = None) -> list[P
 
 
 def _overrides(comp: Path) -> list[str]:
-    import json
-
     return list(json.loads((comp / REGISTRATION).read_text()).get("overrides", []))
 
 
