@@ -6,8 +6,14 @@ From ``runs/ab/NAME/`` (what ``dormouse ab NAME`` wrote) to ``docs/results/NAME/
 ``results.json``, the plots, ``registration.json``, ``design.json`` (protocol 2) and each pair's launch
 record (where and with how many threads it ran, when, how long). ``provenance.json`` adds what the report
 does not hold: the exact command, the commit the pairs ran on (from their provenance files; refused if they
-differ), the machine (cores, torch and Python versions, platform) and the comparison's wall time (first pair
-started to last pair finished, from the launch records). The prose README of the results folder is written by hand.
+differ), the machine (cores, torch and Python versions, platform) and the comparison's time, from the launch
+records' attempts (interrupted ones included: they took the machine too):
+
+- ``wall_s``: first pair started to last pair finished, pauses between sittings included;
+- ``sittings``: the stretches in which pairs ran, a pause longer than ``SITTING_GAP_S`` ending one, and
+  ``running_s``, their summed length: what a comparison that spans sessions cost the machine.
+
+The prose README of the results folder is written by hand.
 """
 
 from __future__ import annotations
@@ -27,6 +33,21 @@ from dormouse.checkpoint import atomic_write_text
 from dormouse.runfiles import ComparisonFiles
 
 REPO = Path(__file__).resolve().parent.parent
+# Between two pairs of one sitting the driver takes seconds (a look's analysis, the next pair's start); a
+# pause of more than five minutes with no pair running is a stop and a later resume.
+SITTING_GAP_S = 300.0
+
+
+def sittings(intervals: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Merge ISO-time (start, end) intervals into stretches, a gap above SITTING_GAP_S separating two."""
+    out: list[tuple[str, str]] = []
+    for start, end in sorted(intervals):
+        if out and (datetime.fromisoformat(start) - datetime.fromisoformat(out[-1][1])).total_seconds() \
+                <= SITTING_GAP_S:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
 
 
 def main() -> int:
@@ -49,13 +70,14 @@ def main() -> int:
     for name in [files.results.name, files.report.name, files.registration.name, *design, *results.get("plots", [])]:
         shutil.copy2(comp / name, out / name)
     (out / "launch").mkdir(exist_ok=True)
-    starts, ends, threads = [], [], set()
+    starts, ends, threads, spans = [], [], set(), []
     for record in sorted((comp / "launch").glob("*.json")):
         shutil.copy2(record, out / "launch" / record.name)
         for attempt in json.loads(record.read_text())["attempts"]:
             starts.append(attempt["started"])
             if attempt.get("finished"):
                 ends.append(attempt["finished"])
+                spans.append((attempt["started"], attempt["finished"]))
             threads.add(attempt.get("threads"))
 
     commits = set()
@@ -67,6 +89,8 @@ def main() -> int:
         return 2
     t0, t1 = min(starts), max(ends)
     wall = (datetime.fromisoformat(t1) - datetime.fromisoformat(t0)).total_seconds()
+    stretches = sittings(spans)
+    running = sum((datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds() for a, b in stretches)
     provenance = {
         "comparison": args.name,
         "command": args.command,
@@ -74,6 +98,8 @@ def main() -> int:
         "started": t0,
         "finished": t1,
         "wall_s": wall,
+        "sittings": [list(x) for x in stretches],
+        "running_s": running,
         "threads_per_pair": sorted(t for t in threads if t is not None),
         "machine": {
             "cores": os.cpu_count(),

@@ -22,7 +22,16 @@ from omegaconf import DictConfig
 from rich.console import Console
 
 from dormouse.ab.cluster import load_launcher_config
-from dormouse.ab.launch import DONE, WORKER_PRELOAD, Job, LaunchError, Outcome, ProcessLauncher, plan_slots
+from dormouse.ab.launch import (
+    DONE,
+    INTERRUPTED,
+    WORKER_PRELOAD,
+    Job,
+    LaunchError,
+    Outcome,
+    ProcessLauncher,
+    plan_slots,
+)
 from dormouse.ab.pairjob import read_launch_record
 from dormouse.ab.registry import ComparisonError
 from dormouse.ab.runner import LaunchRequest, ab_command, run_comparison, status_command
@@ -171,6 +180,53 @@ def test_slot_workers_start_with_torch_and_the_trainer_already_imported() -> Non
         seen = json.loads(outcome.note)
         assert seen["preloaded"] == sorted(WORKER_PRELOAD), seen
         assert seen["parent"] != os.getpid(), "the worker was started by this process, not the fork server"
+
+
+def _trains_until_a_signal(key: str, ready: str) -> Outcome:
+    """A stand-in for a training loop: counts the stop signals it gets (the loop's handler), says it is
+    ready, and returns ``interrupted`` once one came (or ``done`` after 20 s with none). Reports its process
+    group and how many signals it got."""
+    got: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
+    try:
+        Path(ready, key).write_text("ready")
+        deadline = time.monotonic() + 20
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.5)  # a second signal, if one is coming, arrives now
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    note = json.dumps({"pgrp": os.getpgrp(), "signals": len(got)})
+    return Outcome(key, INTERRUPTED if got else DONE, note=note, exit_code=130 if got else None)
+
+
+def test_a_sigint_to_the_driver_alone_stops_each_running_pair_with_one_signal(tmp_path: Path) -> None:
+    """`kill -INT` of `dormouse ab` (not a terminal's Ctrl-C, which reaches the foreground group) left the
+    workers training: the driver stopped waiting but passed nothing on. Now it passes one SIGINT to each
+    worker; the workers have their own process group, so a terminal's Ctrl-C is not a second signal
+    (a second one stops a training loop without its checkpoint)."""
+    launcher = ProcessLauncher(plan_slots(2, cuda=False, threads=1))
+    keys = ["a", "b", "c"]  # two run, the third must never start
+
+    def on_start(key: str, where: str) -> None:
+        if key == "b":  # both pairs are in their loops: signal the driver alone
+            deadline = time.monotonic() + 120
+            while len(list(tmp_path.iterdir())) < 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    # pytest's own SIGINT handler would end the session; here a SIGINT the launcher does not take is lost
+    ignored = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    try:
+        outcomes = launcher.run([Job(k, _trains_until_a_signal, (k, str(tmp_path))) for k in keys], on_start,
+                                lambda outcome: None)
+    finally:
+        signal.signal(signal.SIGINT, ignored)
+    assert sorted(o.key for o in outcomes) == ["a", "b"] and launcher.stopped_by == 130
+    for outcome in outcomes:
+        seen = json.loads(outcome.note)
+        assert outcome.status == INTERRUPTED and seen["signals"] == 1, (outcome.key, seen)
+        assert seen["pgrp"] != os.getpgrp(), "a worker shares the terminal's process group"
 
 
 # --- submitit, local executor ---------------------------------------------------------------------------

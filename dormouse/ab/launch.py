@@ -224,9 +224,16 @@ class InProcessLauncher:
 
 def _worker_init(slot: Slot) -> None:
     """A slot's worker process, before any job: its CUDA devices and thread count (set before any CUDA
-    call, which is when ``CUDA_VISIBLE_DEVICES`` is read), and SIGINT ignored outside a training loop
-    (the loop installs its own handler). A terminal's Ctrl-C reaches the whole process group; a worker
-    killed by it while idle would break its pool before the running pairs could checkpoint."""
+    call, which is when ``CUDA_VISIBLE_DEVICES`` is read), its own process group, and SIGINT ignored
+    outside a training loop (the loop installs its own handler; a worker killed while idle would break its
+    pool before the running pairs could checkpoint).
+
+    Its own process group because the driver owns stopping: a terminal's Ctrl-C reaches the whole
+    foreground group, a ``kill -INT PID`` only the driver, and the driver passes one SIGINT to each worker
+    either way (:meth:`ProcessLauncher.run`). A worker that also got the terminal's signal would take the
+    driver's as a second Ctrl-C, which stops a training loop at once, without its checkpoint."""
+    if hasattr(os, "setpgrp"):
+        os.setpgrp()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     enter_slot(slot)
 
@@ -242,9 +249,11 @@ class ProcessLauncher:
     One long-lived worker per slot rather than a fresh process per pair: importing torch costs seconds,
     more than a small pair's training. A worker that dies (OOM killer) fails its pair and is replaced.
 
-    Ctrl-C at a terminal reaches every process: the running pairs checkpoint at their next step and
-    return ``interrupted``; no new pair starts. A SIGTERM sent to this process alone is passed on to the
-    workers as SIGINT (the same graceful stop), and the comparison exits 143.
+    A SIGINT to this process (Ctrl-C at a terminal, or ``kill -INT`` of this process alone) or a SIGTERM
+    is passed on to each worker as one SIGINT (the workers have their own process group: see
+    :func:`_worker_init`): the running pairs checkpoint at their next step and return ``interrupted``; no
+    new pair starts, and the comparison exits 130 or 143. A second Ctrl-C is passed on too, and stops the
+    running pairs at once.
     """
 
     name = "local-processes"
@@ -273,15 +282,21 @@ class ProcessLauncher:
         outcomes: list[Outcome] = []
         stopping: list[int] = []  # the exit code of the signal that stopped the comparison, if any
 
-        def on_sigterm(signum: int, frame: Any) -> None:
-            stopping.append(143)
+        def stop_workers(code: int) -> None:
+            stopping.append(code)
             for child in multiprocessing.active_children():
                 try:
                     os.kill(child.pid, signal.SIGINT)  # type: ignore[arg-type]
                 except OSError:
                     pass
 
-        previous = signal.signal(signal.SIGTERM, on_sigterm) if _main_thread() else None
+        def on_signal(signum: int, frame: Any) -> None:
+            stop_workers(128 + signum)  # 130 SIGINT, 143 SIGTERM
+
+        # While the pairs run, a signal is passed on rather than raised here: a KeyboardInterrupt outside
+        # wait() (in on_start, say) would leave this loop with the workers still training.
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)} \
+            if _main_thread() else {}
         try:
             while pending or running:
                 while pending and free and not stopping:
@@ -290,11 +305,7 @@ class ProcessLauncher:
                     on_start(job.key, slot.describe())
                 if not running:
                     break
-                try:
-                    done, _ = wait(list(running), return_when=FIRST_COMPLETED)
-                except KeyboardInterrupt:  # Ctrl-C: the workers got it too; collect their checkpoints
-                    stopping.append(130)
-                    continue
+                done, _ = wait(list(running), return_when=FIRST_COMPLETED)
                 for fut in done:
                     job, slot = running.pop(fut)
                     free.append(slot)
@@ -309,8 +320,8 @@ class ProcessLauncher:
                     outcomes.append(outcome)
                     on_finish(outcome)
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
             for pool in pools.values():
                 pool.shutdown(wait=True, cancel_futures=True)
         self.stopped_by = stopping[0] if stopping else None

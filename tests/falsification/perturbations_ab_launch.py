@@ -164,4 +164,26 @@ PERTURBATIONS: list[dict] = [
         "why": "an arm decided at an early look keeps running replicates to the maximum: the looks save nothing",
         "protects": "A/B rule",
     },
+    {
+        "name": "driver_keeps_sigint_to_itself",
+        "file": _LAUNCH,
+        "function": "ProcessLauncher.run",
+        "old": "for sig in (signal.SIGINT, signal.SIGTERM)}",
+        "new": "for sig in (signal.SIGTERM,)}",
+        "gates": [_T + "test_a_sigint_to_the_driver_alone_stops_each_running_pair_with_one_signal"],
+        "why": "`kill -INT` of `dormouse ab` stops the driver and leaves its workers training: the comparison "
+               "looks stopped while two pairs go on writing into it, and a restart races them",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "workers_share_the_terminal_group",
+        "file": _LAUNCH,
+        "function": "_worker_init",
+        "old": "        os.setpgrp()\n",
+        "new": "        pass\n",
+        "gates": [_T + "test_a_sigint_to_the_driver_alone_stops_each_running_pair_with_one_signal"],
+        "why": "a terminal's Ctrl-C reaches each worker twice (from the terminal and from the driver), and a "
+               "second SIGINT stops a training loop without its checkpoint: every running pair restarts",
+        "protects": "A/B rule",
+    },
 ]

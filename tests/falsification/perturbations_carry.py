@@ -1,5 +1,6 @@
-"""Perturbations of what keeps a long comparison resumable across machines (scripts/carry_comparison.py;
-tests/falsification; format in perturbations_attnres.py). ``protects`` names what a defect here would break."""
+"""Perturbations of what keeps a long comparison resumable across machines and publishes its cost
+(scripts/carry_comparison.py, scripts/publish_comparison.py; tests/falsification; format in
+perturbations_attnres.py). ``protects`` names what a defect here would break."""
 
 from __future__ import annotations
 
@@ -27,6 +28,18 @@ PERTURBATIONS: list[dict] = [
         "gates": [_T + "test_restore_refuses_to_mix_with_another_run_of_the_comparison"],
         "why": "restoring into a directory holding another run of the comparison mixes the two runs' pairs "
                "(or overwrites finished results)",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "sittings_count_the_pause_between_sessions",
+        "file": "scripts/publish_comparison.py",
+        "function": "sittings",
+        "old": "                <= SITTING_GAP_S:\n",
+        "new": "                <= 1e9:\n",
+        "gates": ["tests/test_publish_comparison.py::"
+                  "test_sittings_merge_overlapping_pairs_and_split_at_a_pause_between_sessions"],
+        "why": "a comparison run in two sessions a day apart is published as having taken the machine a day: "
+               "its cost, which the next registration is sized from, is wrong by the pause",
         "protects": "A/B rule",
     },
 ]
