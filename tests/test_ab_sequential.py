@@ -268,16 +268,22 @@ def test_each_sentence_states_the_numbers_its_verdict_compared(xs):
     assert "last registered look" in text or d.verdict != sq.UNDECIDED
 
 
-def test_the_residual_cpu_card_reads_the_published_spreads():
+def test_a_card_from_a_published_comparison_reads_its_compared_arms_spreads():
+    """scripts/card_from_published.py: the paired sds of the compared arms only, recomputed here from the
+    published differences, plus an unknown arm at the largest of them."""
+    import importlib.util
     import json
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "docs" / "results" / "residual_cpu" / "results.json"
-    published = json.loads(path.read_text())["arms"]
-    sds = sq.pilot_sds(json.loads(path.read_text()))
+    repo = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("card_from_published", repo / "scripts" / "card_from_published.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    results = json.loads((repo / "docs" / "results" / "residual_cpu" / "results.json").read_text())
+    sds = script.pilot_sds(results)
     assert set(sds) == {"gr", "attnres_full", "attnres_block"}  # the baseline and the A/A arm are not arms
-    assert sds["gr"] == pytest.approx(float(np.std(published["gr"]["diffs"], ddof=1)), rel=1e-12)
-    card = sq.residual_cpu_v2_card(str(path), n_sim=2000)
+    assert sds["gr"] == pytest.approx(float(np.std(results["arms"]["gr"]["diffs"], ddof=1)), rel=1e-12)
+    card = script.card(results, (4, 8, 12), 0.03, -0.05, extra_sd=["max"], n_sim=2000)
     assert card.design.n_arms == 4 and card.max_n == 12
-    assert card.pilot_sd[0] == max(sds.values())  # ReZero vs pre-norm: unknown, the largest published sd
+    assert card.pilot_sd[0] == max(sds.values())  # an arm the comparison did not have: the largest sd
     assert card.type_i <= _mc_bound(ALPHA, 2000)

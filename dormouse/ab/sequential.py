@@ -418,31 +418,3 @@ def design_card(design: Design, pilot_sd: float | Sequence[float], expected_effe
         expected_n={k: float(np.mean(r.expected_n)) for k, r in scen.items()},
         expected_n_baseline={k: r.expected_n_baseline for k, r in scen.items()}, max_n=design.n_max,
     )
-
-
-def pilot_sds(results: Mapping) -> dict[str, float]:
-    """Each compared arm's sd of paired differences (``arms[*].diff_sd`` of a results.json, role ``arm``)."""
-    return {name: float(a["diff_sd"]) for name, a in results["arms"].items()
-            if a.get("role") == "arm" and a.get("diff_sd") is not None}
-
-
-def residual_cpu_v2_card(results_json: str | None = None, sesoi: float = 0.03, looks: tuple[int, ...] = (4, 8, 12),
-                         expected_effect: float = -0.05, n_sim: int = CARD_N_SIM) -> DesignCard:
-    """The design card suggested for the CPU comparison of the pre-norm residual (baseline) with ReZero, GR,
-    Full and Block AttnRes (4 arms in the family), at the spreads published in
-    docs/results/residual_cpu/results.json. ReZero was that comparison's baseline, so its paired sd against a
-    pre-norm baseline is unknown: it is given the largest published sd (a conservative guess).
-
-    Budget (conf/ab/residual_cpu.yaml): one replicate of 5–6 runs costs ~1700 s of pair time over 2 slots,
-    ~850 s of wall time, so ~3 h holds 12 replicates; the look at 4 spends < 1e-5 of α (it decides only an
-    extreme arm) and serves as an early A/A calibration and bad-run check.
-    """
-    import json
-    from pathlib import Path
-
-    path = Path(results_json) if results_json else (
-        Path(__file__).resolve().parents[2] / "docs" / "results" / "residual_cpu" / "results.json")
-    sds = pilot_sds(json.loads(path.read_text()))
-    spread = [max(sds.values()), *sds.values()]  # ReZero (unknown vs pre-norm), then the published arms
-    design = Design(alpha=0.05, sesoi=sesoi, looks=tuple(looks), n_arms=len(spread))
-    return design_card(design, spread, expected_effect, n_sim=n_sim)

@@ -132,4 +132,15 @@ PERTURBATIONS: list[dict] = [
         "why": "the A/A check passes whatever the spreads: a check that cannot fail",
         "protects": "A/B rule",
     },
+    {
+        "name": "sizing_card_takes_the_baseline_as_an_arm",
+        "file": "scripts/card_from_published.py",
+        "function": "pilot_sds",
+        "old": "if a.get(\"role\") == \"arm\" and a.get(\"diff_sd\") is not None}",
+        "new": "if a.get(\"diff_sd\") is not None}",
+        "gates": [_T + "test_a_card_from_a_published_comparison_reads_its_compared_arms_spreads"],
+        "why": "the next registration is sized with the A/A arm (and a baseline's empty spread) counted as compared "
+               "arms: a family too large and a spread too small, so its stated power is not the design's",
+        "protects": "A/B rule",
+    },
 ]
