@@ -271,14 +271,13 @@ def test_each_sentence_states_the_numbers_its_verdict_compared(xs):
 def test_a_card_from_a_published_comparison_reads_its_compared_arms_spreads():
     """scripts/card_from_published.py: the paired sds of the compared arms only, recomputed here from the
     published differences, plus an unknown arm at the largest of them."""
-    import importlib.util
     import json
     from pathlib import Path
 
+    from script_module import load_script
+
     repo = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("card_from_published", repo / "scripts" / "card_from_published.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("card_from_published")
     results = json.loads((repo / "docs" / "results" / "residual_cpu" / "results.json").read_text())
     sds = script.pilot_sds(results)
     assert set(sds) == {"gr", "attnres_full", "attnres_block"}  # the baseline and the A/A arm are not arms

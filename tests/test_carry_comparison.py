@@ -3,20 +3,17 @@ finished pairs' small files, the stamps and the launch records; never a checkpoi
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 
+from script_module import load_script
 from test_ab import FakeTrain, registry, run  # noqa: F401 - registry is a fixture
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def carry_module():
-    spec = importlib.util.spec_from_file_location("carry_comparison", REPO / "scripts" / "carry_comparison.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("carry_comparison")
 
 
 def test_a_carried_comparison_resumes_elsewhere_without_redoing_a_finished_pair(tmp_path: Path,

@@ -3,21 +3,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def publish_module():
-    spec = importlib.util.spec_from_file_location("publish_comparison", REPO / "scripts" / "publish_comparison.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from script_module import load_script
 
 
 def test_sittings_merge_overlapping_pairs_and_split_at_a_pause_between_sessions() -> None:
-    publish = publish_module()
+    publish = load_script("publish_comparison")
     attempts = [  # two pairs at once, a short gap before the next look, then a pause of an hour
         ("2026-12-02T07:00:00", "2026-12-02T07:05:00"),
         ("2026-12-02T07:00:00", "2026-12-02T07:04:00"),
