@@ -343,6 +343,35 @@ def test_runs_computed_by_other_code_are_refused_until_restart(tmp_path: Path, r
     assert json.loads((out / "results.json").read_text())["code"]["fingerprints"] == ["f" * 64]
 
 
+def test_the_code_fingerprint_covers_the_configs_where_the_installed_package_has_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The configs a run is composed from are part of what computes it. In an editable install the
+    dormouse.conf package is the repository's top-level conf/, not dormouse/conf: the fingerprint looked
+    there, found nothing, and left every config out (a changed preset went unseen, and a checkout without
+    that folder could not resume a comparison started where it existed)."""
+    import sys
+    import types
+
+    from dormouse.ab import fingerprint
+
+    real = fingerprint.compute().files
+    assert {"conf/config.yaml", "conf/preset/cpu.yaml"} <= set(real), sorted(k for k in real if "conf" in k)
+    assert not any(k.startswith(("conf/ab/", "conf/launcher/")) for k in real)  # registrations, launchers
+    elsewhere = tmp_path / "installed_conf"  # the package found somewhere else than beside the sources
+    (elsewhere / "preset").mkdir(parents=True)
+    (elsewhere / "config.yaml").write_text("model: {}\n")
+    (elsewhere / "preset" / "cpu.yaml").write_text("# another preset\n")
+    fake = types.ModuleType("dormouse.conf")
+    fake.__file__ = str(elsewhere / "__init__.py")
+    monkeypatch.setitem(sys.modules, "dormouse.conf", fake)
+    moved = {k: v for k, v in fingerprint.compute().files.items() if k.startswith("conf/")}
+    assert set(moved) == {"conf/config.yaml", "conf/preset/cpu.yaml"}
+    assert moved["conf/preset/cpu.yaml"] != real["conf/preset/cpu.yaml"]
+    (elsewhere / "config.yaml").unlink()  # no configs where the package is: said, not skipped
+    with pytest.raises(RuntimeError, match="no config.yaml"):
+        fingerprint.compute()
+
+
 def test_a_pair_whose_job_runs_other_code_is_failed_not_trained(tmp_path: Path, registry: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The code can change between the driver's check and a job (an edit, a node with another checkout):

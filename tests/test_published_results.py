@@ -1,8 +1,9 @@
-"""The published comparison (docs/results/residual_cpu/) is the registered one, and its verdicts follow the
-registered rule (issue 14).
+"""The published comparisons (docs/results/residual_cpu/, issue 14; docs/results/residual_cpu2/, issue 25) are
+the registered ones, and their verdicts follow the registered rules.
 
-These read two committed files and nothing else: the registration ``conf/ab/residual_cpu.yaml`` and the
-outcome ``docs/results/residual_cpu/results.json`` that ``dormouse ab residual_cpu`` wrote. They fail when
+For residual_cpu (protocol 1), these read two committed files and nothing else: the registration
+``conf/ab/residual_cpu.yaml`` and the outcome ``docs/results/residual_cpu/results.json`` that
+``dormouse ab residual_cpu`` wrote. They fail when
 either is edited without the other (another seed list, another fixed value, a hand-edited verdict), which
 is what a reader must be able to rely on: the numbers in the README came from the file in conf/ab.
 
@@ -151,8 +152,6 @@ def test_the_publication_names_its_command_commit_and_machine() -> None:
 NAME2 = "residual_cpu2"
 PUBLISHED2 = REPO / "docs" / "results" / NAME2
 CARRIED2 = PUBLISHED2 / "carry"  # each finished pair's config, provenance, log and metrics, as it ran
-needs_v2 = pytest.mark.skipif(not (PUBLISHED2 / "results.json").is_file(),
-                              reason=f"{NAME2} is not published yet (docs/results/{NAME2}/results.json)")
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +170,6 @@ def _config_lr(run: str) -> float:
     return float(re.search(r"^  lr: (\S+)$", train, re.MULTILINE).group(1))
 
 
-@needs_v2
 def test_published_v2_results_come_from_the_registered_file(results2: dict[str, Any]) -> None:
     reg = load_spec(NAME2)
     raw = reg.text.encode("utf-8")
@@ -198,7 +196,6 @@ def _replicate_seeds(spec: Any, k: int, arm: str) -> tuple[int, int]:
     return spec.init_seed_base + k - 1, data + k - 1
 
 
-@needs_v2
 def test_v2_every_arm_ran_the_replicates_its_looks_needed_and_passed_its_counter_check(
         results2: dict[str, Any]) -> None:
     spec = load_spec(NAME2).spec
@@ -224,7 +221,6 @@ def test_v2_every_arm_ran_the_replicates_its_looks_needed_and_passed_its_counter
         assert f"\n  seed: {seed}\n" in cfg and f"\n  data_seed: {data_seed}\n" in cfg, name
 
 
-@needs_v2
 def test_v2_each_arm_trained_at_the_learning_rate_its_tune_runs_chose(results2: dict[str, Any]) -> None:
     """The rule, from docs/ab-protocol.md: the lr with the lowest mean final bpb over the tune replicates, a
     diverged run as +inf, ties to the smaller lr; the A/A arm takes the baseline's choice."""
@@ -256,7 +252,6 @@ def _obf_spent(t: float, a: float) -> float:
     return 2.0 * sps.norm.sf(sps.norm.isf(a / 2.0) / math.sqrt(t))
 
 
-@needs_v2
 def test_v2_published_verdicts_follow_the_registered_group_sequential_rule(results2: dict[str, Any]) -> None:
     """Replay every look: the undecided arms' paired differences so far, this look's critical t for
     better/worse (two-sided, alpha/(2 n_arms) per direction) and for each TOST test (alpha), decided arms
@@ -299,7 +294,6 @@ def test_v2_published_verdicts_follow_the_registered_group_sequential_rule(resul
         assert (results2["arms"][arm]["verdict"], results2["arms"][arm]["look"]) == verdict[arm], arm
 
 
-@needs_v2
 def test_v2_every_model_at_or_above_the_bpb_ceiling_is_named_in_the_publication(results2: dict[str, Any]) -> None:
     ceiling = results2["bad_run_ceiling"]
     over = {(r["arm"], r["seed"]): round(r["final"]["bpb"], 4) for r in results2["runs"]
@@ -310,7 +304,6 @@ def test_v2_every_model_at_or_above_the_bpb_ceiling_is_named_in_the_publication(
     assert named == over, f"models at or above {ceiling} bpb: {over}; named in the README: {named}"
 
 
-@needs_v2
 def test_the_v2_publication_names_its_command_commit_machine_and_time() -> None:
     text = (PUBLISHED2 / "README.md").read_text(encoding="utf-8")
     for needle in (f"dormouse ab {NAME2}", "commit", "torch", "cores", "wall", "design card", "tune"):

@@ -18,6 +18,7 @@ the commit does not see them.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import platform
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,13 +49,26 @@ class Fingerprint:
                    dict(d.get("files") or {}))
 
 
+def conf_dir() -> Path:
+    """The conf tree runs are composed from, where the installed package has it: the ``dormouse.conf``
+    package (Hydra's ``pkg://dormouse.conf``) is ``dormouse/conf`` in a wheel but the repository's top-level
+    ``conf/`` in an editable install (pyproject's package-dir maps it). Looking for ``dormouse/conf`` beside
+    the sources found nothing in an editable checkout, and the fingerprint silently left every config out.
+    Raises ``RuntimeError`` when the tree has no ``config.yaml``."""
+    conf = Path(importlib.import_module("dormouse.conf").__file__ or "").resolve().parent
+    if not (conf / "config.yaml").is_file():
+        raise RuntimeError(f"the dormouse.conf package at {conf} has no config.yaml: the code fingerprint "
+                           "cannot cover the configs; reinstall with `pip install -e .`")
+    return conf
+
+
 def _roots() -> list[tuple[str, Path, set[str], str]]:
     """(label, directory, top-level subdirectories to skip, glob) of every tree that computes a run."""
     import dormouse
     import dormouse_kernels
 
     pkg = Path(dormouse.__file__).resolve().parent
-    conf = (pkg / "conf").resolve()
+    conf = conf_dir()
     return [("dormouse", pkg, _SKIP_PACKAGE, "*.py"),
             ("dormouse/corpus", pkg / "corpus", set(), "*.gz"),  # the embedded corpus a run trains on
             ("kernels", Path(dormouse_kernels.__file__).resolve().parent, set(), "*.py"),

@@ -186,4 +186,15 @@ PERTURBATIONS: list[dict] = [
                "second SIGINT stops a training loop without its checkpoint: every running pair restarts",
         "protects": "A/B rule",
     },
+    {
+        "name": "fingerprint_looks_for_conf_beside_the_sources",
+        "file": "dormouse/ab/fingerprint.py",
+        "function": "conf_dir",
+        "old": "    conf = Path(importlib.import_module(\"dormouse.conf\").__file__ or \"\").resolve().parent\n",
+        "new": "    conf = Path(__file__).resolve().parents[1] / \"conf\"\n",
+        "gates": [_A + "test_the_code_fingerprint_covers_the_configs_where_the_installed_package_has_them"],
+        "why": "in an editable install (the README's set-up) the fingerprint hashes no config: an edited preset "
+               "joins a running comparison unseen, and a fresh checkout cannot resume one started elsewhere",
+        "protects": "A/B rule",
+    },
 ]

@@ -90,4 +90,62 @@ PERTURBATIONS: list[dict] = [
                "better turned undecided): the README's table would no longer follow from the runs",
         "protects": "A/B rule",
     },
+    {
+        "name": "published_v2_registration_edited_after_the_run",
+        "file": "conf/ab/residual_cpu2.yaml",
+        "function": "<file>",
+        "old": "looks: [4, 7, 10]\n",
+        "new": "looks: [4, 8, 12]\n",
+        "gates": ["tests/test_published_results.py::test_published_v2_results_come_from_the_registered_file"],
+        "why": "residual_cpu2's registration no longer says what ran (other looks, other boundaries): its "
+               "verdicts would be credited to a design that did not produce them",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "published_v2_verdict_edited_by_hand",
+        "file": "docs/results/residual_cpu2/results.json",
+        "function": "<file>",
+        "old": "\"verdict\": \"better\",\n      \"decision\"",
+        "new": "\"verdict\": \"tie\",\n      \"decision\"",
+        "gates": ["tests/test_published_results.py::"
+                  "test_v2_published_verdicts_follow_the_registered_group_sequential_rule"],
+        "why": "GR's published verdict turned from better to tie: the README's table would no longer follow "
+               "from the runs under the registered looks and spending",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "published_v2_look_rewritten",
+        "file": "docs/results/residual_cpu2/results.json",
+        "function": "<file>",
+        "old": "\"attnres_full\": \"worse\"\n",
+        "new": "\"attnres_full\": \"undecided\"\n",
+        "gates": ["tests/test_published_results.py::"
+                  "test_v2_published_verdicts_follow_the_registered_group_sequential_rule"],
+        "why": "the record of what the last look decided is not what its rule gives: a reader checking the "
+               "looks by hand would find Full AttnRes never decided",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "published_v2_pair_ran_at_another_lr",
+        "file": "docs/results/residual_cpu2/carry/gr-s203/config.yaml",
+        "function": "<file>",
+        "old": "  lr: 0.0045\n",
+        "new": "  lr: 0.003\n",
+        "gates": ["tests/test_published_results.py::"
+                  "test_v2_each_arm_trained_at_the_learning_rate_its_tune_runs_chose"],
+        "why": "a confirmatory GR run trained at another lr than its arm's tune choice: the comparison is not "
+               "'every arm at its own tuned learning rate'",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "published_v2_tune_choice_edited",
+        "file": "docs/results/residual_cpu2/results.json",
+        "function": "<file>",
+        "old": "\"attnres_full\": 0.002,\n",
+        "new": "\"attnres_full\": 0.003,\n",
+        "gates": ["tests/test_published_results.py::"
+                  "test_v2_each_arm_trained_at_the_learning_rate_its_tune_runs_chose"],
+        "why": "the published tune choice is not what the registered rule gives on the tune runs' own metrics",
+        "protects": "A/B rule",
+    },
 ]
