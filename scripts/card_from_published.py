@@ -28,9 +28,9 @@ def pilot_sds(results: Mapping) -> dict[str, float]:
             if a.get("role") == "arm" and a.get("diff_sd") is not None}
 
 
-def card(results: Mapping, looks: Sequence[int], sesoi: float, expected_effect: float, alpha: float = 0.05,
-         extra_sd: Sequence[str] = (), n_sim: int = CARD_N_SIM) -> DesignCard:
-    sds = pilot_sds(results)
+def card(sds: Mapping[str, float], looks: Sequence[int], sesoi: float, expected_effect: float,
+         alpha: float = 0.05, extra_sd: Sequence[str] = (), n_sim: int = CARD_N_SIM) -> DesignCard:
+    """The design card for the compared arms' paired ``sds`` (:func:`pilot_sds`) plus ``extra_sd`` arms."""
     if not sds:
         raise SystemExit("the results file has no compared arm with a paired sd")
     extra = [max(sds.values()) if x == "max" else float(x) for x in extra_sd]
@@ -49,10 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--extra-sd", action="append", default=[], help="an arm not in the results: its sd, or max")
     ap.add_argument("--n-sim", type=int, default=CARD_N_SIM)
     args = ap.parse_args(argv)
-    results = json.loads(args.results.read_text())
-    sds = pilot_sds(results)
+    sds = pilot_sds(json.loads(args.results.read_text()))
     print(f"paired sds from {args.results}: " + ", ".join(f"{a} {v:.4f}" for a, v in sds.items()))
-    print(card(results, args.looks, args.sesoi, args.expected, args.alpha, args.extra_sd, args.n_sim).to_text())
+    print(card(sds, args.looks, args.sesoi, args.expected, args.alpha, args.extra_sd, args.n_sim).to_text())
     return 0
 
 

@@ -282,7 +282,7 @@ def test_a_card_from_a_published_comparison_reads_its_compared_arms_spreads():
     sds = script.pilot_sds(results)
     assert set(sds) == {"gr", "attnres_full", "attnres_block"}  # the baseline and the A/A arm are not arms
     assert sds["gr"] == pytest.approx(float(np.std(results["arms"]["gr"]["diffs"], ddof=1)), rel=1e-12)
-    card = script.card(results, (4, 8, 12), 0.03, -0.05, extra_sd=["max"], n_sim=2000)
+    card = script.card(sds, (4, 8, 12), 0.03, -0.05, extra_sd=["max"], n_sim=2000)
     assert card.design.n_arms == 4 and card.max_n == 12
     assert card.pilot_sd[0] == max(sds.values())  # an arm the comparison did not have: the largest sd
     assert card.type_i <= _mc_bound(ALPHA, 2000)

@@ -76,10 +76,21 @@ def test_every_model_at_or_above_the_bpb_ceiling_is_named_in_the_publication(res
     number, under the results README's ceiling heading (nothing else is listed there)."""
     finals = {(r["arm"], r["seed"]): r["final"]["bpb"] for r in results["runs"]}
     over = {k: round(v, 4) for k, v in finals.items() if not v < BPB_CEILING}
-    text = (PUBLISHED / "README.md").read_text(encoding="utf-8")
-    section = text.split(CEILING_HEADING, 1)[1].split("\n## ", 1)[0] if CEILING_HEADING in text else ""
-    named = {(m.group(1), int(m.group(2))): float(m.group(3)) for m in _CEILING_LINE.finditer(section)}
+    named = _named_at_or_above_the_ceiling(PUBLISHED)
     assert named == over, f"models at or above {BPB_CEILING} bpb: {over}; named in the README: {named}"
+
+
+def _named_at_or_above_the_ceiling(published: Path) -> dict[tuple[str, int], float]:
+    """(arm, seed) -> bpb of each model listed under the results README's ceiling heading."""
+    text = (published / "README.md").read_text(encoding="utf-8")
+    section = text.split(CEILING_HEADING, 1)[1].split("\n## ", 1)[0] if CEILING_HEADING in text else ""
+    return {(m.group(1), int(m.group(2))): float(m.group(3)) for m in _CEILING_LINE.finditer(section)}
+
+
+def _assert_report_plots_exist(published: Path) -> None:
+    for line in (published / "report.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith("![") and "](" in line:
+            assert (published / line.split("](", 1)[1].rstrip(")")).is_file(), line
 
 
 def _t_interval(xs: list[float]) -> tuple[float, float, float]:
@@ -137,10 +148,7 @@ def test_the_publication_names_its_command_commit_and_machine() -> None:
     text = (PUBLISHED / "README.md").read_text(encoding="utf-8")
     for needle in (f"dormouse ab {NAME}", "commit", "torch", "cores", "wall"):
         assert needle in text, f"docs/results/{NAME}/README.md does not say {needle!r}"
-    report = (PUBLISHED / "report.md").read_text(encoding="utf-8")
-    for line in report.splitlines():
-        if line.startswith("![") and "](" in line:
-            assert (PUBLISHED / line.split("](", 1)[1].rstrip(")")).is_file(), line
+    _assert_report_plots_exist(PUBLISHED)
 
 
 # --- residual_cpu2: protocol 2, a tune stage, looks (issue 25) -------------------------------------------------
@@ -248,8 +256,8 @@ def test_v2_each_arm_trained_at_the_learning_rate_its_tune_runs_chose(results2: 
 
 
 def _obf_spent(t: float, a: float) -> float:
-    """Lan-DeMets O'Brien-Fleming-type spending: alpha*(t; a) = 2 (1 - Phi(z_{1-a/2} / sqrt t))."""
-    return 2.0 * sps.norm.sf(sps.norm.isf(a / 2.0) / math.sqrt(t))
+    """Lan-DeMets O'Brien-Fleming-type spending: alpha*(t; a) = 2 (1 - Phi(z_{1-a/2} / sqrt t)); alpha*(0) = 0."""
+    return 2.0 * sps.norm.sf(sps.norm.isf(a / 2.0) / math.sqrt(t)) if t > 0 else 0.0
 
 
 def test_v2_published_verdicts_follow_the_registered_group_sequential_rule(results2: dict[str, Any]) -> None:
@@ -267,9 +275,8 @@ def test_v2_published_verdicts_follow_the_registered_group_sequential_rule(resul
         if not todo or k >= len(results2["looks_taken"]):
             break
         t_now, t_before = n / looks[-1], looks[k - 1] / looks[-1] if k else 0.0
-        sup_p = 2 * (_obf_spent(t_now, alpha / (2 * n_arms)) - (_obf_spent(t_before, alpha / (2 * n_arms))
-                                                                 if k else 0.0))
-        eq_p = _obf_spent(t_now, alpha) - (_obf_spent(t_before, alpha) if k else 0.0)
+        sup_p = 2 * (_obf_spent(t_now, alpha / (2 * n_arms)) - _obf_spent(t_before, alpha / (2 * n_arms)))
+        eq_p = _obf_spent(t_now, alpha) - _obf_spent(t_before, alpha)
         t_sup, t_eq = sps.t.isf(sup_p / 2, n - 1), sps.t.isf(eq_p, n - 1)
         for arm in todo:
             d = [final[(arm, i)] - final[(base, i)] for i in range(1, n + 1)]
@@ -298,9 +305,7 @@ def test_v2_every_model_at_or_above_the_bpb_ceiling_is_named_in_the_publication(
     ceiling = results2["bad_run_ceiling"]
     over = {(r["arm"], r["seed"]): round(r["final"]["bpb"], 4) for r in results2["runs"]
             if not r["final"]["bpb"] < ceiling}
-    text = (PUBLISHED2 / "README.md").read_text(encoding="utf-8")
-    section = text.split(CEILING_HEADING, 1)[1].split("\n## ", 1)[0] if CEILING_HEADING in text else ""
-    named = {(m.group(1), int(m.group(2))): float(m.group(3)) for m in _CEILING_LINE.finditer(section)}
+    named = _named_at_or_above_the_ceiling(PUBLISHED2)
     assert named == over, f"models at or above {ceiling} bpb: {over}; named in the README: {named}"
 
 
@@ -311,7 +316,4 @@ def test_the_v2_publication_names_its_command_commit_machine_and_time() -> None:
     prov = json.loads((PUBLISHED2 / "provenance.json").read_text(encoding="utf-8"))
     assert prov["command"] == f"dormouse ab {NAME2} --jobs 2" and not prov["commit"].endswith("+dirty")
     assert prov["running_s"] <= prov["wall_s"] and prov["sittings"]
-    report = (PUBLISHED2 / "report.md").read_text(encoding="utf-8")
-    for line in report.splitlines():
-        if line.startswith("![") and "](" in line:
-            assert (PUBLISHED2 / line.split("](", 1)[1].rstrip(")")).is_file(), line
+    _assert_report_plots_exist(PUBLISHED2)
