@@ -5,19 +5,18 @@ report."""
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 from omegaconf import DictConfig, OmegaConf
+from planted_run import append_eval, append_log, done_line, eval_rows, write_run_header
 from rich.console import Console
 
 from dormouse.ab.registry import ABSpecError, ComparisonError, list_comparisons, load_spec
 from dormouse.ab.runner import STAMP_NAME, ab_command, pair_state, plan_pairs, run_comparison
 from dormouse.config import arm_name
-from dormouse.loglines import format_eval_line
 
 SPEC = """\
 protocol: 2
@@ -86,35 +85,17 @@ class FakeTrain:
             start = int(ckpts[-1].stem[5:]) if ckpts else 0
         else:
             assert not run_dir.exists(), "the runner must hand a fresh run an empty directory"
-        steps, every, max_iter = int(cfg.train.steps), int(cfg.train.eval_every), int(cfg.model.max_iter)
-        kind = arm_name(cfg)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
-        (run_dir / "provenance.json").write_text(json.dumps(
-            {"device": "cpu", "params": 10_000 + 100 * len(arm), "arm_params": 100 * len(arm), "arm": kind}))
-        with (run_dir / "train.log").open("a") as log, (run_dir / "metrics.jsonl").open("a") as mf:
-            log.write(f"resume step={start} from=ckpt\n" if start else "# dormouse: fake\n")
-            for step in range(every, steps + 1, every):
-                if step <= start:
-                    continue
-                if self.stop_at.get(name) is not None and step > self.stop_at[name]:
-                    return  # "killed": no done line
-                final = self.final_bpb(arm, seed)
-                bpb = final + 0.5 * (1 - step / steps)
-                row: dict[str, Any] = {"step": step, "tokens": step * 128, "loss": bpb * math.log(2),
-                                       "bpb": bpb, "lr": 1e-3, "tok/s": 5000.0 - 100 * len(arm), "depth": 2.0,
-                                       "arm": kind, "kernel": "torch", "skipped": 0, "time_s": step / 10,
-                                       "peak_mem_bytes": 2**20, "params": 10_000 + 100 * len(arm)}
-                row.update({f"bpb@{k}": bpb + 0.2 * (max_iter - k) for k in range(1, max_iter + 1)})
-                for a in ("rezero", "gr", "attnres"):
-                    n = 2 * max_iter * every if a == kind else 0
-                    row[f"{a}_ran"] = 0 if (a == kind and arm in self.dead) else n
-                    row[f"{a}_asked"] = n
-                log.write(format_eval_line(row, max_iter) + "\n")
-                mf.write(json.dumps(row) + "\n")
-                (run_dir / "checkpoints").mkdir(exist_ok=True)
-                (run_dir / "checkpoints" / f"step_{step:08d}.pt").write_bytes(b"fake")
-            log.write(f"done step={steps} wall_s=1.0\n")
+        params = 10_000 + 100 * len(arm)
+        write_run_header(run_dir, cfg, {"params": params, "arm_params": 100 * len(arm)})
+        append_log(run_dir, f"resume step={start} from=ckpt" if start else "# dormouse: fake")
+        for row in eval_rows(cfg, self.final_bpb(arm, seed), start=start, tok_s=5000.0 - 100 * len(arm),
+                             params=params, dead=arm in self.dead):
+            if self.stop_at.get(name) is not None and row["step"] > self.stop_at[name]:
+                return  # "killed": no done line
+            append_eval(run_dir, cfg, row)
+            (run_dir / "checkpoints").mkdir(exist_ok=True)
+            (run_dir / "checkpoints" / f"step_{row['step']:08d}.pt").write_bytes(b"fake")
+        append_log(run_dir, done_line(cfg))
 
 
 @pytest.fixture()

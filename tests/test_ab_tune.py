@@ -12,19 +12,17 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
 
 import pytest
 from omegaconf import DictConfig, OmegaConf
+from planted_run import append_eval, append_log, done_line, eval_rows, write_run_header
 from rich.console import Console
 
 from dormouse.ab.plan import build_plan
 from dormouse.ab.registry import ABSpecError, ComparisonError, load_spec
 from dormouse.ab.runner import ab_command, plan_pairs, run_comparison
 from dormouse.ab.tune import choose
-from dormouse.config import arm_name
 from dormouse.errors import TrainError
-from dormouse.loglines import format_eval_line
 
 SPEC = """\
 protocol: 2
@@ -71,28 +69,13 @@ class TuneFake:
         arm = name.split("-lr")[0].removeprefix("tune-") if name.startswith("tune-") else name.rsplit("-s", 1)[0]
         self.calls.append(name)
         run_dir = Path(cfg.run.dir) / name
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
-        (run_dir / "provenance.json").write_text(json.dumps({"device": "cpu", "params": 1000, "arm": arm_name(cfg)}))
+        write_run_header(run_dir, cfg, {"params": 1000})
         if (arm, lr) in DIVERGES:
             raise TrainError("non-finite loss (loss nan) at step 3; last good checkpoint: none; lower train.lr")
-        final = 2.0 + 0.05 * abs(math.log2(lr / OPTIMUM[arm])) + 0.001 * (seed % 7)
-        steps, every, max_iter, kind = int(cfg.train.steps), int(cfg.train.eval_every), int(cfg.model.max_iter), \
-            arm_name(cfg)
-        with (run_dir / "train.log").open("a") as log, (run_dir / "metrics.jsonl").open("a") as mf:
-            log.write("# dormouse: fake\n")
-            for step in range(every, steps + 1, every):
-                bpb = final + 0.5 * (1 - step / steps)
-                row: dict[str, Any] = {"step": step, "tokens": step * 128, "loss": bpb * math.log(2), "bpb": bpb,
-                                       "lr": lr, "tok/s": 5000.0, "depth": 2.0, "arm": kind, "kernel": "torch",
-                                       "skipped": 0, "time_s": step / 10, "peak_mem_bytes": 2**20, "params": 1000}
-                row.update({f"bpb@{k}": bpb + 0.2 * (max_iter - k) for k in range(1, max_iter + 1)})
-                for a in ("rezero", "gr", "attnres"):
-                    n = 2 * max_iter * every if a == kind else 0
-                    row[f"{a}_ran"] = row[f"{a}_asked"] = n
-                log.write(format_eval_line(row, max_iter) + "\n")
-                mf.write(json.dumps(row) + "\n")
-            log.write(f"done step={steps} wall_s=1.0\n")
+        append_log(run_dir, "# dormouse: fake")
+        for row in eval_rows(cfg, 2.0 + 0.05 * abs(math.log2(lr / OPTIMUM[arm])) + 0.001 * (seed % 7)):
+            append_eval(run_dir, cfg, row)
+        append_log(run_dir, done_line(cfg))
 
 
 @pytest.fixture()
