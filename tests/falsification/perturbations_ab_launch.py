@@ -1,6 +1,7 @@
-"""Perturbations of how a comparison's pairs are launched (issue 12): the locks, the per-pair slots, the
-submitit requeue hook, --status, the live board and errors said once (tests/falsification; format in
-perturbations_attnres.py). ``protects`` names what a defect here would break."""
+"""Perturbations of how a comparison's pairs are launched (issues 12 and 24): the `ab NAME` refusals, the
+locks, the per-pair slots, the submitit requeue hook, --status and its ETA under --jobs, the live board and
+errors said once (tests/falsification; format in perturbations_attnres.py). ``protects`` names what a defect
+here would break."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ _LIVE = "dormouse/ab/live.py"
 _L = "tests/test_ab_lock.py::"
 _T = "tests/test_ab_launch.py::"
 _A = "tests/test_ab.py::"
+_REGISTRY = "dormouse/ab/registry.py"
+_NAMES = "tests/test_ab_names.py::"
+_ETA = "tests/test_ab_eta.py::"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -195,6 +199,70 @@ PERTURBATIONS: list[dict] = [
         "gates": [_A + "test_the_code_fingerprint_covers_the_configs_where_the_installed_package_has_them"],
         "why": "in an editable install (the README's set-up) the fingerprint hashes no config: an edited preset "
                "joins a running comparison unseen, and a fresh checkout cannot resume one started elsewhere",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "ab_missing_path_called_a_bad_name",
+        "file": _REGISTRY,
+        "function": "_read_text",
+        "old": "    if _looks_like_path(name):",
+        "new": "    if name.endswith((\".yaml\", \".yml\")) and Path(name).is_file():",
+        "gates": [_NAMES + "test_a_missing_registration_file_is_said_to_be_a_missing_file_not_a_bad_name"],
+        "why": "`dormouse ab /nonexist/x.yaml` is told 'not a plain name' instead of 'the file does not exist'",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "ab_unknown_name_without_did_you_mean",
+        "file": _REGISTRY,
+        "function": "_read_text",
+        "old": "        close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)\n",
+        "new": "        close: list[str] = []\n",
+        "gates": [_NAMES + "test_a_mistyped_comparison_name_gets_the_closest_registered_names"],
+        "why": "`dormouse ab smok` lists every comparison but not the one meant",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "slot_workers_spawned_reimporting_torch",
+        "file": "dormouse/ab/launch.py",
+        "function": "ProcessLauncher.__init__",
+        "old": "        self.context = worker_context()\n",
+        "new": "        self.context = multiprocessing.get_context(\"spawn\")\n",
+        "gates": ["tests/test_ab_launch.py::test_slot_workers_start_with_torch_and_the_trainer_already_imported"],
+        "why": "every --jobs worker is spawned and imports torch (and torch._dynamo at its first optimizer) "
+               "again: seconds per worker before its first pair, more than a small pair's training",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "eta_ignores_the_parallel_slots",
+        "file": "dormouse/ab/status.py",
+        "function": "comparison_eta",
+        "old": "        heapq.heappush(free, heapq.heappop(free) + per_pair)\n",
+        "new": "        heapq.heappush(free, max(free) + per_pair)\n",
+        "gates": [_ETA + "test_two_slots_before_any_pair_finished_give_an_eta_from_the_running_pairs_pace",
+                  _ETA + "test_finished_pairs_set_the_pair_time_and_the_slots_share_the_pending_pairs"],
+        "why": "the pending pairs are counted one after another as if one slot ran them: under --jobs N the "
+               "ETA is about N times too long",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "eta_unknown_until_a_pair_finished",
+        "file": "dormouse/ab/status.py",
+        "function": "comparison_eta",
+        "old": "                else sum(projected) / len(projected) if projected else None)\n",
+        "new": "                else None)\n",
+        "gates": [_ETA + "test_two_slots_before_any_pair_finished_give_an_eta_from_the_running_pairs_pace"],
+        "why": "under --jobs N the first N pairs run together, so no ETA until the first wave ends (issue 24)",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "board_eta_forgets_the_pending_pairs",
+        "file": "dormouse/ab/live.py",
+        "function": "PairBoard.eta_s",
+        "old": "comparison_eta(running, done, sum(p.status == \"pending\" for p in self.pairs.values()))",
+        "new": "comparison_eta(running, done, 0)",
+        "gates": [_ETA + "test_the_live_board_shows_the_eta_for_the_slots_running_at_once"],
+        "why": "the live board's ETA covers the running pairs only: it says minutes when hours of pending "
+               "pairs remain",
         "protects": "A/B rule",
     },
 ]

@@ -1,9 +1,11 @@
-"""Perturbations of the training loop, the data/eval path and the arms' set-up (issue 10, gates 1-6;
-tests/falsification; format in perturbations_attnres.py, plus ``protects``).
+"""Perturbations of the training loop and the arms' set-up (issue 10, gates 1-6; issue 24's dtype, notices,
+gradient accumulation, best checkpoint and wandb tags; tests/falsification; format in perturbations_attnres.py,
+plus ``protects``). What a run reads and scores is perturbed in perturbations_data.py.
 
 Each is a plausible one-line mistake in code that decides a verdict as much as the mechanism does: the
-schedule, the optimizer's groups, the depth the loop runs, what the loss trains, which split eval reads,
-how big the eval set is, and where each arm starts.
+schedule, the optimizer's groups, the depth the loop runs, what the loss trains, the dtype it computes in,
+how accumulated gradients are scaled, and where each arm starts; or one that leaves a user uninformed: a
+first step or a memory need that goes unsaid.
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ _LOOP = "tests/test_loop.py::"
 _EVAL = "tests/test_eval_set.py::"
 _SETUP = "tests/test_arm_setup.py::"
 _ASKED = "tests/test_asked.py::"
+_D = "tests/test_dtype.py::"
+_N = "tests/test_step_notice.py::"
+_NOTICE = "dormouse/step_notice.py"
+_LOOP_STATE = "dormouse/loop_state.py"
+_KNOBS = "tests/test_trainer_knobs.py::"
 
 PERTURBATIONS: list[dict] = [
     # --- gate 2: the learning-rate schedule ----------------------------------------------------------------
@@ -137,27 +144,6 @@ PERTURBATIONS: list[dict] = [
         "why": "the fixed eval set is cut from the train split: bpb measures memorisation, not generalisation",
         "protects": "data/eval",
     },
-    {
-        "name": "split_puts_val_at_the_head",
-        "file": _DATA,
-        "function": "_split",
-        "old": "    return everything[:n_train].clone(), everything[n_train:].clone()\n",
-        "new": "    return everything[n_val:].clone(), everything[:n_val].clone()\n",
-        "gates": [_EVAL + "test_eval_reads_the_val_split_and_training_never_does"],
-        "why": "val taken from the head and train from the rest: training reads the bytes the eval was meant for",
-        "protects": "data/eval",
-    },
-    {
-        "name": "eval_bytes_beyond_val_accepted",
-        "file": _DATA,
-        "function": "load_corpus",
-        "old": "    if eval_bytes is not None and int(eval_bytes) > val.numel():\n",
-        "new": "    if False:\n",
-        "gates": [_EVAL + "test_eval_bytes_larger_than_the_val_split_is_refused_naming_it"],
-        "why": "an eval_bytes larger than the val split passes the data check (the residual registration's "
-               "1 MiB that silently read 244 KiB)",
-        "protects": "data/eval",
-    },
     # --- gate 8: asked means asked ---------------------------------------------------------------------------
     {
         "name": "last_iteration_skips_its_mlp",
@@ -230,5 +216,91 @@ PERTURBATIONS: list[dict] = [
         "gates": [_SETUP + "test_gr_gate_reads_the_rms_normalised_state"],
         "why": "GR's gate reads the raw state: it saturates as the residual stream grows with depth",
         "protects": "arms' set-up",
+    },
+    {
+        "name": "train_dtype_read_but_ignored",
+        "file": _TRAIN,
+        "function": "compute_dtype",
+        "old": "    return \"bf16-autocast\" if requested == \"bf16\" else \"fp32\"\n",
+        "new": "    return \"fp32\"\n",
+        "gates": [_D + "test_train_dtype_bf16_runs_the_matmuls_in_bf16_on_cpu_and_fp32_does_not"],
+        "why": "train.dtype=bf16 is accepted and recorded nowhere: the run computes in fp32 while the user "
+               "asked for (and compares against) bf16",
+        "protects": "training loop",
+    },
+    {
+        "name": "first_step_line_never_printed",
+        "file": _TRAIN,
+        "function": "_loop",
+        "old": "                if first is not None and info.is_main:  # a step that cannot fit in time is not "
+               "silent\n",
+        "new": "                if first is not None and not info.is_main:\n",
+        "gates": [_N + "test_first_step_prints_its_time_off_a_terminal_before_the_first_eval"],
+        "why": "a run whose step takes minutes prints nothing off a terminal until its first eval (issue 24)",
+        "protects": "training loop",
+    },
+    {
+        "name": "first_step_projection_counts_from_step_0",
+        "file": _NOTICE,
+        "function": "first_step_line",
+        "old": "    to_eval, to_end = duration((next_eval - step) * step_s), duration((steps - step) * step_s)\n",
+        "new": "    to_eval, to_end = duration(next_eval * step_s), duration(steps * step_s)\n",
+        "gates": [_N + "test_first_step_line_projects_the_first_eval_and_the_end_from_the_first_step"],
+        "why": "the projection counts the step already done (and, on a resume, every step before it)",
+        "protects": "training loop",
+    },
+    {
+        "name": "attention_memory_warning_never_fires",
+        "file": _NOTICE,
+        "function": "memory_warning",
+        "old": "    if free is None or need <= MEMORY_WARN_FRACTION * free:\n",
+        "new": "    if free is None or need <= free:\n",
+        "gates": [_N + "test_attention_that_exceeds_half_the_free_memory_warns_before_step_0_and_still_trains"],
+        "why": "the warning waits until the estimate exceeds all the free memory, ignoring the stated fraction: "
+               "a step that holds more than half the memory starts silently",
+        "protects": "training loop",
+    },
+    {
+        "name": "wandb_tags_not_passed",
+        "file": _TRAIN,
+        "function": "_wandb_run",
+        "old": "job_type=lg.wandb_job_type, tags=[str(tag) for tag in lg.wandb_tags],\n",
+        "new": "job_type=lg.wandb_job_type, tags=None,\n",
+        "gates": ["tests/test_wandb_team.py::test_entity_project_group_and_tags_reach_wandb_init"],
+        "why": "logging.wandb_tags is accepted and dropped: the team's runs are not tagged and nothing says so",
+        "protects": "training loop",
+    },
+    {
+        "name": "grad_accum_without_loss_scaling",
+        "file": _TRAIN,
+        "function": "accumulate_gradients",
+        "old": "        loss = readout_loss(logits, yb) / accum\n",
+        "new": "        loss = readout_loss(logits, yb)\n",
+        "gates": ["tests/test_trainer_knobs.py::test_accumulated_micro_batches_give_the_full_batch_gradient"],
+        "why": "the micro-batch losses are summed unscaled: the step is accum times a full-batch step (an "
+               "effective learning rate x accum), silently",
+        "protects": "training loop",
+    },
+    {
+        "name": "grad_accum_counts_one_pass_per_step",
+        "file": _LOOP_STATE,
+        "function": "Window.add_forward",
+        "old": "        self.forward_depth_sum += depth * passes\n",
+        "new": "        self.forward_depth_sum += depth\n",
+        "gates": ["tests/test_trainer_knobs.py::test_grad_accum_keeps_the_counters_and_depth_sum_of_one_step_per_"
+                  "step"],
+        "why": "depth_sum counts one forward per step while the arm is asked once per micro-batch: logs --check "
+               "calls every accumulated run's arm leaking",
+        "protects": "counters",
+    },
+    {
+        "name": "keep_best_keeps_the_last",
+        "file": _TRAIN,
+        "function": "write_best_checkpoint",
+        "old": "    if math.isfinite(row[\"bpb\"]) and all(row[\"bpb\"] < float(r[\"bpb\"]) for r in earlier):\n",
+        "new": "    if math.isfinite(row[\"bpb\"]):\n",
+        "gates": [_KNOBS + "test_keep_best_writes_the_lowest_eval_bpb_checkpoint_not_the_last"],
+        "why": "best.pt is overwritten at every eval: it is the last checkpoint, not the best",
+        "protects": "training loop",
     },
 ]

@@ -1,5 +1,6 @@
-"""Perturbations of the learned-value probes, the sampler and the CLI surface of issue 13
-(tests/falsification; format in perturbations_attnres.py). ``protects`` names what the gate guards."""
+"""Perturbations of the learned-value probes and their plots, the sampler and the CLI surface of issue 13
+(and issue 24's bars and streamed samples; tests/falsification; format in perturbations_attnres.py).
+``protects`` names what the gate guards."""
 
 from __future__ import annotations
 
@@ -113,5 +114,36 @@ PERTURBATIONS: list[dict] = [
                   "_the_title_whole"],
         "why": "the map laid out by hand again: with few sources the entropies run under the colour bar (issue 24)",
         "protects": "probes",
+    },
+    {
+        "name": "comparison_gate_bars_are_channel_spread",
+        "file": "dormouse/arms.py",
+        "function": "GatedResidual.mean_over_seeds",
+        "old": "        out = {k: v for k, v in super().mean_over_seeds(rows).items() if k != \"probe/gate_spread\"}\n",
+        "new": "        out = super().mean_over_seeds(rows)\n",
+        "gates": ["tests/test_probe_plots.py::test_error_bars_say_what_they_are_the_same_way_for_every_arm"],
+        "why": "a comparison's gate plot carries the seeds' mean sd over channels beside an |alpha| plot whose "
+               "bars are the sd over seeds (issue 24)",
+        "protects": "probes",
+    },
+    {
+        "name": "slot_plot_names_bars_it_does_not_draw",
+        "file": "dormouse/probe_plots.py",
+        "function": "spread_label",
+        "old": "    return f\"{quantity} (bars: sd over {over})\" if spread is not None else quantity\n",
+        "new": "    return f\"{quantity} (bars: sd over {over})\"\n",
+        "gates": ["tests/test_probe_plots.py::test_error_bars_say_what_they_are_the_same_way_for_every_arm"],
+        "why": "a one-seed comparison's plot says 'bars: sd over seeds' and draws none",
+        "protects": "probes",
+    },
+    {
+        "name": "sample_streams_nothing_until_the_end",
+        "file": "dormouse/sample.py",
+        "function": "generate",
+        "old": "                on_byte(bytes((nxt,)))\n",
+        "new": "                pass\n",
+        "gates": ["tests/test_sample.py::test_one_sample_streams_each_byte_as_it_is_generated_flushed"],
+        "why": "the bytes are drawn but not handed on: `sample --bytes 100000` shows nothing for minutes",
+        "protects": "training loop",
     },
 ]

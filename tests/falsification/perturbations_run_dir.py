@@ -1,5 +1,6 @@
 """Perturbations of what keeps a run's directory its own (issue 24: two `train` on one run, a run name that
-leaves the run root; tests/falsification; format in perturbations_attnres.py, plus ``protects``).
+leaves the run root, a resume that takes its saved config and refuses one that changes what the run computes;
+tests/falsification; format in perturbations_attnres.py, plus ``protects``).
 
 A run directory is the loop's record: two writers interleave its metrics, a name with `..` writes (and with
 train.overwrite=true deletes) outside run.dir.
@@ -10,6 +11,7 @@ from __future__ import annotations
 _RUNDIR = "dormouse/rundir.py"
 _CONFIG = "dormouse/config.py"
 _LOCK = "tests/test_run_lock.py::"
+_RESUME = "tests/test_resume_default.py::"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -64,5 +66,38 @@ PERTURBATIONS: list[dict] = [
         "gates": ["tests/test_run_name.py::test_full_and_block_attnres_get_different_default_run_names"],
         "why": "a Block AttnRes run started without run.name is named like a Full one (attnres-<time>)",
         "protects": "arms' set-up",
+    },
+    {
+        "name": "resume_ignores_the_saved_config",
+        "file": _CONFIG,
+        "function": "load_config",
+        "old": "    if str(cfg.train.resume) != \"never\":",
+        "new": "    if False:",
+        "gates": [_RESUME + "test_a_resume_without_other_overrides_continues_the_run_with_its_saved_config"],
+        "why": "a resume composes from the defaults again: every override of the run must be retyped, or the "
+               "resume is refused",
+        "protects": "training loop",
+    },
+    {
+        "name": "resume_saved_config_overrides_the_command_line",
+        "file": _RUNDIR,
+        "function": "resume_config",
+        "old": "        if key in COMMAND_KEYS or any(key == g or key.startswith(g + \".\") for g in given):\n",
+        "new": "        if key in COMMAND_KEYS:\n",
+        "gates": [_RESUME + "test_an_explicit_override_on_a_resume_wins_over_the_saved_config"],
+        "why": "an override given on a resume is silently replaced by the saved value (train.eval_every=5 "
+               "ignored; a changed model silently resumed as the old one)",
+        "protects": "training loop",
+    },
+    {
+        "name": "resume_refusal_names_keys_without_values",
+        "file": _RUNDIR,
+        "function": "_differences_with_values",
+        "old": "    return \", \".join(f\"{k}={a.get(k)} -> {b.get(k)}\" for k in keys)\n",
+        "new": "    return \", \".join(keys)\n",
+        "gates": [_RESUME + "test_a_refused_resume_names_every_differing_key_with_both_values"],
+        "why": "a refused resume names the keys but not the saved and the given value: the user cannot tell "
+               "which side to change",
+        "protects": "training loop",
     },
 ]
