@@ -32,17 +32,20 @@ forward and backward, as ``torch.utils.flop_counter.FlopCounterMode`` counts the
 from the checkout): how much of a tokens/s gap is arithmetic rather than overhead.
 
 ``--model-step`` times, instead of runs, one training step (forward, cross-entropy, backward, clipping at
-1.0, AdamW) of nanoGPT's model and of each dormouse arm in ONE process, interleaved for ``--rounds`` rounds
-of ``--steps`` steps on one fixed batch: no data loading, no logging, and drift hits both alike. Real runs
-on a noisy machine do not resolve a 10 % difference in 3 rounds; this does, for the model's own cost.
+1.0, AdamW) of nanoGPT's model and of each dormouse arm in ONE process, interleaved (in a shuffled order
+each round) for ``--rounds`` rounds of ``--steps`` steps on one fixed batch: no data loading, no logging, and
+drift hits both alike. Real runs on a noisy machine do not resolve a 10 % difference in 3 rounds; this does,
+for the model's own cost.
 
 ``--model-step --compile`` adds both models compiled (nanoGPT as its train.py does, dormouse as
 ``train.compile``), and prints each dormouse variant's **time per FLOP against nanoGPT's** in the same mode,
 (step ratio) / (FLOP ratio), with a 95 % bootstrap interval: issue 23's goal is <= 1. ``--components`` times the
 parts where the models differ (RMSNorm vs LayerNorm, RoPE vs a learned position embedding, SwiGLU vs GELU),
-forward + backward, with their FLOPs and their share of a step.
+forward + backward, with their FLOPs and their share of a step. ``--profile`` lists, from torch.profiler, the
+ops where the like-for-like eager step (PreNorm, one readout) spends time that nanoGPT's does not.
 
     python scripts/bench_vs_nanogpt.py --nanogpt DIR --model-step --compile --components --rounds 20 --steps 5
+    python scripts/bench_vs_nanogpt.py --nanogpt DIR --profile --steps 20
 
 ``--nanogpt`` is a checkout of nanoGPT (``git clone https://github.com/karpathy/nanoGPT; git -C nanoGPT
 checkout 3adf61e``); the script copies it to a temporary directory and writes the data there, so the
@@ -54,6 +57,7 @@ from __future__ import annotations
 import argparse
 import json
 import pickle
+import random
 import re
 import shutil
 import statistics
@@ -154,9 +158,7 @@ def _dormouse_model(extra: list[str]) -> tuple[Any, str]:
 
 def print_step_flops(nanogpt: Path) -> None:
     """FLOPs of one training step (forward + backward) of nanoGPT's model and of each dormouse arm."""
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randint(0, 256, (SHAPE["batch"], SHAPE["context"]), generator=gen)
-    y = torch.randint(0, 256, (SHAPE["batch"], SHAPE["context"]), generator=gen)
+    x, y = _batch()
     nano = _nanogpt_model(nanogpt)
     base = _flops_of(lambda: nano(x, y)[1])
     print(f"FLOPs of one training step (matmuls + attention, fwd + bwd), shape {SHAPE}:")
@@ -178,27 +180,34 @@ def _flops_of(loss_fn: Any) -> int:
     return counter.get_total_flops()
 
 
+def _train_step(model: Any, loss_fn: Any, opt: torch.optim.Optimizer) -> Any:
+    """One training step as both loops take it: the loss, read; backward; clipping at 1.0; the optimizer."""
+
+    def step() -> None:
+        loss = loss_fn()
+        float(loss.detach())  # both loops read the loss every step
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def _batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """The one fixed batch every timed step trains on."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (SHAPE["batch"], SHAPE["context"]), generator=gen)
+    return x, torch.randint(0, 256, (SHAPE["batch"], SHAPE["context"]), generator=gen)
+
+
 def model_step_times(nanogpt: Path, rounds: int, steps: int, modes: list[str]) -> dict[str, Any]:
     """``--model-step``: one training step of each model, interleaved in this process, eager and (``--compile``)
     compiled: nanoGPT as its train.py compiles it (``torch.compile(model)``), dormouse as ``train.compile``
     does (``LoopedByteLM.compile_whole()``). Reported per variant: the step time, the FLOPs of the step, and
     **time per FLOP against nanoGPT's in the same mode**: (step ratio) / (FLOP ratio), median over rounds with a
     95 % bootstrap interval; <= 1 means dormouse does its arithmetic at least as fast as nanoGPT (the goal)."""
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randint(0, 256, (SHAPE["batch"], SHAPE["context"]), generator=gen)
-    y = torch.randint(0, 256, (SHAPE["batch"], SHAPE["context"]), generator=gen)
-
-    def make_step(model: Any, loss_fn: Any, opt: torch.optim.Optimizer) -> Any:
-        def step() -> None:
-            loss = loss_fn()
-            float(loss.detach())  # both loops read the loss every step
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-
-        return step
-
+    x, y = _batch()
     variants: dict[str, Any] = {}
     flops: dict[str, int] = {}
     warmup_s: dict[str, float] = {}
@@ -207,14 +216,14 @@ def model_step_times(nanogpt: Path, rounds: int, steps: int, modes: list[str]) -
         flops[f"nanoGPT [{mode}]"] = _flops_of(lambda m=nano: m(x, y)[1])
         run_nano = torch.compile(nano) if mode == "compile" else nano
         opt = nano.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cpu")
-        variants[f"nanoGPT [{mode}]"] = make_step(nano, lambda m=run_nano: m(x, y)[1], opt)
+        variants[f"nanoGPT [{mode}]"] = _train_step(nano, lambda m=run_nano: m(x, y)[1], opt)
         for arm, extra in DORMOUSE_ARMS.items():
             model, readouts = _dormouse_model(extra)
             name = f"{arm} [{mode}]"
             flops[name] = _flops_of(lambda m=model, r=readouts: _dormouse_loss(m, r, x, y))
             run_model = model.compile_whole() if mode == "compile" else model
             opt = torch.optim.AdamW(model.param_groups(0.1), lr=1e-3, betas=(0.9, 0.99))
-            variants[name] = make_step(model, lambda m=run_model, r=readouts: _dormouse_loss(m, r, x, y), opt)
+            variants[name] = _train_step(model, lambda m=run_model, r=readouts: _dormouse_loss(m, r, x, y), opt)
     for name, step in variants.items():
         t0 = time.perf_counter()
         for _ in range(3):
@@ -222,8 +231,12 @@ def model_step_times(nanogpt: Path, rounds: int, steps: int, modes: list[str]) -
         warmup_s[name] = time.perf_counter() - t0
         print(f"warmed up {name} in {warmup_s[name]:.1f} s", flush=True)
     ms: dict[str, list[float]] = {name: [] for name in variants}
+    # A fresh order each round: with a fixed order, load that drifts within a round favours whichever variant
+    # sits nearer its nanoGPT baseline; shuffled, that bias averages out over rounds (seeded: rerunnable).
+    order, shuffler = list(variants.items()), random.Random(0)
     for _ in range(rounds):
-        for name, step in variants.items():
+        shuffler.shuffle(order)
+        for name, step in order:
             t0 = time.perf_counter()
             for _ in range(steps):
                 step()
@@ -250,6 +263,39 @@ def model_step_times(nanogpt: Path, rounds: int, steps: int, modes: list[str]) -
         print(f"  {name:44s} {statistics.median(times):8.2f} {flops[name] / 1e9:6.3f} {rows[name]['step_x']:7.3f} "
               f"{flop_x:7.3f} {rows[name]['per_flop_x']:10.3f} {ci_text:>13s} {verdict:>9s}")
     return rows
+
+
+def profile_like_for_like(nanogpt: Path, steps: int, top: int = 14) -> None:
+    """``--profile``: where the eager step of the like-for-like dormouse model (PreNorm, one readout) spends
+    time that nanoGPT's does not: torch.profiler's self CPU time per op, per step, over ``steps`` steps each
+    (after 3 unprofiled ones), and the ops whose time differs most. The models run one after the other: the
+    call counts are exact, a few per cent of one op's time is noise."""
+    x, y = _batch()
+    nano = _nanogpt_model(nanogpt)
+    model, readouts = _dormouse_model(DORMOUSE_ARMS["dormouse PreNorm (readout=last)"])
+    steps_of = {
+        "nanoGPT": _train_step(nano, lambda: nano(x, y)[1], nano.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cpu")),
+        "dormouse PreNorm (readout=last)": _train_step(
+            model, lambda: _dormouse_loss(model, readouts, x, y),
+            torch.optim.AdamW(model.param_groups(0.1), lr=1e-3, betas=(0.9, 0.99))),
+    }  # fmt: skip
+    ops: dict[str, dict[str, tuple[float, float]]] = {}
+    for name, step in steps_of.items():
+        for _ in range(3):
+            step()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            for _ in range(steps):
+                step()
+        ops[name] = {e.key: (e.count / steps, e.self_cpu_time_total / 1e3 / steps) for e in prof.key_averages()}
+    base, ours = ops["nanoGPT"], ops["dormouse PreNorm (readout=last)"]
+    print(f"\nself CPU time per step, eager, {steps} profiled steps each: nanoGPT "
+          f"{sum(ms for _, ms in base.values()):.1f} ms, dormouse PreNorm (readout=last) "
+          f"{sum(ms for _, ms in ours.values()):.1f} ms; the ops that differ most:")
+    diffs = sorted(((ours.get(k, (0, 0))[1] - base.get(k, (0, 0))[1], k) for k in set(ours) | set(base)),
+                   key=lambda d: -abs(d[0]))[:top]  # fmt: skip
+    for ms, k in diffs:
+        calls = ours.get(k, (0, 0))[0] - base.get(k, (0, 0))[0]
+        print(f"  {k[:56]:56s} {ms:+7.2f} ms  {calls:+5.0f} calls  (nanoGPT {base.get(k, (0, 0))[1]:6.2f} ms)")
 
 
 def component_times(rounds: int, steps: int) -> dict[str, Any]:
@@ -327,6 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model-step", action="store_true", help="time the models' steps in one process instead")
     ap.add_argument("--compile", action="store_true", help="--model-step: also time both models compiled")
     ap.add_argument("--components", action="store_true", help="--model-step: also time the parts that differ")
+    ap.add_argument("--profile", action="store_true",
+                    help="profile nanoGPT's eager step and dormouse's like-for-like one (--steps steps each)")
     args = ap.parse_args(argv)
     if not (args.nanogpt / "train.py").is_file() or not (args.nanogpt / "model.py").is_file():
         print(f"--nanogpt {args.nanogpt}: no nanoGPT train.py/model.py there", file=sys.stderr)
@@ -334,6 +382,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.flops:
         print_step_flops(args.nanogpt)
+    if args.profile:
+        profile_like_for_like(args.nanogpt, args.steps)
+        return 0
     if args.model_step:
         modes = ["eager", "compile"] if args.compile else ["eager"]
         out: dict[str, Any] = {"shape": SHAPE, "rounds": args.rounds, "steps": args.steps,
