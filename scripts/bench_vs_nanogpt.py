@@ -279,22 +279,14 @@ def profile_like_for_like(nanogpt: Path, steps: int, top: int = 14) -> None:
             model, lambda: _dormouse_loss(model, readouts, x, y),
             torch.optim.AdamW(model.param_groups(0.1), lr=1e-3, betas=(0.9, 0.99))),
     }  # fmt: skip
-    ops: dict[str, dict[str, tuple[float, float]]] = {}
-    for name, step in steps_of.items():
-        for _ in range(3):
-            step()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            for _ in range(steps):
-                step()
-        ops[name] = {e.key: (e.count / steps, e.self_cpu_time_total / 1e3 / steps) for e in prof.key_averages()}
+    from profile_step import op_differences, op_times
+
+    ops = {name: op_times(step, steps, warmup=3) for name, step in steps_of.items()}
     base, ours = ops["nanoGPT"], ops["dormouse PreNorm (readout=last)"]
     print(f"\nself CPU time per step, eager, {steps} profiled steps each: nanoGPT "
           f"{sum(ms for _, ms in base.values()):.1f} ms, dormouse PreNorm (readout=last) "
           f"{sum(ms for _, ms in ours.values()):.1f} ms; the ops that differ most:")
-    diffs = sorted(((ours.get(k, (0, 0))[1] - base.get(k, (0, 0))[1], k) for k in set(ours) | set(base)),
-                   key=lambda d: -abs(d[0]))[:top]  # fmt: skip
-    for ms, k in diffs:
-        calls = ours.get(k, (0, 0))[0] - base.get(k, (0, 0))[0]
+    for k, ms, calls in op_differences(ours, base, top, either_way=True):
         print(f"  {k[:56]:56s} {ms:+7.2f} ms  {calls:+5.0f} calls  (nanoGPT {base.get(k, (0, 0))[1]:6.2f} ms)")
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 import torch
 from bench_model_step import ARMS, CUDA_ONLY, Variant
@@ -23,15 +24,31 @@ from bench_model_step import ARMS, CUDA_ONLY, Variant
 MATMULS = ("aten::mm", "aten::addmm", "aten::bmm")
 
 
-def profile_arm(arm: str, preset: str, extra: list[str], steps: int, warmup: int) -> dict[str, tuple[float, float]]:
-    """``{op: (calls per step, self ms per step)}`` for ``steps`` profiled steps of ``arm``."""
-    variant = Variant(arm, "eager", preset, torch.device("cpu"), tuple(extra))
+OpTable = dict[str, tuple[float, float]]  # op -> (calls per step, self CPU ms per step)
+
+
+def op_times(step: Callable[[], None], steps: int, warmup: int) -> OpTable:
+    """torch.profiler's self CPU time of each op over ``steps`` calls of ``step`` (after ``warmup`` unprofiled
+    ones), per step."""
     for _ in range(warmup):
-        variant.step()
+        step()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
-            variant.step()
+            step()
     return {e.key: (e.count / steps, e.self_cpu_time_total / 1e3 / steps) for e in prof.key_averages()}
+
+
+def op_differences(table: OpTable, base: OpTable, top: int, either_way: bool) -> list[tuple[str, float, float]]:
+    """The ``top`` ops whose time per step grew most against ``base`` (``either_way``: changed most, up or
+    down): (op, ms, calls), each as ``table`` minus ``base``."""
+    rows = [(k, table.get(k, (0, 0))[1] - base.get(k, (0, 0))[1], table.get(k, (0, 0))[0] - base.get(k, (0, 0))[0])
+            for k in set(table) | set(base)]  # fmt: skip
+    return sorted(rows, key=lambda r: -abs(r[1]) if either_way else -r[1])[:top]
+
+
+def profile_arm(arm: str, preset: str, extra: list[str], steps: int, warmup: int) -> OpTable:
+    """``{op: (calls per step, self ms per step)}`` for ``steps`` profiled steps of ``arm``."""
+    return op_times(Variant(arm, "eager", preset, torch.device("cpu"), tuple(extra)).step, steps, warmup)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,10 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             for ms, k, n in rows:
                 print(f"  {k[:60]:60s} {ms:8.2f} ms  {n:6.0f} calls")
             continue
-        diffs = sorted(((table.get(k, (0, 0))[1] - base.get(k, (0, 0))[1], k) for k in set(table) | set(base)),
-                       reverse=True)[: args.top]  # fmt: skip
-        for ms, k in diffs:
-            calls = table.get(k, (0, 0))[0] - base.get(k, (0, 0))[0]
+        for k, ms, calls in op_differences(table, base, args.top, either_way=False):
             print(f"  {k[:60]:60s} {ms:+8.2f} ms  {calls:+6.0f} calls  vs ReZero")
     return 0
 
