@@ -45,7 +45,8 @@ forward + backward, with their FLOPs and their share of a step. ``--profile`` li
 ops where the like-for-like eager step (PreNorm, one readout) spends time that nanoGPT's does not.
 
     python scripts/bench_vs_nanogpt.py --nanogpt DIR --model-step --compile --components --rounds 20 --steps 5
-    python scripts/bench_vs_nanogpt.py --nanogpt DIR --profile --steps 20
+    python scripts/bench_vs_nanogpt.py --nanogpt DIR --profile --steps 20             # eager
+    python scripts/bench_vs_nanogpt.py --nanogpt DIR --profile --compile --steps 20   # compiled
 
 ``--nanogpt`` is a checkout of nanoGPT (``git clone https://github.com/karpathy/nanoGPT; git -C nanoGPT
 checkout 3adf61e``); the script copies it to a temporary directory and writes the data there, so the
@@ -180,16 +181,27 @@ def _flops_of(loss_fn: Any) -> int:
     return counter.get_total_flops()
 
 
-def _train_step(model: Any, loss_fn: Any, opt: torch.optim.Optimizer) -> Any:
-    """One training step as both loops take it: the loss, read; backward; clipping at 1.0; the optimizer."""
+PHASES = ("forward", "backward", "clip + AdamW")
+
+
+def _train_step(model: Any, loss_fn: Any, opt: torch.optim.Optimizer,
+                phase_ms: dict[str, list[float]] | None = None) -> Any:
+    """One training step as both loops take it: the loss, read; backward; clipping at 1.0; the optimizer.
+    With ``phase_ms``, each step appends the wall time of each of ``PHASES`` to it."""
 
     def step() -> None:
+        t0 = time.perf_counter()
         loss = loss_fn()
         float(loss.detach())  # both loops read the loss every step
+        t1 = time.perf_counter()
         loss.backward()
+        t2 = time.perf_counter()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if phase_ms is not None:
+            for phase, ms in zip(PHASES, (t1 - t0, t2 - t1, time.perf_counter() - t2)):
+                phase_ms[phase].append(ms * 1e3)
 
     return step
 
@@ -265,29 +277,50 @@ def model_step_times(nanogpt: Path, rounds: int, steps: int, modes: list[str]) -
     return rows
 
 
-def profile_like_for_like(nanogpt: Path, steps: int, top: int = 14) -> None:
-    """``--profile``: where the eager step of the like-for-like dormouse model (PreNorm, one readout) spends
-    time that nanoGPT's does not: torch.profiler's self CPU time per op, per step, over ``steps`` steps each
-    (after 3 unprofiled ones), and the ops whose time differs most. The models run one after the other: the
-    call counts are exact, a few per cent of one op's time is noise."""
+def profile_like_for_like(nanogpt: Path, steps: int, mode: str, top: int = 14) -> None:
+    """``--profile``: where the step of the like-for-like dormouse model (PreNorm, one readout) spends time that
+    nanoGPT's does not, eager or (``--compile``) compiled as ``--model-step`` compiles them: torch.profiler's self
+    CPU time per op, per step, over ``steps`` steps each (after 3 unprofiled ones, which pay a compile), and the
+    ops whose time differs most. The models run one after the other: the call counts are exact, a few per cent
+    of one op's time is noise. Compiled, Inductor's graphs show as ``CompiledFxGraph`` calls. Then the step's
+    phases (forward, backward, clipping + AdamW), timed without the profiler: the last is work a FLOP count of
+    the model does not see, and it scales with the parameters, which a weight-shared block has fewer of."""
     x, y = _batch()
     nano = _nanogpt_model(nanogpt)
     model, readouts = _dormouse_model(DORMOUSE_ARMS["dormouse PreNorm (readout=last)"])
+    run_nano, run_model = (torch.compile(nano), model.compile_whole()) if mode == "compile" else (nano, model)
+    phase_ms = {name: {p: [] for p in PHASES} for name in ("nanoGPT", "dormouse PreNorm (readout=last)")}
     steps_of = {
-        "nanoGPT": _train_step(nano, lambda: nano(x, y)[1], nano.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cpu")),
+        "nanoGPT": _train_step(nano, lambda: run_nano(x, y)[1],
+                               nano.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cpu"), phase_ms["nanoGPT"]),
         "dormouse PreNorm (readout=last)": _train_step(
-            model, lambda: _dormouse_loss(model, readouts, x, y),
-            torch.optim.AdamW(model.param_groups(0.1), lr=1e-3, betas=(0.9, 0.99))),
+            model, lambda: _dormouse_loss(run_model, readouts, x, y),
+            torch.optim.AdamW(model.param_groups(0.1), lr=1e-3, betas=(0.9, 0.99)),
+            phase_ms["dormouse PreNorm (readout=last)"]),
     }  # fmt: skip
     from profile_step import op_differences, op_times
 
     ops = {name: op_times(step, steps, warmup=3) for name, step in steps_of.items()}
     base, ours = ops["nanoGPT"], ops["dormouse PreNorm (readout=last)"]
-    print(f"\nself CPU time per step, eager, {steps} profiled steps each: nanoGPT "
+    print(f"\nself CPU time per step, {mode}, {steps} profiled steps each: nanoGPT "
           f"{sum(ms for _, ms in base.values()):.1f} ms, dormouse PreNorm (readout=last) "
           f"{sum(ms for _, ms in ours.values()):.1f} ms; the ops that differ most:")
     for k, ms, calls in op_differences(ours, base, top, either_way=True):
         print(f"  {k[:56]:56s} {ms:+7.2f} ms  {calls:+5.0f} calls  (nanoGPT {base.get(k, (0, 0))[1]:6.2f} ms)")
+    # The phases, timed without the profiler and interleaved step by step. A FLOP count sees the forward and
+    # backward; the optimizer's work grows with the parameters, and a weight-shared block has fewer of them.
+    for times in phase_ms.values():
+        for p in PHASES:
+            times[p].clear()
+    for _ in range(steps):
+        for step in steps_of.values():
+            step()
+    params = {"nanoGPT": sum(q.numel() for q in nano.parameters()),
+              "dormouse PreNorm (readout=last)": sum(q.numel() for q in model.parameters())}  # fmt: skip
+    print(f"\nthe step's phases, {mode}, wall ms per step (median of {steps} interleaved steps each):")
+    print(f"  {'model':32s} {'params':>9s} " + " ".join(f"{p:>13s}" for p in PHASES))
+    for name, times in phase_ms.items():
+        print(f"  {name:32s} {params[name]:9,d} " + " ".join(f"{statistics.median(times[p]):13.2f}" for p in PHASES))
 
 
 def component_times(rounds: int, steps: int) -> dict[str, Any]:
@@ -363,7 +396,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write every round's numbers here as JSON")
     ap.add_argument("--flops", action="store_true", help="print each step's arithmetic first")
     ap.add_argument("--model-step", action="store_true", help="time the models' steps in one process instead")
-    ap.add_argument("--compile", action="store_true", help="--model-step: also time both models compiled")
+    ap.add_argument("--compile", action="store_true",
+                    help="--model-step: also time both models compiled; --profile: profile them compiled")
     ap.add_argument("--components", action="store_true", help="--model-step: also time the parts that differ")
     ap.add_argument("--profile", action="store_true",
                     help="profile nanoGPT's eager step and dormouse's like-for-like one (--steps steps each)")
@@ -375,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.flops:
         print_step_flops(args.nanogpt)
     if args.profile:
-        profile_like_for_like(args.nanogpt, args.steps)
+        profile_like_for_like(args.nanogpt, args.steps, "compile" if args.compile else "eager")
         return 0
     if args.model_step:
         modes = ["eager", "compile"] if args.compile else ["eager"]
