@@ -42,7 +42,8 @@ for the model's own cost.
 (step ratio) / (FLOP ratio), with a 95 % bootstrap interval: issue 23's goal is <= 1. ``--components`` times the
 parts where the models differ (RMSNorm vs LayerNorm, RoPE vs a learned position embedding, SwiGLU vs GELU),
 forward + backward, with their FLOPs and their share of a step. ``--profile`` lists, from torch.profiler, the
-ops where the like-for-like eager step (PreNorm, one readout) spends time that nanoGPT's does not.
+ops where the like-for-like step (PreNorm, one readout; eager, or compiled with ``--compile``) spends time that
+nanoGPT's does not, then the step's phases (forward, backward, clipping + AdamW).
 
     python scripts/bench_vs_nanogpt.py --nanogpt DIR --model-step --compile --components --rounds 20 --steps 5
     python scripts/bench_vs_nanogpt.py --nanogpt DIR --profile --steps 20             # eager
@@ -66,6 +67,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -184,10 +187,9 @@ def _flops_of(loss_fn: Any) -> int:
 PHASES = ("forward", "backward", "clip + AdamW")
 
 
-def _train_step(model: Any, loss_fn: Any, opt: torch.optim.Optimizer,
-                phase_ms: dict[str, list[float]] | None = None) -> Any:
+def _train_step(model: Any, loss_fn: Any, opt: torch.optim.Optimizer, phase_ms: dict[str, list[float]]) -> Any:
     """One training step as both loops take it: the loss, read; backward; clipping at 1.0; the optimizer.
-    With ``phase_ms``, each step appends the wall time of each of ``PHASES`` to it."""
+    Each step appends the wall time of each of ``PHASES`` to ``phase_ms``."""
 
     def step() -> None:
         t0 = time.perf_counter()
@@ -199,9 +201,8 @@ def _train_step(model: Any, loss_fn: Any, opt: torch.optim.Optimizer,
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        if phase_ms is not None:
-            for phase, ms in zip(PHASES, (t1 - t0, t2 - t1, time.perf_counter() - t2)):
-                phase_ms[phase].append(ms * 1e3)
+        for phase, ms in zip(PHASES, (t1 - t0, t2 - t1, time.perf_counter() - t2)):
+            phase_ms[phase].append(ms * 1e3)
 
     return step
 
@@ -213,6 +214,37 @@ def _batch() -> tuple[torch.Tensor, torch.Tensor]:
     return x, torch.randint(0, 256, (SHAPE["batch"], SHAPE["context"]), generator=gen)
 
 
+
+@dataclass
+class TimedModel:
+    """One model set up for timing: the model, its loss on the uncompiled model (what FLOPs are counted on),
+    its training step (compiled or not) and the wall times of that step's phases."""
+
+    model: Any
+    eager_loss: Callable[[], torch.Tensor]
+    step: Callable[[], None]
+    phase_ms: dict[str, list[float]]
+
+
+def _nanogpt_timed(nanogpt: Path, mode: str, x: torch.Tensor, y: torch.Tensor) -> TimedModel:
+    """nanoGPT's model and step; ``mode="compile"``: ``torch.compile(model)``, as its train.py compiles."""
+    nano = _nanogpt_model(nanogpt)
+    run = torch.compile(nano) if mode == "compile" else nano
+    phases: dict[str, list[float]] = {p: [] for p in PHASES}
+    step = _train_step(nano, lambda: run(x, y)[1], nano.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cpu"), phases)
+    return TimedModel(nano, lambda: nano(x, y)[1], step, phases)
+
+
+def _dormouse_timed(extra: list[str], mode: str, x: torch.Tensor, y: torch.Tensor) -> TimedModel:
+    """A dormouse variant's model and step; ``mode="compile"``: ``LoopedByteLM.compile_whole()``, as
+    ``train.compile`` compiles."""
+    model, readouts = _dormouse_model(extra)
+    run = model.compile_whole() if mode == "compile" else model
+    phases: dict[str, list[float]] = {p: [] for p in PHASES}
+    opt = torch.optim.AdamW(model.param_groups(0.1), lr=1e-3, betas=(0.9, 0.99))
+    step = _train_step(model, lambda: _dormouse_loss(run, readouts, x, y), opt, phases)
+    return TimedModel(model, lambda: _dormouse_loss(model, readouts, x, y), step, phases)
+
 def model_step_times(nanogpt: Path, rounds: int, steps: int, modes: list[str]) -> dict[str, Any]:
     """``--model-step``: one training step of each model, interleaved in this process, eager and (``--compile``)
     compiled: nanoGPT as its train.py compiles it (``torch.compile(model)``), dormouse as ``train.compile``
@@ -223,27 +255,14 @@ def model_step_times(nanogpt: Path, rounds: int, steps: int, modes: list[str]) -
     AdamW of the step are work a FLOP count of the model does not see, and they scale with the parameters, which
     dormouse's weight-shared block has fewer of."""
     x, y = _batch()
-    variants: dict[str, Any] = {}
-    phase_ms: dict[str, dict[str, list[float]]] = {}
-    flops: dict[str, int] = {}
-    warmup_s: dict[str, float] = {}
+    timed: dict[str, TimedModel] = {}
     for mode in modes:
-        nano = _nanogpt_model(nanogpt)
-        flops[f"nanoGPT [{mode}]"] = _flops_of(lambda m=nano: m(x, y)[1])
-        run_nano = torch.compile(nano) if mode == "compile" else nano
-        opt = nano.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cpu")
-        phase_ms[f"nanoGPT [{mode}]"] = {p: [] for p in PHASES}
-        variants[f"nanoGPT [{mode}]"] = _train_step(nano, lambda m=run_nano: m(x, y)[1], opt,
-                                                    phase_ms[f"nanoGPT [{mode}]"])
+        timed[f"nanoGPT [{mode}]"] = _nanogpt_timed(nanogpt, mode, x, y)
         for arm, extra in DORMOUSE_ARMS.items():
-            model, readouts = _dormouse_model(extra)
-            name = f"{arm} [{mode}]"
-            flops[name] = _flops_of(lambda m=model, r=readouts: _dormouse_loss(m, r, x, y))
-            run_model = model.compile_whole() if mode == "compile" else model
-            opt = torch.optim.AdamW(model.param_groups(0.1), lr=1e-3, betas=(0.9, 0.99))
-            phase_ms[name] = {p: [] for p in PHASES}
-            variants[name] = _train_step(model, lambda m=run_model, r=readouts: _dormouse_loss(m, r, x, y), opt,
-                                         phase_ms[name])
+            timed[f"{arm} [{mode}]"] = _dormouse_timed(extra, mode, x, y)
+    flops = {name: _flops_of(t.eager_loss) for name, t in timed.items()}
+    variants = {name: t.step for name, t in timed.items()}
+    warmup_s: dict[str, float] = {}
     for name, step in variants.items():
         t0 = time.perf_counter()
         for _ in range(3):
@@ -262,7 +281,7 @@ def model_step_times(nanogpt: Path, rounds: int, steps: int, modes: list[str]) -
             for _ in range(steps):
                 step()
             ms[name].append((time.perf_counter() - t0) / steps * 1e3)
-            phases = phase_ms[name]
+            phases = timed[name].phase_ms
             model_ms[name].append((sum(phases["forward"][-steps:]) + sum(phases["backward"][-steps:])) / steps)
     print(f"\ntraining step in one process, shape {SHAPE}, {torch.get_num_threads()} threads, {rounds} interleaved "
           f"rounds x {steps} steps (median over rounds); vs nanoGPT in the same mode; per FLOP = step ratio / FLOP "
@@ -310,21 +329,12 @@ def profile_like_for_like(nanogpt: Path, steps: int, mode: str, top: int = 14) -
     phases (forward, backward, clipping + AdamW), timed without the profiler: the last is work a FLOP count of
     the model does not see, and it scales with the parameters, which a weight-shared block has fewer of."""
     x, y = _batch()
-    nano = _nanogpt_model(nanogpt)
-    model, readouts = _dormouse_model(DORMOUSE_ARMS["dormouse PreNorm (readout=last)"])
-    run_nano, run_model = (torch.compile(nano), model.compile_whole()) if mode == "compile" else (nano, model)
-    phase_ms = {name: {p: [] for p in PHASES} for name in ("nanoGPT", "dormouse PreNorm (readout=last)")}
-    steps_of = {
-        "nanoGPT": _train_step(nano, lambda: run_nano(x, y)[1],
-                               nano.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cpu"), phase_ms["nanoGPT"]),
-        "dormouse PreNorm (readout=last)": _train_step(
-            model, lambda: _dormouse_loss(run_model, readouts, x, y),
-            torch.optim.AdamW(model.param_groups(0.1), lr=1e-3, betas=(0.9, 0.99)),
-            phase_ms["dormouse PreNorm (readout=last)"]),
-    }  # fmt: skip
+    timed = {"nanoGPT": _nanogpt_timed(nanogpt, mode, x, y),
+             "dormouse PreNorm (readout=last)": _dormouse_timed(DORMOUSE_ARMS["dormouse PreNorm (readout=last)"],
+                                                                mode, x, y)}  # fmt: skip
     from profile_step import op_differences, op_times
 
-    ops = {name: op_times(step, steps, warmup=3) for name, step in steps_of.items()}
+    ops = {name: op_times(t.step, steps, warmup=3) for name, t in timed.items()}
     base, ours = ops["nanoGPT"], ops["dormouse PreNorm (readout=last)"]
     print(f"\nself CPU time per step, {mode}, {steps} profiled steps each: nanoGPT "
           f"{sum(ms for _, ms in base.values()):.1f} ms, dormouse PreNorm (readout=last) "
@@ -333,18 +343,17 @@ def profile_like_for_like(nanogpt: Path, steps: int, mode: str, top: int = 14) -
         print(f"  {k[:56]:56s} {ms:+7.2f} ms  {calls:+5.0f} calls  (nanoGPT {base.get(k, (0, 0))[1]:6.2f} ms)")
     # The phases, timed without the profiler and interleaved step by step. A FLOP count sees the forward and
     # backward; the optimizer's work grows with the parameters, and a weight-shared block has fewer of them.
-    for times in phase_ms.values():
-        for p in PHASES:
-            times[p].clear()
+    for t in timed.values():
+        for times in t.phase_ms.values():
+            times.clear()
     for _ in range(steps):
-        for step in steps_of.values():
-            step()
-    params = {"nanoGPT": sum(q.numel() for q in nano.parameters()),
-              "dormouse PreNorm (readout=last)": sum(q.numel() for q in model.parameters())}  # fmt: skip
+        for t in timed.values():
+            t.step()
     print(f"\nthe step's phases, {mode}, wall ms per step (median of {steps} interleaved steps each):")
     print(f"  {'model':32s} {'params':>9s} " + " ".join(f"{p:>13s}" for p in PHASES))
-    for name, times in phase_ms.items():
-        print(f"  {name:32s} {params[name]:9,d} " + " ".join(f"{statistics.median(times[p]):13.2f}" for p in PHASES))
+    for name, t in timed.items():
+        params = sum(q.numel() for q in t.model.parameters())
+        print(f"  {name:32s} {params:9,d} " + " ".join(f"{statistics.median(t.phase_ms[p]):13.2f}" for p in PHASES))
 
 
 def component_times(rounds: int, steps: int) -> dict[str, Any]:
@@ -424,7 +433,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="--model-step: also time both models compiled; --profile: profile them compiled")
     ap.add_argument("--components", action="store_true", help="--model-step: also time the parts that differ")
     ap.add_argument("--profile", action="store_true",
-                    help="profile nanoGPT's eager step and dormouse's like-for-like one (--steps steps each)")
+                    help="profile nanoGPT's step and dormouse's like-for-like one, eager (--compile: compiled), "
+                         "--steps steps each, then time their phases")
     args = ap.parse_args(argv)
     if not (args.nanogpt / "train.py").is_file() or not (args.nanogpt / "model.py").is_file():
         print(f"--nanogpt {args.nanogpt}: no nanoGPT train.py/model.py there", file=sys.stderr)
