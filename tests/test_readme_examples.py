@@ -167,3 +167,19 @@ def test_each_readme_example_runs_as_written(example: Example, fixtures: Path, t
     result = runner.invoke(app, words)
     expected = 2 if example.refused else 0
     assert result.exit_code == expected, f"README line {example.line}: {' '.join(words)}\n{result.output}"
+
+
+def test_the_readme_test_command_collects_the_suite_as_written() -> None:
+    """`pytest`, bare, as the README writes it: unlike `python -m pytest` it does not put the working folder
+    on sys.path, so the tests' helpers (``tests.model_hooks``, ...) must import through the project's own
+    pytest settings. ``python -P -m pytest`` is the bare command's path (``-P``: no working folder on it)."""
+    import subprocess
+    import sys
+
+    root = README.parent
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-P", "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "tests/test_arms.py", "tests/test_readme_examples.py"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "error" not in proc.stdout.lower().splitlines()[-1], proc.stdout[-2000:]
