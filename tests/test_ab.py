@@ -16,6 +16,7 @@ from rich.console import Console
 
 from dormouse.ab.registry import ABSpecError, ComparisonError, list_comparisons, load_spec
 from dormouse.ab.runner import STAMP_NAME, ab_command, pair_state, plan_pairs, run_comparison
+from dormouse.checkpoint import CheckpointError
 from dormouse.config import arm_name
 
 SPEC = """\
@@ -79,8 +80,8 @@ class FakeTrain:
             raise RuntimeError("planted failure")
         start = 0
         if resume == "auto":
-            if self.fail_resume:
-                raise RuntimeError("planted: checkpoint unreadable")
+            if self.fail_resume:  # the trainer's refusal; FakeTrain's checkpoints (b"fake") do not load
+                raise CheckpointError("planted: checkpoint unreadable")
             ckpts = sorted((run_dir / "checkpoints").glob("step_*.pt"))
             start = int(ckpts[-1].stem[5:]) if ckpts else 0
         else:
@@ -450,11 +451,15 @@ def test_interrupted_pair_without_checkpoint_is_restarted(tmp_path: Path, regist
 
 
 def test_failed_resume_falls_back_to_a_restart(tmp_path: Path, registry: Path) -> None:
+    """A resume refused for a checkpoint none of whose files load starts the pair over, the old run moved
+    aside with its reason (tests/test_pair_life.py has the rest of issue 31's rules)."""
     run(registry, tmp_path / "ab", FakeTrain(stop_at={"rezero-s1": 10}))
     fake = FakeTrain(fail_resume=True)
     out = run(registry, tmp_path / "ab", fake)
     assert fake.calls == [("rezero-s1", "auto"), ("rezero-s1", "never")]
     assert json.loads((out / "results.json").read_text())["complete"]
+    (aside,) = (out / "set_aside").iterdir()
+    assert "planted: checkpoint unreadable" in (aside / "SET_ASIDE.txt").read_text()
 
 
 def test_a_failed_pair_marks_its_arm_invalid_and_is_retried(tmp_path: Path, registry: Path) -> None:

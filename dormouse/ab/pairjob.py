@@ -6,6 +6,16 @@ lock while it works (a second process can never train the same pair), records ea
 ``<comparison>/launch/<pair>.json`` (where it ran: host, pid, threads, CUDA devices, launcher; when; how
 it ended) for ``--status`` and the report, and never lets an exception cross a process boundary: it
 returns an :class:`~dormouse.ab.launch.Outcome`. Only ``SystemExit`` passes through (submitit's requeue).
+
+No path deletes a finished run (issue 31: a pair at its final eval got USR2 during its final plots,
+submitit's handler raised, and the pair was deleted and retrained from step 0):
+
+- a run whose final eval is on disk (the final metrics row at train.steps with a finite bpb, and the final
+  checkpoint or the ``done`` line) is complete, whatever was raised after it (:func:`pair_state`);
+- an exception during a resume deletes nothing, unless it is the checkpoint's refusal and every checkpoint
+  is shown unreadable; that run is then moved aside (``<comparison>/set_aside/``, with the reason in it and
+  in the launch record), never deleted (:func:`_complete`);
+- a restart removes only a directory that holds neither a checkpoint nor a final eval.
 """
 
 from __future__ import annotations
@@ -13,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import math
 import os
 import shutil
 import traceback
@@ -28,9 +39,9 @@ from dormouse.ab import fingerprint
 from dormouse.ab.launch import DONE, FAILED, INTERRUPTED, Outcome
 from dormouse.ab.lock import LockHeld, pair_lock
 from dormouse.ab.records import final_row
-from dormouse.checkpoint import atomic_write_text, list_checkpoints
-from dormouse.errors import Interrupted
-from dormouse.loglines import last_eval_phrase, read_metrics
+from dormouse.checkpoint import CheckpointError, atomic_write_text, checkpoint_path, list_checkpoints, load_checkpoint
+from dormouse.errors import Interrupted, TrainError
+from dormouse.loglines import format_done_line, last_eval_phrase, read_metrics
 from dormouse.logs import read_run
 from dormouse.runfiles import ComparisonFiles, RunFiles
 
@@ -38,6 +49,14 @@ TrainFn = Callable[[DictConfig], Any]
 # Exceptions that mean "stopped by a signal": the pair checkpointed (or could not) and the comparison stops;
 # any other error fails only its pair.
 STOP = (KeyboardInterrupt, Interrupted)
+# The exceptions by which a resume refuses a checkpoint (dormouse.checkpoint.load_checkpoint's, and the
+# trainer's RunDirRefused "no readable checkpoint ... (all are corrupt)"). Only one of these, with every
+# checkpoint of the run failing to load, moves a run aside; anything else deletes nothing.
+CHECKPOINT_REFUSALS = (CheckpointError, TrainError)
+# Where a run that had to start over is moved (never deleted): <comparison>/set_aside/<pair>.<when>/, the
+# reason in SET_ASIDE.txt inside it.
+SET_ASIDE = "set_aside"
+SET_ASIDE_REASON = "SET_ASIDE.txt"
 
 
 @dataclass
@@ -68,14 +87,21 @@ class Pair:
 def pair_state(pair: Pair) -> tuple[str, str]:
     """``(state, why)`` with state one of ``new``, ``complete``, ``resume`` or ``restart``.
 
-    Complete = the final metrics row is at train.steps with a finite bpb and the log has its ``done`` line
-    (a kill between the final eval and ``done`` resumes: the final checkpoint makes that a no-op run).
+    Complete = the final metrics row is at train.steps with a finite bpb, and the log has its ``done`` line
+    or the final checkpoint is on disk. The rule (issue 31): a run whose final eval is on disk is complete
+    whatever happened after it. The loop writes the final eval row, then the final checkpoint, then ``done``,
+    then the probe plots; a signal or a scheduler's exception after the checkpoint (submitit's
+    ``UncompletedJobError`` during the plots) leaves a finished run, which :func:`_complete` keeps.
     """
     if not pair.run_dir.exists():
         return "new", "not started"
     rows = read_metrics(pair.files.metrics)
-    if final_row(rows, pair.steps) is not None and read_run(pair.run_dir).finished:
-        return "complete", f"finished at step {pair.steps}"
+    if final_row(rows, pair.steps) is not None:
+        if read_run(pair.run_dir).finished:
+            return "complete", f"finished at step {pair.steps}"
+        if checkpoint_path(pair.files.checkpoints, pair.steps).is_file():
+            return "complete", (f"finished at step {pair.steps}: its final eval and checkpoint are on disk; it "
+                                "stopped before its done line")
     if list_checkpoints(pair.files.checkpoints):
         return "resume", f"interrupted ({last_eval_phrase(rows)}); resuming from its checkpoint"
     return "restart", f"interrupted ({last_eval_phrase(rows)}) without a checkpoint; restarting it"
@@ -176,34 +202,140 @@ def compile_cache(pair: Pair, comp_dir: Path) -> Iterator[str | None]:
             os.environ[INDUCTOR_CACHE_ENV] = before
 
 
-def _complete(pair: Pair, train_fn: TrainFn) -> tuple[str, str]:
-    """Keep, resume or (re)start the pair; ``(status, note)`` with status done or failed."""
+def _train(pair: Pair, train_fn: TrainFn, resume: str) -> None:
+    cfg = copy.deepcopy(pair.cfg)
+    cfg.train.resume = resume
+    train_fn(cfg)
+
+
+def _kept_after(pair: Pair, exc: BaseException) -> tuple[str, str] | None:
+    """``(done, note)`` when the pair is complete although training raised ``exc`` (it came after the final
+    eval: during the done line or the probe plots), else None. The rule of :func:`pair_state`."""
+    state, why = pair_state(pair)
+    if state != "complete":
+        return None
+    note = f"complete ({why}); {type(exc).__name__} after its final eval ({_first_line(exc)}) changed nothing"
+    print(f"{pair.name}: {note}", flush=True)
+    return DONE, _finish_log(pair, note)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else "no message"
+
+
+def _finish_log(pair: Pair, note: str) -> str:
+    """A complete run that stopped before its ``done`` line (:func:`pair_state`) gets that line, so its log
+    reads finished (`dormouse logs --check`, the report's counter check), after a comment that says who
+    wrote it and why; ``wall_s`` is the final eval's ``time_s``. Its probe plots are drawn from the final row
+    as the trainer draws them. Returns ``note`` with what was added."""
+    if read_run(pair.run_dir).finished:
+        return note
+    final = final_row(read_metrics(pair.files.metrics), pair.steps)
+    if final is None:  # not complete: nothing to finish (callers ask only of a complete pair)
+        return note
+    wall = float(final.get("time_s") or 0.0)
+    with pair.files.log.open("a", encoding="utf-8") as log:
+        log.write(f"# dormouse ab: the run stopped after its final eval and checkpoint (step {pair.steps}), "
+                  f"before its done line; the pair job wrote it\n")
+        log.write(format_done_line(pair.steps, wall if math.isfinite(wall) else 0.0) + "\n")
+    note = "; ".join(filter(None, [note, "wrote its done line"]))
+    try:
+        from dormouse.probe_plots import write_probe_plots
+
+        write_probe_plots(pair.run_dir, final, label=f"{pair.name}, step {pair.steps}")
+    except Exception as exc:  # the plots illustrate; the run's numbers are its metrics, already complete
+        note += f"; its probe plots could not be drawn ({type(exc).__name__}: {_first_line(exc)})"
+    return note
+
+
+def unreadable_checkpoints(pair: Pair) -> str | None:
+    """Why none of the pair's checkpoints can be resumed (each one's load error), or None when one loads
+    or there is none. The evidence :func:`_complete` needs before it moves a run aside."""
+    ckpts = list_checkpoints(pair.files.checkpoints)
+    if not ckpts:
+        return None
+    reasons = []
+    for path in reversed(ckpts):
+        try:
+            load_checkpoint(path)
+        except CheckpointError as exc:
+            reasons.append(str(exc))
+        else:
+            return None
+    return "; ".join(reasons)
+
+
+def set_aside(pair: Pair, comp_dir: Path, reason: str) -> Path:
+    """Move the pair's run directory to ``<comparison>/set_aside/<pair>.<time>/`` with ``reason`` written
+    in it (SET_ASIDE.txt), so the pair can start over without deleting anything; returns where it went."""
+    root = Path(comp_dir) / SET_ASIDE
+    root.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now().strftime("%Y%m%dT%H%M%S")
+    dest, n = root / f"{pair.name}.{stamp}", 1
+    while dest.exists():
+        n += 1
+        dest = root / f"{pair.name}.{stamp}-{n}"
+    atomic_write_text(pair.run_dir / SET_ASIDE_REASON,
+                      f"set aside {datetime.now().isoformat(timespec='seconds')} by dormouse ab so that pair "
+                      f"{pair.name} could start over:\n{reason}\n")
+    os.replace(pair.run_dir, dest)  # same filesystem: one rename, nothing copied or lost
+    return dest
+
+
+def _clear_for_restart(pair: Pair, comp_dir: Path, why: str) -> str | None:
+    """Empty the way for a fresh run (the runner owns ``pair.run_dir``). A directory with a final eval row
+    (its final checkpoint lost) is moved aside; one with neither a checkpoint nor a final eval (interrupted
+    before its first checkpoint: nothing can resume it) is removed. Returns a note when moved aside."""
+    if final_row(read_metrics(pair.files.metrics), pair.steps) is not None or list_checkpoints(pair.files.checkpoints):
+        dest = set_aside(pair, comp_dir, f"{why}; its final eval is kept here")
+        return f"moved its earlier run aside to {dest}"
+    shutil.rmtree(pair.run_dir)
+    return None
+
+
+def _complete(pair: Pair, train_fn: TrainFn, comp_dir: Path) -> tuple[str, str]:
+    """Keep, resume or (re)start the pair; ``(status, note)`` with status done or failed; an exception that
+    fails the pair propagates (:func:`run_pair` records it). The rules are the module docstring's: nothing
+    complete is retrained, and a resume moves a run aside only for a checkpoint refusal (CHECKPOINT_REFUSALS)
+    with every checkpoint unreadable, recording why; any other exception deletes nothing."""
     state, why = pair_state(pair)
     if state == "complete":
-        return DONE, f"already complete ({why})"
+        return DONE, _finish_log(pair, f"already complete ({why})")
     notes: list[str] = []
     if state == "resume":
-        cfg = copy.deepcopy(pair.cfg)
-        cfg.train.resume = "auto"
         try:
-            train_fn(cfg)
+            _train(pair, train_fn, "auto")
         except STOP:
             raise
-        except Exception as exc:  # a checkpoint that cannot be resumed: start the pair over
-            notes.append(f"resume failed ({type(exc).__name__}: {exc}); restarted it")
+        except Exception as exc:
+            if (kept := _kept_after(pair, exc)) is not None:
+                return kept
+            unreadable = unreadable_checkpoints(pair) if isinstance(exc, CHECKPOINT_REFUSALS) else None
+            if unreadable is None:
+                raise  # a crash, a scheduler's exception, a refusal of a readable checkpoint: fail, keep all
+            reason = f"resume refused ({type(exc).__name__}: {_first_line(exc)}); no checkpoint loads: {unreadable}"
+            dest = set_aside(pair, comp_dir, reason)
+            notes.append(f"{reason}; moved the run aside to {dest} and restarted it")
             print(f"{pair.name}: {notes[-1]}", flush=True)
-            state = "restart"
+            state, why = "restart", reason
         else:
             notes.append("resumed from its checkpoint")
     if state in ("new", "restart"):
-        if pair.run_dir.exists():
-            shutil.rmtree(pair.run_dir)  # the runner owns this directory; a fresh run needs it empty
-        cfg = copy.deepcopy(pair.cfg)
-        cfg.train.resume = "never"
-        train_fn(cfg)
+        if pair.run_dir.exists() and (moved := _clear_for_restart(pair, comp_dir, why)) is not None:
+            notes.append(moved)
+            print(f"{pair.name}: {moved}", flush=True)
+        try:
+            _train(pair, train_fn, "never")
+        except STOP:
+            raise
+        except Exception as exc:
+            if (kept := _kept_after(pair, exc)) is not None:
+                return kept
+            raise
     state, why = pair_state(pair)
     if state == "complete":
-        return DONE, "; ".join(notes)
+        return DONE, _finish_log(pair, "; ".join(notes))
     rows = read_metrics(pair.files.metrics)
     return FAILED, f"the run returned without its final eval ({last_eval_phrase(rows)}; train.steps={pair.steps})"
 
@@ -243,7 +375,7 @@ def run_pair(task: PairTask) -> Outcome:
         with _output_to(out), compile_cache(pair, task.comp_dir) as cache:
             if cache:
                 attempt["compile_cache"] = cache
-            status, note = _complete(pair, task.train_fn)
+            status, note = _complete(pair, task.train_fn, Path(task.comp_dir))
     except STOP as exc:
         status, code = INTERRUPTED, int(getattr(exc, "exit_code", 130))
         note = f"interrupted ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); rerun to resume"

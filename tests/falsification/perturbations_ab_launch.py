@@ -20,6 +20,8 @@ _A = "tests/test_ab.py::"
 _REGISTRY = "dormouse/ab/registry.py"
 _NAMES = "tests/test_ab_names.py::"
 _ETA = "tests/test_ab_eta.py::"
+_LIFE = "tests/test_pair_life.py::"
+_NO_RETRAIN = _LIFE + "test_no_submitit_exception_at_any_point_of_a_pairs_life_deletes_or_retrains_it"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -263,6 +265,64 @@ PERTURBATIONS: list[dict] = [
         "gates": [_ETA + "test_the_live_board_shows_the_eta_for_the_slots_running_at_once"],
         "why": "the live board's ETA covers the running pairs only: it says minutes when hours of pending "
                "pairs remain",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "any_resume_exception_starts_the_pair_over",
+        "file": _PAIRJOB,
+        "function": "_complete",
+        "old": "unreadable = unreadable_checkpoints(pair) if isinstance(exc, CHECKPOINT_REFUSALS) else None\n",
+        "new": "unreadable = f\"{type(exc).__name__}: {exc}\"\n",
+        "gates": [_NO_RETRAIN + "[UncompletedJobError-after_a_checkpoint-resume]", _NO_RETRAIN],
+        "why": "issue 31: any exception during a resume (submitit's UncompletedJobError from its signal "
+               "handler) was taken for an unreadable checkpoint: the run was removed and trained again from "
+               "step 0",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "run_past_its_final_eval_not_complete",
+        "file": _PAIRJOB,
+        "function": "_kept_after",
+        "old": "    if state != \"complete\":\n",
+        "new": "    if True:\n",
+        "gates": [_NO_RETRAIN + "[UncompletedJobError-during_plots-resume]", _NO_RETRAIN],
+        "why": "issue 31: a pair whose final eval and checkpoint are on disk fails when the scheduler's "
+               "exception comes during its probe plots (USR2 after the loop), and is trained again",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "finished_run_without_done_line_resumed",
+        "file": _PAIRJOB,
+        "function": "pair_state",
+        "old": "        if checkpoint_path(pair.files.checkpoints, pair.steps).is_file():\n",
+        "new": "        if False:\n",
+        "gates": [_LIFE + "test_a_finished_run_without_its_done_line_is_kept_and_its_log_finished",
+                  _NO_RETRAIN + "[UncompletedJobError-after_final_eval-first]"],
+        "why": "a run stopped between its final checkpoint and its done line is not complete: it fails its "
+               "attempt and its next one, and never reads finished",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "unreadable_run_deleted_not_set_aside",
+        "file": _PAIRJOB,
+        "function": "set_aside",
+        "old": "    os.replace(pair.run_dir, dest)  # same filesystem: one rename, nothing copied or lost\n",
+        "new": "    shutil.rmtree(pair.run_dir)\n",
+        "gates": [_LIFE + "test_a_run_whose_checkpoints_are_all_unreadable_is_moved_aside_with_its_reason_then_"
+                  "restarted"],
+        "why": "a run whose checkpoints are all unreadable is deleted with its metrics and reason instead of "
+               "moved aside where the user can look",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "readable_checkpoint_refusal_sets_the_run_aside",
+        "file": _PAIRJOB,
+        "function": "unreadable_checkpoints",
+        "old": "        else:\n            return None\n",
+        "new": "        else:\n            reasons.append(f\"{path} loads\")\n",
+        "gates": [_LIFE + "test_a_refused_checkpoint_that_loads_fails_the_pair_and_moves_nothing"],
+        "why": "a checkpoint refusal moves the run aside and restarts it although its checkpoints load (the "
+               "evidence is not checked)",
         "protects": "A/B rule",
     },
 ]
