@@ -5,6 +5,7 @@ runner, --plan, --status, the live board and errors said once."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -227,6 +228,78 @@ def test_a_sigint_to_the_driver_alone_stops_each_running_pair_with_one_signal(tm
         seen = json.loads(outcome.note)
         assert outcome.status == INTERRUPTED and seen["signals"] == 1, (outcome.key, seen)
         assert seen["pgrp"] != os.getpgrp(), "a worker shares the terminal's process group"
+
+
+# Long enough that a pair is mid-run when its driver is killed (a tiny step is ~20 ms on one thread).
+ORPHANS = REAL.replace("train.steps=4, train.eval_every=2", "train.steps=300, train.eval_every=50, "
+                       "train.ckpt_every=50")
+ORPHAN_BOUND_S = 60  # after the driver's SIGKILL, every process it started is gone within this
+
+
+def _session(sid: int) -> list[int]:
+    """The pids of session ``sid`` (the driver started with start_new_session: itself, its fork server,
+    resource tracker and workers, whatever their process group), from /proc."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # it exited while we looked
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs /proc to find the processes")
+def test_a_killed_driver_leaves_no_process_and_a_rerun_loses_and_repeats_nothing(tmp_path: Path) -> None:
+    """Issue 31: SIGKILL of `dormouse ab --jobs 2` left its workers training to the end and then alive
+    forever, with the fork server and the resource tracker. Each worker watches its driver and stops its
+    pair the way SIGINT does (a checkpoint at the next step); then every process the driver started exits.
+    Rerunning the command resumes the stopped pairs and finishes the comparison, every eval once."""
+    reg = _registry(tmp_path, ORPHANS)
+    root, out = tmp_path / "ab", tmp_path / "driver.out"
+    comp = root / "t"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS.parent), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "dormouse", "ab", str(reg / "t.yaml"), "--jobs", "2", "--threads", "1",
+           "--root", str(root)]
+    with out.open("w") as sink:
+        driver = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and driver.poll() is None:  # both pairs of the first wave evaluated
+            if sum(1 for m in comp.glob("*/metrics.jsonl") if m.read_text().strip()) >= 2:
+                break
+            time.sleep(0.1)
+        assert driver.poll() is None, out.read_text()[-3000:]
+        assert len(_session(driver.pid)) >= 4, "expected the driver, its fork server, tracker and 2 workers"
+        driver.kill()
+        driver.wait(timeout=30)
+        deadline = time.monotonic() + ORPHAN_BOUND_S
+        while _session(driver.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = _session(driver.pid)
+        assert not left, f"{len(left)} process(es) of the killed driver still run after {ORPHAN_BOUND_S} s: " + \
+            "; ".join(Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")[:120] for pid in left)
+    finally:
+        for pid in _session(driver.pid):  # what a failing run leaves: only this test's own processes
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    stopped = [p.parent.name for p in comp.glob("*/train.log") if "interrupted" in p.read_text()]
+    assert len(stopped) == 2, "both running pairs stop with a checkpoint, as on SIGINT"
+    for name in stopped:
+        assert read_launch_record(comp, name)["attempts"][-1]["state"] == "interrupted"
+
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    names = {"rezero-s1", "gr-s1", "rezero-s2", "gr-s2"}
+    assert {p.parent.name for p in comp.glob("*/metrics.jsonl")} == names
+    for name in names:
+        steps = [int(json.loads(ln)["step"]) for ln in (comp / name / "metrics.jsonl").read_text().splitlines()]
+        assert steps == list(range(50, 301, 50)), (name, steps)  # nothing lost, nothing twice
+        log = (comp / name / "train.log").read_text()
+        assert log.count("\ndone ") == 1 and ("resume step=" in log) == (name in stopped), name
+    assert json.loads((comp / "results.json").read_text())["complete"]
 
 
 # --- submitit, local executor ---------------------------------------------------------------------------

@@ -25,9 +25,13 @@ import multiprocessing.forkserver
 import os
 import signal
 import socket
+import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 # Outcome statuses a job function returns.
@@ -167,6 +171,11 @@ def enter_slot(slot: Slot) -> dict[str, Any]:
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "slot": slot.index}
 
 
+# Set while this process runs a job (run_job): a worker whose driver died stops the job, then exits only once
+# it returned (its checkpoint written, its pair's lock and launch record released: dormouse/ab/pairjob.py).
+_BUSY = threading.Event()
+
+
 def run_in_slot(slot: Slot, fn: Callable[..., Outcome], args: tuple[Any, ...]) -> Outcome:
     """The body of one job in a fresh process: enter the slot, run the job, note where it ran."""
     enter_slot(slot)
@@ -177,7 +186,11 @@ def run_job(fn: Callable[..., Outcome], args: tuple[Any, ...]) -> Outcome:
     """Run one job in a process whose slot is already set; note where it ran."""
     import torch
 
-    outcome = fn(*args)
+    _BUSY.set()
+    try:
+        outcome = fn(*args)
+    finally:
+        _BUSY.clear()
     outcome.where = {"host": socket.gethostname(), "pid": os.getpid(), "threads": torch.get_num_threads(),
                      "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), **outcome.where}
     return outcome
@@ -222,11 +235,11 @@ class InProcessLauncher:
 
 # --- N at once, a process each --------------------------------------------------------------------------
 
-def _worker_init(slot: Slot) -> None:
+def _worker_init(slot: Slot, driver: DriverId | None = None) -> None:
     """A slot's worker process, before any job: its CUDA devices and thread count (set before any CUDA
-    call, which is when ``CUDA_VISIBLE_DEVICES`` is read), its own process group, and SIGINT ignored
+    call, which is when ``CUDA_VISIBLE_DEVICES`` is read), its own process group, SIGINT ignored
     outside a training loop (the loop installs its own handler; a worker killed while idle would break its
-    pool before the running pairs could checkpoint).
+    pool before the running pairs could checkpoint), and a watch on its driver (:func:`watch_driver`).
 
     Its own process group because the driver owns stopping: a terminal's Ctrl-C reaches the whole
     foreground group, a ``kill -INT PID`` only the driver, and the driver passes one SIGINT to each worker
@@ -236,6 +249,79 @@ def _worker_init(slot: Slot) -> None:
         os.setpgrp()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     enter_slot(slot)
+    if driver is not None:
+        threading.Thread(target=watch_driver, args=(driver,), name="dormouse-driver-watch", daemon=True).start()
+
+
+# --- a worker outlives no driver ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DriverId:
+    """A process, told apart from a later one that reuses its pid: the pid and its start time (field 22 of
+    ``/proc/PID/stat``, clock ticks after boot; None where there is no /proc)."""
+
+    pid: int
+    start: str | None
+
+    @classmethod
+    def this_process(cls) -> DriverId:
+        return cls(os.getpid(), _proc_start(os.getpid())[0])
+
+    def alive(self) -> bool:
+        """Whether that process still runs: not gone, not a zombie, not another process with its pid."""
+        start, state = _proc_start(self.pid)
+        if self.start is not None:
+            return start == self.start and state not in ("Z", "X")
+        try:
+            os.kill(self.pid, 0)  # no /proc: a pid that exists (pid reuse cannot be told apart here)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def _proc_start(pid: int) -> tuple[str | None, str | None]:
+    """``(start time, state)`` of ``pid`` from ``/proc/PID/stat``; ``(None, None)`` when it has none."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None, None
+    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) ": comm may hold spaces and parens
+    return fields[19], fields[0]  # stat fields 22 (starttime) and 3 (state)
+
+
+DRIVER_POLL_S = 1.0  # how often a worker looks at its driver: cheap (one /proc read), and quick to notice
+DRIVER_GONE_EXIT = 143  # as a SIGTERM would leave it: stopped from outside, its pair resumable
+
+
+def watch_driver(driver: DriverId, poll_s: float = DRIVER_POLL_S) -> None:
+    """A ``--jobs`` worker's watch on its driver (issue 31: a SIGKILLed driver left its workers training to
+    the end, then blocked forever on the pool's pipe, which the worker itself holds open; with them the fork
+    server and the resource tracker, which wait for every worker to close its fds). The rule: a driver that
+    dies takes its workers with it, and a running pair stops the way SIGINT stops it.
+
+    Why a watch and not the parent: the worker's parent is the fork server, not the driver, and the fork
+    server outlives the driver while any worker runs (so ``os.getppid()`` and ``PR_SET_PDEATHSIG``, which
+    follow the parent, never fire); a pid alone may be reused, so the driver's start time goes with it.
+
+    Once the driver is gone: while a job runs, one SIGINT to this process as soon as the training loop's
+    handler is installed (outside the loop the worker ignores SIGINT: the pair is starting or finishing,
+    and a second SIGINT would stop the loop without its checkpoint), so the pair checkpoints at its next
+    step and returns interrupted; then, with no job running, the worker exits. The fork server and the
+    resource tracker exit when the last worker has."""
+    while driver.alive():
+        time.sleep(poll_s)
+    print(f"dormouse ab worker {os.getpid()}: driver pid {driver.pid} is gone; stopping", file=sys.stderr,
+          flush=True)
+    signalled = False
+    while _BUSY.is_set():
+        handler = signal.getsignal(signal.SIGINT)
+        if not signalled and callable(handler) and handler is not signal.default_int_handler:
+            os.kill(os.getpid(), signal.SIGINT)  # the loop's handler: checkpoint at the next step, then stop
+            signalled = True
+        time.sleep(poll_s / 10)
+    os._exit(DRIVER_GONE_EXIT)  # no driver to return to: the pool's own loop would wait on its pipe forever
 
 
 class ProcessLauncher:
@@ -253,7 +339,9 @@ class ProcessLauncher:
     is passed on to each worker as one SIGINT (the workers have their own process group: see
     :func:`_worker_init`): the running pairs checkpoint at their next step and return ``interrupted``; no
     new pair starts, and the comparison exits 130 or 143. A second Ctrl-C is passed on too, and stops the
-    running pairs at once.
+    running pairs at once. A driver killed outright (SIGKILL, the OOM killer) passes nothing on: each worker
+    watches it (:func:`watch_driver`), stops its pair the same way and exits, and the fork server and the
+    resource tracker exit with the last worker.
     """
 
     name = "local-processes"
@@ -272,8 +360,11 @@ class ProcessLauncher:
     def run(self, jobs: Sequence[Job], on_start: StartFn, on_finish: FinishFn) -> list[Outcome]:
         ctx = self.context
 
+        driver = DriverId.this_process()
+
         def pool_for(slot: Slot) -> ProcessPoolExecutor:
-            return ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_worker_init, initargs=(slot,))
+            return ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_worker_init,
+                                       initargs=(slot, driver))
 
         pools = {slot.index: pool_for(slot) for slot in self.slots}
         pending = list(jobs)
