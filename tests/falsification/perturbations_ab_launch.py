@@ -325,4 +325,26 @@ PERTURBATIONS: list[dict] = [
                "evidence is not checked)",
         "protects": "A/B rule",
     },
+    {
+        "name": "workers_outlive_a_killed_driver",
+        "file": _LAUNCH,
+        "function": "_worker_init",
+        "old": "    if driver is not None:\n",
+        "new": "    if False:\n",
+        "gates": [_T + "test_a_killed_driver_leaves_no_process_and_a_rerun_loses_and_repeats_nothing"],
+        "why": "issue 31: SIGKILL of `dormouse ab --jobs 2` left its workers training to the end, then alive "
+               "forever with the fork server and resource tracker (~1.1 GB), each pair still holding its lock",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "orphaned_pair_killed_without_its_checkpoint",
+        "file": _LAUNCH,
+        "function": "watch_driver",
+        "old": "    while _BUSY.is_set():\n",
+        "new": "    while False:\n",
+        "gates": [_T + "test_a_killed_driver_leaves_no_process_and_a_rerun_loses_and_repeats_nothing"],
+        "why": "a worker whose driver died exits mid-step: its pair loses the steps since its last checkpoint "
+               "and leaves its lock and launch record saying it is running",
+        "protects": "A/B rule",
+    },
 ]
