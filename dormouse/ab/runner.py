@@ -16,8 +16,9 @@ The flow (docs/ab-protocol.md):
 5. Look by look (:mod:`dormouse.ab.looks`): hand the pairs the next look needs to the launcher,
    replicate-major: one after another in this process, ``--jobs N`` at once in worker processes, or as
    submitit jobs. Each runs :func:`dormouse.ab.pairjob.run_pair`: a complete pair is kept; an interrupted
-   pair resumes from its newest checkpoint (``train.resume=auto``) or, without one (or if the resume
-   fails), is restarted from scratch. Then the look decides what it can; decided arms stop.
+   pair resumes from its newest checkpoint (``train.resume=auto``) or, without one, is restarted from
+   scratch; a run whose final eval is on disk is never retrained, and one whose checkpoints all fail to
+   load is moved aside, not deleted (issue 31). Then the look decides what it can; decided arms stop.
 6. Analyse and write ``results.json``, ``report.md`` and the plots (:mod:`dormouse.ab.report`), with how
    each pair ran (threads, launcher, code) from its attempt records.
 

@@ -1,7 +1,8 @@
-"""Perturbations of how a comparison's pairs are launched (issues 12 and 24): the `ab NAME` refusals, the
-locks, the per-pair slots, the submitit requeue hook, --status and its ETA under --jobs, the live board and
-errors said once (tests/falsification; format in perturbations_attnres.py). ``protects`` names what a defect
-here would break."""
+"""Perturbations of how a comparison's pairs are launched (issues 12, 24 and 31): the `ab NAME` refusals, the
+locks, the per-pair slots, the submitit requeue hook, --status and its ETA under --jobs, the live board,
+errors said once, a pair's life under faults (no finished run deleted) and workers that outlive no driver
+(tests/falsification; format in perturbations_attnres.py). ``protects`` names what a defect here would
+break."""
 
 from __future__ import annotations
 
