@@ -289,3 +289,28 @@ def test_a_finished_run_without_its_done_line_is_kept_and_its_log_finished(tmp_p
     run = read_run(pair.run_dir)
     assert run.finished and not [f for f in run.findings if f.kind == "unfinished"]
     assert "# dormouse ab: the run stopped after its final eval" in pair.files.log.read_text()
+
+
+def test_the_driver_finishes_a_complete_run_it_would_not_schedule(tmp_path: Path) -> None:
+    """The runner schedules only pairs without a final eval, so a run stopped between its final checkpoint
+    and its done line is never handed to a pair job; the driver's pass finishes its log (under the pair's
+    lock) instead of leaving it "unfinished" to the counter check, which would invalidate its arm."""
+    from rich.console import Console
+    from test_ab import SPEC as AB_SPEC
+    from test_ab import FakeTrain
+
+    from dormouse.ab.runner import run_comparison
+
+    reg = tmp_path / "registry"
+    reg.mkdir()
+    (reg / "t.yaml").write_text(AB_SPEC)
+    root = tmp_path / "ab"
+    run_comparison("t", [], root=root, console=Console(record=True, width=200), registry=reg, train_fn=FakeTrain())
+    log = root / "t" / "gr-s2" / "train.log"
+    log.write_text("".join(ln for ln in log.read_text().splitlines(keepends=True) if not ln.startswith("done ")))
+    console, again = Console(record=True, width=200), FakeTrain()
+    out = run_comparison("t", [], root=root, console=console, registry=reg, train_fn=again)
+    assert again.calls == []
+    gr = json.loads((out / "results.json").read_text())["arms"]["gr"]
+    assert gr["counter_check"] == "pass" and gr["verdict"] == "better", gr["findings"]
+    assert "gr-s2: finished at step 20: its final eval and checkpoint are on disk" in console.export_text()

@@ -249,6 +249,27 @@ def _finish_log(pair: Pair, note: str) -> str:
     return note
 
 
+def finish_complete_runs(pairs: list[Pair], comp_dir: Path) -> list[str]:
+    """The driver's pass, before any pair runs: each complete pair whose log lacks its ``done`` line (killed
+    between its final checkpoint and that line) gets it (:func:`_finish_log`), under the pair's lock (a pair
+    another process holds is left to it). The runner schedules only pairs without a final eval, so without
+    this pass such a run would stay "unfinished" to the counter check and invalidate its arm, though it is
+    complete. Returns one line per run finished."""
+    lines = []
+    for pair in pairs:
+        if pair_state(pair)[0] != "complete" or read_run(pair.run_dir).finished:
+            continue
+        try:
+            lock = pair_lock(comp_dir, pair.name).acquire()
+        except LockHeld:
+            continue
+        try:
+            lines.append(f"{pair.name}: {_finish_log(pair, pair_state(pair)[1])}")
+        finally:
+            lock.release()
+    return lines
+
+
 def unreadable_checkpoints(pair: Pair) -> str | None:
     """Why none of the pair's checkpoints can be resumed (each one's load error), or None when one loads
     or there is none. The evidence :func:`_complete` needs before it moves a run aside."""

@@ -56,7 +56,15 @@ from dormouse.ab.launch import (
 from dormouse.ab.live import PairBoard
 from dormouse.ab.lock import LockHeld, comparison_lock, is_locked
 from dormouse.ab.looks import progress, read_pair
-from dormouse.ab.pairjob import Pair, PairTask, pair_state, read_launch_record, recorded_fingerprints, run_pair
+from dormouse.ab.pairjob import (
+    Pair,
+    PairTask,
+    finish_complete_runs,
+    pair_state,
+    read_launch_record,
+    recorded_fingerprints,
+    run_pair,
+)
 from dormouse.ab.plan import ComparisonPlan, build_plan, check_cli_overrides
 from dormouse.ab.registry import (
     PROTOCOL,
@@ -275,6 +283,8 @@ def run_comparison(
             console.print(f"[yellow]note:[/] {lock.stale_message()}")
         stamp = _check_registration(plan.comp_dir, plan.reg, plan.overrides, restart, console)
         check_same_code(plan, code)
+        for line in finish_complete_runs(plan.all_pairs, plan.comp_dir):  # issue 31: a finished run is kept
+            console.print(f"[yellow]note:[/] {line}")
         card = ensure_design_card(plan, console)
         errors = _run_looks(plan, launcher, train_fn or _default_train_fn(), code.sha256, console)
         state = progress(plan, lambda p: read_pair(p, errors.get(p.name)), failed=set(errors))

@@ -348,4 +348,15 @@ PERTURBATIONS: list[dict] = [
                "and leaves its lock and launch record saying it is running",
         "protects": "A/B rule",
     },
+    {
+        "name": "driver_leaves_a_finished_run_unfinished",
+        "file": _RUNNER,
+        "function": "run_comparison",
+        "old": "        for line in finish_complete_runs(plan.all_pairs, plan.comp_dir):",
+        "new": "        for line in []:",
+        "gates": [_LIFE + "test_the_driver_finishes_a_complete_run_it_would_not_schedule"],
+        "why": "a run stopped between its final checkpoint and its done line is complete but never scheduled: "
+               "its log stays unfinished and the counter check invalidates its arm for good",
+        "protects": "A/B rule",
+    },
 ]
