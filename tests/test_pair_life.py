@@ -314,3 +314,31 @@ def test_the_driver_finishes_a_complete_run_it_would_not_schedule(tmp_path: Path
     gr = json.loads((out / "results.json").read_text())["arms"]["gr"]
     assert gr["counter_check"] == "pass" and gr["verdict"] == "better", gr["findings"]
     assert "gr-s2: finished at step 20: its final eval and checkpoint are on disk" in console.export_text()
+
+
+def test_a_restart_moves_a_run_with_its_final_eval_aside_and_removes_only_an_empty_start(
+        tmp_path: Path, composed: Pair) -> None:
+    """A restart (no checkpoint to resume) deletes only a run with neither a checkpoint nor a final eval;
+    one whose final eval is on disk (its checkpoints lost, no done line) is moved aside, not deleted."""
+    comp = tmp_path / "ab" / "t"
+    pair = _pair(composed, comp)
+    _attempt(pair, comp, Life())
+    for ckpt in list_checkpoints(pair.files.checkpoints):
+        ckpt.unlink()
+    log = pair.files.log
+    log.write_text("".join(ln for ln in log.read_text().splitlines(keepends=True) if not ln.startswith("done ")))
+    assert pair_state(pair)[0] == "restart"
+    train = Life()
+    outcome = _attempt(pair, comp, train)
+    assert outcome.status == DONE and train.calls == ["never"] and "moved its earlier run aside" in outcome.note
+    (aside,) = (comp / SET_ASIDE).iterdir()
+    assert [int(r["step"]) for r in read_metrics(aside / "metrics.jsonl")] == list(range(EVERY, STEPS + 1, EVERY))
+    assert "holds a final eval" in (aside / SET_ASIDE_REASON).read_text()
+
+    other = _pair(composed, tmp_path / "ab2" / "t")
+    _attempt(other, other.run_dir.parent, Life(point="before_first_checkpoint", fault=_fault(
+        "UncompletedJobError", lambda requeue: None)[0]))
+    assert pair_state(other)[0] == "restart"
+    again = Life()
+    assert _attempt(other, other.run_dir.parent, again).status == DONE and again.calls == ["never"]
+    assert not (other.run_dir.parent / SET_ASIDE).exists()  # nothing worth keeping: removed

@@ -309,7 +309,7 @@ def _clear_for_restart(pair: Pair, comp_dir: Path, why: str) -> str | None:
     (its final checkpoint lost) is moved aside; one with neither a checkpoint nor a final eval (interrupted
     before its first checkpoint: nothing can resume it) is removed. Returns a note when moved aside."""
     if final_row(read_metrics(pair.files.metrics), pair.steps) is not None or list_checkpoints(pair.files.checkpoints):
-        dest = set_aside(pair, comp_dir, f"{why}; its final eval is kept here")
+        dest = set_aside(pair, comp_dir, f"{why}; it holds a final eval or a checkpoint, so it is kept here")
         return f"moved its earlier run aside to {dest}"
     shutil.rmtree(pair.run_dir)
     return None

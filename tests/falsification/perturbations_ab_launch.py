@@ -359,4 +359,15 @@ PERTURBATIONS: list[dict] = [
                "its log stays unfinished and the counter check invalidates its arm for good",
         "protects": "A/B rule",
     },
+    {
+        "name": "restart_deletes_a_run_with_its_final_eval",
+        "file": _PAIRJOB,
+        "function": "_clear_for_restart",
+        "old": "    if final_row(read_metrics(pair.files.metrics), pair.steps) is not None or",
+        "new": "    if False and",
+        "gates": [_LIFE + "test_a_restart_moves_a_run_with_its_final_eval_aside_and_removes_only_an_empty_start"],
+        "why": "a restart (no checkpoint left to resume) deletes a run whose final eval is on disk instead of "
+               "moving it aside",
+        "protects": "A/B rule",
+    },
 ]
