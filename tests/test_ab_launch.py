@@ -1,7 +1,7 @@
 """How the pairs run: --jobs N in worker processes gives the sequential numbers bit for bit, submitit's
 local executor (real processes, no SLURM) submits, completes, requeues a preempted job that resumes
 from its checkpoint, and reports; slots, the launcher config, the comparison and pair locks in the
-runner, --plan, --status, the live board and errors said once."""
+runner, --plan, --status, the live board, errors said once, and a killed driver that leaves no process."""
 
 from __future__ import annotations
 
