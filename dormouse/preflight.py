@@ -33,7 +33,7 @@ from dormouse.errors import TrainError
 from dormouse.loop_state import checkpoint_step
 from dormouse.rundir import default_run_name, prepare_run_dir, run_in_use
 from dormouse.runfiles import RunFiles
-from dormouse.step_notice import memory_refusal, size, step_memory
+from dormouse.step_notice import device_memory, memory_refusal, size, step_memory
 
 
 @dataclass
@@ -132,6 +132,7 @@ def preflight(cfg: DictConfig) -> Preflight:
     device = resolve_device(str(cfg.train.device), info)
     out.problems += start_refusals(cfg, device, info.world_size)
     if memory_refusal(cfg, device, info.world_size) is None:
-        out.found.append(f"memory: one training step needs about {size(step_memory(cfg, info.world_size).total)} "
-                         f"on {device}")
+        have = device_memory(device)
+        out.found.append(f"memory: one training step needs about {size(step_memory(cfg, info.world_size).total)}"
+                         + (f" of the {size(have)} {device.type} has" if have else f" on {device.type}"))
     return out
