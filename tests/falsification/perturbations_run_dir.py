@@ -115,8 +115,8 @@ PERTURBATIONS: list[dict] = [
         "old": "                    return end - (pos - size + newline + 1)\n",
         "new": "                    return 0\n",
         "gates": [_TORN],
-        "why": "a last line cut short by a crash is not seen: `logs --check` says no findings and the resume "
-               "appends the first new row onto it, lost to every JSON reader",
+        "why": "a last line cut short by a crash is not seen: `logs --check` says no findings, and the resume "
+               "appends its `resume` line onto train.log's torn eval line",
         "protects": "training loop",
     },
     {
@@ -127,6 +127,17 @@ PERTURBATIONS: list[dict] = [
         "new": "        if torn := 0:\n",
         "gates": [_TORN],
         "why": "the resume's own line is appended onto train.log's torn eval line: both are one malformed line",
+        "protects": "training loop",
+    },
+    {
+        "name": "resume_appends_onto_a_torn_metrics_row",
+        "file": "dormouse/train.py",
+        "function": "_open_run_dir",
+        "old": "        settled = settle_metrics(files.metrics, loop.step)\n",
+        "new": "        settled = settle_metrics(files.metrics, loop.step, write=False)\n",
+        "gates": [_TORN],
+        "why": "issue 31's defect: the resume appends the first new metrics row onto the torn one, and that row "
+               "is lost to every JSON reader",
         "protects": "training loop",
     },
     {
