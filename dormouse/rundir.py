@@ -118,11 +118,14 @@ def hold_run(cfg: DictConfig, info: DistInfo) -> Iterator[None]:
         ended = True
     finally:
         if lock is not None:
-            if fresh and not ended and not has_record(files):
+            failed_start = fresh and not ended and not has_record(files)
+            if failed_start:
                 _remove_new_entries(files, before)
-            if created and [p.name for p in files.dir.iterdir()] == [files.lock.name]:
+            if (failed_start and files.lock.name not in before) or (
+                    created and [p.name for p in files.dir.iterdir()] == [files.lock.name]):
                 files.lock.unlink()  # while still held: no one can be granted a lock on a file being removed
-                files.dir.rmdir()
+                if created:
+                    files.dir.rmdir()
             lock.release()
 
 

@@ -90,6 +90,18 @@ def test_settle_metrics_keeps_each_step_up_to_the_resume_once_and_says_what_it_d
     assert [json.loads(line) for line in path.read_text().splitlines()] == rows[2:4]
 
 
+def test_logs_check_reports_a_torn_row_that_an_append_extended(tmp_path: Path):
+    """A run resumed before the repair existed: the torn row and the row appended onto it are one line that
+    no JSON reader parses; the check names it."""
+    run_dir = tmp_path / "old"
+    run_dir.mkdir()
+    (run_dir / "train.log").write_text("# dormouse: 0.1.0\n")
+    (run_dir / "metrics.jsonl").write_text('{"step": 6}\n{"step": 12, "lo{"step": 12, "loss": 1.0}\n')
+    found = [f for f in read_run(run_dir).findings if f.kind == "malformed"]
+    assert [(f.path.name, f.line) for f in found] == [("metrics.jsonl", 2)]
+    assert "lost to every reader" in found[0].message
+
+
 # --- item 8: a full disk ---------------------------------------------------------------------------------
 
 class _FullDisk:
@@ -157,6 +169,17 @@ def test_a_full_disk_mid_append_stops_in_one_line_and_the_resume_repairs_the_tor
     assert runner.invoke(app, ["train", f"run.dir={tmp_path}", "run.name=r", "train.resume=auto"]).exit_code == 0
     assert metrics_steps(run_dir) == [6, 12, 16]
     assert "repair file=metrics.jsonl torn_bytes=20 dropped_rows=0" in (run_dir / "train.log").read_text()
+
+
+def test_a_failed_start_in_a_folder_without_a_run_keeps_what_was_there(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch):
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    (run_dir / "ab_error.txt").write_text("an earlier attempt's traceback\n")
+    fill_disk_at(monkeypatch, "train.log")
+    result = runner.invoke(app, ["train", *TINY, f"run.dir={tmp_path}", "run.name=r"])
+    assert result.exit_code == 1 and "nothing of the run was kept" in one_line(result.output)
+    assert [p.name for p in run_dir.iterdir()] == ["ab_error.txt"]
 
 
 def test_a_failed_checkpoint_write_says_whether_an_earlier_one_is_left(tmp_path: Path,

@@ -165,8 +165,8 @@ PERTURBATIONS: list[dict] = [
         "name": "failed_start_leaves_a_half_made_run",
         "file": _RUNDIR,
         "function": "hold_run",
-        "old": "            if fresh and not ended and not has_record(files):\n",
-        "new": "            if False:\n",
+        "old": "            failed_start = fresh and not ended and not has_record(files)\n",
+        "new": "            failed_start = False\n",
         "gates": [_FULL],
         "why": "a full disk at a new run's first writes leaves config.yaml behind: the same command is then "
                "refused (`holds a run`) until the user deletes it or passes train.overwrite=true",
