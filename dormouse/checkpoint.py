@@ -105,6 +105,11 @@ def atomic_save_bytes(data: bytes, path: Path) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+    except OSError as exc:
+        Path(tmp_name).unlink(missing_ok=True)
+        if exc.filename is None:  # a write to the open file names none: say which file could not be written
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise

@@ -68,6 +68,10 @@ def default_run_name(cfg: DictConfig, started: str | None = None) -> str:
     return f"{stem}-{started or datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
 
 
+# A write that failed because the disk (or the user's quota) is full: free space, then rerun.
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
 def run_lock(files: RunFiles) -> HolderLock:
     """The lock of one run directory, ``<run>/run.lock``."""
     return HolderLock(files.lock, f"run {files.dir}", RUN_IN_USE_ADVICE, "run.dir")
@@ -92,7 +96,7 @@ def hold_run(cfg: DictConfig, info: DistInfo) -> Iterator[None]:
     refused start, a full disk at the first writes (config.yaml, provenance.json, train.log) or a crash before
     the first eval leaves no half-made run for ``train`` to refuse next time (issue 31, item 8)."""
     files = RunFiles(Path(str(cfg.run.dir)) / str(cfg.run.name))
-    lock, refusal = None, None
+    lock, refusal, failure = None, None, None
     created, fresh, before = False, False, set()
     if info.is_main:
         created = not files.dir.exists()
@@ -103,13 +107,18 @@ def hold_run(cfg: DictConfig, info: DistInfo) -> Iterator[None]:
         except LockHeld as exc:
             refusal = str(exc)
         except OSError as exc:
+            if exc.errno in DISK_FULL:  # not bad input: a runtime failure (exit 1), said in one line
+                failure = (f"cannot write {files.lock}: {exc.strerror}; nothing of the run was written; free disk "
+                           "space and rerun the same command")
             refusal = (f"cannot write the run directory {files.dir}: {exc.strerror or exc}; choose a writable "
-                       "run.dir (and check the disk has space)")
+                       "run.dir")
             if created:
                 shutil.rmtree(files.dir, ignore_errors=True)  # the lock file half-made: nothing to keep
         if lock is not None and lock.stale_message():
             print(lock.stale_message(), file=sys.stderr, flush=True)
-    refusal = broadcast_object(refusal, info)
+    refusal, failure = broadcast_object((refusal, failure), info)
+    if failure is not None:
+        raise TrainError(failure)
     if refusal is not None:
         raise RunDirRefused(refusal)
     ended = False
@@ -140,17 +149,13 @@ def has_record(files: RunFiles) -> bool:
 def _remove_new_entries(files: RunFiles, before: set[str]) -> None:
     """Remove what a failed start created in its run directory (every entry not in ``before``), keeping the
     lock this process holds; what was there before it began stays."""
-    for entry in files.dir.iterdir():
+    for entry in list(files.dir.iterdir()):  # listed first: a folder read while entries go may skip some
         if entry == files.lock or entry.name in before:
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry, ignore_errors=True)
         else:
             entry.unlink(missing_ok=True)
-
-
-# A write that failed because the disk (or the user's quota) is full: free space, then rerun.
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def write_failure(exc: OSError, cfg: DictConfig) -> TrainError:
@@ -177,7 +182,7 @@ def write_failure(exc: OSError, cfg: DictConfig) -> TrainError:
 
 def _clear_run_dir(files: RunFiles) -> None:
     """Remove a run's files for ``train.overwrite=true``, keeping the lock this process holds on it."""
-    for entry in files.dir.iterdir():
+    for entry in list(files.dir.iterdir()):  # listed first: a folder read while entries go may skip some
         if entry == files.lock:
             continue
         if entry.is_dir() and not entry.is_symlink():

@@ -282,6 +282,11 @@ def train(cfg: DictConfig, *, stop_at_step: int | None = None) -> TrainResult:
                 return _train(run_cfg, corpus, device, kernel, info, stop_at_step)
         except OSError as exc:  # a write failed (a full disk): one line, true about what hold_run left
             raise write_failure(exc, run_cfg) from exc
+        except CheckpointError as exc:  # a checkpoint's write on a full disk: the same line
+            cause = exc.__cause__
+            if isinstance(cause, OSError) and cause.errno in DISK_FULL:
+                raise write_failure(cause, run_cfg) from exc
+            raise
     finally:
         shutdown_distributed(info)
 

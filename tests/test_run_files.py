@@ -21,6 +21,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+import dormouse.checkpoint as checkpoint_module
 import dormouse.train as train_module
 from dormouse.checkpoint import CheckpointError, atomic_save, list_checkpoints
 from dormouse.cli import app
@@ -169,6 +170,32 @@ def test_a_full_disk_mid_append_stops_in_one_line_and_the_resume_repairs_the_tor
     assert runner.invoke(app, ["train", f"run.dir={tmp_path}", "run.name=r", "train.resume=auto"]).exit_code == 0
     assert metrics_steps(run_dir) == [6, 12, 16]
     assert "repair file=metrics.jsonl torn_bytes=20 dropped_rows=0" in (run_dir / "train.log").read_text()
+
+
+def test_a_full_disk_at_a_checkpoint_names_the_one_left_and_the_resume_replays_each_step_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    run_dir = tmp_path / "r"
+    real = checkpoint_module.atomic_save_bytes
+
+    def no_space(fd: int) -> None:
+        raise OSError(errno.ENOSPC, NO_SPACE)  # as the open file's fsync raises it: no file name
+
+    def full_at_step_8(data: bytes, path: Path) -> None:
+        with pytest.MonkeyPatch.context() as full:
+            if path.name == "step_00000008.pt":
+                full.setattr(checkpoint_module.os, "fsync", no_space)
+            real(data, path)
+
+    monkeypatch.setattr(checkpoint_module, "atomic_save_bytes", full_at_step_8)
+    result = runner.invoke(app, ["train", *TINY, f"run.dir={tmp_path}", "run.name=r"])
+    monkeypatch.undo()
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert (f"error: cannot write {run_dir / 'checkpoints' / 'step_00000008.pt'}: {NO_SPACE}; the last checkpoint "
+            f"{run_dir / 'checkpoints' / 'step_00000004.pt'} is intact; free disk space and continue with: "
+            f"dormouse train run.dir={tmp_path} run.name=r train.resume=auto") in one_line(result.output)
+    assert runner.invoke(app, ["train", f"run.dir={tmp_path}", "run.name=r", "train.resume=auto"]).exit_code == 0
+    assert metrics_steps(run_dir) == [6, 12, 16]  # step 6's row, abandoned by the resume at 4, once
+    assert "repair file=metrics.jsonl torn_bytes=0 dropped_rows=1" in (run_dir / "train.log").read_text()
 
 
 def test_a_failed_start_in_a_folder_without_a_run_keeps_what_was_there(tmp_path: Path,
