@@ -47,8 +47,19 @@ def atomic_save(obj: dict[str, Any], path: Path) -> None:
     except OSError as exc:
         raise CheckpointError(
             f"could not write checkpoint {path}: {exc.strerror or exc} — free disk space or fix the run "
-            f"directory's permissions; the previous checkpoint is intact"
+            f"directory's permissions; {left_intact(path)}"
         ) from exc
+
+
+def left_intact(path: Path) -> str:
+    """What a failed atomic write of ``path`` left as it was, said only when it is true (issue 31): the file
+    it would have replaced, else the newest checkpoint beside it, else that there is none."""
+    if path.exists():
+        return f"the previous {path.name} is intact"
+    earlier = list_checkpoints(path.parent)
+    if earlier:
+        return f"the previous checkpoint {earlier[-1]} is intact"
+    return "no checkpoint was written before it, so none is left to resume from"
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -94,6 +105,11 @@ def atomic_save_bytes(data: bytes, path: Path) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+    except OSError as exc:
+        Path(tmp_name).unlink(missing_ok=True)
+        if exc.filename is None:  # a write to the open file names none: say which file could not be written
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise

@@ -116,7 +116,7 @@ def train(overrides: list[str] = OVERRIDES, cfg_flag: str = CFG,
     cfg = _config_or_exit(overrides)
     from dormouse.checkpoint import CheckpointError
     from dormouse.data import DataError
-    from dormouse.errors import RunDirRefused
+    from dormouse.errors import StartRefused
     from dormouse.train import Interrupted, TrainError
     from dormouse.train import train as run_training
 
@@ -124,8 +124,10 @@ def train(overrides: list[str] = OVERRIDES, cfg_flag: str = CFG,
         result = run_training(cfg)
     except (DataError, TrainError, CheckpointError) as exc:
         err.print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
-        # Refused before step 0 (bad data, a run directory that refuses this start): 2, as `validate` says.
-        raise typer.Exit(2 if isinstance(exc, (DataError, RunDirRefused)) else 1) from None
+        # Refused before anything was created (bad data, a config that cannot fit, wandb online without
+        # credentials, a run directory that refuses this start): 2, as `validate` says. A run that failed
+        # (a full disk, a non-finite loss): 1.
+        raise typer.Exit(2 if isinstance(exc, (DataError, StartRefused)) else 1) from None
     except Interrupted as exc:
         raise typer.Exit(exc.exit_code) from None
     final = result.metrics[-1] if result.metrics else {}

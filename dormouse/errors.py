@@ -7,7 +7,12 @@ class TrainError(RuntimeError):
     """A run that cannot start or continue; the message says what and how to fix it."""
 
 
-class RunDirRefused(TrainError):
+class StartRefused(TrainError):
+    """Bad input ``train`` refuses before it creates anything, as ``validate`` does (exit 2): a config that
+    cannot fit in memory, wandb online without credentials, a run directory that refuses this start."""
+
+
+class RunDirRefused(StartRefused):
     """The run directory refuses this start or resume (it holds another run, its checkpoint is unreadable
     or was made with another config): bad input, refused before step 0 by `train` and `validate` alike."""
 

@@ -20,9 +20,17 @@ was registered lacks that arm's counter: it parses, and the arm reads as absent 
 and ``bpb@k`` are the fixed eval set's bits per byte. Lines written before the label read ``loss=``; both parse.
 The line shows a row by name (:func:`eval_fields`): a field added to the row appears as ``name=value``.
 
-A resumed run replays its evaluations from the checkpoint's step, so both files can hold a step twice; the
-rule that the replayed rows replace the earlier ones from that step on is :func:`replay`, used by the log
-checker and the A/B run records alike.
+A resumed run replays its evaluations from the checkpoint's step. ``metrics.jsonl`` holds each step once: the
+resume rewrites it (atomically) without the rows of the steps it abandons, so a plain JSON-lines reader
+(``pandas.read_json(path, lines=True)``) reads the run's one history (dormouse.metrics.settle_metrics).
+``train.log`` is the record of what happened, for people: it keeps the abandoned eval lines, then the
+``resume`` line, then the replayed ones. The rule that a replayed row replaces the earlier ones from its step
+on is :func:`replay`, used by the log checker, the A/B run records and every reader of a file written before
+the rewrite.
+
+Both files are appended to; a crash or a full disk mid-write leaves a last line without its newline (a
+*torn* line, :func:`torn_tail`). A resume cuts it before appending and records the cut in ``train.log`` as a
+``repair`` line; ``dormouse logs --check`` reports one it finds in a run not yet resumed.
 """
 
 from __future__ import annotations
@@ -35,8 +43,8 @@ from typing import Any, TypeVar
 
 from dormouse.config import ARMS
 
-EVAL, RESUME, INTERRUPTED, DONE = "eval", "resume", "interrupted", "done"
-KINDS = (EVAL, RESUME, INTERRUPTED, DONE)
+EVAL, RESUME, INTERRUPTED, DONE, REPAIR = "eval", "resume", "interrupted", "done", "repair"
+KINDS = (EVAL, RESUME, INTERRUPTED, DONE, REPAIR)
 
 _SUFFIX = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 _COUNTER = re.compile(r"^(\d+)/(\d+)$")
@@ -278,6 +286,21 @@ def parse_done_line(line: str) -> dict[str, Any]:
     return out
 
 
+def format_repair_line(file: str, torn_bytes: int, dropped_rows: int = 0) -> str:
+    """What a resume repaired in an append-only file before appending to it: the bytes of a torn last line it
+    cut (a write cut short) and, for metrics.jsonl, the rows it dropped (abandoned or superseded steps)."""
+    return f"{REPAIR} file={file} torn_bytes={torn_bytes} dropped_rows={dropped_rows}"
+
+
+def parse_repair_line(line: str) -> dict[str, Any]:
+    """``{"file": str, "torn_bytes": int, "dropped_rows": int}``; raises :class:`LogLineError`."""
+    pairs = dict(_pairs(line.strip(), REPAIR))
+    if "file" not in pairs or "torn_bytes" not in pairs:
+        raise LogLineError("expected `repair file=<name> torn_bytes=<N> dropped_rows=<M>`")
+    return {"file": pairs["file"], "torn_bytes": _int_field("torn_bytes", pairs["torn_bytes"]),
+            "dropped_rows": _int_field("dropped_rows", pairs.get("dropped_rows", "0"))}
+
+
 def _int_field(key: str, value: str) -> int:
     try:
         return int(value)
@@ -308,10 +331,33 @@ def parse_metrics_row(line: str) -> dict[str, Any]:
     return row
 
 
+def torn_tail(path: Path) -> int:
+    """How many bytes of ``path`` follow its last newline: a last line without its newline is a write cut short
+    (a kill, a crash or a full disk mid-append; every writer ends each line with one). 0 when the file ends
+    with a newline, is empty or does not exist."""
+    try:
+        with path.open("rb") as f:
+            end = f.seek(0, 2)
+            pos = end
+            while pos > 0:
+                size = min(65536, pos)
+                f.seek(pos - size)
+                chunk = f.read(size)
+                newline = chunk.rfind(b"\n")
+                if newline >= 0:
+                    return end - (pos - size + newline + 1)
+                pos -= size
+            return end
+    except (FileNotFoundError, IsADirectoryError):
+        return 0
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The effective rows of a metrics.jsonl: a resumed run replays evals from its checkpoint, so a row whose
-    step does not advance supersedes the earlier rows from that step on (:func:`replay`). Unparseable lines
-    (a write cut by a kill) are skipped; the log check reports the run. No file: no rows."""
+    """The effective rows of a metrics.jsonl: each step once. A resume rewrites the file without the steps it
+    abandons (dormouse.metrics.settle_metrics); a file written before that rule holds a replayed step twice, so
+    a row whose step does not advance still supersedes the earlier rows from that step on (:func:`replay`).
+    Unparseable lines (a write cut short) are skipped; ``dormouse logs --check`` reports them. No file: no
+    rows."""
     rows: list[dict[str, Any]] = []
     if not path.is_file():
         return rows

@@ -16,7 +16,10 @@ failing arm invalid):
 * eval lines missing (none at all, or a multiple of ``train.eval_every`` skipped) or out of order;
 * a malformed eval or done line (reported with its line number, never a crash);
 * a run that ended without its final eval (no ``done`` line, or the last eval step is not
-  ``train.steps`` from the run's ``config.yaml``).
+  ``train.steps`` from the run's ``config.yaml``);
+* a torn last line in ``train.log`` or ``metrics.jsonl`` (a write cut short by a crash or a full disk; a
+  resume cuts it, dormouse.metrics) and a ``metrics.jsonl`` line that is not a JSON row (a torn line that an
+  append extended before that repair existed: the row after it is lost to every reader).
 
 Lines that start with neither ``eval `` nor ``done `` are ignored, except ``resume``: after a resume the
 log replays evals from the checkpoint's step, so a step going back is expected there and the replayed
@@ -48,8 +51,10 @@ from dormouse.loglines import (
     line_kind,
     parse_done_line,
     parse_eval_line,
+    parse_metrics_row,
     read_metrics,
     replay,
+    torn_tail,
 )
 from dormouse.runfiles import CONFIG, LOG, SWEEP, RunFiles
 
@@ -227,9 +232,41 @@ def read_run(path: Path | str) -> RunLog:
     for row in run.evals:
         _check_row(run, row)
     _check_completeness(run)
+    _check_torn(run, log_path, len(lines))
+    if log_path.name == LOG:
+        _check_metrics_file(run, RunFiles(run.run_dir).metrics)
     run.findings.sort(key=lambda f: (f.line is None, f.line or 0))
     _attach_metrics(run)
     return run
+
+
+TORN_ADVICE = ("a write cut short (a crash or a full disk); readers skip it, and resuming the run "
+               "(train.resume=auto) cuts it before appending")
+
+
+def _check_torn(run: RunLog, path: Path, n_lines: int) -> None:
+    """A last line without its newline (dormouse.loglines.torn_tail): reported, at that line, in a run not
+    yet resumed (a resume cuts it and says so in a ``repair`` line)."""
+    torn = torn_tail(path)
+    if torn:
+        run.findings.append(Finding(path, n_lines, "torn-line", f"the last line ({torn} bytes) has no newline: "
+                                    + TORN_ADVICE))
+
+
+def _check_metrics_file(run: RunLog, path: Path) -> None:
+    """metrics.jsonl: every complete line a JSON row with a step, and no torn last line."""
+    if not path.is_file():
+        return
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    torn = torn_tail(path)
+    for n, line in enumerate(lines[:-1] if torn else lines, start=1):
+        try:
+            parse_metrics_row(line)
+        except LogLineError as exc:
+            run.findings.append(Finding(path, n, "malformed", f"{exc}: a row torn by a crash or a full disk and "
+                                        "extended by a later append; this row and the one appended onto it "
+                                        "are lost to every reader (train.log's eval lines still hold them)"))
+    _check_torn(run, path, len(lines))
 
 
 def _attach_metrics(run: RunLog) -> None:

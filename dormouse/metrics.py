@@ -14,16 +14,23 @@ No sink knows a field's position: the line is rendered by name (:func:`dormouse.
 metrics.jsonl and wandb are keyed by name, and ``dormouse logs`` selects its columns by name, so a field
 added to the row appears under its own name everywhere and moves nothing else
 (tests/test_metrics_sinks.py).
+
+``train.log`` and ``metrics.jsonl`` are append-only, and a crash or a full disk can cut an append short. A
+resume settles both before it appends (:func:`cut_torn_tail`, :func:`settle_metrics`): the torn last line is
+cut, and metrics.jsonl is rewritten atomically to hold each step up to the resume's once, so the first new
+row never lands on a partial line and a plain JSON-lines reader gets each step once.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from dormouse.loglines import format_eval_line, format_metrics_row
+from dormouse.checkpoint import atomic_write_text
+from dormouse.loglines import LogLineError, format_eval_line, format_metrics_row, parse_metrics_row, replay, torn_tail
 from dormouse.probes import probe_scalars
 
 Row = dict[str, Any]
@@ -120,3 +127,64 @@ class Metrics:
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()
+
+
+# --- settling the append-only files before a resume appends to them ---------------------------------------
+
+
+def cut_torn_tail(path: Path) -> int:
+    """Cut a torn last line off an append-only file (:func:`dormouse.loglines.torn_tail`: the bytes after its
+    last newline) and return how many bytes went; 0 when it ends with a newline or does not exist.
+
+    Why: the next append would otherwise extend the partial line, and the first new line would be lost to
+    every line reader. ``truncate`` is one system call (the file is its whole lines before and after), and the
+    file is fsynced so the cut reaches the disk before anything is appended."""
+    torn = torn_tail(path)
+    if torn:
+        with path.open("r+b") as f:
+            f.truncate(f.seek(0, 2) - torn)
+            f.flush()
+            os.fsync(f.fileno())
+    return torn
+
+
+@dataclass
+class Settled:
+    """What :func:`settle_metrics` found: the rows up to the resume's step (each step once), the bytes of a
+    torn last line and the rows it dropped (steps past the resume's, superseded replays, unparseable lines)."""
+
+    rows: list[Row] = field(default_factory=list)
+    torn_bytes: int = 0
+    dropped_rows: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.torn_bytes or self.dropped_rows)
+
+
+def settle_metrics(path: Path, step: int, *, write: bool = True) -> Settled:
+    """metrics.jsonl made the history of a run resumed at ``step``: each step up to ``step`` once, in order.
+
+    The rule (docs/model.md, "resume"): a resume replays the evaluations after its checkpoint's step, so the
+    rows of later steps belong to a future the resume abandons, and go; a row whose step does not advance
+    supersedes the earlier ones from its step on (:func:`dormouse.loglines.replay`: a file written before this
+    rule); a torn last line and any line that is not a row are dropped. When anything goes, the file is
+    rewritten atomically (the old file or the new, never half of one), keeping each kept row's line as it
+    was written; ``write=False`` only reports (``dormouse logs``)."""
+    if not path.is_file():
+        return Settled()
+    data = path.read_bytes()
+    torn = torn_tail(path)
+    whole = data[:len(data) - torn].decode("utf-8", errors="replace")
+    kept: list[tuple[Row, str]] = []
+    for line in whole.splitlines():
+        try:
+            row = parse_metrics_row(line)
+        except LogLineError:
+            continue
+        kept = replay(kept, (row, line), lambda pair: int(pair[0]["step"]))
+    kept = [(row, line) for row, line in kept if int(row["step"]) <= step]
+    out = Settled([row for row, _ in kept], torn, len(whole.splitlines()) - len(kept))
+    if out.changed and write:
+        atomic_write_text(path, "".join(line + "\n" for _, line in kept))
+    return out

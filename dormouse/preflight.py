@@ -8,7 +8,9 @@ The config itself is checked by :func:`dormouse.config.load_config`. This module
 * the run directory: :func:`dormouse.rundir.prepare_run_dir` in dry-run mode (an existing run without
   ``train.resume``/``train.overwrite``, a resume whose checkpoint is unreadable or whose config differs),
   and that the directory can be created and is not in use by another ``train`` (its lock);
-* ``logging.wandb=online`` without credentials.
+* what :func:`start_refusals` refuses, which ``train`` also calls before it creates anything:
+  ``logging.wandb=online`` without credentials, and a training step that cannot fit in the device's memory
+  (:func:`dormouse.step_notice.memory_refusal`).
 
 :func:`config_warnings` are what runs but is probably not what was meant (``train.warmup >= train.steps``):
 ``train`` and ``validate`` print them and go on.
@@ -22,6 +24,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from omegaconf import DictConfig
 
 from dormouse.checkpoint import CheckpointError
@@ -30,6 +33,7 @@ from dormouse.errors import TrainError
 from dormouse.loop_state import checkpoint_step
 from dormouse.rundir import default_run_name, prepare_run_dir, run_in_use
 from dormouse.runfiles import RunFiles
+from dormouse.step_notice import device_memory, memory_refusal, size, step_memory
 
 
 @dataclass
@@ -68,6 +72,23 @@ def _wandb_credentials() -> bool:
     return bool(os.environ.get("WANDB_API_KEY")) or (Path.home() / ".netrc").exists()
 
 
+WANDB_REFUSAL = ("logging.wandb=online needs credentials (WANDB_API_KEY or `wandb login`); use "
+                 "logging.wandb=offline to log locally")
+
+
+def start_refusals(cfg: DictConfig, device: torch.device, world_size: int = 1) -> list[str]:
+    """What ``train`` refuses before it creates anything, beyond the config's own fields (load_config), the
+    data and the run directory (prepare_run_dir): the same function ``validate`` calls, so whatever
+    ``validate`` refuses ``train`` refuses too, before the run directory exists (issue 31, item 10)."""
+    out = []
+    if str(cfg.logging.wandb) == "online" and not _wandb_credentials():
+        out.append(WANDB_REFUSAL)
+    memory = memory_refusal(cfg, device, world_size)
+    if memory is not None:
+        out.append(memory)
+    return out
+
+
 def preflight(cfg: DictConfig) -> Preflight:
     """Every refusal ``train`` would make before step 0, for a config that passed validation."""
     out = Preflight(warnings=config_warnings(cfg))
@@ -104,7 +125,14 @@ def preflight(cfg: DictConfig) -> Preflight:
         out.problems.append(f"run.dir={cfg.run.dir!r}: cannot create {run_dir}: {why_not}; choose a writable "
                             "run.dir")
 
-    if str(cfg.logging.wandb) == "online" and not _wandb_credentials():
-        out.problems.append("logging.wandb=online needs credentials (WANDB_API_KEY or `wandb login`); "
-                            "use logging.wandb=offline to log locally")
+    from dormouse.distributed import dist_info_from_env
+    from dormouse.train import resolve_device  # here: dormouse.train imports this module
+
+    info = dist_info_from_env()
+    device = resolve_device(str(cfg.train.device), info)
+    out.problems += start_refusals(cfg, device, info.world_size)
+    if memory_refusal(cfg, device, info.world_size) is None:
+        have = device_memory(device)
+        out.found.append(f"memory: one training step needs about {size(step_memory(cfg, info.world_size).total)}"
+                         + (f" of the {size(have)} {device.type} has" if have else f" on {device.type}"))
     return out

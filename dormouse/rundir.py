@@ -17,6 +17,7 @@ file, whatever ``train.overwrite`` says.
 
 from __future__ import annotations
 
+import errno
 import importlib.resources
 import platform
 import shutil
@@ -36,7 +37,7 @@ from dormouse.checkpoint import CheckpointError, list_checkpoints, load_checkpoi
 from dormouse.config import ConfigError, arm_name
 from dormouse.data import DEFAULT_EVAL_BYTES, ByteCorpus, resolve_eval_bytes
 from dormouse.distributed import DistInfo, broadcast_object
-from dormouse.errors import RunDirRefused
+from dormouse.errors import RunDirRefused, TrainError
 from dormouse.lock import HolderLock, LockHeld, is_locked, read_holder
 from dormouse.loop_state import checkpoint_step
 from dormouse.overrides import GROUPS
@@ -67,6 +68,10 @@ def default_run_name(cfg: DictConfig, started: str | None = None) -> str:
     return f"{stem}-{started or datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
 
 
+# A write that failed because the disk (or the user's quota) is full: free space, then rerun.
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
 def run_lock(files: RunFiles) -> HolderLock:
     """The lock of one run directory, ``<run>/run.lock``."""
     return HolderLock(files.lock, f"run {files.dir}", RUN_IN_USE_ADVICE, "run.dir")
@@ -83,38 +88,101 @@ def run_in_use(files: RunFiles) -> str | None:
 @contextmanager
 def hold_run(cfg: DictConfig, info: DistInfo) -> Iterator[None]:
     """Rank 0 holds the run's lock for the whole run; a refusal is every rank's (no rank waits for a rank
-    that left). A stale lock (its holder died) is taken over, and the takeover is said on stderr. A run
-    directory this call created and that holds nothing but the lock when the run ends (it was refused before
-    it wrote anything) is removed again: a refused start leaves nothing behind."""
+    that left). A stale lock (its holder died) is taken over, and the takeover is said on stderr.
+
+    A start that ends before the run holds a record of itself (:func:`has_record`: a metrics row or a
+    checkpoint) leaves nothing that blocks the same command: in a directory that held no run when this call
+    began, what this process created there is removed again (the whole directory when it created it). So a
+    refused start, a full disk at the first writes (config.yaml, provenance.json, train.log) or a crash before
+    the first eval leaves no half-made run for ``train`` to refuse next time (issue 31, item 8)."""
     files = RunFiles(Path(str(cfg.run.dir)) / str(cfg.run.name))
-    lock, refusal, created = None, None, False
+    lock, refusal, failure = None, None, None
+    created, fresh, before = False, False, set()
     if info.is_main:
         created = not files.dir.exists()
+        fresh = created or not files.holds_run()
+        before = {p.name for p in files.dir.iterdir()} if files.dir.is_dir() else set()
         try:
             lock = run_lock(files).acquire()
         except LockHeld as exc:
             refusal = str(exc)
         except OSError as exc:
+            if exc.errno in DISK_FULL:  # not bad input: a runtime failure (exit 1), said in one line
+                failure = (f"cannot write {files.lock}: {exc.strerror}; nothing of the run was written; free disk "
+                           "space and rerun the same command")
             refusal = (f"cannot write the run directory {files.dir}: {exc.strerror or exc}; choose a writable "
-                       "run.dir (and check the disk has space)")
+                       "run.dir")
+            if created:
+                shutil.rmtree(files.dir, ignore_errors=True)  # the lock file half-made: nothing to keep
         if lock is not None and lock.stale_message():
             print(lock.stale_message(), file=sys.stderr, flush=True)
-    refusal = broadcast_object(refusal, info)
+    refusal, failure = broadcast_object((refusal, failure), info)
+    if failure is not None:
+        raise TrainError(failure)
     if refusal is not None:
         raise RunDirRefused(refusal)
+    ended = False
     try:
         yield
+        ended = True
     finally:
         if lock is not None:
-            if created and [p.name for p in files.dir.iterdir()] == [files.lock.name]:
+            failed_start = fresh and not ended and not has_record(files)
+            if failed_start:
+                _remove_new_entries(files, before)
+            if (failed_start and files.lock.name not in before) or (
+                    created and [p.name for p in files.dir.iterdir()] == [files.lock.name]):
                 files.lock.unlink()  # while still held: no one can be granted a lock on a file being removed
-                files.dir.rmdir()
+                if created:
+                    files.dir.rmdir()
             lock.release()
+
+
+def has_record(files: RunFiles) -> bool:
+    """Whether a run directory holds a record of a run worth keeping: a complete metrics row or a checkpoint.
+    Before either, a start that failed can be rerun from scratch and loses nothing (:func:`hold_run`)."""
+    from dormouse.loglines import read_metrics
+
+    return bool(list_checkpoints(files.checkpoints)) or bool(read_metrics(files.metrics))
+
+
+def _remove_new_entries(files: RunFiles, before: set[str]) -> None:
+    """Remove what a failed start created in its run directory (every entry not in ``before``), keeping the
+    lock this process holds; what was there before it began stays."""
+    for entry in list(files.dir.iterdir()):  # listed first: a folder read while entries go may skip some
+        if entry == files.lock or entry.name in before:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
+def write_failure(exc: OSError, cfg: DictConfig) -> TrainError:
+    """The one line for a run that stopped because a write failed (most often a full disk), true about what
+    is left: read from the disk after :func:`hold_run` removed a start that had no record yet.
+
+    * nothing of the run is left: it had not started, so the same command starts it again;
+    * a checkpoint is left: it is intact (every checkpoint is written atomically, dormouse.checkpoint), and
+      the resume command continues from it (a torn last line of train.log or metrics.jsonl is cut then);
+    * a record but no checkpoint: nothing to resume from; train.overwrite=true starts it again."""
+    files = RunFiles(Path(str(cfg.run.dir)) / str(cfg.run.name))
+    where = f"cannot write {exc.filename}" if exc.filename else f"a write to {files.dir} failed"
+    fix = "free disk space" if exc.errno in DISK_FULL else "make the run directory writable"
+    checkpoints = list_checkpoints(files.checkpoints)
+    if not files.holds_run():
+        then = f"no checkpoint was written yet and nothing of the run was kept; {fix} and rerun the same command"
+    elif checkpoints:
+        then = f"the last checkpoint {checkpoints[-1]} is intact; {fix} and continue with: {resume_command(cfg)}"
+    else:
+        then = (f"no checkpoint was written yet, so there is nothing to resume; {fix} and start the run again "
+                "with train.overwrite=true")
+    return TrainError(f"{where}: {exc.strerror or exc}; {then}")
 
 
 def _clear_run_dir(files: RunFiles) -> None:
     """Remove a run's files for ``train.overwrite=true``, keeping the lock this process holds on it."""
-    for entry in files.dir.iterdir():
+    for entry in list(files.dir.iterdir()):  # listed first: a folder read while entries go may skip some
         if entry == files.lock:
             continue
         if entry.is_dir() and not entry.is_symlink():

@@ -54,22 +54,31 @@ from dormouse.distributed import (
     init_distributed,
     shutdown_distributed,
 )
-from dormouse.errors import Interrupted, RunDirRefused, TrainError
+from dormouse.errors import Interrupted, RunDirRefused, StartRefused, TrainError
 from dormouse.loglines import (
     format_done_line,
     format_header,
     format_interrupted_line,
     format_metrics_row,
+    format_repair_line,
     format_resume_line,
     read_metrics,
 )
 from dormouse.loop_state import LOOP_KEY, LoopState, WindowTotals, loop_part
-from dormouse.metrics import JsonlSink, Metrics, TerminalSink, TrainLogSink, WandbSink
+from dormouse.metrics import JsonlSink, Metrics, TerminalSink, TrainLogSink, WandbSink, cut_torn_tail, settle_metrics
 from dormouse.model import LoopedByteLM
-from dormouse.preflight import config_warnings
+from dormouse.preflight import WANDB_REFUSAL, config_warnings, start_refusals
 from dormouse.probes import PROBES, learned_values
-from dormouse.rundir import default_run_name, hold_run, prepare_run_dir, provenance, resume_command
-from dormouse.runfiles import CHECKPOINTS, RunFiles
+from dormouse.rundir import (
+    DISK_FULL,
+    default_run_name,
+    hold_run,
+    prepare_run_dir,
+    provenance,
+    resume_command,
+    write_failure,
+)
+from dormouse.runfiles import CHECKPOINTS, LOG, METRICS, RunFiles
 from dormouse.schedule import lr_at
 from dormouse.step_notice import first_step_line, memory_warning
 
@@ -218,8 +227,7 @@ def _wandb_run(cfg: DictConfig, files: RunFiles, resumed: bool) -> Any:
     if mode == "disabled":
         return None
     if mode == "online" and not os.environ.get("WANDB_API_KEY") and not (Path.home() / ".netrc").exists():
-        raise TrainError("logging.wandb=online needs credentials (WANDB_API_KEY or `wandb login`); "
-                         "use logging.wandb=offline to log locally")
+        raise TrainError(WANDB_REFUSAL)  # refused by train() before the run began; credentials gone since
     import wandb  # lazy: wandb is heavy and usually disabled
 
     run_id = files.wandb_id.read_text().strip() if resumed and files.wandb_id.exists() else ""
@@ -262,11 +270,23 @@ def train(cfg: DictConfig, *, stop_at_step: int | None = None) -> TrainResult:
     for line in config_warnings(cfg) if info.is_main else []:
         print(f"warning: {line}", file=sys.stderr, flush=True)
     try:
+        # What `validate` refuses, `train` refuses before it creates anything (dormouse.preflight).
+        refusals = broadcast_object(start_refusals(cfg, device, info.world_size) if info.is_main else None, info)
+        if refusals:
+            raise StartRefused("; ".join(refusals))
         name = str(cfg.run.name) if cfg.run.name is not None else default_run_name(cfg)
         # Every rank writes to the directory rank 0 named; one process at a time writes a run (its lock).
         run_cfg = _run_config(cfg, broadcast_object(name, info))
-        with hold_run(run_cfg, info):
-            return _train(run_cfg, corpus, device, kernel, info, stop_at_step)
+        try:
+            with hold_run(run_cfg, info):
+                return _train(run_cfg, corpus, device, kernel, info, stop_at_step)
+        except OSError as exc:  # a write failed (a full disk): one line, true about what hold_run left
+            raise write_failure(exc, run_cfg) from exc
+        except CheckpointError as exc:  # a checkpoint's write on a full disk: the same line
+            cause = exc.__cause__
+            if isinstance(cause, OSError) and cause.errno in DISK_FULL:
+                raise write_failure(cause, run_cfg) from exc
+            raise
     finally:
         shutdown_distributed(info)
 
@@ -382,21 +402,35 @@ def _resume_point(run: _Run) -> tuple[dict[str, Any] | None, Path | None]:
 
 
 def _open_run_dir(run: _Run, loop: LoopState, resumed_from: Path | None) -> None:
-    """Rank 0: write config.yaml and provenance.json, start (or continue) train.log, announce the run."""
+    """Rank 0: write config.yaml and provenance.json, start (or continue) train.log, announce the run.
+
+    A resume first settles the append-only files (dormouse.metrics, issue 31): a torn last line of train.log
+    or metrics.jsonl (a crash or a full disk mid-write) is cut, and metrics.jsonl is rewritten atomically
+    without the rows of the steps the resume abandons, so the first new row starts a line of its own and the
+    file holds each step once; train.log records each repair as a ``repair`` line after the ``resume`` line."""
     files, cfg = run.files, run.cfg
     try:
         files.dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(files.config, OmegaConf.to_yaml(cfg))
     except OSError as exc:
+        if exc.errno in DISK_FULL:
+            raise  # not a bad run.dir: train() says it in one line
         raise RunDirRefused(f"cannot write the run directory {files.dir}: {exc.strerror or exc}; choose a "
-                            "writable run.dir (and check the disk has space)") from exc
+                            "writable run.dir") from exc
     prov = provenance(cfg, run.device, run.dtype, run.kernel, run.corpus, run.counts, run.info)
     atomic_write_text(files.provenance, json.dumps(prov, indent=2) + "\n")
+    repairs = []
+    if resumed_from is not None:
+        if torn := cut_torn_tail(files.log):
+            repairs.append(format_repair_line(LOG, torn))
+        settled = settle_metrics(files.metrics, loop.step)
+        if settled.changed:
+            repairs.append(format_repair_line(METRICS, settled.torn_bytes, settled.dropped_rows))
     with files.log.open("a") as log:
         if resumed_from is None or not files.log.stat().st_size:
             log.write("\n".join(format_header(prov)) + "\n")
         if resumed_from is not None:
-            log.write(format_resume_line(loop.step, resumed_from) + "\n")
+            log.write("".join(line + "\n" for line in [format_resume_line(loop.step, resumed_from), *repairs]))
     history = _history(run, loop.step, resumed_from) if resumed_from is not None else []
     if resumed_from is not None and not files.metrics.exists():  # resumed into a new directory: carry the history
         atomic_write_text(files.metrics, "".join(format_metrics_row(row) for row in history))

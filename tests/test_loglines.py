@@ -16,12 +16,14 @@ from dormouse.loglines import (
     DONE,
     EVAL,
     INTERRUPTED,
+    REPAIR,
     RESUME,
     LogLineError,
     format_done_line,
     format_eval_line,
     format_interrupted_line,
     format_metrics_row,
+    format_repair_line,
     format_resume_line,
     human,
     last_eval_phrase,
@@ -31,8 +33,10 @@ from dormouse.loglines import (
     parse_eval_line,
     parse_interrupted_line,
     parse_metrics_row,
+    parse_repair_line,
     parse_resume_line,
     replay,
+    torn_tail,
 )
 
 SPEC_LINE = ("eval step=400 tokens=1.64M loss=1.412 bpb=2.037 bpb@1=2.410 bpb@2=2.155 bpb@3=2.061 "
@@ -148,8 +152,32 @@ def test_metrics_row_round_trips_nan() -> None:
 
 def test_every_line_kind_is_recognised_by_its_first_word() -> None:
     assert [line_kind(ln) for ln in (TRAINER_EVAL, format_resume_line(4, "c.pt"), format_interrupted_line(5),
-                                     TRAINER_DONE, "# commit: abc", "warn x", "evaluation")] == \
-        [EVAL, RESUME, INTERRUPTED, DONE, None, None, None]
+                                     TRAINER_DONE, format_repair_line("metrics.jsonl", 3, 1), "# commit: abc",
+                                     "warn x", "evaluation")] == \
+        [EVAL, RESUME, INTERRUPTED, DONE, REPAIR, None, None, None]
+
+
+def test_repair_line_round_trips() -> None:
+    line = format_repair_line("metrics.jsonl", 24, 2)
+    assert line == "repair file=metrics.jsonl torn_bytes=24 dropped_rows=2"
+    assert parse_repair_line(line) == {"file": "metrics.jsonl", "torn_bytes": 24, "dropped_rows": 2}
+    with pytest.raises(LogLineError):
+        parse_repair_line("repair torn_bytes=24")
+
+
+def test_torn_tail_is_what_follows_the_last_newline(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    assert torn_tail(path) == 0  # no file
+    path.write_bytes(b"")
+    assert torn_tail(path) == 0
+    path.write_bytes(b"a\nbc")
+    assert torn_tail(path) == 2
+    path.write_bytes(b"no newline at all")
+    assert torn_tail(path) == 17
+    path.write_bytes(b"x" * 70000 + b"\n" + b"y" * 70000)  # past one read of the backwards scan
+    assert torn_tail(path) == 70000
+    path.write_bytes(b"a\nb\n")
+    assert torn_tail(path) == 0
 
 
 def test_a_replayed_step_replaces_the_rows_from_that_step_on() -> None:

@@ -3,7 +3,10 @@ leaves the run root, a resume that takes its saved config and refuses one that c
 tests/falsification; format in perturbations_attnres.py, plus ``protects``).
 
 A run directory is the loop's record: two writers interleave its metrics, a name with `..` writes (and with
-train.overwrite=true deletes) outside run.dir.
+train.overwrite=true deletes) outside run.dir. Issue 31 added what a disk does to it: a torn last line that a
+resume would extend, a replay that leaves a step twice in metrics.jsonl, a full disk whose half-made run
+blocks the same command or whose message claims a checkpoint that is not there, and a start that `validate`
+refuses but `train` begins.
 """
 
 from __future__ import annotations
@@ -12,6 +15,10 @@ _RUNDIR = "dormouse/rundir.py"
 _CONFIG = "dormouse/config.py"
 _LOCK = "tests/test_run_lock.py::"
 _RESUME = "tests/test_resume_default.py::"
+_FILES = "tests/test_run_files.py::"
+_TORN = _FILES + "test_a_torn_metrics_row_is_reported_then_cut_on_resume_and_the_first_new_row_survives"
+_FULL = _FILES + "test_a_full_disk_at_the_first_writes_says_one_true_line_and_the_same_command_reruns"
+_REFUSED = _FILES + "test_whatever_validate_refuses_train_refuses_creating_nothing"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -98,6 +105,113 @@ PERTURBATIONS: list[dict] = [
         "gates": [_RESUME + "test_a_refused_resume_names_every_differing_key_with_both_values"],
         "why": "a refused resume names the keys but not the saved and the given value: the user cannot tell "
                "which side to change",
+        "protects": "training loop",
+    },
+    # --- issue 31: append-only files, a full disk, validate's refusals ----------------------------------
+    {
+        "name": "torn_last_line_not_seen",
+        "file": "dormouse/loglines.py",
+        "function": "torn_tail",
+        "old": "                    return end - (pos - size + newline + 1)\n",
+        "new": "                    return 0\n",
+        "gates": [_TORN],
+        "why": "a last line cut short by a crash is not seen: `logs --check` says no findings, and the resume "
+               "appends its `resume` line onto train.log's torn eval line",
+        "protects": "training loop",
+    },
+    {
+        "name": "resume_appends_onto_a_torn_train_log_line",
+        "file": "dormouse/train.py",
+        "function": "_open_run_dir",
+        "old": "        if torn := cut_torn_tail(files.log):\n",
+        "new": "        if torn := 0:\n",
+        "gates": [_TORN],
+        "why": "the resume's own line is appended onto train.log's torn eval line: both are one malformed line",
+        "protects": "training loop",
+    },
+    {
+        "name": "resume_appends_onto_a_torn_metrics_row",
+        "file": "dormouse/train.py",
+        "function": "_open_run_dir",
+        "old": "        settled = settle_metrics(files.metrics, loop.step)\n",
+        "new": "        settled = settle_metrics(files.metrics, loop.step, write=False)\n",
+        "gates": [_TORN],
+        "why": "issue 31's defect: the resume appends the first new metrics row onto the torn one, and that row "
+               "is lost to every JSON reader",
+        "protects": "training loop",
+    },
+    {
+        "name": "logs_check_misses_a_torn_metrics_row",
+        "file": "dormouse/logs.py",
+        "function": "_check_metrics_file",
+        "old": "    _check_torn(run, path, len(lines))\n",
+        "new": "    pass\n",
+        "gates": [_TORN],
+        "why": "a torn metrics.jsonl row in a run not yet resumed passes `dormouse logs --check`",
+        "protects": "training loop",
+    },
+    {
+        "name": "replayed_steps_stay_twice_in_metrics_jsonl",
+        "file": "dormouse/metrics.py",
+        "function": "settle_metrics",
+        "old": "    kept = [(row, line) for row, line in kept if int(row[\"step\"]) <= step]\n",
+        "new": "    kept = [(row, line) for row, line in kept]\n",
+        "gates": [_FILES + "test_a_fallback_resume_leaves_each_step_once_in_metrics_jsonl"],
+        "why": "after a fallback to an earlier checkpoint metrics.jsonl holds the replayed steps twice: a pandas "
+               "reader gets the abandoned row beside the replayed one",
+        "protects": "training loop",
+    },
+    {
+        "name": "failed_start_leaves_a_half_made_run",
+        "file": _RUNDIR,
+        "function": "hold_run",
+        "old": "            failed_start = fresh and not ended and not has_record(files)\n",
+        "new": "            failed_start = False\n",
+        "gates": [_FULL],
+        "why": "a full disk at a new run's first writes leaves config.yaml behind: the same command is then "
+               "refused (`holds a run`) until the user deletes it or passes train.overwrite=true",
+        "protects": "training loop",
+    },
+    {
+        "name": "full_disk_is_a_traceback",
+        "file": "dormouse/train.py",
+        "function": "train",
+        "old": "        except OSError as exc:  # a write failed",
+        "new": "        except ZeroDivisionError as exc:  # a write failed",
+        "gates": [_FULL],
+        "why": "ENOSPC from provenance.json, train.log or metrics.jsonl reaches the user as a raw OSError "
+               "traceback, with nothing said about what is left",
+        "protects": "training loop",
+    },
+    {
+        "name": "failed_checkpoint_claims_an_intact_previous_one",
+        "file": "dormouse/checkpoint.py",
+        "function": "left_intact",
+        "old": "    return \"no checkpoint was written before it, so none is left to resume from\"\n",
+        "new": "    return \"the previous checkpoint is intact\"\n",
+        "gates": [_FILES + "test_a_failed_checkpoint_write_says_whether_an_earlier_one_is_left"],
+        "why": "the first checkpoint's failed write says the previous checkpoint is intact when there is none",
+        "protects": "training loop",
+    },
+    {
+        "name": "train_begins_what_validate_refuses",
+        "file": "dormouse/train.py",
+        "function": "train",
+        "old": "            raise StartRefused(\"; \".join(refusals))\n",
+        "new": "            pass\n",
+        "gates": [_REFUSED + "[wandb_online]"],
+        "why": "train creates the run directory before it meets what validate refused (wandb online without "
+               "credentials): exit 1 instead of 2, after a run directory was made",
+        "protects": "training loop",
+    },
+    {
+        "name": "memory_estimate_never_refuses",
+        "file": "dormouse/step_notice.py",
+        "function": "memory_refusal",
+        "old": "    if have is None or need.total <= have:\n",
+        "new": "    if True:\n",
+        "gates": [_REFUSED + "[memory]"],
+        "why": "model.d_model=100000 passes validate (and train goes on to a traceback at allocation)",
         "protects": "training loop",
     },
 ]
