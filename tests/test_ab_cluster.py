@@ -293,9 +293,11 @@ def test_submitits_requeue_killed_by_its_own_sigterm_is_a_requeue_not_a_failure(
         raise subprocess.CalledProcessError(-int(signal.SIGTERM), cmd)
 
     monkeypatch.setattr(cluster.subprocess, "check_call", killed)
-    monkeypatch.setattr(cluster, "slurm_job_info", lambda job_id: {"JobState": "PENDING", "Restarts": "1"})
+    # The first `scontrol show job` dies of the same SIGTERM wave (no answer); the second says Restarts=1.
+    answers: list[dict[str, str] | None] = [None, {"JobState": "PENDING", "Restarts": "1"}]
+    monkeypatch.setattr(cluster, "slurm_job_info", lambda job_id: answers.pop(0))
     env._requeue(3)
-    assert calls == [["scontrol", "requeue", "3_1"]]
+    assert calls == [["scontrol", "requeue", "3_1"]] and not answers
     monkeypatch.setattr(cluster, "slurm_job_info", lambda job_id: {"JobState": "RUNNING", "Restarts": "0"})
     with pytest.raises(subprocess.CalledProcessError):
         env._requeue(3)

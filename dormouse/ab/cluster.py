@@ -315,6 +315,18 @@ def slurm_job_info(job_id: str) -> dict[str, str] | None:
     return parse_scontrol(text) or None
 
 
+def job_info_in_job(job_id: str, tries: int = 5, pause_s: float = 0.5) -> dict[str, str] | None:
+    """:func:`slurm_job_info` from inside a job that SLURM is signalling: a requeue's SIGTERM reaches every
+    process the job has at that moment, so a first ``scontrol show job`` can die of it too; ask again."""
+    for attempt in range(tries):
+        info = slurm_job_info(job_id)
+        if info is not None:
+            return info
+        if attempt + 1 < tries:
+            time.sleep(pause_s)
+    return None
+
+
 def squeue_states() -> dict[str, str] | None:
     """This user's jobs as squeue lists them, array tasks one by one (``3_1``), ended ones included for
     MinJobAge (``-t all``): job id -> state. None when squeue does not answer (controller down)."""
@@ -345,7 +357,7 @@ def _requeue_surviving_its_own_signal(self: Any, countdown: int) -> None:
     try:
         subprocess.check_call(["scontrol", "requeue", jid], timeout=60)
     except subprocess.CalledProcessError as exc:
-        info = slurm_job_info(jid)
+        info = job_info_in_job(jid)
         if not requeue_went_through(exc.returncode, _restarts_at_start(), info):
             raise
         logger.get_logger().info(f"`scontrol requeue {jid}` died with signal {-exc.returncode}, sent by the "
@@ -383,7 +395,7 @@ class PairJob(submitit.helpers.Checkpointable):
             signal.raise_signal(usr)
             time.sleep(5)  # the handler exits; never reached unless it declined to requeue
         if (slurm and outcome.status == INTERRUPTED and outcome.exit_code == 128 + int(signal.SIGTERM)
-                and requeued_by_slurm(_restarts_at_start(), slurm_job_info(env.job_id))):
+                and requeued_by_slurm(_restarts_at_start(), job_info_in_job(env.job_id))):
             # SIGTERM was SLURM's requeue, not a cancel: end without a result, as submitit's own requeue
             # does (SystemExit writes none), so the driver waits for the requeued job, which resumes.
             print(f"job {env.job_id}: SIGTERM was SLURM's requeue; the requeued job resumes the pair", flush=True)
