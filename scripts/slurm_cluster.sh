@@ -116,7 +116,7 @@ ours() { [[ ! -e "$1" ]] || head -1 "$1" | grep -qF "$MARK"; }
 up() {
   local t0=$SECONDS
   [[ $(id -u) == 0 ]] || die "must run as root (it starts munged, MariaDB and the SLURM daemons)"
-  if pidfile_alive "$STATE/slurmctld.pid" && pidfile_alive "$STATE/slurmd.pid" && node_idle \
+  if pidfile_alive "$STATE/slurmctld.pid" && pidfile_alive "$STATE/slurmd.pid" && node_idle_or_busy \
       && sacctmgr -n list cluster >/dev/null 2>&1; then
     say "already up ($STATE); node $(sinfo -h -N -o '%N %T')"
     return

@@ -190,6 +190,7 @@ def test_a_job_that_died_without_a_result_is_failed_and_a_job_squeue_cannot_see_
     """A job killed without a result (squeue: FAILED) is failed after lost_after_s; while squeue does not
     answer at all, nothing is failed (no evidence), and the clock restarts once it answers."""
     job = FakeJob(tmp_path, "4")
+    job.paths.stderr.write_text("submitit INFO - Starting\nsrun: error: vm: task 0: Killed\n\n")
     answers: list[dict[str, str] | None] = [None] * 30 + [{"4": "FAILED"}] * 100
 
     def queue() -> dict[str, str] | None:
@@ -199,6 +200,7 @@ def test_a_job_that_died_without_a_result_is_failed_and_a_job_squeue_cannot_see_
     launcher = _launcher(monkeypatch, tmp_path, clock, queue, lost_after_s=60)
     [outcome] = launcher.wait([(Job("b-s1", print), job)], lambda o: None)
     assert outcome.status == FAILED and "ended (FAILED) without a result" in outcome.note
+    assert "its log ends: srun: error: vm: task 0: Killed" in outcome.note  # the reason, then where to look
     assert 300 + 60 <= clock.now <= 300 + 80
 
 
@@ -316,3 +318,20 @@ def test_off_slurm_the_job_records_no_restart_count(tmp_path: Path, monkeypatch:
     outcome = PairJob(lambda: Outcome("g-s1", DONE), (), None)()
     assert outcome.where["job_id"] == "77" and "restarts" not in outcome.where
     assert os.environ["DORMOUSE_JOB_ID"] == "77"
+
+
+def test_slurm_off_a_cluster_is_refused_even_on_a_machine_with_slurm_installed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/test_ab_launch.py's refusal skips where `srun` is on PATH (CI installs SLURM for
+    tests/test_ab_slurm.py); here submitit is told there is none, as off a cluster."""
+    from test_ab_launch import _console, _registry
+
+    from dormouse.ab.runner import LaunchRequest, ab_command
+
+    monkeypatch.setattr(submitit.SlurmExecutor, "affinity", classmethod(lambda cls: -1))
+    err = _console()
+    code = ab_command("t", [], root=tmp_path / "ab", registry=_registry(tmp_path), console=_console(),
+                      err_console=err, launch=LaunchRequest(launcher="slurm"))
+    text = err.export_text()
+    assert code == 2 and "srun" in text and "launcher.cluster=local" in text
+    assert not (tmp_path / "ab").exists()

@@ -500,8 +500,10 @@ class SubmititLauncher:
             return None
         what = ("SLURM has no record of it (cancelled while pending, or gone on a cluster without accounting)"
                 if verdict == "absent" else f"it ended ({queue_state or sj.state}) without a result")
+        said = _last_line(sj.paths.stderr)
         return Outcome(job.key, FAILED, f"job {sj.job_id}: {what}, for {self.config.lost_after_s:g} s "
-                       f"(launcher.lost_after_s); its log: {sj.paths.stderr}")
+                       f"(launcher.lost_after_s)" + (f"; its log ends: {said}" if said else "")
+                       + f"; its log: {sj.paths.stderr}")
 
 
 def _outcome_of(job: Job, sj: Any) -> Outcome:
@@ -516,6 +518,15 @@ def _outcome_of(job: Job, sj: Any) -> Outcome:
     if outcome.status not in (DONE, FAILED, INTERRUPTED):
         return Outcome(job.key, FAILED, f"job {sj.job_id} returned {outcome.status!r}")
     return outcome
+
+
+def _last_line(path: Path) -> str:
+    """The last non-empty line of a job's log (``srun: error: ... Killed``), or "" when there is none."""
+    try:
+        lines = [ln.strip() for ln in Path(path).read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
 
 
 def _state_now(sj: Any) -> str:
