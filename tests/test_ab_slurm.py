@@ -214,6 +214,9 @@ def test_slurm_pairs_equal_sequential_and_preempted_requeued_and_timed_out_pairs
     text = console.export_text()
     assert not signaller.errors, signaller.errors
     assert set(signaller.done) == {"gr-s1", "rezero-s1"}, (signaller.done, text)
+    # No pair came back interrupted or failed: each requeued job was waited for (without the fix the board
+    # said "interrupted rezero-s1" and the look ended while the requeued job went on).
+    assert not re.search(r"^\S+ (interrupted|failed) ", text, re.M), text
     a, b = _numbers(seq), _numbers(out)
     assert a == b, f"SLURM pairs differ from sequential: deviation={_deviation(a, b):.3g} bound=0\n{text}"
     assert _verdicts(out) == _verdicts(seq)
