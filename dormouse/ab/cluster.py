@@ -16,7 +16,14 @@ see the requeue path work before queueing on a cluster.
   checkpoint, bit-identically (the run's data order and depth are functions of (seed, step)). When the
   trainer itself caught the signal at a step boundary and wrote a fresh checkpoint first (it returns
   ``interrupted`` with exit code 128+USR2), the job hands over to the same submitit hook.
-- ``SIGTERM`` alone (``scancel``) stops the pair at its next step with a checkpoint, without a requeue.
+- ``SIGTERM`` is both SLURM's cancel (``scancel``) and its requeue (``scontrol requeue``, preemption with
+  ``PreemptMode=REQUEUE``): the trainer checkpoints at its next step either way. The job then asks SLURM
+  whether its restart count went up (:func:`requeued_by_slurm`): a requeue ends the job without a result
+  (the requeued job resumes the pair, and the driver waits for it); a cancel returns ``interrupted``. The
+  driver checks again (:func:`stale_result`): a result from before a requeue is set aside, not reported.
+- A job that leaves the queue without a result (cancelled while pending: SLURM keeps no record of it;
+  killed; its node lost; no accounting) is reported failed after ``lost_after_s``, never waited on forever
+  (:func:`queue_verdict`).
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ from __future__ import annotations
 import importlib.resources
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -51,6 +60,8 @@ from dormouse.runfiles import ComparisonFiles
 LAUNCHER_PACKAGE = "dormouse.conf"
 LAUNCHER_DIR = "launcher"
 CLUSTERS = ("slurm", "local")
+# The job id as the driver shows it (``3_1`` for an array task), for the pair's attempt record.
+JOB_ID_ENV = "DORMOUSE_JOB_ID"
 
 
 @dataclass
@@ -73,6 +84,7 @@ class SlurmLauncherConfig:
     sbatch: dict[str, str] = field(default_factory=dict)  # any other sbatch option, e.g. {exclusive: ""}
     folder: str | None = None  # submitit's pickles and logs; null = <comparison>/submitit
     poll_s: float = 10.0  # how often the driver polls the jobs
+    lost_after_s: float = 300.0  # a job out of the queue without a result is failed after this long
 
 
 def _fields() -> str:
@@ -125,7 +137,7 @@ def validate_launcher_config(c: SlurmLauncherConfig) -> list[str]:
     for key in ("time_min", "cpus_per_task", "array_parallelism"):
         if getattr(c, key) < 1:
             lines.append(f"launcher.{key}={getattr(c, key)}: must be >= 1")
-    for key in ("gpus_per_pair", "max_requeues", "signal_delay_s"):
+    for key in ("gpus_per_pair", "max_requeues", "signal_delay_s", "lost_after_s"):
         if getattr(c, key) < 0:
             lines.append(f"launcher.{key}={getattr(c, key)}: must be >= 0")
     if c.signal_delay_s >= 60 * c.time_min:
@@ -173,6 +185,186 @@ def make_executor(c: SlurmLauncherConfig, folder: Path, job_name: str) -> Any:
     return ex
 
 
+# --- what SLURM says about a job (pure decisions: tests/test_ab_cluster.py checks them without a cluster) ---
+
+# squeue's states of a job that is still SLURM's to run or finish (``squeue -t all`` also lists ended jobs
+# for MinJobAge seconds, with their final state).
+LIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_FED",
+                         "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT", "SUSPENDED", "STOPPED",
+                         "RESV_DEL_HOLD", "SPECIAL_EXIT"})
+
+
+def queue_verdict(queue_state: str | None, sacct_state: str, has_result: bool) -> str:
+    """What the driver makes of a job it is waiting for (issue 31, items 2 and 3):
+
+    - ``result``: its result file is there; read it.
+    - ``alive``: squeue lists it as pending, running, completing or requeued: wait.
+    - ``ended``: it ended (squeue's or sacct's final state) and left no result: killed, out of memory, its
+      node lost, or cancelled while it ran.
+    - ``absent``: neither squeue nor sacct knows it: cancelled while pending (SLURM keeps no record of a
+      cancelled pending array task), or gone from the queue on a cluster without accounting.
+    - ``unsure``: squeue could not be asked (``queue_state`` None: the controller did not answer): no
+      evidence either way, so the clock of a lost job does not run.
+
+    ``queue_state`` is squeue's state ("" when squeue answered and does not list the job); ``sacct_state``
+    submitit's (``UNKNOWN`` when sacct has no record or there is no accounting). ``ended`` and ``absent``
+    are failed after ``lost_after_s`` (the grace a result file may need to appear on a shared
+    filesystem); the cancelled pending job hung the driver forever before (submitit counts UNKNOWN as
+    unfinished)."""
+    if has_result:
+        return "result"
+    if queue_state is None:
+        return "unsure"
+    state = queue_state.split()[0].upper() if queue_state.strip() else ""
+    if state in LIVE_STATES:
+        return "alive"
+    if state:
+        return "ended"
+    sacct = sacct_state.split()[0].upper() if sacct_state.strip() else "UNKNOWN"
+    if sacct in LIVE_STATES:
+        # sacct's record lags squeue's (submitit reads it at most every few minutes): squeue is current
+        # and does not list the job, so the job is not alive, whatever the old record says.
+        return "absent"
+    return "absent" if sacct == "UNKNOWN" else "ended"
+
+
+def restart_count(info: dict[str, str] | None) -> int | None:
+    """``Restarts=N`` of ``scontrol show job`` (None when unknown)."""
+    try:
+        return int(info["Restarts"]) if info else None
+    except (KeyError, ValueError):
+        return None
+
+
+def requeued_by_slurm(restarts_at_start: int, info: dict[str, str] | None) -> bool:
+    """Was the job that started as restart ``restarts_at_start`` (``SLURM_RESTART_COUNT``, 0 for the first
+    run) requeued since? SLURM raises a job's restart count the moment it requeues it (``scontrol requeue``,
+    preemption with ``PreemptMode=REQUEUE``, submitit's own requeue), before it signals the job; a cancel
+    leaves it. So a SIGTERM (or a requeue command killed by that SIGTERM) is a requeue exactly when the
+    count went up (issue 31, items 3 and 4). No record (``info`` None): not requeued."""
+    now = restart_count(info)
+    return now is not None and now > restarts_at_start
+
+
+def stale_result(outcome: Any, info: dict[str, str] | None) -> bool:
+    """A result file written before its job was requeued (the job's restart count is now higher than the
+    one the result was computed under: ``where["restarts"]``): not the pair's outcome, since the
+    requeued job will write the real one (issue 31, item 3: SIGTERM requeues ended the look)."""
+    where = getattr(outcome, "where", None) or {}
+    if "restarts" not in where:
+        return False
+    return requeued_by_slurm(int(where["restarts"]), info)
+
+
+def requeue_went_through(returncode: int, restarts_at_start: int, info: dict[str, str] | None) -> bool:
+    """submitit's ``scontrol requeue`` failed with ``returncode``: did the requeue happen anyway? Yes when
+    the command was killed by a signal (negative return code: the SIGTERM of the very requeue it asked
+    for reaches every process of the job, scontrol included) and the job's restart count went up (issue
+    31, item 4: the pair was reported failed while it went on running)."""
+    return returncode < 0 and requeued_by_slurm(restarts_at_start, info)
+
+
+_TRACE_RULE = "-" * 22  # submitit's FailedJobError puts the job's traceback between two such lines
+
+
+def failure_reason(text: str) -> str:
+    """The line(s) of a submitit error that say why the job failed (issue 31, item 5: the report showed
+    the error's last line, which is always a log path): the exception line of the job's traceback, or,
+    for a job that left no result, submitit's "has not produced any output" and the error stream's last
+    line that is not submitit's own bookkeeping."""
+    lines = [ln.rstrip() for ln in text.strip().splitlines()]
+    if _TRACE_RULE in lines:
+        first = lines.index(_TRACE_RULE)
+        rest = lines[first + 1:]
+        trace = rest[:rest.index(_TRACE_RULE)] if _TRACE_RULE in rest else rest
+        exc_lines = [ln for ln in trace if ln.strip() and not ln.startswith((" ", "\t", "Traceback"))]
+        if exc_lines:
+            return exc_lines[-1].strip()
+    said: list[str] = []
+    for ln in lines:
+        if "has not produced any output" in ln:
+            said.append("no result: the job " + ln[ln.index("has not produced"):].strip())
+    log = [ln.strip() for ln in lines if ln.strip() and ln.strip("-") and not ln.strip().startswith(
+        ("Job ", "has not produced", "Error stream produced", "No error stream", "No output", "/"))
+        and "submitit " not in ln and not ln.startswith("  - ")]
+    if log:
+        said.append(log[-1])
+    if said:
+        return "; ".join(said)
+    return lines[-1].strip() if lines else "no reason given"
+
+
+def parse_scontrol(text: str) -> dict[str, str]:
+    """``scontrol show job -o``'s KEY=VALUE fields (the first job's line)."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    out: dict[str, str] = {}
+    for item in line.split():
+        key, eq, value = item.partition("=")
+        if eq:
+            out.setdefault(key, value)
+    return out
+
+
+def slurm_job_info(job_id: str) -> dict[str, str] | None:
+    """``scontrol show job -o JOB`` as a dict; None when SLURM has no record of the job (or no answer)."""
+    try:
+        text = subprocess.run(["scontrol", "show", "job", "-o", str(job_id)], capture_output=True, text=True,
+                              timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_scontrol(text) or None
+
+
+def job_info_in_job(job_id: str, tries: int = 5, pause_s: float = 0.5) -> dict[str, str] | None:
+    """:func:`slurm_job_info` from inside a job that SLURM is signalling: a requeue's SIGTERM reaches every
+    process the job has at that moment, so a first ``scontrol show job`` can die of it too; ask again."""
+    for attempt in range(tries):
+        info = slurm_job_info(job_id)
+        if info is not None:
+            return info
+        if attempt + 1 < tries:
+            time.sleep(pause_s)
+    return None
+
+
+def squeue_states() -> dict[str, str] | None:
+    """This user's jobs as squeue lists them, array tasks one by one (``3_1``), ended ones included for
+    MinJobAge (``-t all``): job id -> state. None when squeue does not answer (controller down)."""
+    try:
+        text = subprocess.run(["squeue", "-h", "-r", "-t", "all", "--me", "-o", "%i|%T"], capture_output=True,
+                              text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    states = {}
+    for line in text.splitlines():
+        job, _, state = line.strip().partition("|")
+        if job:
+            states[job] = state
+    return states
+
+
+def _restarts_at_start() -> int:
+    return int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+
+
+def _requeue_surviving_its_own_signal(self: Any, countdown: int) -> None:
+    """submitit's ``SlurmJobEnvironment._requeue`` (``scontrol requeue JOB``), except that a requeue
+    command killed by the requeue's own SIGTERM is not an error when the job was in fact requeued
+    (:func:`requeue_went_through`; issue 31, item 4). Anything else is raised as before."""
+    from submitit.core import logger
+
+    jid = self.job_id
+    try:
+        subprocess.check_call(["scontrol", "requeue", jid], timeout=60)
+    except subprocess.CalledProcessError as exc:
+        info = job_info_in_job(jid)
+        if not requeue_went_through(exc.returncode, _restarts_at_start(), info):
+            raise
+        logger.get_logger().info(f"`scontrol requeue {jid}` died with signal {-exc.returncode}, sent by the "
+                                 f"requeue it asked for: job {jid} is requeued (restart {restart_count(info)})")
+    logger.get_logger().info(f"Requeued job {jid} ({countdown} remaining timeouts)")
+
+
 class PairJob(submitit.helpers.Checkpointable):
     """One pair as a submitit job. Checkpointable: submitit calls :meth:`checkpoint` on USR2 (preemption
     or time-out) and requeues what it returns; the pair's state is its checkpoints on disk, so the
@@ -183,16 +375,31 @@ class PairJob(submitit.helpers.Checkpointable):
 
     def __call__(self) -> Outcome:
         env = submitit.JobEnvironment()
+        slurm = isinstance(env, submitit.slurm.slurm.SlurmJobEnvironment)
+        if slurm:
+            # submitit's requeue, made to survive the SIGTERM of its own requeue (issue 31, item 4).
+            submitit.slurm.slurm.SlurmJobEnvironment._requeue = _requeue_surviving_its_own_signal
+        # The job id as the driver and its board name it (an array task: 3_1, not SLURM_JOB_ID's 5), for
+        # the pair's attempt record (dormouse/ab/pairjob.py; issue 31, item 5).
+        os.environ[JOB_ID_ENV] = env.job_id
         if env.num_tasks > 1:  # a multi-GPU pair: one task per GPU, torch.distributed over env://
             submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
         outcome = run_in_slot(Slot(env.global_rank, self.threads, None), self.fn, self.args)
         outcome.where["job_id"] = env.job_id
+        if slurm:
+            outcome.where["restarts"] = _restarts_at_start()
         usr = env._usr_sig()  # submitit's preemption/time-out signal (USR2 unless SUBMITIT_PREEMPT_SIGNAL)
         if outcome.status == INTERRUPTED and outcome.exit_code == 128 + int(usr):
             # The trainer caught the preemption signal at a step boundary and checkpointed: hand over to
             # submitit's own handler, which calls checkpoint() below and requeues.
             signal.raise_signal(usr)
             time.sleep(5)  # the handler exits; never reached unless it declined to requeue
+        if (slurm and outcome.status == INTERRUPTED and outcome.exit_code == 128 + int(signal.SIGTERM)
+                and requeued_by_slurm(_restarts_at_start(), job_info_in_job(env.job_id))):
+            # SIGTERM was SLURM's requeue, not a cancel: end without a result, as submitit's own requeue
+            # does (SystemExit writes none), so the driver waits for the requeued job, which resumes.
+            print(f"job {env.job_id}: SIGTERM was SLURM's requeue; the requeued job resumes the pair", flush=True)
+            sys.exit(-1)
         return outcome
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
@@ -203,7 +410,11 @@ class PairJob(submitit.helpers.Checkpointable):
 
 class SubmititLauncher:
     """Each job a submitit job (SLURM, or submitit's local executor). Waits for them all; Ctrl-C cancels the
-    comparison's unfinished jobs (each stops at its next step with a checkpoint) and returns."""
+    comparison's unfinished jobs (each stops at its next step with a checkpoint) and returns.
+
+    On SLURM each poll asks squeue once for all the jobs: a job it no longer lists as pending or running
+    that left no result is failed after ``lost_after_s`` (:func:`queue_verdict`), and a result written
+    before its job was requeued is set aside (:func:`stale_result`)."""
 
     def __init__(self, config: SlurmLauncherConfig, folder: Path, job_name: str) -> None:
         check_cluster(config)
@@ -228,15 +439,27 @@ class SubmititLauncher:
                 submitted.append((job, executor.submit(PairJob(job.fn, job.args, self.config.cpus_per_task))))
         for job, sj in submitted:
             on_start(job.key, f"{self.name} job {sj.job_id}")
+        return self.wait(submitted, on_finish)
+
+    def wait(self, submitted: Sequence[tuple[Job, Any]], on_finish: FinishFn) -> list[Outcome]:
+        """Poll the submitted jobs until each has an outcome (or Ctrl-C)."""
         outcomes: list[Outcome] = []
         left = dict(enumerate(submitted))
+        lost_since: dict[int, float] = {}
+        slurm = self.config.cluster == "slurm"
         try:
             while left:
+                queue = squeue_states() if slurm else {}
                 for i, (job, sj) in list(left.items()):
-                    if not sj.done():
+                    if slurm:
+                        outcome = self._poll_slurm(job, sj, queue, lost_since, i)
+                    elif sj.done():
+                        outcome = _outcome_of(job, sj)
+                    else:
+                        outcome = None
+                    if outcome is None:
                         continue
                     del left[i]
-                    outcome = _outcome_of(job, sj)
                     outcomes.append(outcome)
                     on_finish(outcome)
                 if left:
@@ -251,19 +474,72 @@ class SubmititLauncher:
                 outcomes.append(Outcome(job.key, INTERRUPTED, f"job {sj.job_id} cancelled by Ctrl-C", 130))
         return outcomes
 
+    def _poll_slurm(self, job: Job, sj: Any, queue: dict[str, str] | None, lost_since: dict[int, float],
+                    i: int) -> Outcome | None:
+        """One SLURM job's outcome, or None while there is none yet (see :func:`queue_verdict`)."""
+        result = sj.task(0).paths.result_pickle
+        queue_state = None if queue is None else queue.get(sj.job_id, "")
+        verdict = queue_verdict(queue_state, sj.state if queue_state == "" else "", result.exists())
+        if verdict == "result":
+            lost_since.pop(i, None)
+            outcome = _outcome_of(job, sj)
+            if outcome.status != DONE and stale_result(outcome, slurm_job_info(sj.job_id)):
+                # The job was requeued after it wrote this (SIGTERM requeue, preemption): the requeued job
+                # writes the pair's outcome. Keep the stale file beside it, for the record.
+                aside = result.with_name(f"{result.name}.before-restart-{outcome.where.get('restarts')}")
+                result.replace(aside)
+                print(f"job {sj.job_id}: {outcome.status} ({outcome.note}), then requeued by SLURM: waiting for "
+                      f"the requeued job (the earlier result is {aside.name})", flush=True)
+                return None
+            return outcome
+        if verdict in ("alive", "unsure"):
+            lost_since.pop(i, None)
+            return None
+        since = lost_since.setdefault(i, time.monotonic())
+        if time.monotonic() - since < self.config.lost_after_s:
+            return None
+        what = ("SLURM has no record of it (cancelled while pending, or gone on a cluster without accounting)"
+                if verdict == "absent" else f"it ended ({queue_state or sj.state}) without a result")
+        said = _last_line(sj.paths.stderr)
+        return Outcome(job.key, FAILED, f"job {sj.job_id}: {what}, for {self.config.lost_after_s:g} s "
+                       f"(launcher.lost_after_s)" + (f"; its log ends: {said}" if said else "")
+                       + f"; its log: {sj.paths.stderr}")
+
 
 def _outcome_of(job: Job, sj: Any) -> Outcome:
-    """A finished submitit job's outcome: what the pair function returned, or why there is none."""
+    """A finished submitit job's outcome: what the pair function returned, or why there is none (the
+    reason line from submitit's error and the job's state as SLURM says it now)."""
     try:
         results = sj.results()
     except Exception as exc:  # the job raised, was killed, or timed out too often
-        text = str(exc).strip().splitlines()
-        return Outcome(job.key, FAILED, f"job {sj.job_id} ({sj.state}): "
-                       + (text[-1] if text else type(exc).__name__) + f"; its log: {sj.paths.stderr}")
+        return Outcome(job.key, FAILED, f"job {sj.job_id} ({_state_now(sj)}): {failure_reason(str(exc))}; "
+                       f"its log: {sj.paths.stderr}")
     outcome: Outcome = results[0]  # rank 0 speaks for a multi-task (DDP) pair
     if outcome.status not in (DONE, FAILED, INTERRUPTED):
         return Outcome(job.key, FAILED, f"job {sj.job_id} returned {outcome.status!r}")
     return outcome
+
+
+def _last_line(path: Path) -> str:
+    """The last non-empty line of a job's log (``srun: error: ... Killed``), or "" when there is none."""
+    try:
+        lines = [ln.strip() for ln in Path(path).read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
+
+
+def _state_now(sj: Any) -> str:
+    """The job's state as SLURM says it now (submitit's cached one can be minutes old)."""
+    if isinstance(sj, submitit.SlurmJob):
+        info = slurm_job_info(sj.job_id)
+        if info and info.get("JobState"):
+            return f"state {info['JobState']} now"
+        try:
+            return f"state {sj.get_info(mode='force').get('State') or 'UNKNOWN'} now"
+        except Exception:  # sacct unreachable: say so rather than a stale state
+            return "state unknown"
+    return f"state {sj.state}"
 
 
 def default_folder(comp_dir: Path, c: SlurmLauncherConfig) -> Path:

@@ -151,7 +151,8 @@ def _where() -> dict[str, Any]:
 
     return {"host": socket.gethostname(), "pid": os.getpid(), "threads": torch.get_num_threads(),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-            "job_id": os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID")}
+            "job_id": (os.environ.get("DORMOUSE_JOB_ID") or os.environ.get("SLURM_JOB_ID")  # cluster.JOB_ID_ENV
+                       or os.environ.get("SUBMITIT_LOCAL_JOB_ID"))}
 
 
 @contextlib.contextmanager

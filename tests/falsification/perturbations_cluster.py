@@ -1,0 +1,153 @@
+"""Perturbations of what the SLURM launcher makes of what SLURM says (issue 31: a pair cancelled while pending
+hung the driver, a SIGTERM requeue ended the look, submitit's requeue killed by its own SIGTERM reported a
+running pair failed, failures named a log path and another job id). Each reverts one fix; the gates are
+tests/test_ab_cluster.py's, which need no cluster (the same behaviours against a real SLURM are
+tests/test_ab_slurm.py's, which the falsification runner cannot count on). Format in
+perturbations_attnres.py, plus ``protects``."""
+
+from __future__ import annotations
+
+_CLUSTER = "dormouse/ab/cluster.py"
+_PAIRJOB = "dormouse/ab/pairjob.py"
+_C = "tests/test_ab_cluster.py::"
+
+PERTURBATIONS: list[dict] = [
+    # --- item 2: a job out of the queue without a result ----------------------------------------------
+    {
+        "name": "lost_job_waited_on_forever",
+        "file": _CLUSTER,
+        "function": "SubmititLauncher._poll_slurm",
+        "old": "        if time.monotonic() - since < self.config.lost_after_s:\n",
+        "new": "        if True:\n",
+        "gates": [_C + "test_a_pair_cancelled_while_pending_is_failed_after_lost_after_s_not_waited_on_forever",
+                  _C + "test_a_job_that_died_without_a_result_is_failed_and_a_job_squeue_cannot_see_is_not"],
+        "why": "no bound on the wait for a job SLURM no longer lists: a pair cancelled while pending (or a job "
+               "killed without a result, without accounting) hangs `dormouse ab` forever, the board showing "
+               "it running (issue 31, item 2)",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "unknown_job_taken_for_a_pending_one",
+        "file": _CLUSTER,
+        "function": "queue_verdict",
+        "old": "    return \"absent\" if sacct == \"UNKNOWN\" else \"ended\"\n",
+        "new": "    return \"alive\" if sacct == \"UNKNOWN\" else \"ended\"\n",
+        "gates": [_C + "test_a_job_squeue_does_not_list_and_sacct_does_not_know_is_absent_not_pending",
+                  _C + "test_a_pair_cancelled_while_pending_is_failed_after_lost_after_s_not_waited_on_forever"],
+        "why": "submitit's reading: a job sacct has no record of (UNKNOWN) is unfinished, so the cancelled "
+               "pending array task, of which SLURM keeps no record, is waited on forever",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "unanswered_squeue_counts_as_lost",
+        "file": _CLUSTER,
+        "function": "queue_verdict",
+        "old": "    if queue_state is None:\n        return \"unsure\"\n",
+        "new": "    if queue_state is None:\n        return \"absent\"\n",
+        "gates": [_C + "test_a_pending_running_completing_or_requeued_job_is_alive_and_a_result_wins",
+                  _C + "test_a_job_that_died_without_a_result_is_failed_and_a_job_squeue_cannot_see_is_not"],
+        "why": "a controller that does not answer for lost_after_s (a restart) fails every running pair "
+               "while their jobs go on training",
+        "protects": "A/B rule",
+    },
+    # --- item 3: SIGTERM requeue ------------------------------------------------------------------------
+    {
+        "name": "sigterm_requeue_returns_interrupted",
+        "file": _CLUSTER,
+        "function": "PairJob.__call__",
+        "old": "                and requeued_by_slurm(_restarts_at_start(), job_info_in_job(env.job_id))):\n",
+        "new": "                and False):\n",
+        "gates": [_C + "test_a_sigterm_that_was_a_requeue_ends_the_job_without_a_result"],
+        "why": "a SIGTERM from `scontrol requeue` or PreemptMode=REQUEUE is returned as an interrupted pair: the "
+               "look ends with every arm invalid and exit 1 while SLURM finishes the requeued job unobserved "
+               "(issue 31, item 3)",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "result_from_before_a_requeue_reported",
+        "file": _CLUSTER,
+        "function": "SubmititLauncher._poll_slurm",
+        "old": "            if outcome.status != DONE and stale_result(outcome, slurm_job_info(sj.job_id)):\n",
+        "new": "            if False:\n",
+        "gates": [_C + "test_a_result_written_before_a_requeue_is_set_aside_and_the_requeued_job_waited_for"],
+        "why": "a result written before its job was requeued is taken as the pair's outcome: the pair is "
+               "reported interrupted while its requeued job resumes it",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "restart_count_unchanged_taken_for_a_requeue",
+        "file": _CLUSTER,
+        "function": "requeued_by_slurm",
+        "old": "    return now is not None and now > restarts_at_start\n",
+        "new": "    return now is not None and now >= restarts_at_start\n",
+        "gates": [_C + "test_a_restart_count_that_went_up_is_a_requeue_and_one_that_did_not_is_a_cancel",
+                  _C + "test_a_sigterm_that_was_a_cancel_returns_interrupted_with_the_boards_job_id"],
+        "why": "an `scancel` is taken for a requeue: the job ends without a result and the pair is failed "
+               "lost_after_s later instead of recorded interrupted",
+        "protects": "A/B rule",
+    },
+    # --- item 4: submitit's requeue killed by its own SIGTERM ---------------------------------------------
+    {
+        "name": "requeue_race_raises",
+        "file": _CLUSTER,
+        "function": "_requeue_surviving_its_own_signal",
+        "old": "        if not requeue_went_through(exc.returncode, _restarts_at_start(), info):\n",
+        "new": "        if True:\n",
+        "gates": [_C + "test_submitits_requeue_killed_by_its_own_sigterm_is_a_requeue_not_a_failure"],
+        "why": "`scontrol requeue` killed by the requeue it asked for raises CalledProcessError: the pair is "
+               "reported failed while the requeued job goes on running it (issue 31, item 4)",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "requeue_race_fix_not_installed_in_the_job",
+        "file": _CLUSTER,
+        "function": "PairJob.__call__",
+        "old": "            submitit.slurm.slurm.SlurmJobEnvironment._requeue = _requeue_surviving_its_own_signal\n",
+        "new": "            pass\n",
+        "gates": [_C + "test_submitits_requeue_killed_by_its_own_sigterm_is_a_requeue_not_a_failure"],
+        "why": "the job keeps submitit's own requeue, which the race fails",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "requeue_state_asked_once_in_the_sigterm_wave",
+        "file": _CLUSTER,
+        "function": "job_info_in_job",
+        "old": "    for attempt in range(tries):\n",
+        "new": "    for attempt in range(1):\n",
+        "gates": [_C + "test_submitits_requeue_killed_by_its_own_sigterm_is_a_requeue_not_a_failure"],
+        "why": "the job asks `scontrol show job` once, and the requeue's SIGTERM kills that too (seen on the "
+               "test cluster): the race is raised after all",
+        "protects": "A/B rule",
+    },
+    # --- item 5: what a failure says -----------------------------------------------------------------------
+    {
+        "name": "failure_names_the_log_path",
+        "file": _CLUSTER,
+        "function": "failure_reason",
+        "old": "    if _TRACE_RULE in lines:\n",
+        "new": "    if False:\n",
+        "gates": [_C + "test_a_failure_names_its_reason_not_the_log_path"],
+        "why": "a failed job's note is the error's last line, a log path, not the exception (issue 31, item 5)",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "attempt_record_job_id_is_slurms_raw_id",
+        "file": _CLUSTER,
+        "function": "PairJob.__call__",
+        "old": "        os.environ[JOB_ID_ENV] = env.job_id\n",
+        "new": "        os.environ[JOB_ID_ENV] = env.raw_job_id\n",
+        "gates": [_C + "test_a_sigterm_that_was_a_cancel_returns_interrupted_with_the_boards_job_id"],
+        "why": "launch/PAIR.json records SLURM_JOB_ID (5) while the board and the failure say 3_1",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "attempt_record_ignores_the_boards_job_id",
+        "file": _PAIRJOB,
+        "function": "_where",
+        "old": "os.environ.get(\"DORMOUSE_JOB_ID\") or ",
+        "new": "",
+        "gates": [_C + "test_a_sigterm_that_was_a_cancel_returns_interrupted_with_the_boards_job_id"],
+        "why": "the attempt record takes SLURM_JOB_ID (5), not the job id the board shows (3_1)",
+        "protects": "A/B rule",
+    },
+]
