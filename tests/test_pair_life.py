@@ -291,6 +291,26 @@ def test_a_finished_run_without_its_done_line_is_kept_and_its_log_finished(tmp_p
     assert "# dormouse ab: the run stopped after its final eval" in pair.files.log.read_text()
 
 
+def test_a_run_killed_between_its_final_eval_row_and_its_final_checkpoint_is_complete(
+        tmp_path: Path, composed: Pair) -> None:
+    """The final eval row is the pair's number (the runner counts a pair complete by it, the report reads
+    it): a run killed after writing it, before its final checkpoint and its done line, is complete too, not
+    resumed from an earlier checkpoint; the pair job finishes its log."""
+    from dormouse.logs import read_run
+
+    comp = tmp_path / "ab" / "t"
+    pair = _pair(composed, comp)
+    assert _attempt(pair, comp, Life()).status == DONE
+    checkpoint_path(pair.files.checkpoints, STEPS).unlink()
+    pair.files.log.write_text("".join(ln for ln in pair.files.log.read_text().splitlines(keepends=True)
+                                      if not ln.startswith("done ")))
+    assert pair_state(pair)[0] == "complete"
+    again = Life()
+    outcome = _attempt(pair, comp, again)
+    assert outcome.status == DONE and again.calls == [] and "wrote its done line" in outcome.note
+    assert read_run(pair.run_dir).finished and _steps(pair) == list(range(EVERY, STEPS + 1, EVERY))
+
+
 def test_the_driver_finishes_a_complete_run_it_would_not_schedule(tmp_path: Path) -> None:
     """The runner schedules only pairs without a final eval, so a run stopped between its final checkpoint
     and its done line is never handed to a pair job; the driver's pass finishes its log (under the pair's
@@ -313,13 +333,13 @@ def test_the_driver_finishes_a_complete_run_it_would_not_schedule(tmp_path: Path
     assert again.calls == []
     gr = json.loads((out / "results.json").read_text())["arms"]["gr"]
     assert gr["counter_check"] == "pass" and gr["verdict"] == "better", gr["findings"]
-    assert "gr-s2: finished at step 20: its final eval and checkpoint are on disk" in console.export_text()
+    assert "gr-s2: finished at step 20: its final eval is on disk" in console.export_text()
 
 
-def test_a_restart_moves_a_run_with_its_final_eval_aside_and_removes_only_an_empty_start(
+def test_a_run_with_its_final_eval_but_no_checkpoint_is_kept(
         tmp_path: Path, composed: Pair) -> None:
-    """A restart (no checkpoint to resume) deletes only a run with neither a checkpoint nor a final eval;
-    one whose final eval is on disk (its checkpoints lost, no done line) is moved aside, not deleted."""
+    """A run whose final eval is on disk is complete even with its checkpoints lost (no done line): kept, never
+    retrained. A restart (no checkpoint to resume, no final eval) removes only such an empty start."""
     comp = tmp_path / "ab" / "t"
     pair = _pair(composed, comp)
     _attempt(pair, comp, Life())
@@ -327,13 +347,11 @@ def test_a_restart_moves_a_run_with_its_final_eval_aside_and_removes_only_an_emp
         ckpt.unlink()
     log = pair.files.log
     log.write_text("".join(ln for ln in log.read_text().splitlines(keepends=True) if not ln.startswith("done ")))
-    assert pair_state(pair)[0] == "restart"
+    assert pair_state(pair)[0] == "complete"
     train = Life()
     outcome = _attempt(pair, comp, train)
-    assert outcome.status == DONE and train.calls == ["never"] and "moved its earlier run aside" in outcome.note
-    (aside,) = (comp / SET_ASIDE).iterdir()
-    assert [int(r["step"]) for r in read_metrics(aside / "metrics.jsonl")] == list(range(EVERY, STEPS + 1, EVERY))
-    assert "holds a final eval" in (aside / SET_ASIDE_REASON).read_text()
+    assert outcome.status == DONE and train.calls == [] and not (comp / SET_ASIDE).exists()
+    assert _steps(pair) == list(range(EVERY, STEPS + 1, EVERY))
 
     other = _pair(composed, tmp_path / "ab2" / "t")
     _attempt(other, other.run_dir.parent, Life(point="before_first_checkpoint", fault=_fault(

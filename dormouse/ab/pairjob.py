@@ -10,12 +10,12 @@ returns an :class:`~dormouse.ab.launch.Outcome`. Only ``SystemExit`` passes thro
 No path deletes a finished run (issue 31: a pair at its final eval got USR2 during its final plots,
 submitit's handler raised, and the pair was deleted and retrained from step 0):
 
-- a run whose final eval is on disk (the final metrics row at train.steps with a finite bpb, and the final
-  checkpoint or the ``done`` line) is complete, whatever was raised after it (:func:`pair_state`);
+- a run whose final eval is on disk (the final metrics row at train.steps with a finite bpb) is complete,
+  whatever was raised after it (:func:`pair_state`);
 - an exception during a resume deletes nothing, unless it is the checkpoint's refusal and every checkpoint
   is shown unreadable; that run is then moved aside (``<comparison>/set_aside/``, with the reason in it and
   in the launch record), never deleted (:func:`_complete`);
-- a restart removes only a directory that holds neither a checkpoint nor a final eval.
+- a restart removes only a directory that holds neither a checkpoint nor a final eval (any other is refused).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from dormouse.ab import fingerprint
 from dormouse.ab.launch import DONE, FAILED, INTERRUPTED, Outcome
 from dormouse.ab.lock import LockHeld, pair_lock
 from dormouse.ab.records import final_row
-from dormouse.checkpoint import CheckpointError, atomic_write_text, checkpoint_path, list_checkpoints, load_checkpoint
+from dormouse.checkpoint import CheckpointError, atomic_write_text, list_checkpoints, load_checkpoint
 from dormouse.errors import Interrupted, TrainError
 from dormouse.loglines import format_done_line, last_eval_phrase, read_metrics
 from dormouse.logs import read_run
@@ -87,11 +87,12 @@ class Pair:
 def pair_state(pair: Pair) -> tuple[str, str]:
     """``(state, why)`` with state one of ``new``, ``complete``, ``resume`` or ``restart``.
 
-    Complete = the final metrics row is at train.steps with a finite bpb, and the log has its ``done`` line
-    or the final checkpoint is on disk. The rule (issue 31): a run whose final eval is on disk is complete
-    whatever happened after it. The loop writes the final eval row, then the final checkpoint, then ``done``,
-    then the probe plots; a signal or a scheduler's exception after the checkpoint (submitit's
-    ``UncompletedJobError`` during the plots) leaves a finished run, which :func:`_complete` keeps.
+    Complete = the final metrics row is at train.steps with a finite bpb (:func:`dormouse.ab.records.final_row`,
+    the same rule by which the runner counts a pair complete and the report reads its number). The rule: a run
+    whose final eval is on disk is complete whatever happened after it. The loop writes the final eval row,
+    then the final checkpoint, then ``done``, then the probe plots; a signal or a scheduler's exception after
+    the row (submitit's ``UncompletedJobError`` during the plots) leaves a finished run, which
+    :func:`_complete` keeps and whose log it finishes (:func:`_finish_log`).
     """
     if not pair.run_dir.exists():
         return "new", "not started"
@@ -99,9 +100,8 @@ def pair_state(pair: Pair) -> tuple[str, str]:
     if final_row(rows, pair.steps) is not None:
         if read_run(pair.run_dir).finished:
             return "complete", f"finished at step {pair.steps}"
-        if checkpoint_path(pair.files.checkpoints, pair.steps).is_file():
-            return "complete", (f"finished at step {pair.steps}: its final eval and checkpoint are on disk; it "
-                                "stopped before its done line")
+        return "complete", (f"finished at step {pair.steps}: its final eval is on disk; it stopped before its "
+                            "done line")
     if list_checkpoints(pair.files.checkpoints):
         return "resume", f"interrupted ({last_eval_phrase(rows)}); resuming from its checkpoint"
     return "restart", f"interrupted ({last_eval_phrase(rows)}) without a checkpoint; restarting it"
@@ -237,7 +237,7 @@ def _finish_log(pair: Pair, note: str) -> str:
         return note
     wall = float(final.get("time_s") or 0.0)
     with pair.files.log.open("a", encoding="utf-8") as log:
-        log.write(f"# dormouse ab: the run stopped after its final eval and checkpoint (step {pair.steps}), "
+        log.write(f"# dormouse ab: the run stopped after its final eval (step {pair.steps}), "
                   f"before its done line; the pair job wrote it\n")
         log.write(format_done_line(pair.steps, wall if math.isfinite(wall) else 0.0) + "\n")
     note = "; ".join(filter(None, [note, "wrote its done line"]))
@@ -305,15 +305,15 @@ def set_aside(pair: Pair, comp_dir: Path, reason: str) -> Path:
     return dest
 
 
-def _clear_for_restart(pair: Pair, comp_dir: Path, why: str) -> str | None:
-    """Empty the way for a fresh run (the runner owns ``pair.run_dir``). A directory with a final eval row
-    (its final checkpoint lost) is moved aside; one with neither a checkpoint nor a final eval (interrupted
-    before its first checkpoint: nothing can resume it) is removed. Returns a note when moved aside."""
+def _clear_for_restart(pair: Pair) -> None:
+    """Empty the way for a fresh run (the runner owns ``pair.run_dir``). :func:`pair_state` says ``restart``
+    only for a run with neither a final eval nor a checkpoint (interrupted before its first checkpoint:
+    nothing in it can be resumed or counted), and a resume that moved its run aside left no directory; a
+    directory holding either is refused here rather than deleted, whatever the caller thought."""
     if final_row(read_metrics(pair.files.metrics), pair.steps) is not None or list_checkpoints(pair.files.checkpoints):
-        dest = set_aside(pair, comp_dir, f"{why}; it holds a final eval or a checkpoint, so it is kept here")
-        return f"moved its earlier run aside to {dest}"
+        raise RuntimeError(f"{pair.run_dir} holds a final eval or a checkpoint; refusing to delete it to restart "
+                           "the pair (move it away by hand if it is not wanted)")
     shutil.rmtree(pair.run_dir)
-    return None
 
 
 def _complete(pair: Pair, train_fn: TrainFn, comp_dir: Path) -> tuple[str, str]:
@@ -340,13 +340,12 @@ def _complete(pair: Pair, train_fn: TrainFn, comp_dir: Path) -> tuple[str, str]:
             dest = set_aside(pair, comp_dir, reason)
             notes.append(f"{reason}; moved the run aside to {dest} and restarted it")
             print(f"{pair.name}: {notes[-1]}", flush=True)
-            state, why = "restart", reason
+            state = "restart"
         else:
             notes.append("resumed from its checkpoint")
     if state in ("new", "restart"):
-        if pair.run_dir.exists() and (moved := _clear_for_restart(pair, comp_dir, why)) is not None:
-            notes.append(moved)
-            print(f"{pair.name}: {moved}", flush=True)
+        if pair.run_dir.exists():
+            _clear_for_restart(pair)
         try:
             _train(pair, train_fn, "never")
         except STOP:

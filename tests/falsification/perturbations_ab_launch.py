@@ -295,11 +295,11 @@ PERTURBATIONS: list[dict] = [
         "name": "finished_run_without_done_line_resumed",
         "file": _PAIRJOB,
         "function": "pair_state",
-        "old": "        if checkpoint_path(pair.files.checkpoints, pair.steps).is_file():\n",
-        "new": "        if False:\n",
+        "old": "        return \"complete\", (f\"finished at step {pair.steps}: its final eval is on disk; it stopped",
+        "new": "        return \"resume\", (f\"finished at step {pair.steps}: its final eval is on disk; it stopped",
         "gates": [_LIFE + "test_a_finished_run_without_its_done_line_is_kept_and_its_log_finished",
                   _NO_RETRAIN + "[UncompletedJobError-after_final_eval-first]"],
-        "why": "a run stopped between its final checkpoint and its done line is not complete: it fails its "
+        "why": "a run stopped between its final eval and its done line is not complete: it fails its "
                "attempt and its next one, and never reads finished",
         "protects": "A/B rule",
     },
@@ -360,14 +360,16 @@ PERTURBATIONS: list[dict] = [
         "protects": "A/B rule",
     },
     {
-        "name": "restart_deletes_a_run_with_its_final_eval",
+        "name": "final_eval_without_checkpoint_not_complete",
         "file": _PAIRJOB,
-        "function": "_clear_for_restart",
-        "old": "    if final_row(read_metrics(pair.files.metrics), pair.steps) is not None or",
-        "new": "    if False and",
-        "gates": [_LIFE + "test_a_restart_moves_a_run_with_its_final_eval_aside_and_removes_only_an_empty_start"],
-        "why": "a restart (no checkpoint left to resume) deletes a run whose final eval is on disk instead of "
-               "moving it aside",
+        "function": "pair_state",
+        "old": "    if final_row(rows, pair.steps) is not None:\n",
+        "new": "    if final_row(rows, pair.steps) is not None and read_run(pair.run_dir).finished:\n",
+        "gates": [_LIFE + "test_a_run_with_its_final_eval_but_no_checkpoint_is_kept",
+                  _LIFE + "test_a_run_killed_between_its_final_eval_row_and_its_final_checkpoint_is_complete"],
+        "why": "the rule before issue 31: a run needs its done line to be complete, so one whose final eval row "
+               "is on disk but which stopped before its final checkpoint or done line is restarted or resumed "
+               "from an earlier checkpoint, and its counted number retrained",
         "protects": "A/B rule",
     },
 ]
