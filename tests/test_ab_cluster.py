@@ -186,9 +186,10 @@ def test_a_pair_cancelled_while_pending_is_failed_after_lost_after_s_not_waited_
 
 
 def test_a_job_that_died_without_a_result_is_failed_and_a_job_squeue_cannot_see_is_not(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """A job killed without a result (squeue: FAILED) is failed after lost_after_s; while squeue does not
-    answer at all, nothing is failed (no evidence), and the clock restarts once it answers."""
+    answer at all, nothing is failed (no evidence), and the clock restarts once it answers; the driver says
+    that it is waiting on a silent controller every lost_after_s, never in silence."""
     job = FakeJob(tmp_path, "4")
     job.paths.stderr.write_text("submitit INFO - Starting\nsrun: error: vm: task 0: Killed\n\n")
     answers: list[dict[str, str] | None] = [None] * 30 + [{"4": "FAILED"}] * 100
@@ -202,6 +203,8 @@ def test_a_job_that_died_without_a_result_is_failed_and_a_job_squeue_cannot_see_
     assert outcome.status == FAILED and "ended (FAILED) without a result" in outcome.note
     assert "its log ends: srun: error: vm: task 0: Killed" in outcome.note  # the reason, then where to look
     assert 300 + 60 <= clock.now <= 300 + 80
+    said = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("squeue has not answered for")]
+    assert len(said) == 4 and "still waiting" in said[0]  # at 60, 130, 200 and 270 s of the 300 s of silence
 
 
 def test_a_result_written_before_a_requeue_is_set_aside_and_the_requeued_job_waited_for(

@@ -447,9 +447,11 @@ class SubmititLauncher:
         left = dict(enumerate(submitted))
         lost_since: dict[int, float] = {}
         slurm = self.config.cluster == "slurm"
+        silent_since: float | None = None  # since when squeue has not answered (the controller is down)
         try:
             while left:
                 queue = squeue_states() if slurm else {}
+                silent_since = self._say_if_silent(queue, silent_since)
                 for i, (job, sj) in list(left.items()):
                     if slurm:
                         outcome = self._poll_slurm(job, sj, queue, lost_since, i)
@@ -473,6 +475,22 @@ class SubmititLauncher:
                     pass
                 outcomes.append(Outcome(job.key, INTERRUPTED, f"job {sj.job_id} cancelled by Ctrl-C", 130))
         return outcomes
+
+    def _say_if_silent(self, queue: dict[str, str] | None, since: float | None) -> float | None:
+        """The controller not answering is no evidence that a job is lost (the jobs may go on), so the driver
+        waits; but not in silence: every ``lost_after_s`` without an answer it says so, in one line. Returns
+        the new start of the silence (None once squeue answers)."""
+        if queue is not None:
+            return None
+        now = time.monotonic()
+        if since is None:
+            return now
+        if now - since >= self.config.lost_after_s:
+            print(f"squeue has not answered for {now - since:.0f} s (the SLURM controller is down or "
+                  f"unreachable); still waiting for {self.name} jobs: Ctrl-C stops the comparison and cancels "
+                  "them", flush=True)
+            return now
+        return since
 
     def _poll_slurm(self, job: Job, sj: Any, queue: dict[str, str] | None, lost_since: dict[int, float],
                     i: int) -> Outcome | None:

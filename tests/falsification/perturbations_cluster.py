@@ -150,4 +150,15 @@ PERTURBATIONS: list[dict] = [
         "why": "the attempt record takes SLURM_JOB_ID (5), not the job id the board shows (3_1)",
         "protects": "A/B rule",
     },
+    {
+        "name": "driver_waits_on_a_silent_controller_in_silence",
+        "file": _CLUSTER,
+        "function": "SubmititLauncher._say_if_silent",
+        "old": "        if now - since >= self.config.lost_after_s:\n",
+        "new": "        if False:\n",
+        "gates": [_C + "test_a_job_that_died_without_a_result_is_failed_and_a_job_squeue_cannot_see_is_not"],
+        "why": "while squeue does not answer the driver waits without a word: a controller down for good looks "
+               "like a hang",
+        "protects": "A/B rule",
+    },
 ]
