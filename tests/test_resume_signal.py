@@ -78,8 +78,14 @@ def _interrupt(args: list[str], sig: signal.Signals, hash_seed: int) -> str:
     proc.stdin.write("go\n")
     proc.stdin.flush()
     code, out = _finish(proc)
-    assert code == 128 + int(sig), "".join(seen) + out
+    assert code == 128 + int(sig), f"exit {code}, not {128 + int(sig)}: {_last_line(out)}\n" + "".join(seen) + out
     return "".join(seen) + out
+
+
+def _last_line(out: str) -> str:
+    """A failed run's own last word (its error), for the assertion's first line."""
+    lines = out.strip().splitlines()
+    return lines[-1] if lines else "(no output)"
 
 
 def _rows(run_dir: Path) -> list[dict[str, Any]]:
@@ -98,7 +104,7 @@ def _assert_same_tensors(a: Any, b: Any, where: str) -> None:
     """Nested dicts/lists of tensors and numbers equal bit for bit."""
     if isinstance(a, torch.Tensor):
         assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape, where
-        assert torch.equal(a, b), f"{where}: max |diff| {(a.double() - b.double()).abs().max().item():.3e}"
+        assert torch.equal(a, b), f"{where}: deviation={(a.double() - b.double()).abs().max().item():.3e}"
     elif isinstance(a, dict):
         assert a.keys() == b.keys(), where
         for k in a:
@@ -131,12 +137,14 @@ def test_a_run_interrupted_by_a_signal_and_resumed_is_bit_identical(tmp_path: Pa
     assert int(_final_state(run_dir)["loop"]["step"]) == STOP_AT, out
     assert f"interrupted at step {STOP_AT}" in out
     code, out = _finish(_run([*args, "train.resume=auto"], hash_seed=3))
-    assert code == 0, out
+    assert code == 0, f"the resumed run exited {code}: {_last_line(out)}\n{out}"
     assert f"resume step={STOP_AT} " in (run_dir / "train.log").read_text()
     full, split = _rows(uninterrupted), _rows(run_dir)
     assert [r["step"] for r in split] == [r["step"] for r in full] == [10, 20, 24]
     for a, b in zip(full, split, strict=True):  # every eval: bpb at each depth, the window's loss, counters
-        assert _repeatable(b) == _repeatable(a), f"step {a['step']} parts from the uninterrupted run"
+        assert _repeatable(b) == _repeatable(a), (
+            f"step {a['step']} parts from the uninterrupted run: deviation={abs(b['bpb'] - a['bpb']):.3e} bpb "
+            f"(fields {sorted(k for k in _repeatable(a) if a[k] != b.get(k))})")
     final_full, final_split = _final_state(uninterrupted), _final_state(run_dir)
     for key in ("model", "optimizer"):
         _assert_same_tensors(final_full[key], final_split[key], key)
