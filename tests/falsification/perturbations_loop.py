@@ -1,6 +1,7 @@
 """Perturbations of the training loop and the arms' set-up (issue 10, gates 1-6; issue 24's dtype, notices,
-gradient accumulation, best checkpoint and wandb tags; tests/falsification; format in perturbations_attnres.py,
-plus ``protects``). What a run reads and scores is perturbed in perturbations_data.py.
+gradient accumulation, best checkpoint and wandb tags; issue 31's optimizer groups across a resume;
+tests/falsification; format in perturbations_attnres.py, plus ``protects``). What a run reads and scores is
+perturbed in perturbations_data.py.
 
 Each is a plausible one-line mistake in code that decides a verdict as much as the mechanism does: the
 schedule, the optimizer's groups, the depth the loop runs, what the loss trains, the dtype it computes in,
@@ -301,6 +302,19 @@ PERTURBATIONS: list[dict] = [
         "new": "    if math.isfinite(row[\"bpb\"]):\n",
         "gates": [_KNOBS + "test_keep_best_writes_the_lowest_eval_bpb_checkpoint_not_the_last"],
         "why": "best.pt is overwritten at every eval: it is the last checkpoint, not the best",
+        "protects": "training loop",
+    },
+    {
+        "name": "optimizer_groups_in_hash_order",
+        "file": _MODEL,
+        "function": "LoopedByteLM.param_groups",
+        "old": "        for name, p in self.named_parameters():\n",
+        "new": ("        params = dict(self.named_parameters())\n"
+                "        for name, p in ((n, params[n]) for n in set(params)):\n"),
+        "gates": ["tests/test_resume_signal.py::test_a_run_interrupted_by_a_signal_and_resumed_is_bit_identical"],
+        "why": "the AdamW groups list the parameters in a set's (str-hash) order: the same within one process, "
+               "so an in-process resume passes, but a resumed pair is another process and the checkpoint's "
+               "moments (matched by position) land on other parameters (issue 31 item 9)",
         "protects": "training loop",
     },
 ]
