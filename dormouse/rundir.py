@@ -203,6 +203,33 @@ def git_commit() -> str:
     return (sha + ("+dirty" if dirty else "")) if sha else "unknown"
 
 
+# The CPU flags that choose which vectorised kernels torch (ATen's dispatch, oneDNN, MKL) runs: two machines
+# that differ in one of them can round a float32 training run differently, at the same code, torch and threads.
+KERNEL_ISA_FLAGS = ("fma", "avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+                    "amx_tile", "amx_bf16", "amx_int8")
+
+
+def cpu_description() -> dict[str, Any]:
+    """The CPU a run computed on, as far as it decides its rounding: the model name, torch's own dispatch level
+    (``torch.backends.cpu.get_cpu_capability()``: DEFAULT, AVX2, AVX512, ...) and which of
+    :data:`KERNEL_ISA_FLAGS` the CPU has. A CPU run is bit-identical on a machine with the same description
+    (and thread count); a re-run on another is only close, and this is how to tell which (a resumed published
+    pair re-run on another CPU differed by 3e-6 bpb, an uninterrupted one by 3e-4)."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+                break
+    except OSError:  # not Linux: the model and torch's dispatch level are what there is
+        pass
+    return {"model": model, "torch_capability": torch.backends.cpu.get_cpu_capability(),
+            "isa": [flag for flag in KERNEL_ISA_FLAGS if flag in flags]}
+
+
 def provenance(cfg: DictConfig, device: torch.device, dtype: str, kernel: str, corpus: ByteCorpus,
                counts: dict[str, int], info: DistInfo) -> dict[str, Any]:
     return {
@@ -215,6 +242,7 @@ def provenance(cfg: DictConfig, device: torch.device, dtype: str, kernel: str, c
         "platform": platform.platform(),
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
+        "cpu": cpu_description(),
         "dtype": dtype,
         "kernel": kernel,
         "kernel_requested": str(cfg.model.kernel),

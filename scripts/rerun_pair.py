@@ -39,6 +39,24 @@ def _published_commit(provenance: Path) -> str | None:
     return json.loads(provenance.read_text()).get("commit") if provenance.is_file() else None
 
 
+def _say_cpu(provenance: Path) -> None:
+    """Say whether this CPU is the one the published pair computed on (dormouse.rundir.cpu_description): on
+    another, bit-equality is not promised, and a difference says nothing about the pair's own code path."""
+    from dormouse.rundir import cpu_description
+
+    here = cpu_description()
+    if not provenance.is_file():
+        print(f"note: no {provenance}: cannot tell whether this CPU ({here['model']}) is the pair's")
+        return
+    ran = json.loads(provenance.read_text())
+    if "cpu" not in ran:
+        print(f"note: the published pair did not record its CPU (platform {ran.get('platform')}); this one is "
+              f"{here}: a difference may be the machine's rounding, not the pair's")
+    elif ran["cpu"] != here:
+        print(f"note: the pair ran on {ran['cpu']}, this CPU is {here}: bit-equality is promised on the same CPU "
+              "only; expect a close number, not the same one")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("name", help="registered comparison (conf/ab/NAME.yaml)")
@@ -88,6 +106,7 @@ def main() -> int:
         print(f"note: the comparison ran at commit {ran_at[:12]}, this tree is at {here}: "
               f"bit-equality is promised at {ran_at[:12]} only (git worktree add /tmp/at {ran_at[:12]}, "
               "then run this script there)")
+    _say_cpu(results_path.parent / "carry" / pair.run_dir.name / "provenance.json")
     if args.print_only:
         return 0
     threads = args.threads

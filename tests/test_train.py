@@ -65,6 +65,8 @@ def test_each_arm_trains_end_to_end_through_the_cli(tmp_path: Path, arm: str):
     assert rows[-1]["kernel"] == expected_kernel and f"kernel={expected_kernel}" in lines[-1]
     prov = json.loads((run_dir / "provenance.json").read_text())
     assert prov["arm"] == name and prov["kernel"] == expected_kernel and "commit" in prov
+    # the CPU's kernel-choosing features: what tells a re-run on another machine from a changed code path
+    assert prov["cpu"]["torch_capability"] == torch.backends.cpu.get_cpu_capability() and prov["cpu"]["model"]
 
 
 def test_random_depth_counters_count_the_depth_that_ran(tmp_path: Path):

@@ -214,4 +214,15 @@ PERTURBATIONS: list[dict] = [
         "why": "model.d_model=100000 passes validate (and train goes on to a traceback at allocation)",
         "protects": "training loop",
     },
+    {
+        "name": "provenance_without_the_cpu",
+        "file": "dormouse/rundir.py",
+        "function": "provenance",
+        "old": "        \"cpu\": cpu_description(),\n",
+        "new": "",
+        "gates": ["tests/test_train.py::test_each_arm_trains_end_to_end_through_the_cli"],
+        "why": "issue 31 item 9: a run does not record the CPU features that choose its kernels, so a re-run "
+               "that differs cannot tell the machine's rounding from a broken resume",
+        "protects": "training loop",
+    },
 ]
