@@ -325,8 +325,9 @@ def test_off_slurm_the_job_records_no_restart_count(tmp_path: Path, monkeypatch:
 
 def test_slurm_off_a_cluster_is_refused_even_on_a_machine_with_slurm_installed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """tests/test_ab_launch.py's refusal skips where `srun` is on PATH (CI installs SLURM for
-    tests/test_ab_slurm.py); here submitit is told there is none, as off a cluster."""
+    """`--launcher slurm` off a cluster is refused before anything is written, naming the way to run the same
+    jobs here; submitit is told there is no `srun`, so the test runs on a machine with SLURM installed too (CI
+    installs it for tests/test_ab_slurm.py)."""
     from test_ab_launch import _console, _registry
 
     from dormouse.ab.runner import LaunchRequest, ab_command

@@ -9,7 +9,6 @@ import contextlib
 import io
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -125,16 +124,6 @@ def test_launcher_config_comes_from_the_config_group_and_the_command_line() -> N
     assert "launcher.partion" in text and "launcher.time_min" in text
     with pytest.raises(LaunchError, match="no dormouse.conf/launcher/pbs.yaml"):
         load_launcher_config("pbs")
-
-
-@pytest.mark.skipif(shutil.which("srun") is not None, reason="a SLURM cluster is present")
-def test_slurm_off_a_cluster_is_refused_before_any_run(tmp_path: Path) -> None:
-    err = _console()
-    code = ab_command("t", [], root=tmp_path / "ab", registry=_registry(tmp_path), console=_console(),
-                      err_console=err, launch=LaunchRequest(launcher="slurm"))
-    text = err.export_text()
-    assert code == 2 and "srun" in text and "launcher.cluster=local" in text
-    assert not (tmp_path / "ab").exists()
 
 
 # --- --jobs ---------------------------------------------------------------------------------------------

@@ -209,6 +209,20 @@ def _train(pair: Pair, train_fn: TrainFn, resume: str) -> None:
     train_fn(cfg)
 
 
+def _train_or_keep(pair: Pair, train_fn: TrainFn, resume: str) -> tuple[str, str] | None:
+    """Train the pair (``train.resume=resume``); if that raises after the final eval, the pair is kept
+    (:func:`_kept_after`: returns ``(done, note)``); any other exception propagates, as do the STOP ones."""
+    try:
+        _train(pair, train_fn, resume)
+    except STOP:
+        raise
+    except Exception as exc:
+        if (kept := _kept_after(pair, exc)) is not None:
+            return kept
+        raise
+    return None
+
+
 def _kept_after(pair: Pair, exc: BaseException) -> tuple[str, str] | None:
     """``(done, note)`` when the pair is complete although training raised ``exc`` (it came after the final
     eval: during the done line or the probe plots), else None. The rule of :func:`pair_state`."""
@@ -327,12 +341,11 @@ def _complete(pair: Pair, train_fn: TrainFn, comp_dir: Path) -> tuple[str, str]:
     notes: list[str] = []
     if state == "resume":
         try:
-            _train(pair, train_fn, "auto")
+            if (kept := _train_or_keep(pair, train_fn, "auto")) is not None:
+                return kept
         except STOP:
             raise
         except Exception as exc:
-            if (kept := _kept_after(pair, exc)) is not None:
-                return kept
             unreadable = unreadable_checkpoints(pair) if isinstance(exc, CHECKPOINT_REFUSALS) else None
             if unreadable is None:
                 raise  # a crash, a scheduler's exception, a refusal of a readable checkpoint: fail, keep all
@@ -346,14 +359,8 @@ def _complete(pair: Pair, train_fn: TrainFn, comp_dir: Path) -> tuple[str, str]:
     if state in ("new", "restart"):
         if pair.run_dir.exists():
             _clear_for_restart(pair)
-        try:
-            _train(pair, train_fn, "never")
-        except STOP:
-            raise
-        except Exception as exc:
-            if (kept := _kept_after(pair, exc)) is not None:
-                return kept
-            raise
+        if (kept := _train_or_keep(pair, train_fn, "never")) is not None:
+            return kept
     state, why = pair_state(pair)
     if state == "complete":
         return DONE, _finish_log(pair, "; ".join(notes))
