@@ -1,5 +1,5 @@
 """``python -m dormouse`` (and ``torchrun -m dormouse``) runs the CLI."""
 
-from dormouse.cli import main
+from dormouse.cli.app import main
 
 main()

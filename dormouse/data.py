@@ -70,7 +70,7 @@ def load_corpus(cfg: Any) -> ByteCorpus:
     """Load the corpus ``cfg`` (a ``DataConfig`` or the ``data`` node of the composed config) selects.
 
     The fields themselves (seq_len, val_fraction, one source at most) were checked by
-    :func:`dormouse.config.validate`. Raises :class:`DataError` for what only the data can tell: a
+    :func:`dormouse.config.schema.validate`. Raises :class:`DataError` for what only the data can tell: a
     missing/empty/unreadable source, an offline or unreachable dataset, a corpus too short to hold one
     ``seq_len + 1`` window in both the train and the val split, or a ``data.eval_bytes`` larger than the
     val split (the eval set is never cut silently).

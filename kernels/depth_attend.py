@@ -52,7 +52,7 @@ differing sources are cast). Precision note for bf16/fp16: the backward's G . ou
 (rounded) output, as FlashAttention's backward does; when one source dominates (alpha ~ 1) da_i - G . out
 cancels, and the rounding of out (2^-8 relative for bf16) enters ds_i as alpha_i G . delta_out -- an error
 of order eps_bf16 * |G| |out| absolute, i.e. relative to the gradient's scale, not to each cancelling
-element. tests/test_kernels.py bounds exactly this. Saving an fp32 copy of out would remove it at the
+element. tests/arms/test_kernels.py bounds exactly this. Saving an fp32 copy of out would remove it at the
 cost of 2 extra bytes per element written in the forward and read in the backward.
 """
 

@@ -1,5 +1,5 @@
 """The AttnRes score forms (arXiv:2603.15031 Eq. 2-3 and an ablation), defined once for the project: the fused
-kernel dispatches on them (kernels/depth_attend.py) and ``dormouse.attnres`` re-exports them. Plain Python:
+kernel dispatches on them (kernels/depth_attend.py) and ``dormouse.ops.attnres`` re-exports them. Plain Python:
 importing it needs no triton.
 
 * ``"paper"``: ``s = w . RMSNorm(v)`` with the mean-form RMSNorm (Eq. 2, no temperature);

@@ -1,6 +1,6 @@
 """The plain-torch Block AttnRes merge (arXiv:2603.15031, Algorithm 1 Phase 2), no triton needed: the fused
 merge's reference and the recompute its backward differentiates. One definition in the project (the kernels
-package depends on nothing in dormouse; ``dormouse.attnres.online_softmax_merge`` is this function)."""
+package depends on nothing in dormouse; ``dormouse.ops.attnres.online_softmax_merge`` is this function)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def merge_partials_torch(
     An empty state (``m = -inf``, ``l = 0``, ``o = 0``) weighs 0: the exponentials are shifted by a finite
     max, so two empty states merge to an empty state instead of ``exp(-inf - (-inf)) = NaN``, with zero
     (not NaN) gradients. The one merge of the project: the fused kernel's backward recomputes through it, and
-    ``dormouse.attnres`` re-exports it as ``online_softmax_merge`` (the torch Block path's Phase 2).
+    ``dormouse.ops.attnres`` re-exports it as ``online_softmax_merge`` (the torch Block path's Phase 2).
     """
     m = torch.maximum(m1, m2)
     # a torch.where over exp(m1 - m) would still back-propagate 0 * NaN when both states are empty

@@ -4,7 +4,7 @@
 Arms: ``prenorm`` (the plain pre-norm residual, the default baseline: ``--baseline``), ``rezero``, ``gr``,
 ``attnres`` (Full) and ``attnres_block`` (Block, S = 2) with the torch read, and on CUDA ``attnres_fused`` /
 ``attnres_block_fused`` (``model.kernel=triton``). Each arm is a fresh model from the same seed, run as
-dormouse.train runs it: bf16 autocast on CUDA, the preset's batch and sequence length, readouts as
+dormouse.train.loop runs it: bf16 autocast on CUDA, the preset's batch and sequence length, readouts as
 ``train.readout``. ``--modes`` adds the compiled forward
 (``compile``: ``LoopedByteLM.compile_whole()``, what ``train.compile=true`` runs; ``reduce-overhead``: the
 same with CUDA graphs).
@@ -119,9 +119,9 @@ class Variant:
     """One (arm, mode): a model, its optimizer, a fixed batch and a ``step()``."""
 
     def __init__(self, arm: str, mode: str, preset: str, device: torch.device, extra: tuple[str, ...] = ()) -> None:
-        from dormouse.attnres import resolve_kernel
-        from dormouse.config import compose_config
-        from dormouse.model import LoopedByteLM
+        from dormouse.config.schema import compose_config
+        from dormouse.model.looped import LoopedByteLM
+        from dormouse.ops.attnres import resolve_kernel
 
         self.arm, self.mode, self.device = arm, mode, device
         cfg = compose_config([f"preset={preset}", *ARMS[arm], *extra])
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         arms = [baseline, *arms]
     counter = _count_fused_calls()
 
-    from dormouse.probes import PROBES
+    from dormouse.arms.probes import PROBES
 
     if hasattr(PROBES, "to"):  # older dormouse: host-side counters
         PROBES.to(device)

@@ -95,7 +95,7 @@ DORMOUSE_ARMS: dict[str, list[str]] = {
 
 def write_nanogpt_data(root: Path) -> Path:
     """dormouse's embedded corpus, split as dormouse splits it, as nanoGPT's uint16 token files."""
-    from dormouse.config import compose_config
+    from dormouse.config.schema import compose_config
     from dormouse.data import load_corpus
 
     cfg = compose_config([f"data.seq_len={SHAPE['context']}"])
@@ -152,8 +152,8 @@ def _nanogpt_model(nanogpt: Path) -> Any:
 
 
 def _dormouse_model(extra: list[str]) -> tuple[Any, str]:
-    from dormouse.config import compose_config
-    from dormouse.model import LoopedByteLM
+    from dormouse.config.schema import compose_config
+    from dormouse.model.looped import LoopedByteLM
 
     cfg = compose_config(["preset=cpu", f"model.d_model={SHAPE['d']}", f"model.n_heads={SHAPE['heads']}",
                           "model.max_iter=4", *[o for o in extra if not o.startswith("train.")]])  # fmt: skip
@@ -359,13 +359,13 @@ def profile_like_for_like(nanogpt: Path, steps: int, mode: str, top: int = 14) -
 def component_times(rounds: int, steps: int) -> dict[str, Any]:
     """``--components``: what each difference of model costs at the baby shape, against its arithmetic.
     Forward + backward of dormouse's part and nanoGPT's counterpart on the same [batch, context, d] input,
-    interleaved: RMSNorm (``dormouse.norm``) vs LayerNorm without bias (nanoGPT's); RoPE on q and k
-    (``dormouse.model.rope_qkv``, once per attention sublayer) vs a learned position embedding added once per
+    interleaved: RMSNorm (``dormouse.ops.norm``) vs LayerNorm without bias (nanoGPT's); RoPE on q and k
+    (``dormouse.model.looped.rope_qkv``, once per attention sublayer) vs a learned position embedding added once per
     forward; SwiGLU (hidden 8/3 d, rounded) vs GELU (hidden 4 d), both without their norms. Per step, one
     forward of the baby model runs each norm 2 x 4 + 1 times, RoPE 4 times, the position add once, each MLP
     4 times; the table gives each part's time per call and per step."""
-    from dormouse.model import SwiGLU, rope_qkv, rope_tables, swiglu_hidden
-    from dormouse.norm import RMSNorm
+    from dormouse.model.looped import SwiGLU, rope_qkv, rope_tables, swiglu_hidden
+    from dormouse.ops.norm import RMSNorm
 
     torch.manual_seed(0)
     b, t, d, h = SHAPE["batch"], SHAPE["context"], SHAPE["d"], SHAPE["heads"]
@@ -416,7 +416,7 @@ def component_times(rounds: int, steps: int) -> dict[str, Any]:
 
 def _swiglu_no_norm(mlp: Any, x: torch.Tensor) -> torch.Tensor:
     """dormouse's SwiGLU without its pre-norm (nanoGPT's MLP has its norm outside it): the same gate Function."""
-    from dormouse.model import _SwiGLUGate
+    from dormouse.model.looped import _SwiGLUGate
 
     return mlp.down(_SwiGLUGate.apply(mlp.gate_up(x)))
 

@@ -29,8 +29,8 @@ from pathlib import Path
 from dormouse.ab.pairjob import pair_state
 from dormouse.ab.plan import build_plan
 from dormouse.ab.registry import load_spec
-from dormouse.checkpoint import atomic_write_text
-from dormouse.runfiles import AB_ROOT, CONFIG, DESIGN, LAUNCH, LOG, METRICS, PROVENANCE, REGISTRATION
+from dormouse.run.checkpoint import atomic_write_text
+from dormouse.run.files import AB_ROOT, CONFIG, DESIGN, LAUNCH, LOG, METRICS, PROVENANCE, REGISTRATION
 
 REPO = Path(__file__).resolve().parent.parent
 RUN_FILES = (CONFIG, PROVENANCE, LOG, METRICS)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One-shot GPU check of the fused AttnRes kernels, sized for < 8 minutes on one H200:
-#   1. the kernel tests natively on CUDA (tests/test_kernels.py, tests/test_attnres.py);
+#   1. the kernel tests natively on CUDA (tests/arms/test_kernels.py, tests/arms/test_attnres.py);
 #   2. the kernel benchmark, reduced shape set (scripts/bench_kernels.py --quick);
 #   3. the 9m training step, pre-norm (the baseline), ReZero, GR and AttnRes with the fused read, each
 #      eager, with the whole forward
@@ -63,8 +63,8 @@ run_stage() {  # name, limit, command...
 
 # --- 1. tests ---------------------------------------------------------------------------------------
 if "$PY" -m pytest --version >/dev/null 2>&1; then
-    TESTS=(tests/test_kernels.py)
-    [ -f tests/test_attnres.py ] && TESTS+=(tests/test_attnres.py)
+    TESTS=(tests/arms/test_kernels.py)
+    [ -f tests/arms/test_attnres.py ] && TESTS+=(tests/arms/test_attnres.py)
     run_stage tests "$T_TESTS" "$PY" -m pytest -q -p no:cacheprovider -ra \
         --junitxml="$OUT/tests.xml" "${TESTS[@]}"
 else

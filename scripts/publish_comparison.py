@@ -29,8 +29,8 @@ from pathlib import Path
 
 import torch
 
-from dormouse.checkpoint import atomic_write_text
-from dormouse.runfiles import ComparisonFiles
+from dormouse.run.checkpoint import atomic_write_text
+from dormouse.run.files import ComparisonFiles
 
 REPO = Path(__file__).resolve().parent.parent
 # Between two pairs of one sitting the driver takes seconds (a look's analysis, the next pair's start); a

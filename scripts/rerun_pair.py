@@ -27,9 +27,9 @@ from pathlib import Path
 from dormouse.ab.records import final_row
 from dormouse.ab.registry import load_spec
 from dormouse.ab.runner import plan_pairs
-from dormouse.loglines import read_metrics
-from dormouse.rundir import git_commit
-from dormouse.runfiles import RunFiles
+from dormouse.run.files import RunFiles
+from dormouse.run.loglines import read_metrics
+from dormouse.train.start import git_commit
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -40,9 +40,9 @@ def _published_commit(provenance: Path) -> str | None:
 
 
 def _say_cpu(provenance: Path) -> None:
-    """Say whether this CPU is the one the published pair computed on (dormouse.rundir.cpu_description): on
+    """Say whether this CPU is the one the published pair computed on (dormouse.train.start.cpu_description): on
     another, bit-equality is not promised, and a difference says nothing about the pair's own code path."""
-    from dormouse.rundir import cpu_description
+    from dormouse.train.start import cpu_description
 
     here = cpu_description()
     if not provenance.is_file():
@@ -128,7 +128,7 @@ def main() -> int:
 
     import torch
 
-    from dormouse.train import train
+    from dormouse.train.loop import train
 
     torch.set_num_threads(threads)
     t0 = time.perf_counter()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A single-node SLURM cluster with accounting, for the cluster tests (tests/test_ab_slurm.py; issue 31):
+# A single-node SLURM cluster with accounting, for the cluster tests (tests/flows/test_ab_slurm.py; issue 31):
 #
 #   scripts/slurm_cluster.sh up      # install what is missing (Debian packages), start it, wait until usable
 #   scripts/slurm_cluster.sh down    # stop what `up` started, remove its configuration and state

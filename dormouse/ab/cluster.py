@@ -8,7 +8,7 @@ see the requeue path work before queueing on a cluster.
 
 - A pair that wants several GPUs (``gpus_per_pair > 1``) runs as a DDP job inside its allocation: one
   task per GPU, and submitit's ``TorchDistributedEnvironment`` exports the ``RANK``/``WORLD_SIZE``/
-  ``MASTER_ADDR`` variables torchrun would, which the trainer reads (dormouse/distributed.py).
+  ``MASTER_ADDR`` variables torchrun would, which the trainer reads (dormouse/train/distributed.py).
 - Preemption and time-outs: SLURM sends ``USR2`` ahead of the kill (``signal_delay_s``). The job is a
   ``submitit.helpers.Checkpointable``; submitit's handler calls its :meth:`PairJob.checkpoint`, which
   resubmits the same job, and requeues it. The training state lives in the pair's own checkpoints on
@@ -55,7 +55,7 @@ from dormouse.ab.launch import (
     StartFn,
     run_in_slot,
 )
-from dormouse.runfiles import ComparisonFiles
+from dormouse.run.files import ComparisonFiles
 
 LAUNCHER_PACKAGE = "dormouse.conf"
 LAUNCHER_DIR = "launcher"
@@ -185,7 +185,7 @@ def make_executor(c: SlurmLauncherConfig, folder: Path, job_name: str) -> Any:
     return ex
 
 
-# --- what SLURM says about a job (pure decisions: tests/test_ab_cluster.py checks them without a cluster) ---
+# --- what SLURM says about a job (pure decisions: tests/flows/test_ab_cluster.py checks them without a cluster) ---
 
 # squeue's states of a job that is still SLURM's to run or finish (``squeue -t all`` also lists ended jobs
 # for MinJobAge seconds, with their final state).

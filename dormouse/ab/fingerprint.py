@@ -91,7 +91,7 @@ def compute() -> Fingerprint:
     """This process's fingerprint (reads the files now: an edit since the last call is seen)."""
     import torch
 
-    from dormouse.rundir import git_commit
+    from dormouse.train.start import git_commit
 
     files = source_digests()
     blob = "\n".join(f"{k} {v}" for k, v in sorted(files.items()))

@@ -423,7 +423,7 @@ class ProcessLauncher:
 # again (issue 24: every worker re-imported torch): torch and the trainer, and what a pair's first run would
 # import lazily (measured: torch._dynamo, ~3 s, on the optimizer's construction; matplotlib for the probe
 # plots).
-WORKER_PRELOAD = ["torch", "torch._dynamo", "dormouse.train", "dormouse.ab.pairjob", "dormouse.probe_plots"]
+WORKER_PRELOAD = ["torch", "torch._dynamo", "dormouse.train.loop", "dormouse.ab.pairjob", "dormouse.arms.plots"]
 
 
 def worker_context() -> multiprocessing.context.BaseContext:

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from dormouse.ab.launch import Outcome
 from dormouse.ab.pairjob import Pair
-from dormouse.loglines import read_metrics
+from dormouse.run.loglines import read_metrics
 
 STYLE = {"pending": "dim", "running": "bold cyan", "resuming": "bold cyan", "done": "green",
          "kept": "green", "failed": "bold red", "interrupted": "yellow", "stopped": "yellow"}

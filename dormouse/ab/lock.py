@@ -1,9 +1,9 @@
-"""One ``dormouse ab`` per comparison directory, one process per pair: :mod:`dormouse.lock`'s holder lock.
+"""One ``dormouse ab`` per comparison directory, one process per pair: :mod:`dormouse.run.lock`'s holder lock.
 
 Two processes running the same comparison would train the same pair twice, and the runner deletes a
 pair's folder before it restarts it, so one would delete the other's run. The comparison's lock is
-``<comparison>/ab.lock`` (dormouse.runfiles names the files); the mechanism (flock, the holder's record,
-stale locks taken over with a message) is :mod:`dormouse.lock`'s, shared with a run's lock.
+``<comparison>/ab.lock`` (dormouse.run.files names the files); the mechanism (flock, the holder's record,
+stale locks taken over with a message) is :mod:`dormouse.run.lock`'s, shared with a run's lock.
 
 Each pair has a lock of its own too (:func:`pair_lock`), held by whichever process trains the pair, so
 ``--status`` can tell a running pair from an abandoned one on any host, and an orphaned cluster job can
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dormouse.lock import Holder, HolderLock, LockHeld, is_locked, read_holder
-from dormouse.runfiles import ComparisonFiles
+from dormouse.run.files import ComparisonFiles
+from dormouse.run.lock import Holder, HolderLock, LockHeld, is_locked, read_holder
 
 __all__ = ["Holder", "HolderLock", "LockHeld", "is_locked", "read_holder", "comparison_lock", "pair_lock"]
 

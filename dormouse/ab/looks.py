@@ -23,7 +23,7 @@ from dormouse.ab.pairjob import Pair
 from dormouse.ab.plan import ComparisonPlan
 from dormouse.ab.records import RunRecord, load_record
 from dormouse.ab.sequential import UNDECIDED
-from dormouse.config import arm_name
+from dormouse.config.schema import arm_name
 
 # An arm whose runs failed or whose counters show it did not run as asked: no verdict, but it stays in the
 # registered multiplicity family (sequential.Design.n_arms). The statistical verdicts are sequential.VERDICTS.

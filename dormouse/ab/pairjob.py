@@ -39,17 +39,17 @@ from dormouse.ab import fingerprint
 from dormouse.ab.launch import DONE, FAILED, INTERRUPTED, Outcome
 from dormouse.ab.lock import LockHeld, pair_lock
 from dormouse.ab.records import final_row
-from dormouse.checkpoint import CheckpointError, atomic_write_text, list_checkpoints, load_checkpoint
+from dormouse.cli.logs import read_run
 from dormouse.errors import Interrupted, TrainError
-from dormouse.loglines import format_done_line, last_eval_phrase, read_metrics
-from dormouse.logs import read_run
-from dormouse.runfiles import ComparisonFiles, RunFiles
+from dormouse.run.checkpoint import CheckpointError, atomic_write_text, list_checkpoints, load_checkpoint
+from dormouse.run.files import ComparisonFiles, RunFiles
+from dormouse.run.loglines import format_done_line, last_eval_phrase, read_metrics
 
 TrainFn = Callable[[DictConfig], Any]
 # Exceptions that mean "stopped by a signal": the pair checkpointed (or could not) and the comparison stops;
 # any other error fails only its pair.
 STOP = (KeyboardInterrupt, Interrupted)
-# The exceptions by which a resume refuses a checkpoint (dormouse.checkpoint.load_checkpoint's, and the
+# The exceptions by which a resume refuses a checkpoint (dormouse.run.checkpoint.load_checkpoint's, and the
 # trainer's RunDirRefused "no readable checkpoint ... (all are corrupt)"). Only one of these, with every
 # checkpoint of the run failing to load, moves a run aside; anything else deletes nothing.
 CHECKPOINT_REFUSALS = (CheckpointError, TrainError)
@@ -256,7 +256,7 @@ def _finish_log(pair: Pair, note: str) -> str:
         log.write(format_done_line(pair.steps, wall if math.isfinite(wall) else 0.0) + "\n")
     note = "; ".join(filter(None, [note, "wrote its done line"]))
     try:
-        from dormouse.probe_plots import write_probe_plots
+        from dormouse.arms.plots import write_probe_plots
 
         write_probe_plots(pair.run_dir, final, label=f"{pair.name}, step {pair.steps}")
     except Exception as exc:  # the plots illustrate; the run's numbers are its metrics, already complete
@@ -373,7 +373,7 @@ def run_pair(task: PairTask) -> Outcome:
     pair = task.pair
     if int(os.environ.get("RANK", "0")) > 0:
         # A follower rank of a multi-GPU pair: rank 0 owns the lock, the directory and the record; the
-        # trainer takes rank 0's start/resume decision (dormouse/train.py).
+        # trainer takes rank 0's start/resume decision (dormouse/train/loop.py).
         cfg = copy.deepcopy(pair.cfg)
         cfg.train.resume = "auto"
         task.train_fn(cfg)

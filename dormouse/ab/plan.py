@@ -36,8 +36,9 @@ from dormouse.ab.registry import (
     load_spec,
     override_key,
 )
-from dormouse.config import ConfigError, arm_name, load_config
-from dormouse.runfiles import ComparisonFiles, run_name
+from dormouse.config.schema import ConfigError, arm_name
+from dormouse.run.files import ComparisonFiles, run_name
+from dormouse.train.start import load_run_config
 
 if TYPE_CHECKING:
     from dormouse.ab.sequential import Design
@@ -201,7 +202,7 @@ def tune_run_name(arm: str, lr: float, init_seed: int) -> str:
 
 def _tune_pairs(plan: ComparisonPlan, arm_cfgs: dict[str, DictConfig]) -> list[Pair]:
     """The tune stage's pairs (dormouse/ab/tune.py), replicate-major, each arm at each grid lr, validated."""
-    from dormouse.config import validate
+    from dormouse.config.schema import validate
 
     tune = getattr(plan.spec, "tune", None)
     if tune is None:
@@ -236,7 +237,7 @@ def _compose_arms(reg: Registered, overrides: list[str], comp_dir: Path, first: 
                 f"run.dir={quote(str(comp_dir))}", f"run.name={run_name(arm, first.init_seed)}", *seeds,
                 f"logging.wandb_group={quote(spec.name)}", f"logging.wandb_job_type={quote(arm)}"]
         try:
-            arm_cfgs[arm] = load_config(full)
+            arm_cfgs[arm] = load_run_config(full)
         except ConfigError as exc:
             arm_lines[arm] = list(exc.lines)
     # A problem every arm has (a bad CLI or fixed override) is the comparison's: say it once.

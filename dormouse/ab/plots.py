@@ -15,7 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from dormouse.ab.records import RunRecord, is_finite_number
-from dormouse.runfiles import ComparisonFiles
+from dormouse.run.files import ComparisonFiles
 
 
 def plot_curves(records: list[RunRecord], arms: list[str], out: Path, aa_arm: str | None = None) -> Path:
@@ -158,7 +158,7 @@ def plot_learned(files: ComparisonFiles, arms: list[str], records: list[RunRecor
     """Each arm's learned values at its final eval, averaged over its seeds by the residual arm's own rule and
     drawn as its own plot (dormouse.arms: ``mean_over_seeds``, ``plot``): ``<plot>_<arm>.png``. Runs without
     a final eval are left out."""
-    from dormouse.probe_plots import mean_probe_row, write_probe_plots
+    from dormouse.arms.plots import mean_probe_row, write_probe_plots
 
     written: list[Path] = []
     for arm in arms:

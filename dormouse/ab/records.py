@@ -1,6 +1,6 @@
 """One (arm, seed) run of a comparison as the runner and the report read it back from disk.
 
-Everything here reads the run directory (dormouse.runfiles), so a report made after a resume (some pairs
+Everything here reads the run directory (dormouse.run.files), so a report made after a resume (some pairs
 from an earlier process) sees the same records as one made in a single sitting.
 """
 
@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dormouse.loglines import read_metrics
-from dormouse.logs import Finding, read_run
-from dormouse.runfiles import RunFiles
+from dormouse.cli.logs import Finding, read_run
+from dormouse.run.files import RunFiles
+from dormouse.run.loglines import read_metrics
 
 
 def is_finite_number(x: Any) -> bool:

@@ -37,7 +37,7 @@ Protocol 2 (every new registration; :class:`ComparisonSpec`, every key, unknown 
 
 Seeds are streams, not lists: replicate k's seeds are the bases plus k, so a longer schedule extends them
 and never renumbers a replicate that ran. ``train.seed`` seeds the shared initial weights (and the
-random-depth draw); ``train.data_seed`` the data order only (dormouse/model.py ``init_weights``,
+random-depth draw); ``train.data_seed`` the data order only (dormouse/model/looped.py ``init_weights``,
 dormouse/data.py ``train_batch``).
 
 Protocol 1 (no ``protocol`` key; :class:`ComparisonSpecV1`: ``min_effect``, ``seeds``, ``extension``,
@@ -58,6 +58,8 @@ from typing import Any
 
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+
+from dormouse.ab.tune_rule import RULES
 
 REGISTRY_PACKAGE = "dormouse.conf"
 REGISTRY_DIR = "ab"
@@ -343,8 +345,6 @@ TUNED_KEY = "train.lr"  # the key the tune stage chooses per arm: nothing else m
 def _tune_problems(spec: ComparisonSpec, tune: TuneSpec, bad: Any) -> None:
     """The tune stage: a grid of distinct positive lrs, a known rule, seed streams disjoint from the
     confirmatory ones (a tune run must never be a confirmatory run), and no one else setting train.lr."""
-    from dormouse.ab.tune import RULES
-
     lrs = list(tune.lrs)
     if not lrs:
         bad("tune.lrs", "at least one learning rate is required")

@@ -8,7 +8,7 @@ replays the looks), so a report made after a resume is the same as one made in a
 TOST interval, p and its nominal level), so a reader can check each verdict by hand.
 
 Nothing here branches on an arm's name: the tie rule "keeps the simpler arm" uses the arm registry's order
-(``dormouse.arm_registry.ARMS``, simplest first).
+(``dormouse.arms.registry.ARMS``, simplest first).
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from dormouse.ab.pairjob import Pair
 from dormouse.ab.plan import ComparisonPlan
 from dormouse.ab.plots import write_plots
 from dormouse.ab.records import RunRecord, is_finite_number
-from dormouse.arm_registry import ARMS
-from dormouse.checkpoint import atomic_write_text
-from dormouse.config import arm_name
-from dormouse.logs import Finding
-from dormouse.runfiles import ComparisonFiles
+from dormouse.arms.registry import ARMS
+from dormouse.cli.logs import Finding
+from dormouse.config.schema import arm_name
+from dormouse.run.checkpoint import atomic_write_text
+from dormouse.run.files import ComparisonFiles
 
 BETTER, WORSE, TIE = "better", "worse", "tie"
 ORDER = ", then ".join(ARMS)  # the registry's order, simplest first

@@ -74,10 +74,10 @@ from dormouse.ab.registry import (
 )
 from dormouse.ab.report import analyze, verdict_rows, write_outputs
 from dormouse.ab.status import comparison_status, render_looks, render_plan, render_status
-from dormouse.checkpoint import atomic_write_text
-from dormouse.config import ConfigError
+from dormouse.config.schema import ConfigError
 from dormouse.errors import Interrupted
-from dormouse.runfiles import AB_ROOT, DESIGN, LAUNCH, LOCK, REGISTRATION, ComparisonFiles
+from dormouse.run.checkpoint import atomic_write_text
+from dormouse.run.files import AB_ROOT, DESIGN, LAUNCH, LOCK, REGISTRATION, ComparisonFiles
 
 __all__ = ["ComparisonError", "ABSpecError", "Pair", "plan_pairs", "pair_state", "run_comparison",
            "ab_command", "STAMP_NAME", "LaunchRequest", "check_cli_overrides"]
@@ -257,7 +257,7 @@ def run_comparison(
 
     ``overrides`` are Hydra overrides applied to every run after the registered ones (they are part of the
     registration hash). ``registry`` is a directory of NAME.yaml files (default: the installed
-    ``dormouse.conf/ab``). ``train_fn(cfg)`` defaults to :func:`dormouse.train.train` (anything but an
+    ``dormouse.conf/ab``). ``train_fn(cfg)`` defaults to :func:`dormouse.train.loop.train` (anything but an
     importable function needs the sequential launcher). ``launch`` says how the pairs run (default: one
     after another in this process).
 
@@ -430,7 +430,7 @@ def design_command(name: str, overrides: list[str], *, root: Path, registry: Pat
 def tune_cost_line(plan: ComparisonPlan) -> str:
     """What the tune stage adds to the card's cost (the card counts confirmatory replicates only)."""
     from dormouse.ab.status import pair_cost
-    from dormouse.loglines import human
+    from dormouse.run.loglines import human
 
     costs = [pair_cost(p.cfg) for p in plan.tune_pairs]
     confirmatory = [pair_cost(p.cfg) for p in plan.pairs]
@@ -528,7 +528,7 @@ _VERDICT_STYLE = {"better": "bold green", "worse": "bold red", "tie": "yellow", 
 
 
 def _default_train_fn() -> TrainFn:
-    from dormouse.train import train
+    from dormouse.train.loop import train
 
     return train
 

@@ -20,7 +20,7 @@ approximation: Σ_arms Σ_looks 2·increment = α. (Carrying the group-sequentia
 nominal p, which exploits the correlation between looks, was measured anti-conservative at these n:
 P(better or worse | Δ = 0) 0.053–0.057 at α 0.05 for looks (3,6,9) to (3,...,8); the union bound costs
 little at the per-arm levels used, e.g. t 3.18 instead of 3.13 at the last of looks (4,8,12) with 5 arms.)
-The Monte-Carlo tests (tests/test_ab_sequential.py) show the rates hold.
+The Monte-Carlo tests (tests/ab/test_ab_sequential.py) show the rates hold.
 
 **A significant effect smaller than the SESOI** is reported as ``better``/``worse`` (the superiority test
 decides the direction) with the flag ``smaller_than_sesoi`` set when the same look's TOST also shows

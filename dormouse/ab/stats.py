@@ -4,7 +4,7 @@ Protocol v2's verdict is decided in :mod:`dormouse.ab.sequential`; this module h
 it (protocol v2, "Reported beside the verdict"): the probability of improvement, the Hodges–Lehmann estimate,
 the rate of bad runs and the A/A calibration check. (Protocol v1's margin rule, δ = max(minimum, 2·sd(A/A)),
 is gone from the package: it could never call an effect smaller than δ better; the published v1 result is
-re-checked from the equations by tests/test_published_results.py.)
+re-checked from the equations by tests/flows/test_published_results.py.)
 
 Pure functions on plain sequences of floats; every one of them is defined for any sample size and says
 so with ``None`` where a quantity does not exist (one seed has no spread, so no interval).

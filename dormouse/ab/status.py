@@ -33,14 +33,14 @@ from dormouse.ab.lock import is_locked, read_holder
 from dormouse.ab.looks import Progress
 from dormouse.ab.pairjob import Pair, pair_state, read_launch_record
 from dormouse.ab.plan import ComparisonPlan
-from dormouse.loglines import EVAL, RESUME, LogLineError, human, line_kind, parse_resume_line
-from dormouse.logs import read_run
-from dormouse.runfiles import ComparisonFiles, RunFiles
+from dormouse.cli.logs import read_run
+from dormouse.run.files import ComparisonFiles, RunFiles
+from dormouse.run.loglines import EVAL, RESUME, LogLineError, human, line_kind, parse_resume_line
 
 
 def pair_cost(cfg: DictConfig) -> dict[str, float]:
     """Training tokens and the estimated training FLOPs of one pair (see the module docstring)."""
-    from dormouse.model import VOCAB, swiglu_hidden
+    from dormouse.model.looped import VOCAB, swiglu_hidden
 
     m, t, d = cfg.model, cfg.train, int(cfg.model.d_model)
     h = swiglu_hidden(d, m.mlp_hidden)

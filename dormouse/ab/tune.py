@@ -19,22 +19,20 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from statistics import fmean
 from typing import TYPE_CHECKING, Any
 
 from dormouse.ab.records import RunRecord
-from dormouse.checkpoint import atomic_write_text
-from dormouse.runfiles import ComparisonFiles
+from dormouse.ab.registry import ComparisonError
+from dormouse.ab.tune_rule import RULE, RULES, choose  # noqa: F401  (the stage applies the registered rule)
+from dormouse.run.checkpoint import atomic_write_text
+from dormouse.run.files import ComparisonFiles
 
 if TYPE_CHECKING:
     from dormouse.ab.pairjob import Pair
     from dormouse.ab.plan import ComparisonPlan
 
-RULE = "lowest_mean_final_bpb"
-RULES = {RULE: "the lr with the lowest mean final bpb over the tune replicates; a diverged run counts as +inf; "
-               "ties go to the smaller lr"}
 TUNE_RECORD = "tune.json"
-# What dormouse/train.py's TrainError says when training stops on a non-finite value (Run.nonfinite_error);
+# What dormouse/train/loop.py's TrainError says when training stops on a non-finite value (Run.nonfinite_error);
 # run_pair keeps the traceback in the pair's ab_error.txt, so a divergence is read back from disk.
 DIVERGED_MARK = "non-finite"
 
@@ -54,11 +52,6 @@ def tune_value(rec: RunRecord) -> float | None:
     if rec.complete and rec.final is not None:
         return float(rec.final["bpb"])
     return math.inf if diverged(rec) else None
-
-
-def choose(finals: dict[float, list[float]]) -> float:
-    """The rule (module docstring): the lowest mean final bpb, +inf for a diverged run, ties to the smaller lr."""
-    return min(sorted(finals), key=lambda lr: fmean(finals[lr]))
 
 
 @dataclass
@@ -122,8 +115,6 @@ def record(plan: ComparisonPlan, out: TuneOutcome) -> None:
     if path.is_file():
         old = json.loads(path.read_text())
         if old.get("chosen") != new["chosen"]:
-            from dormouse.ab.registry import ComparisonError
-
             raise ComparisonError([f"{path} chose {old.get('chosen')} but the tune runs on disk now choose "
                                    f"{new['chosen']}: the tune runs changed after the choice; pass --restart to "
                                    "start the comparison over"])

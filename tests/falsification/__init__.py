@@ -9,5 +9,5 @@
   lack it, from their text patch, and verifies the existing keys.
 
 pytest does not collect these modules (none is named ``test_*.py``); their own tests are
-tests/test_falsify.py.
+tests/flows/test_falsify.py.
 """

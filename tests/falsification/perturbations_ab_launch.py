@@ -6,7 +6,7 @@ break."""
 
 from __future__ import annotations
 
-_LOCK = "dormouse/lock.py"  # the mechanism dormouse/ab/lock.py uses
+_LOCK = "dormouse/run/lock.py"  # the mechanism dormouse/ab/lock.py uses
 _LAUNCH = "dormouse/ab/launch.py"
 _CLUSTER = "dormouse/ab/cluster.py"
 _PAIRJOB = "dormouse/ab/pairjob.py"
@@ -15,13 +15,13 @@ _PLAN = "dormouse/ab/plan.py"
 _LOOKS = "dormouse/ab/looks.py"
 _STATUS = "dormouse/ab/status.py"
 _LIVE = "dormouse/ab/live.py"
-_L = "tests/test_ab_lock.py::"
-_T = "tests/test_ab_launch.py::"
-_A = "tests/test_ab.py::"
+_L = "tests/ab/test_ab_lock.py::"
+_T = "tests/flows/test_ab_launch.py::"
+_A = "tests/flows/test_ab.py::"
 _REGISTRY = "dormouse/ab/registry.py"
-_NAMES = "tests/test_ab_names.py::"
-_ETA = "tests/test_ab_eta.py::"
-_LIFE = "tests/test_pair_life.py::"
+_NAMES = "tests/ab/test_ab_names.py::"
+_ETA = "tests/ab/test_ab_eta.py::"
+_LIFE = "tests/flows/test_pair_life.py::"
 _NO_RETRAIN = _LIFE + "test_no_submitit_exception_at_any_point_of_a_pairs_life_deletes_or_retrains_it"
 
 PERTURBATIONS: list[dict] = [
@@ -230,7 +230,7 @@ PERTURBATIONS: list[dict] = [
         "function": "ProcessLauncher.__init__",
         "old": "        self.context = worker_context()\n",
         "new": "        self.context = multiprocessing.get_context(\"spawn\")\n",
-        "gates": ["tests/test_ab_launch.py::test_slot_workers_start_with_torch_and_the_trainer_already_imported"],
+        "gates": ["tests/flows/test_ab_launch.py::test_slot_workers_start_with_torch_and_the_trainer_already_imported"],
         "why": "every --jobs worker is spawned and imports torch (and torch._dynamo at its first optimizer) "
                "again: seconds per worker before its first pair, more than a small pair's training",
         "protects": "A/B rule",

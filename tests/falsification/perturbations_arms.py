@@ -8,18 +8,18 @@ own work.
 
 from __future__ import annotations
 
-_ARMS = "dormouse/arms.py"
-_MODEL = "dormouse/model.py"
-_T = "tests/test_arms.py::"
+_ARMS = "dormouse/arms/base.py"
+_MODEL = "dormouse/model/looped.py"
+_T = "tests/arms/test_arms.py::"
 
 PERTURBATIONS: list[dict] = [
     {
         "name": "prenorm_update_discarded",
-        "file": _ARMS,
+        "file": "dormouse/arms/prenorm.py",
         "function": "PreNormResidual.absorb",
         "old": "        new_state = state + output\n",
         "new": "        new_state = state + 0 * output\n",
-        "gates": ["tests/test_prenorm_arm.py::test_prenorm_counts_ran_equal_asked_and_its_update_moves_every_later"
+        "gates": ["tests/arms/test_prenorm_arm.py::test_prenorm_counts_ran_equal_asked_and_its_update_moves_every_later"
                   "_readout"],
         "why": "the pre-norm residual counts but drops every update: the state stays the embedding, a dead arm "
                "with a live counter",
@@ -27,18 +27,18 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "prenorm_ratio_over_the_updated_state",
-        "file": _ARMS,
+        "file": "dormouse/arms/prenorm.py",
         "function": "PreNormResidual.learned",
         "old": "/ torch.linalg.vector_norm(x.double(), dim=-1)\n",
         "new": "/ torch.linalg.vector_norm((x + fx).double(), dim=-1)\n",
-        "gates": ["tests/test_prenorm_arm.py::test_prenorm_update_ratio_equals_a_float64_recomputation"],
+        "gates": ["tests/arms/test_prenorm_arm.py::test_prenorm_update_ratio_equals_a_float64_recomputation"],
         "why": "the pre-norm probe divides the update by the state after it (x + f(x)), not by the state it was "
                "added to: the reported ratio understates every update",
         "protects": "probes",
     },
     {
         "name": "rezero_result_discarded",
-        "file": _ARMS,
+        "file": "dormouse/arms/rezero.py",
         "function": "ReZero.absorb",
         "old": "        new_state = torch.addcmul(state, self.alpha[slot].to(output.dtype), output)",
         "new": "        new_state = torch.addcmul(state, 0 * self.alpha[slot].to(output.dtype), output)",
@@ -48,7 +48,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "gr_gate_ignores_its_bias",
-        "file": _ARMS,
+        "file": "dormouse/arms/gr.py",
         "function": "GatedResidual.gate",
         "old": "gate_proj.weight.to(normed.dtype), self.bias[slot].to(normed.dtype)))",
         "new": "gate_proj.weight.to(normed.dtype), torch.full_like(self.bias[slot], -2.0).detach()))",
@@ -58,7 +58,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "attnres_query_not_used",
-        "file": _ARMS,
+        "file": "dormouse/arms/attnres.py",
         "function": "AttnRes.begin",
         "old": "BlockAttnResState(embedding, self.block_size or 1, queries=self.queries,",
         "new": "BlockAttnResState(embedding, self.block_size or 1, queries=self.queries.detach() * 0,",
@@ -89,7 +89,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "two_phase_eval_merges_without_rescale",
-        "file": _ARMS,
+        "file": "dormouse/arms/attnres.py",
         "function": "AttnRes._two_phase_input",
         "old": "        merge = online_softmax_merge\n",
         "new": "        merge = lambda m1, l1, o1, m2, l2, o2: (m1, l1 + l2, o1 + o2)  # noqa: E731\n",
@@ -99,7 +99,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "eval_never_takes_the_two_phase_path",
-        "file": _ARMS,
+        "file": "dormouse/arms/attnres.py",
         "function": "AttnRes.uses_two_phase",
         "old": "        return not self.training and self.block_size is not None and self.query_proj is None\n",
         "new": "        return False\n",
@@ -112,11 +112,11 @@ PERTURBATIONS: list[dict] = [
 PERTURBATIONS.append(
     {
         "name": "optimizer_step_dropped",
-        "file": "dormouse/train.py",
+        "file": "dormouse/train/loop.py",
         "function": "train_step",
         "old": "        run.optimizer.step()\n",
         "new": "",
-        "gates": ["tests/test_train.py::test_each_arm_trains_end_to_end_through_the_cli"],
+        "gates": ["tests/train/test_train.py::test_each_arm_trains_end_to_end_through_the_cli"],
         "why": "the loop computes and clips gradients but never steps: every counter fires, nothing learns "
         "(happened once while this loop was edited; the end-to-end test then asserted only file contents)",
         "protects": "training loop",

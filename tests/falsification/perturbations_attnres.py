@@ -1,4 +1,4 @@
-"""Perturbations of dormouse/attnres.py: each is a defect the AttnRes gates must catch (tests/falsification).
+"""Perturbations of dormouse/ops/attnres.py: each is a defect the AttnRes gates must catch (tests/falsification).
 
 Format (shared by every perturbations_*.py): ``name``, ``file`` (repo-relative), ``function`` (the def, class
 or constant of ``file`` it perturbs, see locate.py), ``old`` (a pattern occurring exactly once inside it),
@@ -9,8 +9,8 @@ shared/seeds/ (the earlier implementation's) or the paper slips listed in attnre
 
 from __future__ import annotations
 
-_FILE = "dormouse/attnres.py"
-_T = "tests/test_attnres.py::"
+_FILE = "dormouse/ops/attnres.py"
+_T = "tests/arms/test_attnres.py::"
 
 PERTURBATIONS: list[dict] = [
     # --- the score (Eq. 2-3) -------------------------------------------------------------------------
@@ -188,7 +188,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "merge_without_rescaling_o1",
-        "file": "kernels/merge_torch.py",  # the one merge (dormouse.attnres.online_softmax_merge)
+        "file": "kernels/merge_torch.py",  # the one merge (dormouse.ops.attnres.online_softmax_merge)
         "function": "merge_partials_torch",
         "old": "w1.unsqueeze(-1) * o1 + w2.unsqueeze(-1) * o2",
         "new": "o1 + w2.unsqueeze(-1) * o2",

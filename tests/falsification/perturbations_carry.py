@@ -5,7 +5,7 @@ perturbations_attnres.py). ``protects`` names what a defect here would break."""
 from __future__ import annotations
 
 _CARRY = "scripts/carry_comparison.py"
-_T = "tests/test_carry_comparison.py::"
+_T = "tests/flows/test_carry_comparison.py::"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -36,7 +36,7 @@ PERTURBATIONS: list[dict] = [
         "function": "sittings",
         "old": "                <= SITTING_GAP_S:\n",
         "new": "                <= 1e9:\n",
-        "gates": ["tests/test_publish_comparison.py::"
+        "gates": ["tests/flows/test_publish_comparison.py::"
                   "test_sittings_merge_overlapping_pairs_and_split_at_a_pause_between_sessions"],
         "why": "a comparison run in two sessions a day apart is published as having taken the machine a day: "
                "its cost, which the next registration is sized from, is wrong by the pause",

@@ -1,15 +1,15 @@
 """Perturbations of what the SLURM launcher makes of what SLURM says (issue 31: a pair cancelled while pending
 hung the driver, a SIGTERM requeue ended the look, submitit's requeue killed by its own SIGTERM reported a
 running pair failed, failures named a log path and another job id). Each reverts one fix; the gates are
-tests/test_ab_cluster.py's, which need no cluster (the same behaviours against a real SLURM are
-tests/test_ab_slurm.py's, which the falsification runner cannot count on). Format in
+tests/flows/test_ab_cluster.py's, which need no cluster (the same behaviours against a real SLURM are
+tests/flows/test_ab_slurm.py's, which the falsification runner cannot count on). Format in
 perturbations_attnres.py, plus ``protects``."""
 
 from __future__ import annotations
 
 _CLUSTER = "dormouse/ab/cluster.py"
 _PAIRJOB = "dormouse/ab/pairjob.py"
-_C = "tests/test_ab_cluster.py::"
+_C = "tests/flows/test_ab_cluster.py::"
 
 PERTURBATIONS: list[dict] = [
     # --- item 2: a job out of the queue without a result ----------------------------------------------

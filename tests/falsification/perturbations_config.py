@@ -4,11 +4,11 @@ perturbations_attnres.py, plus ``protects``)."""
 
 from __future__ import annotations
 
-_C = "tests/test_completion.py::"
-_COMPLETION = "dormouse/completion.py"
-_PREFLIGHT = "dormouse/preflight.py"
-_CONFIG = "dormouse/config.py"
-_SWEEP = "dormouse/sweep.py"
+_C = "tests/config/test_completion.py::"
+_COMPLETION = "dormouse/cli/completion.py"
+_PREFLIGHT = "dormouse/train/preflight.py"
+_CONFIG = "dormouse/config/schema.py"
+_SWEEP = "dormouse/cli/sweep.py"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -28,7 +28,7 @@ PERTURBATIONS: list[dict] = [
         "function": "config_warnings",
         "old": "    if int(t.warmup) >= int(t.steps):\n",
         "new": "    if int(t.warmup) > int(t.steps):\n",
-        "gates": ["tests/test_preflight.py::test_warmup_that_takes_every_step_is_a_warning_in_validate_and_train_"
+        "gates": ["tests/config/test_preflight.py::test_warmup_that_takes_every_step_is_a_warning_in_validate_and_train_"
                   "not_a_refusal"],
         "why": "warmup == steps is not warned: the whole run is warmup, the cosine never decays, and nothing says so",
         "protects": "training loop",
@@ -39,7 +39,7 @@ PERTURBATIONS: list[dict] = [
         "function": "_user_preset_files",
         "old": "        ConfigStore.instance().store(group=\"preset\", name=name, node=node, package=\"_global_\")\n",
         "new": "        ConfigStore.instance().store(group=\"preset\", name=name, node=node)\n",
-        "gates": ["tests/test_user_preset.py::test_a_preset_file_composes_like_a_shipped_preset_and_the_command_"
+        "gates": ["tests/config/test_user_preset.py::test_a_preset_file_composes_like_a_shipped_preset_and_the_command_"
                   "line_wins"],
         "why": "a preset file lands under `preset:` instead of the root: its values never reach the config",
         "protects": "training loop",
@@ -50,7 +50,7 @@ PERTURBATIONS: list[dict] = [
         "function": "plan",
         "old": "[f\"run.name={sweep}/{i:0{width}d}\"]",
         "new": "[f\"run.name={sweep}/0\"]",
-        "gates": ["tests/test_sweep.py::test_multirun_trains_each_setting_in_its_own_run_and_logs_shows_one_table"],
+        "gates": ["tests/flows/test_sweep.py::test_multirun_trains_each_setting_in_its_own_run_and_logs_shows_one_table"],
         "why": "every setting of a sweep is sent to one run folder: the second is refused (or, with "
                "train.overwrite, replaces the first)",
         "protects": "training loop",

@@ -5,10 +5,10 @@ tests/falsification; format in perturbations_attnres.py, plus ``protects``)."""
 from __future__ import annotations
 
 _DATA = "dormouse/data.py"
-_EVAL = "tests/test_eval_set.py::"
-_D = "tests/test_dtype.py::"
-_EVAL_ONLY = "dormouse/eval_only.py"
-_KNOBS = "tests/test_trainer_knobs.py::"
+_EVAL = "tests/train/test_eval_set.py::"
+_D = "tests/model/test_dtype.py::"
+_EVAL_ONLY = "dormouse/cli/eval.py"
+_KNOBS = "tests/train/test_trainer_knobs.py::"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -48,7 +48,7 @@ PERTURBATIONS: list[dict] = [
         "function": "resolve_eval_bytes",
         "old": "    return int(eval_bytes) if eval_bytes is not None else min(DEFAULT_EVAL_BYTES, int(val_bytes))\n",
         "new": "    return int(eval_bytes) if eval_bytes is not None else DEFAULT_EVAL_BYTES\n",
-        "gates": ["tests/test_eval_set.py::test_the_default_eval_size_fits_a_short_val_split_and_says_so_but_an_"
+        "gates": ["tests/train/test_eval_set.py::test_the_default_eval_size_fits_a_short_val_split_and_says_so_but_an_"
                   "explicit_one_is_never_cut"],
         "why": "the default eval size is a fixed 65536: a corpus with a shorter val split (nanoGPT's tiny "
                "Shakespeare) is refused unless the user finds data.eval_bytes",
@@ -60,7 +60,7 @@ PERTURBATIONS: list[dict] = [
         "function": "_load_folder",
         "old": "        if _is_text(content):\n",
         "new": "        if True:\n",
-        "gates": ["tests/test_data.py::test_a_folder_skips_files_that_are_not_text_and_says_which_files_and_"
+        "gates": ["tests/train/test_data.py::test_a_folder_skips_files_that_are_not_text_and_says_which_files_and_"
                   "which_split"],
         "why": "a folder's images, archives and checkpoints are trained on (and may be the val split)",
         "protects": "data/eval",
@@ -83,7 +83,7 @@ PERTURBATIONS: list[dict] = [
         "old": ("        val_name = \"validation\" if \"validation\" in splits and "
                 "split.split(\"[\")[0] != \"validation\" else None\n"),
         "new": "        val_name = None\n",
-        "gates": ["tests/test_hf_datasets.py::test_a_saved_dataset_folder_uses_its_own_validation_split_and_"
+        "gates": ["tests/train/test_hf_datasets.py::test_a_saved_dataset_folder_uses_its_own_validation_split_and_"
                   "says_so"],
         "why": "a dataset's own validation split is ignored: the eval reads the tail of train, a number not "
                "comparable with anyone else's on that dataset",

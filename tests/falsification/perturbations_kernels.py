@@ -1,4 +1,4 @@
-"""Perturbations of the fused AttnRes kernels (kernels/ = dormouse_kernels): defects tests/test_kernels.py
+"""Perturbations of the fused AttnRes kernels (kernels/ = dormouse_kernels): defects tests/arms/test_kernels.py
 must catch. Run by tests/falsification (format in perturbations_attnres.py).
 
 Each one is a defect a fused attention kernel is known to ship with: the first three are the brief's
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 _DA = "kernels/depth_attend.py"
 _MG = "kernels/merge.py"
-_T = "tests/test_kernels.py::"
+_T = "tests/arms/test_kernels.py::"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -19,9 +19,9 @@ PERTURBATIONS: list[dict] = [
         "file": "kernels/merge_torch.py",
         "function": "<module>",
         "old": "import torch\nfrom torch import Tensor\n",
-        "new": "import torch\nfrom torch import Tensor\n\nimport dormouse.attnres  # noqa: F401\n",
-        "gates": ["tests/test_layering.py::test_the_kernels_import_nothing_from_dormouse"],
-        "why": "the kernels import dormouse again while dormouse.attnres imports the kernels: the import cycle of "
+        "new": "import torch\nfrom torch import Tensor\n\nimport dormouse.ops.attnres  # noqa: F401\n",
+        "gates": ["tests/flows/test_layering.py::test_the_kernels_import_nothing_from_dormouse"],
+        "why": "the kernels import dormouse again while dormouse.ops.attnres imports the kernels: the import cycle of "
                "issue 21 (which module loads first decides what the other sees)",
         "protects": "kernels",
     },
@@ -171,7 +171,7 @@ PERTURBATIONS.append(
         "function": "_load_source",
         "old": "        denom = (ss + eps * D) * D  # eps on the mean square; times d for 1/sqrt(d)\n",
         "new": "        denom = (ss + eps) * D\n",
-        "gates": ["tests/test_attnres.py::test_triton_kernel_matches_reference[sqrt_d-eps0.125]"],
+        "gates": ["tests/arms/test_attnres.py::test_triton_kernel_matches_reference[sqrt_d-eps0.125]"],
         "why": "sqrt_d with eps on the sum of squares (the predecessor's form): then sqrt_d(w) != paper(w/d) at "
         "eps > 0, against attnres.md's identity",
         "protects": "kernels",

@@ -7,10 +7,10 @@ Each is a defect that would change what a run writes, or how it resumes, without
 
 from __future__ import annotations
 
-_LINES = "dormouse/loglines.py"
-_T = "tests/test_loglines.py::"
-_SINKS = "tests/test_metrics_sinks.py::"
-_RESUME = "tests/test_resume.py::"
+_LINES = "dormouse/run/loglines.py"
+_T = "tests/run/test_loglines.py::"
+_SINKS = "tests/train/test_metrics_sinks.py::"
+_RESUME = "tests/train/test_resume.py::"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -47,7 +47,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "arm_order_swapped",
-        "file": "dormouse/arm_registry.py",
+        "file": "dormouse/arms/registry.py",
         "function": "arm_classes",
         "old": "    return dict(_REGISTRY)\n",
         "new": "    return dict(sorted(_REGISTRY.items()))\n",
@@ -58,28 +58,28 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "schema_default_drifts_from_the_cpu_default",
-        "file": "dormouse/config.py",
+        "file": "dormouse/config/schema.py",
         "function": "ModelBase.max_iter",
         "old": "    max_iter: int = 3  #",
         "new": "    max_iter: int = 4  #",
-        "gates": ["tests/test_config.py::test_each_preset_composes_to_the_config_recorded_before_defaults_moved"],
+        "gates": ["tests/config/test_config.py::test_each_preset_composes_to_the_config_recorded_before_defaults_moved"],
         "why": "the CPU preset no longer repeats the defaults, so a schema edit changes `dormouse train` "
         "with no arguments (the dataclass default of 4 that the preset used to hide)",
         "protects": "training loop",
     },
     {
         "name": "loop_state_window_not_restored",
-        "file": "dormouse/loop_state.py",
+        "file": "dormouse/train/state.py",
         "function": "LoopState.load_state_dict",
         "old": '        self.window.load_state_dict(state["window"])\n',
         "new": "",
-        "gates": ["tests/test_resume.py::test_loop_state_round_trips_through_a_checkpoint",
-                  "tests/test_resume.py::test_resumed_run_is_bit_identical_to_an_uninterrupted_one"],
+        "gates": ["tests/train/test_resume.py::test_loop_state_round_trips_through_a_checkpoint",
+                  "tests/train/test_resume.py::test_resumed_run_is_bit_identical_to_an_uninterrupted_one"],
         "why": "a resumed run would open an empty eval window: the first eval line after a resume reports "
         "the loss and depth of only the steps since the resume",
         "protects": "training loop",
     },
-    # --- one row, every sink, by name (issue 21 item 3; tests/test_metrics_sinks.py) --------------------------
+    # --- one row, every sink, by name (issue 21 item 3; tests/train/test_metrics_sinks.py) --------------------------
     {
         "name": "eval_line_drops_a_field_it_does_not_know",
         "file": _LINES,
@@ -93,7 +93,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "logs_table_cells_by_fixed_position",
-        "file": "dormouse/logs.py",
+        "file": "dormouse/cli/logs.py",
         "function": "run_table",
         "old": "    cells = {c: [_cell_text(c, r) for r in run.evals] for c in cols}\n",
         # the old table: cells from the trainer's fixed field list, zipped against the headers (grad_norm's
@@ -108,7 +108,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "wandb_sink_takes_the_first_numbers_by_position",
-        "file": "dormouse/metrics.py",
+        "file": "dormouse/train/metrics.py",
         "function": "wandb_scalars",
         "old": "    return {**numbers, **probe_scalars(row)}\n",
         "new": "    return {**{k: numbers[k] for k in list(numbers)[:20]}, **probe_scalars(row)}\n",
@@ -119,7 +119,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "logs_tsv_reads_the_rounded_line",
-        "file": "dormouse/logs.py",
+        "file": "dormouse/cli/logs.py",
         "function": "tsv_lines",
         "old": "*(_plain(c, r.shown) for c in cols)",
         "new": "*(_plain(c, r.values) for c in cols)",
@@ -130,7 +130,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "logs_table_ignores_the_terminal_width",
-        "file": "dormouse/logs.py",
+        "file": "dormouse/cli/logs.py",
         "function": "_fit",
         "old": "        if used + need(c) <= width:\n",
         "new": "        if True:\n",
@@ -153,7 +153,7 @@ PERTURBATIONS: list[dict] = [
     # --- checkpoints: the loop state under one key, no metrics history (issue 21 item 5) ---------------------
     {
         "name": "checkpoint_carries_the_metrics_history",
-        "file": "dormouse/train.py",
+        "file": "dormouse/train/loop.py",
         "function": "_checkpoint_state",
         "old": "            LOOP_KEY: loop.state_dict(totals), \"config\"",
         "new": "            LOOP_KEY: loop.state_dict(totals), \"metrics\": list(run.metrics.rows), \"config\"",
@@ -163,7 +163,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "old_checkpoint_layout_no_longer_loads",
-        "file": "dormouse/loop_state.py",
+        "file": "dormouse/train/state.py",
         "function": "loop_part",
         "old": "    return checkpoint[LOOP_KEY] if LOOP_KEY in checkpoint else checkpoint\n",
         "new": "    return checkpoint[LOOP_KEY]\n",
@@ -173,7 +173,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "resume_drops_the_metrics_history",
-        "file": "dormouse/train.py",
+        "file": "dormouse/train/loop.py",
         "function": "_history",
         "old": "    return [row for row in read_metrics(path) if int(row[\"step\"]) <= step]\n",
         "new": "    return []\n",
@@ -185,11 +185,11 @@ PERTURBATIONS: list[dict] = [
     # --- dormouse logs' messages (issue 24) ---------------------------------------------------------------------
     {
         "name": "a_text_file_reads_as_missing_eval",
-        "file": "dormouse/logs.py",
+        "file": "dormouse/cli/logs.py",
         "function": "read_run",
         "old": "    if path.is_file() and path.name != LOG and not run.evals and run.done is None and not any(\n",
         "new": "    if False and not any(\n",
-        "gates": ["tests/test_logs.py::test_a_text_file_that_is_not_a_log_says_so"],
+        "gates": ["tests/flows/test_logs.py::test_a_text_file_that_is_not_a_log_says_so"],
         "why": "issue 24: `logs notes.txt` said missing-eval, not that the file is not a train.log",
         "protects": "counters",
     },

@@ -11,21 +11,21 @@ first step or a memory need that goes unsaid.
 
 from __future__ import annotations
 
-_TRAIN = "dormouse/train.py"
-_SCHEDULE = "dormouse/schedule.py"
-_RUNDIR = "dormouse/rundir.py"
-_MODEL = "dormouse/model.py"
-_ARMS = "dormouse/arms.py"
+_TRAIN = "dormouse/train/loop.py"
+_SCHEDULE = "dormouse/train/schedule.py"
+_RUNDIR = "dormouse/train/start.py"
+_MODEL = "dormouse/model/looped.py"
+_ARMS = "dormouse/arms/base.py"
 _DATA = "dormouse/data.py"
-_LOOP = "tests/test_loop.py::"
-_EVAL = "tests/test_eval_set.py::"
-_SETUP = "tests/test_arm_setup.py::"
-_ASKED = "tests/test_asked.py::"
-_D = "tests/test_dtype.py::"
-_N = "tests/test_step_notice.py::"
-_NOTICE = "dormouse/step_notice.py"
-_LOOP_STATE = "dormouse/loop_state.py"
-_KNOBS = "tests/test_trainer_knobs.py::"
+_LOOP = "tests/train/test_loop.py::"
+_EVAL = "tests/train/test_eval_set.py::"
+_SETUP = "tests/arms/test_arm_setup.py::"
+_ASKED = "tests/flows/test_asked.py::"
+_D = "tests/model/test_dtype.py::"
+_N = "tests/train/test_step_notice.py::"
+_NOTICE = "dormouse/train/step_notice.py"
+_LOOP_STATE = "dormouse/train/state.py"
+_KNOBS = "tests/train/test_trainer_knobs.py::"
 
 PERTURBATIONS: list[dict] = [
     # --- gate 2: the learning-rate schedule ----------------------------------------------------------------
@@ -65,7 +65,7 @@ PERTURBATIONS: list[dict] = [
         "function": "prepare_run_dir",
         "old": "        problem = schedule_change_problem(old, cfg, checkpoint_step(state))\n",
         "new": "        problem = None\n",
-        "gates": ["tests/test_resume_schedule.py::"
+        "gates": ["tests/train/test_resume_schedule.py::"
                   "test_changing_train_steps_after_warmup_is_refused_naming_the_key_and_the_way_out"],
         "why": "a resume may change train.steps mid-cosine (as before): the run follows neither schedule",
         "protects": "training loop",
@@ -160,7 +160,7 @@ PERTURBATIONS: list[dict] = [
     # --- gate 5: each arm's starting point and per-slot independence --------------------------------------------
     {
         "name": "gr_bias_starts_at_minus_one",
-        "file": _ARMS,
+        "file": "dormouse/arms/gr.py",
         "function": "GR_BIAS_INIT",
         "old": "GR_BIAS_INIT = -2.0",
         "new": "GR_BIAS_INIT = -1.0",
@@ -180,7 +180,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "rezero_alpha_shared_by_iterations",
-        "file": _ARMS,
+        "file": "dormouse/arms/rezero.py",
         "function": "ReZero.absorb",
         "old": "self.alpha[slot].to(output.dtype)",
         "new": "self.alpha[slot % 2].to(output.dtype)",
@@ -190,7 +190,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "gr_bias_shared_by_iterations",
-        "file": _ARMS,
+        "file": "dormouse/arms/gr.py",
         "function": "GatedResidual.gate",
         "old": "self.bias[slot].to(normed.dtype)",
         "new": "self.bias[slot % 2].to(normed.dtype)",
@@ -200,7 +200,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "attnres_readouts_share_one_query",
-        "file": _ARMS,
+        "file": "dormouse/arms/attnres.py",
         "function": "AttnRes.readout_input",
         "old": "        return self._read(state, self.n_slots + k)\n",
         "new": "        return self._read(state, self.n_slots)\n",
@@ -210,7 +210,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "gr_gate_reads_the_raw_state",
-        "file": _ARMS,
+        "file": "dormouse/arms/gr.py",
         "function": "GatedResidual.gate",
         "old": "        normed = rms_norm(state)\n",
         "new": "        normed = state\n",
@@ -220,7 +220,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "train_dtype_read_but_ignored",
-        "file": _TRAIN,
+        "file": "dormouse/train/device.py",
         "function": "compute_dtype",
         "old": "    return \"bf16-autocast\" if requested == \"bf16\" else \"fp32\"\n",
         "new": "    return \"fp32\"\n",
@@ -267,7 +267,7 @@ PERTURBATIONS: list[dict] = [
         "function": "_wandb_run",
         "old": "job_type=lg.wandb_job_type, tags=[str(tag) for tag in lg.wandb_tags],\n",
         "new": "job_type=lg.wandb_job_type, tags=None,\n",
-        "gates": ["tests/test_wandb_team.py::test_entity_project_group_and_tags_reach_wandb_init"],
+        "gates": ["tests/flows/test_wandb_team.py::test_entity_project_group_and_tags_reach_wandb_init"],
         "why": "logging.wandb_tags is accepted and dropped: the team's runs are not tagged and nothing says so",
         "protects": "training loop",
     },
@@ -277,7 +277,7 @@ PERTURBATIONS: list[dict] = [
         "function": "accumulate_gradients",
         "old": "        loss = readout_loss(logits, yb) / accum\n",
         "new": "        loss = readout_loss(logits, yb)\n",
-        "gates": ["tests/test_trainer_knobs.py::test_accumulated_micro_batches_give_the_full_batch_gradient"],
+        "gates": ["tests/train/test_trainer_knobs.py::test_accumulated_micro_batches_give_the_full_batch_gradient"],
         "why": "the micro-batch losses are summed unscaled: the step is accum times a full-batch step (an "
                "effective learning rate x accum), silently",
         "protects": "training loop",
@@ -288,7 +288,7 @@ PERTURBATIONS: list[dict] = [
         "function": "Window.add_forward",
         "old": "        self.forward_depth_sum += depth * passes\n",
         "new": "        self.forward_depth_sum += depth\n",
-        "gates": ["tests/test_trainer_knobs.py::test_grad_accum_keeps_the_counters_and_depth_sum_of_one_step_per_"
+        "gates": ["tests/train/test_trainer_knobs.py::test_grad_accum_keeps_the_counters_and_depth_sum_of_one_step_per_"
                   "step"],
         "why": "depth_sum counts one forward per step while the arm is asked once per micro-batch: logs --check "
                "calls every accumulated run's arm leaking",
@@ -311,7 +311,7 @@ PERTURBATIONS: list[dict] = [
         "old": "        for name, p in self.named_parameters():\n",
         "new": ("        params = dict(self.named_parameters())\n"
                 "        for name, p in ((n, params[n]) for n in set(params)):\n"),
-        "gates": ["tests/test_resume_signal.py::test_a_run_interrupted_by_a_signal_and_resumed_is_bit_identical"],
+        "gates": ["tests/flows/test_resume_signal.py::test_a_run_interrupted_by_a_signal_and_resumed_is_bit_identical"],
         "why": "the AdamW groups list the parameters in a set's (str-hash) order: the same within one process, "
                "so an in-process resume passes, but a resumed pair is another process and the checkpoint's "
                "moments (matched by position) land on other parameters (issue 31 item 9)",

@@ -6,11 +6,11 @@ Format: see perturbations_attnres.py; each dict also names what its gate ``prote
 
 from __future__ import annotations
 
-_ATTNRES = "dormouse/attnres.py"
-_TA = "tests/test_attnres.py::"
-_TARMS = "tests/test_arms.py::"
-_NORM = "dormouse/norm.py"
-_TN = "tests/test_norm.py::"
+_ATTNRES = "dormouse/ops/attnres.py"
+_TA = "tests/arms/test_attnres.py::"
+_TARMS = "tests/arms/test_arms.py::"
+_NORM = "dormouse/ops/norm.py"
+_TN = "tests/arms/test_norm.py::"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -132,76 +132,76 @@ PERTURBATIONS: list[dict] = [
     # --- RoPE and the SwiGLU gate with hand-written backwards (issue 11) ----------------------------------
     {
         "name": "rope_backward_rotates_forward",
-        "file": "dormouse/model.py",
+        "file": "dormouse/model/looped.py",
         "function": "_RopeQKV.backward",
         "old": "grad[:, :, :2], sign=-1.0)",
         "new": "grad[:, :, :2], sign=1.0)",
-        "gates": ["tests/test_model.py::test_attention_gradients_match_autograd_of_the_float64_reference",
-                  "tests/test_model.py::test_rope_backward_is_autograd_of_the_float64_rotation_with_either_output_unused"],
+        "gates": ["tests/model/test_model.py::test_attention_gradients_match_autograd_of_the_float64_reference",
+                  "tests/model/test_model.py::test_rope_backward_is_autograd_of_the_float64_rotation_with_either_output_unused"],
         "why": "the RoPE backward rotates by +theta instead of the transpose's -theta (the forward is unchanged)",
         "protects": "mechanism",
     },
     {
         "name": "rope_halves_not_swapped",
-        "file": "dormouse/model.py",
+        "file": "dormouse/model/looped.py",
         "function": "_rotate_into",
         "old": "torch.mul(x1, cos, out=out1).addcmul_(x2, sin, value=-sign)",
         "new": "torch.mul(x1, cos, out=out1).addcmul_(x1, sin, value=-sign)",
-        "gates": ["tests/test_model.py::test_attention_matches_the_float64_reference"],
+        "gates": ["tests/model/test_model.py::test_attention_matches_the_float64_reference"],
         "why": "the first half is multiplied by its own sin instead of its partner's: not a rotation",
         "protects": "mechanism",
     },
     {
         "name": "rope_value_gradient_dropped",
-        "file": "dormouse/model.py",
+        "file": "dormouse/model/looped.py",
         "function": "_RopeQKV.backward",
         "old": "        grad[:, :, 2].copy_(g_v)\n",
         "new": "        grad[:, :, 2].zero_()\n",
-        "gates": ["tests/test_model.py::test_attention_gradients_match_autograd_of_the_float64_reference",
-                  "tests/test_model.py::test_rope_backward_is_autograd_of_the_float64_rotation_with_either_output_unused"],
+        "gates": ["tests/model/test_model.py::test_attention_gradients_match_autograd_of_the_float64_reference",
+                  "tests/model/test_model.py::test_rope_backward_is_autograd_of_the_float64_rotation_with_either_output_unused"],
         "why": "the v part of the projection's gradient left at zero: W_v never learns",
         "protects": "mechanism",
     },
     {
         "name": "swiglu_up_gradient_without_the_activation",
-        "file": "dormouse/model.py",
+        "file": "dormouse/model/looped.py",
         "function": "_SwiGLUGate.backward",
         "old": "torch.mul(g, silu_a, out=grad_b)",
         "new": "torch.mul(g, a, out=grad_b)",
-        "gates": ["tests/test_model.py::test_swiglu_and_its_gradients_match_the_float64_reference"],
+        "gates": ["tests/model/test_model.py::test_swiglu_and_its_gradients_match_the_float64_reference"],
         "why": "the up projection's gradient takes the gate's pre-activation a instead of silu(a)",
         "protects": "mechanism",
     },
     {
         "name": "swiglu_gate_gradient_without_up",
-        "file": "dormouse/model.py",
+        "file": "dormouse/model/looped.py",
         "function": "_SwiGLUGate.backward",
         "old": "aten.silu_backward.grad_input(g * b, a,",
         "new": "aten.silu_backward.grad_input(g, a,",
-        "gates": ["tests/test_model.py::test_swiglu_and_its_gradients_match_the_float64_reference"],
+        "gates": ["tests/model/test_model.py::test_swiglu_and_its_gradients_match_the_float64_reference"],
         "why": "the gate's gradient misses the factor b (the up projection): silu'(a) g instead of silu'(a) g b",
         "protects": "mechanism",
     },
     {
         "name": "rope_bf16_and_compiled_form_rotates_the_wrong_way",
-        "file": "dormouse/model.py",
+        "file": "dormouse/model/looped.py",
         "function": "_rotate_into",
         "old": "out1.copy_(torch.addcmul(x1 * cos, x2, sin, value=-sign))",
         "new": "out1.copy_(torch.addcmul(x1 * cos, x2, sin, value=sign))",
-        "gates": ["tests/test_model.py::test_sublayers_under_bf16_autocast_stay_within_bf16_rounding_of_float32",
-                  "tests/test_model.py::test_rope_keeps_the_input_dtype_and_rotates_in_float32",
-                  "tests/test_arms.py::test_whole_model_compiles_as_one_graph_with_eager_losses_and_counts"],
+        "gates": ["tests/model/test_model.py::test_sublayers_under_bf16_autocast_stay_within_bf16_rounding_of_float32",
+                  "tests/model/test_model.py::test_rope_keeps_the_input_dtype_and_rotates_in_float32",
+                  "tests/arms/test_arms.py::test_whole_model_compiles_as_one_graph_with_eager_losses_and_counts"],
         "why": "the form bf16 (CUDA autocast) and train.compile take rotates the first half the wrong way; "
         "eager float32 and float64 are right",
         "protects": "mechanism",
     },
     {
         "name": "swiglu_compiled_backward_without_the_activation",
-        "file": "dormouse/model.py",
+        "file": "dormouse/model/looped.py",
         "function": "_SwiGLUGate.backward",
         "old": "torch.ops.aten.silu_backward(g * b, a), g * silu_a)",
         "new": "torch.ops.aten.silu_backward(g * b, a), g * a)",
-        "gates": ["tests/test_arms.py::test_whole_model_compiles_as_one_graph_with_eager_losses_and_counts"],
+        "gates": ["tests/arms/test_arms.py::test_whole_model_compiles_as_one_graph_with_eager_losses_and_counts"],
         "why": "the compiled SwiGLU backward's up gradient takes a instead of silu(a): compiled and eager training "
         "differ",
         "protects": "mechanism",
@@ -219,7 +219,7 @@ PERTURBATIONS: list[dict] = [
     # --- the probe counters inside the graph (issue 11) ------------------------------------------------
     {
         "name": "counter_skipped_while_compiling",
-        "file": "dormouse/probes.py",
+        "file": "dormouse/arms/probes.py",
         "function": "ProbeCounters.count_ran",
         "old": "        if not self._paused:\n"
                "            slot = self._slot(arm)  # first: a sync replaces the tensor\n",
@@ -231,7 +231,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "counter_outside_the_graph",
-        "file": "dormouse/probes.py",
+        "file": "dormouse/arms/probes.py",
         "function": "ProbeCounters.count_asked",
         "old": "    def count_asked(self, arm: str, n: int = 1) -> None:\n",
         "new": "    @torch.compiler.disable\n    def count_asked(self, arm: str, n: int = 1) -> None:\n",
@@ -242,7 +242,7 @@ PERTURBATIONS: list[dict] = [
     # --- one online-softmax merge, guarding m = -inf (issue 9, item 7) ---------------------------------
     {
         "name": "merge_without_the_empty_state_guard",
-        "file": "kernels/merge_torch.py",  # the one merge (dormouse.attnres.online_softmax_merge)
+        "file": "kernels/merge_torch.py",  # the one merge (dormouse.ops.attnres.online_softmax_merge)
         "function": "merge_partials_torch",
         "old": "    m_safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)\n",
         "new": "    m_safe = m\n",

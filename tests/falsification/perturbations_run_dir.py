@@ -11,11 +11,11 @@ refuses but `train` begins.
 
 from __future__ import annotations
 
-_RUNDIR = "dormouse/rundir.py"
-_CONFIG = "dormouse/config.py"
-_LOCK = "tests/test_run_lock.py::"
-_RESUME = "tests/test_resume_default.py::"
-_FILES = "tests/test_run_files.py::"
+_RUNDIR = "dormouse/train/start.py"
+_CONFIG = "dormouse/config/schema.py"
+_LOCK = "tests/run/test_run_lock.py::"
+_RESUME = "tests/train/test_resume_default.py::"
+_FILES = "tests/run/test_run_files.py::"
 _TORN = _FILES + "test_a_torn_metrics_row_is_reported_then_cut_on_resume_and_the_first_new_row_survives"
 _FULL = _FILES + "test_a_full_disk_at_the_first_writes_says_one_true_line_and_the_same_command_reruns"
 _REFUSED = _FILES + "test_whatever_validate_refuses_train_refuses_creating_nothing"
@@ -60,7 +60,7 @@ PERTURBATIONS: list[dict] = [
         "function": "validate",
         "old": "or \"..\" in Path(str(name)).parts",
         "new": "or \"...\" in Path(str(name)).parts",
-        "gates": ["tests/test_run_name.py::test_a_run_name_that_leaves_the_run_root_is_refused_naming_the_field"],
+        "gates": ["tests/run/test_run_name.py::test_a_run_name_that_leaves_the_run_root_is_refused_naming_the_field"],
         "why": "run.name=../escape is accepted: the run (and train.overwrite=true's delete) lands outside run.dir",
         "protects": "training loop",
     },
@@ -70,14 +70,14 @@ PERTURBATIONS: list[dict] = [
         "function": "default_run_name",
         "old": "        stem += f\"_block{cfg.model.attnres.block_size}\"\n",
         "new": "        stem += \"\"\n",
-        "gates": ["tests/test_run_name.py::test_full_and_block_attnres_get_different_default_run_names"],
+        "gates": ["tests/run/test_run_name.py::test_full_and_block_attnres_get_different_default_run_names"],
         "why": "a Block AttnRes run started without run.name is named like a Full one (attnres-<time>)",
         "protects": "arms' set-up",
     },
     {
         "name": "resume_ignores_the_saved_config",
-        "file": _CONFIG,
-        "function": "load_config",
+        "file": _RUNDIR,
+        "function": "load_run_config",
         "old": "    if str(cfg.train.resume) != \"never\":",
         "new": "    if False:",
         "gates": [_RESUME + "test_a_resume_without_other_overrides_continues_the_run_with_its_saved_config"],
@@ -110,7 +110,7 @@ PERTURBATIONS: list[dict] = [
     # --- issue 31: append-only files, a full disk, validate's refusals ----------------------------------
     {
         "name": "torn_last_line_not_seen",
-        "file": "dormouse/loglines.py",
+        "file": "dormouse/run/loglines.py",
         "function": "torn_tail",
         "old": "                    return end - (pos - size + newline + 1)\n",
         "new": "                    return 0\n",
@@ -121,7 +121,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "resume_appends_onto_a_torn_train_log_line",
-        "file": "dormouse/train.py",
+        "file": "dormouse/train/loop.py",
         "function": "_open_run_dir",
         "old": "        if torn := cut_torn_tail(files.log):\n",
         "new": "        if torn := 0:\n",
@@ -131,7 +131,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "resume_appends_onto_a_torn_metrics_row",
-        "file": "dormouse/train.py",
+        "file": "dormouse/train/loop.py",
         "function": "_open_run_dir",
         "old": "        settled = settle_metrics(files.metrics, loop.step)\n",
         "new": "        settled = settle_metrics(files.metrics, loop.step, write=False)\n",
@@ -142,7 +142,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "logs_check_misses_a_torn_metrics_row",
-        "file": "dormouse/logs.py",
+        "file": "dormouse/cli/logs.py",
         "function": "_check_metrics_file",
         "old": "    _check_torn(run, path, len(lines))\n",
         "new": "    pass\n",
@@ -152,7 +152,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "replayed_steps_stay_twice_in_metrics_jsonl",
-        "file": "dormouse/metrics.py",
+        "file": "dormouse/train/metrics.py",
         "function": "settle_metrics",
         "old": "    kept = [(row, line) for row, line in kept if int(row[\"step\"]) <= step]\n",
         "new": "    kept = [(row, line) for row, line in kept]\n",
@@ -174,7 +174,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "full_disk_is_a_traceback",
-        "file": "dormouse/train.py",
+        "file": "dormouse/train/loop.py",
         "function": "train",
         "old": "        except OSError as exc:  # a write failed",
         "new": "        except ZeroDivisionError as exc:  # a write failed",
@@ -185,7 +185,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "failed_checkpoint_claims_an_intact_previous_one",
-        "file": "dormouse/checkpoint.py",
+        "file": "dormouse/run/checkpoint.py",
         "function": "left_intact",
         "old": "    return \"no checkpoint was written before it, so none is left to resume from\"\n",
         "new": "    return \"the previous checkpoint is intact\"\n",
@@ -195,7 +195,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "train_begins_what_validate_refuses",
-        "file": "dormouse/train.py",
+        "file": "dormouse/train/loop.py",
         "function": "train",
         "old": "            raise StartRefused(\"; \".join(refusals))\n",
         "new": "            pass\n",
@@ -206,7 +206,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "memory_estimate_never_refuses",
-        "file": "dormouse/step_notice.py",
+        "file": "dormouse/train/step_notice.py",
         "function": "memory_refusal",
         "old": "    if have is None or need.total <= have:\n",
         "new": "    if True:\n",
@@ -216,11 +216,11 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "provenance_without_the_cpu",
-        "file": "dormouse/rundir.py",
+        "file": "dormouse/train/start.py",
         "function": "provenance",
         "old": "        \"cpu\": cpu_description(),\n",
         "new": "",
-        "gates": ["tests/test_train.py::test_each_arm_trains_end_to_end_through_the_cli"],
+        "gates": ["tests/train/test_train.py::test_each_arm_trains_end_to_end_through_the_cli"],
         "why": "issue 31 item 9: a run does not record the CPU features that choose its kernels, so a re-run "
                "that differs cannot tell the machine's rounding from a broken resume",
         "protects": "training loop",

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 _SEQ = "dormouse/ab/sequential.py"
 _STATS = "dormouse/ab/stats.py"
-_T = "tests/test_ab_sequential.py::"
-_S = "tests/test_ab_stats.py::"
+_T = "tests/ab/test_ab_sequential.py::"
+_S = "tests/ab/test_ab_stats.py::"
 
 PERTURBATIONS: list[dict] = [
     {

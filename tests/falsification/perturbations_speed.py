@@ -4,9 +4,9 @@ format in perturbations_attnres.py). ``protects`` names what a defect here would
 from __future__ import annotations
 
 _PAIRJOB = "dormouse/ab/pairjob.py"
-_AB = "tests/test_ab.py::"
-_TRAIN = "dormouse/train.py"
-_N = "tests/test_step_notice.py::"
+_AB = "tests/flows/test_ab.py::"
+_TRAIN = "dormouse/train/loop.py"
+_N = "tests/train/test_step_notice.py::"
 
 PERTURBATIONS: list[dict] = [
     {

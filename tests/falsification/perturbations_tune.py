@@ -1,4 +1,4 @@
-"""Perturbations of the tune stage's gates (issue 25 item 1; dormouse/ab/tune.py; tests/test_ab_tune.py;
+"""Perturbations of the tune stage's gates (issue 25 item 1; dormouse/ab/tune.py; tests/ab/test_ab_tune.py;
 format in perturbations_attnres.py, plus ``protects``).
 
 Each is a plausible one-line defect in the rule, the seed streams, the A/A arm's lr, the confirmatory pairs'
@@ -10,12 +10,12 @@ from __future__ import annotations
 _TUNE = "dormouse/ab/tune.py"
 _PLAN = "dormouse/ab/plan.py"
 _REG = "dormouse/ab/registry.py"
-_G = "tests/test_ab_tune.py::"
+_G = "tests/ab/test_ab_tune.py::"
 
 PERTURBATIONS: list[dict] = [
     {
         "name": "tune_rule_picks_the_highest_bpb",
-        "file": _TUNE,
+        "file": "dormouse/ab/tune_rule.py",
         "function": "choose",
         "old": "    return min(sorted(finals), key=lambda lr: fmean(finals[lr]))\n",
         "new": "    return max(sorted(finals), key=lambda lr: fmean(finals[lr]))\n",
@@ -25,7 +25,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "tune_rule_ties_to_the_larger_lr",
-        "file": _TUNE,
+        "file": "dormouse/ab/tune_rule.py",
         "function": "choose",
         "old": "    return min(sorted(finals), key=lambda lr: fmean(finals[lr]))\n",
         "new": "    return min(sorted(finals, reverse=True), key=lambda lr: fmean(finals[lr]))\n",
@@ -35,7 +35,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "tune_rule_drops_diverged_runs",
-        "file": _TUNE,
+        "file": "dormouse/ab/tune_rule.py",
         "function": "choose",
         "old": "    return min(sorted(finals), key=lambda lr: fmean(finals[lr]))\n",
         "new": "    return min(sorted(finals), key=lambda lr: fmean([v for v in finals[lr] if v != math.inf]"

@@ -12,7 +12,7 @@ _REPORT = "dormouse/ab/report.py"
 _RECORDS = "dormouse/ab/records.py"
 _LOOKS = "dormouse/ab/looks.py"
 _PLAN = "dormouse/ab/plan.py"
-_V = "tests/test_ab_verdict.py::"
+_V = "tests/ab/test_ab_verdict.py::"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -64,7 +64,7 @@ PERTURBATIONS: list[dict] = [
         "function": "replicates_of",
         "old": "spec.data_seed_base + k, None if aa is None else aa + k)",
         "new": "spec.data_seed_base + k, spec.data_seed_base + k)",
-        "gates": ["tests/test_ab.py::test_each_replicate_has_its_own_seed_streams_and_the_aa_arm_its_own_data"],
+        "gates": ["tests/flows/test_ab.py::test_each_replicate_has_its_own_seed_streams_and_the_aa_arm_its_own_data"],
         "why": "the A/A arm trains on its baseline's data order: it reproduces the baseline and calibrates nothing",
         "protects": "A/B rule",
     },
@@ -74,7 +74,7 @@ PERTURBATIONS: list[dict] = [
         "function": "<file>",
         "old": "seeds: [1, 2, 3, 4, 5]\n",
         "new": "seeds: [1, 2, 3, 4, 6]\n",
-        "gates": ["tests/test_published_results.py::test_published_results_come_from_the_registered_file"],
+        "gates": ["tests/flows/test_published_results.py::test_published_results_come_from_the_registered_file"],
         "why": "the registration in conf/ab no longer says what the published results ran: the README's "
                "verdicts would be credited to a file that did not produce them",
         "protects": "A/B rule",
@@ -85,7 +85,7 @@ PERTURBATIONS: list[dict] = [
         "function": "<file>",
         "old": "\"verdict\": \"better\"",
         "new": "\"verdict\": \"undecided\"",
-        "gates": ["tests/test_published_results.py::test_published_verdicts_follow_the_registered_rule"],
+        "gates": ["tests/flows/test_published_results.py::test_published_verdicts_follow_the_registered_rule"],
         "why": "a published verdict that the registered rule does not give for the published numbers (GR's "
                "better turned undecided): the README's table would no longer follow from the runs",
         "protects": "A/B rule",
@@ -96,7 +96,7 @@ PERTURBATIONS: list[dict] = [
         "function": "<file>",
         "old": "looks: [4, 7, 10]\n",
         "new": "looks: [4, 8, 12]\n",
-        "gates": ["tests/test_published_results.py::test_published_v2_results_come_from_the_registered_file"],
+        "gates": ["tests/flows/test_published_results.py::test_published_v2_results_come_from_the_registered_file"],
         "why": "residual_cpu2's registration no longer says what ran (other looks, other boundaries): its "
                "verdicts would be credited to a design that did not produce them",
         "protects": "A/B rule",
@@ -107,7 +107,7 @@ PERTURBATIONS: list[dict] = [
         "function": "<file>",
         "old": "\"verdict\": \"better\",\n      \"decision\"",
         "new": "\"verdict\": \"tie\",\n      \"decision\"",
-        "gates": ["tests/test_published_results.py::"
+        "gates": ["tests/flows/test_published_results.py::"
                   "test_v2_published_verdicts_follow_the_registered_group_sequential_rule"],
         "why": "GR's published verdict turned from better to tie: the README's table would no longer follow "
                "from the runs under the registered looks and spending",
@@ -119,7 +119,7 @@ PERTURBATIONS: list[dict] = [
         "function": "<file>",
         "old": "\"attnres_full\": \"worse\"\n",
         "new": "\"attnres_full\": \"undecided\"\n",
-        "gates": ["tests/test_published_results.py::"
+        "gates": ["tests/flows/test_published_results.py::"
                   "test_v2_published_verdicts_follow_the_registered_group_sequential_rule"],
         "why": "the record of what the last look decided is not what its rule gives: a reader checking the "
                "looks by hand would find Full AttnRes never decided",
@@ -131,7 +131,7 @@ PERTURBATIONS: list[dict] = [
         "function": "<file>",
         "old": "  lr: 0.0045\n",
         "new": "  lr: 0.003\n",
-        "gates": ["tests/test_published_results.py::"
+        "gates": ["tests/flows/test_published_results.py::"
                   "test_v2_each_arm_trained_at_the_learning_rate_its_tune_runs_chose"],
         "why": "a confirmatory GR run trained at another lr than its arm's tune choice: the comparison is not "
                "'every arm at its own tuned learning rate'",
@@ -143,7 +143,7 @@ PERTURBATIONS: list[dict] = [
         "function": "<file>",
         "old": "\"attnres_full\": 0.002,\n",
         "new": "\"attnres_full\": 0.003,\n",
-        "gates": ["tests/test_published_results.py::"
+        "gates": ["tests/flows/test_published_results.py::"
                   "test_v2_each_arm_trained_at_the_learning_rate_its_tune_runs_chose"],
         "why": "the published tune choice is not what the registered rule gives on the tune runs' own metrics",
         "protects": "A/B rule",

@@ -3,14 +3,14 @@ perturbations_attnres.py, plus ``protects``).
 
 An audit applied plausible one-line defects to the code that decides a verdict; these two left the suite
 green (gradient clipping was caught only by chance, by a DDP parity test that is flaky under load). Each now
-has a deterministic gate in tests/test_verdict_gates.py.
+has a deterministic gate in tests/ab/test_verdict_gates.py.
 """
 
 from __future__ import annotations
 
-_TRAIN = "dormouse/train.py"
-_MODEL = "dormouse/model.py"
-_G = "tests/test_verdict_gates.py::"
+_TRAIN = "dormouse/train/loop.py"
+_MODEL = "dormouse/model/looped.py"
+_G = "tests/ab/test_verdict_gates.py::"
 
 PERTURBATIONS: list[dict] = [
     {

@@ -59,7 +59,7 @@ LAYOUT: dict[str, str] = {
     "kernels": "dormouse_kernels",
     "tests": "tests",
     "scripts": "scripts",
-    "docs": "docs",  # docs/results/: the published comparisons tests/test_published_results.py reads
+    "docs": "docs",  # docs/results/: the published comparisons tests/flows/test_published_results.py reads
 }
 EXTRA_FILES: tuple[str, ...] = ("pyproject.toml",)
 REQUIRED_KEYS: tuple[str, ...] = ("name", "file", "function", "old", "new", "gates", "why", "protects")
@@ -187,7 +187,7 @@ def make_tree(dst: Path) -> None:
 
 
 def _nodeid(tree: Path, classname: str, name: str) -> str:
-    if not classname:  # a collection error: junit names the module, e.g. "tests.test_attnres"
+    if not classname:  # a collection error: junit names the module, e.g. "tests.arms.test_attnres"
         path = Path(*name.split("."))
         if (tree / path).with_suffix(".py").is_file():
             return f"{path.with_suffix('.py').as_posix()} (collection error)"

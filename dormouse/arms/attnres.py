@@ -1,0 +1,263 @@
+"""Attention Residuals (Kimi Team, arXiv:2603.15031), Full and Block: the state is a softmax mixture over depth."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from dormouse.arms.base import ResidualArm
+from dormouse.arms.probes import PROBES, LoopTrace, slot_names
+from dormouse.ops.attnres import (
+    BlockAttnResState,
+    block_sources,
+    choose_kernel,
+    depth_weights,
+    online_softmax_merge,
+    phase1_stats,
+    phase2_input,
+)
+from dormouse.ops.norm import rms_norm
+
+
+@dataclass
+class AttnResConfig:
+    """Attention Residuals options (docs/attnres.md), at ``model.attnres``; read when ``model.use_attnres``."""
+
+    block_size: int | None = None  # null = Full AttnRes; else S sublayers per block (Eq. 5-6)
+    form: str = "paper"  # "paper" (Eq. 2: q . RMSNorm(k)) or "sqrt_d" (ablation: L2 key / sqrt(d))
+    eps: float = 1e-6  # RMSNorm epsilon of the keys
+    gain: bool = True  # learned RMSNorm gain on the keys (initialised to ones)
+    query: str = "static"  # "static" pseudo-query w_l, or "input": w_l + U_l RMSNorm(v_last)
+
+
+def _bad(key: str, given: Any, allowed: str) -> str:
+    return f"{key}={given!r} is invalid: {allowed}"
+
+
+class AttnRes(ResidualArm):
+    """Attention Residuals (Kimi Team, arXiv:2603.15031): ``h_l = sum_i softmax_i(w_l . RMSNorm(v_i)) v_i``.
+
+    Full (Eq. 1-4) or Block (Eq. 5-6).
+
+    No running sum: sublayer l reads the softmax mixture of the sources so far, ``h_l = sum_i alpha_i v_i``
+    with ``alpha = softmax_i(w_l . RMSNorm_l(v_i))`` (no temperature; keys normalised, values raw; one
+    joint softmax), and its output becomes a new source. Per slot: a pseudo-query w_l (zero-initialised, so
+    at initialisation every input is the plain mean of its sources) and a key-RMSNorm gain g_l (ones).
+
+    Readout (docs/attnres.md, "The readout" — our resolution of a gap in the paper): each readout point k has
+    its own zero-initialised query and gain and reads every source available after iteration k, so the
+    readout after iteration k always contains iteration k's work.
+
+    Input-dependent query (paper §5.3; the paper does not say what it is projected from — OUR READING):
+    ``q_l = w_l + U_l RMSNorm(v_last)`` with v_last the most recent source and U_l (d x d, per slot)
+    zero-initialised, so at initialisation it equals the static query.
+
+    Block mode trains with the direct Eq. 6 form; in eval mode it runs Algorithm 1's two-phase schedule
+    (:meth:`_two_phase_input`), which gives the same logits (pinned by a test).
+    """
+
+    name = "attnres"
+    options = AttnResConfig
+    plot_file = "attnres_map.png"
+
+    @classmethod
+    def config_problems(cls, model_cfg: Any, selected: bool) -> list[str]:
+        lines: list[str] = []
+        a = model_cfg.attnres
+        if a.form not in ("paper", "sqrt_d"):
+            lines.append(_bad("model.attnres.form", a.form, "one of paper, sqrt_d"))
+        if a.query not in ("static", "input"):
+            lines.append(_bad("model.attnres.query", a.query, "one of static, input"))
+        if not (math.isfinite(a.eps) and a.eps >= 0):
+            lines.append(_bad("model.attnres.eps", a.eps, "must be a finite number >= 0"))
+        if a.block_size is not None:
+            if a.block_size < 1:
+                lines.append(_bad("model.attnres.block_size", a.block_size, "must be >= 1 or null (Full AttnRes)"))
+            if not selected:
+                lines.append(f"model.attnres.block_size={a.block_size} is set but model.{cls.switch()}=false: "
+                             f"set model.{cls.switch()}=true or leave block_size null")
+            if a.query == "input":
+                lines.append(
+                    f"model.attnres.query=input with model.attnres.block_size={a.block_size}: the Block "
+                    "two-phase schedule needs input-independent queries; use query=static or block_size=null"
+                )
+        return lines
+
+    @classmethod
+    def choose_kernel(cls, model_cfg: Any, device: torch.device) -> tuple[str, str]:
+        # the one owner of the rule, dormouse.ops.attnres.choose_kernel, told whether the queries are per token
+        return choose_kernel(str(model_cfg.kernel), device, per_token_query=model_cfg.attnres.query == "input")
+
+    @classmethod
+    def from_config(cls, model_cfg: Any, kernel: str) -> AttnRes:
+        return cls(int(model_cfg.d_model), int(model_cfg.max_iter), model_cfg.attnres, kernel=kernel)
+
+    def __init__(self, d_model: int, max_iter: int, cfg: AttnResConfig, kernel: str = "torch") -> None:
+        super().__init__(d_model, max_iter)
+        self.block_size = cfg.block_size
+        self.form = str(cfg.form)
+        self.eps = float(cfg.eps)
+        self.input_query = cfg.query == "input"
+        self.kernel = kernel  # the resolved path ("torch" or "triton"); see dormouse.ops.attnres.choose_kernel
+        n_reads = self.n_slots + max_iter  # one per sublayer slot, one per readout point
+        self.queries = nn.Parameter(torch.zeros(n_reads, d_model))
+        self.gains = nn.Parameter(torch.ones(n_reads, d_model)) if cfg.gain else None
+        self.query_proj = nn.Parameter(torch.zeros(n_reads, d_model, d_model)) if self.input_query else None
+
+    def begin(self, embedding: Tensor) -> _AttnResState:
+        if self.kernel == "torch" and self.query_proj is None:
+            # every read's query is a parameter, known before the first read: the state scores each source
+            # against all of them at once (BlockAttnResState.read_row)
+            return _AttnResState(BlockAttnResState(embedding, self.block_size or 1, queries=self.queries,
+                                                   gains=self.gains, eps=self.eps, form=self.form), table=True)
+        return _AttnResState(BlockAttnResState(embedding, self.block_size or 1))
+
+    def _query_and_gain(self, index: int, sources: list[Tensor]) -> tuple[Tensor, Tensor | None]:
+        query = self.queries[index]
+        if self.query_proj is not None:
+            last = rms_norm(sources[-1])
+            query = query + last @ self.query_proj[index].T  # per-token query [..., d]
+        gain = self.gains[index] if self.gains is not None else None
+        return query, gain
+
+    def _read(self, state: _AttnResState, index: int) -> Tensor:
+        """Eq. 2-4 over the sources Eq. 6 allows: the direct form (each source's inverse RMS kept by the state)."""
+        blocks = state.blocks
+        if state.table:
+            return blocks.read_row(index)
+        # the (input-dependent) query is part of the read: it leaves autocast with it
+        with torch.autocast(device_type=blocks.embedding.device.type, enabled=False):
+            query, gain = self._query_and_gain(index, blocks.sources())
+        return blocks.read(query, gain=gain, eps=self.eps, form=self.form, kernel=self.kernel)
+
+    def _two_phase_input(self, state: _AttnResState, slot: int) -> Tensor:
+        """Algorithm 1, streamed through the loop: the same mixture as :meth:`_read`, computed in two phases.
+
+        At a block's first layer, Phase 1 scores all of the block's queries at once against the completed
+        blocks ``[b_0 .. b_{n-1}]`` and keeps (m, l, o) per query; each layer then merges the one
+        intra-block source ``b_n^{i-1}`` (Phase 2) by the online-softmax merge.
+        """
+        blocks = state.blocks
+        i = blocks.layers_pushed % self.block_size  # 0-based position in the block
+        if i == 0:
+            completed = blocks.sources()  # no partial at a block's start: exactly [b_0 .. b_{n-1}]
+            end = min(slot + self.block_size, self.n_slots)
+            gains = self.gains[slot:end] if self.gains is not None else None
+            state.phase1 = phase1_stats(completed, self.queries[slot:end], gains=gains, eps=self.eps,
+                                        form=self.form)
+            state.phase1_start = slot
+        row = tuple(t[slot - state.phase1_start] for t in state.phase1)
+        partial = blocks.sources()[-1] if i > 0 else None  # b_n^{i-1}
+        gain = self.gains[slot] if self.gains is not None else None
+        merge = online_softmax_merge
+        if self.kernel == "triton":  # the fused Phase-2 merge (kernels/merge.py)
+            from dormouse_kernels import merge_partials as merge
+        h = phase2_input(row, partial, self.queries[slot], gain=gain, eps=self.eps, form=self.form, merge=merge)
+        return h.to(blocks.embedding.dtype)
+
+    def uses_two_phase(self) -> bool:
+        """Block mode in eval runs Algorithm 1; training runs the direct Eq. 6 form."""
+        return not self.training and self.block_size is not None and self.query_proj is None
+
+    def sublayer_input(self, state: _AttnResState, slot: int) -> Tensor:
+        h = self._two_phase_input(state, slot) if self.uses_two_phase() else self._read(state, slot)
+        PROBES.count_ran(self.name)
+        return h
+
+    def absorb(self, state: _AttnResState, slot: int, output: Tensor) -> _AttnResState:
+        # Under bf16 autocast the sublayers emit bf16 while the embedding (b_0) is fp32. Store every source
+        # in the embedding's dtype once, here, as the other arms keep their fp32 running sum; otherwise each
+        # later read would re-cast every bf16 source.
+        state.blocks.push(output.to(state.blocks.embedding.dtype))
+        return state
+
+    def readout_input(self, state: _AttnResState, k: int) -> Tensor:
+        return self._read(state, self.n_slots + k)
+
+    # --- what it learned: the depth-attention map ----------------------------------------------------------
+
+    def read_weights(self, index: int, sources: list[Tensor]) -> Tensor:
+        """The depth-attention weights ``alpha_i`` [N, ...] read ``index`` puts on ``sources`` (Eq. 2-3 and the
+        softmax: the score of :func:`dormouse.ops.attnres.depth_weights`, with this read's query and gain)."""
+        query, gain = self._query_and_gain(index, sources)
+        return depth_weights(sources, query, gain=gain, eps=self.eps, form=self.form)
+
+    def _visible(self, read: int) -> int:
+        """How many sources read ``read`` sees (each sublayer slot, then each readout point)."""
+        seen = read if read < self.n_slots else 2 * (read - self.n_slots + 1)
+        return 1 + (math.ceil(seen / self.block_size) if self.block_size else seen)
+
+    def learned(self, traces: Iterable[LoopTrace]) -> dict[str, Any]:
+        """For every read r (each sublayer slot, then each readout point), ``weights[r][i]`` = mean over tokens of
+        the depth-attention weight on source i (Eq. 2-4), and ``entropy[r]`` = mean over tokens of
+        ``-sum_i alpha_i ln alpha_i`` (nats; ln N is uniform over N sources, 0 is one source). Sources are the
+        Eq. 6 sets: Full = embedding, then each sublayer output; Block = b_0 (the embedding), then block sums
+        b_1, b_2, ... (a read inside block n sees the partial b_n^{i-1} in column n). Columns a read cannot see
+        are NaN, not 0 (0 is a learned value)."""
+        n_reads = self.n_slots + self.max_iter
+        n_cols = self._visible(n_reads - 1)
+        w_sum = torch.zeros(n_reads, n_cols, dtype=torch.float64)
+        h_sum = torch.zeros(n_reads, dtype=torch.float64)
+        tokens = 0
+        for trace in traces:
+            tokens += trace.tokens
+            for r in range(n_reads):
+                seen = trace.outputs[:r] if r < self.n_slots else trace.outputs[:2 * (r - self.n_slots + 1)]
+                alpha = self.read_weights(r, block_sources(trace.embedding, seen, self.block_size or 1))
+                w_sum[r, :alpha.shape[0]] += alpha.double().sum(dim=tuple(range(1, alpha.dim()))).cpu()
+                h_sum[r] += torch.special.entr(alpha).sum(dim=0).double().sum().cpu()
+        weights = w_sum / tokens
+        for r in range(n_reads):
+            weights[r, self._visible(r):] = float("nan")
+        slots = slot_names(self.max_iter)
+        return {"reads": slots + [f"out{k + 1}" for k in range(self.max_iter)],
+                "sources": ["emb"] + (slots if not self.block_size else [f"block{n}" for n in range(1, n_cols)]),
+                "weights": [[float(v) for v in row] for row in weights],
+                "entropy": [float(v) for v in h_sum / tokens]}
+
+    @classmethod
+    def summarize(cls, fields: dict[str, Any]) -> tuple[str, float]:
+        """The mean weight on the embedding source, over every read."""
+        return "emb_w", sum(row[0] for row in fields["weights"]) / len(fields["weights"])
+
+    @classmethod
+    def probe_scalars(cls, row: dict[str, Any]) -> dict[str, float]:
+        """``probe/weights/out3<-emb`` and ``probe/entropy/mlp2``; a source a read cannot see is left out."""
+        out: dict[str, float] = {}
+        reads, sources = row.get("probe/reads") or [], row.get("probe/sources") or []
+        for read, weights, entropy in zip(reads, row.get("probe/weights") or [], row.get("probe/entropy") or []):
+            out[f"probe/entropy/{read}"] = float(entropy)
+            for source, w in zip(sources, weights):
+                if math.isfinite(w):
+                    out[f"probe/weights/{read}<-{source}"] = float(w)
+        return out
+
+    @classmethod
+    def mean_over_seeds(cls, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        from dormouse.arms.plots import mean_map
+
+        return mean_map(rows) or {}
+
+    @classmethod
+    def plot(cls, row: dict[str, Any], out: Path, label: str) -> Path | None:
+        from dormouse.arms.plots import plot_attnres_map
+
+        if row.get("probe/weights") is None:
+            return None
+        return plot_attnres_map(row, out, "AttnRes depth-attention map" + label)
+
+
+@dataclass
+class _AttnResState:
+    """AttnRes's loop state: the Eq. 6 source sets, plus Algorithm 1's Phase-1 statistics in eval."""
+
+    blocks: BlockAttnResState
+    table: bool = False  # the reads go through the state's query table (torch path, static queries)
+    phase1: tuple[Tensor, Tensor, Tensor] | None = None
+    phase1_start: int = 0

@@ -1,0 +1,219 @@
+"""Probe counters: the proof that a residual arm ran (model.md, "Probe counters").
+
+Every arm has a pair ``<arm>=<ran>/<asked>`` for the window since the last eval line:
+
+* ``asked`` is counted by the loop driver: the sublayer aggregations the config asks that arm to do at the
+  depth that actually ran (two per iteration: attention and MLP).
+* ``ran`` is counted inside the arm, at the point where its result becomes the state.
+
+The counters are the project's one piece of global mutable state, owned by :data:`PROBES`.
+
+**Counters inside the graph.** Each counter is an int64 element of a device tensor, incremented by an
+in-place add in the same graph that computes the output. So a compiled model (``torch.compile`` of the
+whole forward, ``fullgraph=True``; CUDA graphs under ``mode="reduce-overhead"``) counts every call, not
+once at trace time, with no graph break and no host synchronisation: the counts are read on the host
+only when an eval line is written (:meth:`ProbeCounters.snapshot`). ``PROBES.to(device)`` puts the
+counters on the model's device. ``tests/arms/test_arms.py`` pins "N calls -> N counts" eager, compiled per
+call and for the whole-model ``fullgraph`` path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from dormouse.arms.registry import ARMS
+
+
+class ProbeCounters:
+    """Per-arm ``ran``/``asked`` counts for the current eval window, as two int64 tensors, one element per
+    registered arm (an arm registered later, e.g. a test's, gets its element at the next :meth:`reset`,
+    :meth:`to` or host read, or at its first count in eager mode)."""
+
+    def __init__(self, device: torch.device | str = "cpu") -> None:
+        self._arms: tuple[str, ...] = ()
+        self._index: dict[str, int] = {}
+        self._ran = torch.zeros(0, dtype=torch.int64, device=device)
+        self._asked = torch.zeros(0, dtype=torch.int64, device=device)
+        self._paused = 0
+
+    def sync(self) -> None:
+        """Follow the registry: one element per registered arm, each open count kept under its arm's name."""
+        arms = tuple(ARMS)
+        if arms == self._arms:
+            return
+        ran, asked = (dict(zip(self._arms, t.tolist())) for t in (self._ran, self._asked))
+        device = self._ran.device
+        self._ran = torch.tensor([ran.get(a, 0) for a in arms], dtype=torch.int64, device=device)
+        self._asked = torch.tensor([asked.get(a, 0) for a in arms], dtype=torch.int64, device=device)
+        self._arms, self._index = arms, {a: i for i, a in enumerate(arms)}
+
+    def _slot(self, arm: str) -> int:
+        if arm not in self._index:  # an arm registered after the last sync (eager; compiled code syncs first)
+            self.sync()
+        return self._index[arm]
+
+    @property
+    def device(self) -> torch.device:
+        return self._ran.device
+
+    def to(self, device: torch.device | str) -> ProbeCounters:
+        """Keep the counters on ``device`` (the model's), carrying the open window's counts over."""
+        self.sync()
+        self._ran = self._ran.to(device)
+        self._asked = self._asked.to(device)
+        return self
+
+    def count_ran(self, arm: str, n: int = 1) -> None:
+        """Called by an arm where its aggregation becomes the state (an in-graph add, no host sync)."""
+        if not self._paused:
+            slot = self._slot(arm)  # first: a sync replaces the tensor
+            self._ran[slot] += n
+
+    def count_asked(self, arm: str, n: int = 1) -> None:
+        """Called by the loop driver for each aggregation the config asks of ``arm``."""
+        if not self._paused:
+            slot = self._slot(arm)
+            self._asked[slot] += n
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Evaluation forward passes are not part of the training window the eval line reports."""
+        self._paused += 1
+        try:
+            yield
+        finally:
+            self._paused -= 1
+
+    def reset(self) -> None:
+        self.sync()
+        self._ran.zero_()
+        self._asked.zero_()
+
+    @property
+    def ran(self) -> dict[str, int]:
+        """``{arm: ran}`` read on the host (a device sync on CUDA: for eval lines and tests)."""
+        self.sync()
+        return dict(zip(self._arms, self._ran.tolist()))
+
+    @property
+    def asked(self) -> dict[str, int]:
+        """``{arm: asked}`` read on the host."""
+        self.sync()
+        return dict(zip(self._arms, self._asked.tolist()))
+
+    def snapshot(self) -> dict[str, int]:
+        """Flat ``{"<arm>_ran": n, "<arm>_asked": n}`` in the fixed arm order (for metrics.jsonl)."""
+        ran, asked = self.ran, self.asked
+        out: dict[str, int] = {}
+        for arm in ran:
+            out[f"{arm}_ran"] = ran[arm]
+            out[f"{arm}_asked"] = asked[arm]
+        return out
+
+    def load(self, snapshot: dict[str, int]) -> None:
+        """Restore an open window (a resumed run continues the window it was interrupted in)."""
+        self.sync()
+        ran = [int(snapshot.get(f"{arm}_ran", 0)) for arm in self._arms]
+        asked = [int(snapshot.get(f"{arm}_asked", 0)) for arm in self._arms]
+        self._ran.copy_(torch.tensor(ran, dtype=torch.int64))
+        self._asked.copy_(torch.tensor(asked, dtype=torch.int64))
+
+
+PROBES = ProbeCounters()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Learned-value probes: what each arm learned, measured on the fixed eval set
+# ----------------------------------------------------------------------------------------------------
+#
+# Generic: the model's own forward hands out what a probe needs (a LoopTrace: the embedding and every
+# sublayer's input and output), and the arm computes its values from them with its own formulas
+# (dormouse.arms: ResidualArm.learned). No copy of the loop or of an arm's arithmetic lives here. They are
+# statistics, not the training forward: no randomness, no gradients, counters paused.
+
+
+@dataclass
+class LoopTrace:
+    """What one forward's loop driver handed out (``LoopedByteLM.forward(..., trace=...)``): the embedding and,
+    in slot order (attn1, mlp1, attn2, ...), each sublayer's input and output."""
+
+    embedding: torch.Tensor | None = None
+    inputs: list[torch.Tensor] = field(default_factory=list)
+    outputs: list[torch.Tensor] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens in the batch (every position of every sequence)."""
+        assert self.embedding is not None, "the trace was never filled by a forward"
+        return self.embedding.shape[:-1].numel()
+
+
+@dataclass
+class LearnedValues:
+    """What one arm learned, averaged over every token of the fixed eval set: the arm's probe ``fields``
+    (each arm's :meth:`~dormouse.arms.base.ResidualArm.learned` documents its own) and its one-number summary.
+    A field reads as an attribute too (``values.alpha``, ``values.weights``)."""
+
+    arm: str
+    slots: list[str]  # "attn1", "mlp1", "attn2", ...
+    fields: dict[str, Any]
+    summary_name: str
+    summary_value: float
+
+    def __getattr__(self, key: str) -> Any:
+        fields = self.__dict__.get("fields")
+        if fields is None or key not in fields:
+            raise AttributeError(key)
+        return fields[key]
+
+    def to_row(self) -> dict[str, Any]:
+        """The metrics.jsonl fields (prefix ``probe/``); only the arm's own fields."""
+        return {f"probe/{k}": v for k, v in self.fields.items()}
+
+    def summary(self) -> tuple[str, float]:
+        """``(name, value)`` for the eval line's ``learned=<name>:<value>``."""
+        return self.summary_name, self.summary_value
+
+
+def slot_names(max_iter: int) -> list[str]:
+    return [f"{'attn' if s % 2 == 0 else 'mlp'}{s // 2 + 1}" for s in range(2 * max_iter)]
+
+
+@torch.no_grad()
+def learned_values(model: Any, x_eval: torch.Tensor, batch_size: int) -> LearnedValues:
+    """The arm's learned values on the fixed eval set ``x_eval`` [N, seq] (read in batches, every token),
+    through the model's own forward (eval mode, full depth)."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+
+    def traces() -> Iterator[LoopTrace]:
+        for i in range(0, x_eval.shape[0], batch_size):
+            trace = LoopTrace()
+            model(x_eval[i:i + batch_size].to(device), readouts="last", trace=trace)
+            yield trace
+
+    try:
+        with PROBES.paused():
+            fields = model.arm.learned(traces())
+    finally:
+        model.train(was_training)
+    name, value = model.arm.summarize(fields)
+    return LearnedValues(arm=model.arm.name, slots=slot_names(model.max_iter), fields=fields, summary_name=name,
+                         summary_value=value)
+
+
+def probe_scalars(row: dict[str, Any]) -> dict[str, float]:
+    """A metrics row's probe fields as named scalars (for wandb), by the arms whose fields the row holds:
+    ``probe/alpha/attn1``, ``probe/weights/out3<-emb``, ``probe/entropy/mlp2``..."""
+    from dormouse.arms.registry import arm_classes
+
+    out: dict[str, float] = {}
+    for cls in arm_classes().values():
+        out.update(cls.probe_scalars(row))
+    return out

@@ -1,0 +1,117 @@
+"""The residual-arm registry: every arm by name, in registry order (docs/model.md, "The arms").
+
+An arm registers itself by being defined: a subclass of :class:`dormouse.arms.base.ResidualArm` that sets its own
+``name`` is entered here, in the order the classes are defined (``dormouse.arms`` defines the built-in arms
+simplest first; an arm defined elsewhere, e.g. in a test, comes after them). Everything else follows from
+the class: its config switch ``model.use_<name>`` (none for the default arm), its options at
+``model.<name>``, its counter on the eval line, its probes, its plot.
+
+The order is the eval line's counter order and the order in which an A/B tie keeps the simpler mechanism
+(docs/ab-protocol.md). This module imports no torch: the config schema is built from it, and
+``dormouse logs`` reads eval lines with it; the built-in arms (which need torch) are imported the first
+time the registry is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
+
+_REGISTRY: dict[str, Any] = {}  # name -> ResidualArm subclass, in definition order
+
+
+def register_arm(cls: Any) -> None:
+    """Enter ``cls`` (a ResidualArm subclass with its own ``name``) in the registry; called when it is defined."""
+    name = cls.name
+    if name in _REGISTRY and _REGISTRY[name] is not cls:
+        raise ValueError(f"arm name {name!r} is already registered by {_REGISTRY[name].__qualname__}: "
+                         f"choose another name for {cls.__qualname__}")
+    if cls.default and any(c.default for c in _REGISTRY.values() if c is not cls):
+        raise ValueError(f"{cls.__qualname__} declares default=True but {default_arm()} is the default arm")
+    _REGISTRY[name] = cls
+
+
+def unregister_arm(name: str) -> None:
+    """Remove an arm (for tests that define a throw-away arm)."""
+    _REGISTRY.pop(name, None)
+
+
+def arm_classes() -> dict[str, Any]:
+    """Every registered arm class by name, in registry order (imports the built-in arms once)."""
+    return dict(_REGISTRY)
+
+
+def arm_class(name: str) -> Any:
+    """The class registered as ``name``; a KeyError naming the registered arms otherwise."""
+    classes = arm_classes()
+    if name not in classes:
+        raise KeyError(f"arm {name!r} is not registered; the arms are {', '.join(classes)}")
+    return classes[name]
+
+
+def default_arm() -> str:
+    """The arm a config selects when no switch is on."""
+    return next(name for name, cls in arm_classes().items() if cls.default)
+
+
+class _ArmNames(Sequence[str]):
+    """The registered arm names, read live: an arm registered later (a test's) is in every later read."""
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[str, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> str | tuple[str, ...]:
+        return tuple(arm_classes())[index]
+
+    def __len__(self) -> int:
+        return len(arm_classes())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(tuple(arm_classes()))
+
+    def __contains__(self, name: object) -> bool:
+        return name in arm_classes()
+
+    def __eq__(self, other: object) -> bool:
+        return tuple(self) == (tuple(other) if isinstance(other, (tuple, list, _ArmNames)) else other)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
+
+ARMS: Sequence[str] = _ArmNames()
+
+
+def arm_switch(arm: str) -> str:
+    """The ModelConfig field that selects ``arm`` (the default arm has none: it is what no switch selects)."""
+    return f"use_{arm}"
+
+
+def selected_arms(model_cfg: Any) -> list[str]:
+    """The non-default arms whose switches are on (validation allows at most one).
+
+    A switch absent from ``model_cfg`` (a config.yaml written before that arm existed) is off.
+    """
+    return [name for name, cls in arm_classes().items()
+            if not cls.default and bool(getattr(model_cfg, arm_switch(name), False))]
+
+
+def model_arm(model_cfg: Any) -> str:
+    """The arm a model config selects: the one whose switch is on, else the default arm."""
+    chosen = selected_arms(model_cfg)
+    return chosen[0] if chosen else default_arm()
+
+
+def build_arm(model_cfg: Any, kernel: str = "torch") -> Any:
+    """The arm a model config selects (validation has already refused two switches on).
+
+    ``kernel`` is the read path the arm's ``choose_kernel`` resolved for the device; an arm without a fused
+    read ignores it.
+    """
+    return arm_class(model_arm(model_cfg)).from_config(model_cfg, kernel)

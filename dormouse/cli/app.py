@@ -1,0 +1,375 @@
+"""The ``dormouse`` command line (Typer): thin wrappers over the modules that do the work.
+
+Hydra's ``@hydra.main`` does not work under Typer, so every command takes Hydra overrides as positional
+arguments (``key=value``) and composes the config through Hydra's compose API
+(:func:`dormouse.config.schema.load_config`). Bad input exits with code 2 and one line per problem, before any
+work and before any run directory exists.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import typer
+from omegaconf import OmegaConf
+from rich.console import Console
+from rich.text import Text
+
+from dormouse.cli.completion import complete_comparison, complete_override
+from dormouse.cli.sample_options import SampleOptions
+from dormouse.config.schema import ConfigError
+from dormouse.run.files import AB_ROOT
+
+app = typer.Typer(
+    name="dormouse",
+    help="Train a looped byte-level LM and A/B-compare residual mechanisms (ReZero, GR, AttnRes).",
+    rich_markup_mode="rich",
+    no_args_is_help=True,
+    add_completion=True,  # Typer's own: `dormouse --install-completion` / `--show-completion`
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True, highlight=False)
+
+OVERRIDES = typer.Argument(None, help="Hydra overrides, key=value (e.g. model.use_attnres=true).",
+                           show_default=False, autocompletion=complete_override)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from dormouse import __version__
+
+        print(f"dormouse {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """Train a looped byte-level LM and A/B-compare residual mechanisms (ReZero, GR, AttnRes)."""
+
+
+CFG = typer.Option(None, "--cfg", show_default=False,
+                   help="job: print the composed config and exit (Hydra's flag); checks and writes nothing.")
+
+
+def _print_job_config(cfg_flag: str, overrides: list[str] | None) -> None:
+    """``--cfg job``: the composed config (schema, preset, overrides) as YAML, like Hydra's own flag; the
+    values are not checked (that is `validate`). Hydra's ``hydra`` and ``all`` have no meaning here."""
+    from dormouse.config.schema import compose_config
+
+    if cfg_flag != "job":
+        err.print(f"[bold red]error:[/] --cfg {cfg_flag}: only --cfg job is supported (dormouse has no Hydra "
+                  "runtime config to print)", markup=True, soft_wrap=True)
+        raise typer.Exit(2)
+    try:
+        print(OmegaConf.to_yaml(compose_config(list(overrides or []))), end="")
+    except ConfigError as exc:
+        for line in exc.lines:
+            err.print(f"[bold red]error:[/] {line}", markup=True, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+def _config_or_exit(overrides: list[str] | None):
+    try:
+        from dormouse.train.start import load_run_config
+
+        return load_run_config(list(overrides or []))
+    except ConfigError as exc:
+        for line in exc.lines:
+            err.print(f"[bold red]error:[/] {line}", markup=True, soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
+@app.command(epilog="""[bold]Examples[/]\n
+  dormouse train\n
+  dormouse train model.use_attnres=true model.max_iter=4 train.steps=2000\n
+  dormouse train model.use_gr=true data.path=my_corpus/\n
+  dormouse train preset=9m model.use_attnres=true model.attnres.block_size=2\n
+  dormouse train preset=./my.yaml                      # your own preset file (same form as conf/preset/)\n
+  dormouse train preset=tiny --cfg job                 # print the composed config and exit\n
+  dormouse train run.name=myrun train.resume=auto      # continue an interrupted run\n
+  dormouse train -m train.lr=1e-3,3e-3 run.name=lrs    # a sweep: runs/lrs/0, runs/lrs/1\n
+  torchrun --nproc_per_node=2 -m dormouse train train.device=cpu""")
+def train(overrides: list[str] = OVERRIDES, cfg_flag: str = CFG,
+          multirun: bool = typer.Option(False, "--multirun", "-m",
+                                        help="A sweep (Hydra's -m): one run per setting of a,b values, one after "
+                                             "another, in run.dir/<run.name>/<n>. A sweep explores; a registered "
+                                             "comparison (dormouse ab) decides.")) -> None:
+    """Train one model (no arguments: the CPU default on the embedded Shakespeare corpus).
+
+    A sweep explores; a registered comparison decides: `-m` runs settings, `dormouse ab` gives a verdict."""
+    if cfg_flag is not None:
+        _print_job_config(cfg_flag, overrides)
+        return
+    if multirun:
+        from dormouse.cli.sweep import run_sweep
+
+        try:
+            code = run_sweep(list(overrides or []))
+        except ConfigError as exc:
+            for line in exc.lines:
+                err.print(f"[bold red]error:[/] {line}", markup=True, soft_wrap=True)
+            raise typer.Exit(2) from None
+        raise typer.Exit(code)
+    cfg = _config_or_exit(overrides)
+    from dormouse.data import DataError
+    from dormouse.errors import StartRefused
+    from dormouse.run.checkpoint import CheckpointError
+    from dormouse.train.loop import Interrupted, TrainError
+    from dormouse.train.loop import train as run_training
+
+    try:
+        result = run_training(cfg)
+    except (DataError, TrainError, CheckpointError) as exc:
+        err.print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
+        # Refused before anything was created (bad data, a config that cannot fit, wandb online without
+        # credentials, a run directory that refuses this start): 2, as `validate` says. A run that failed
+        # (a full disk, a non-finite loss): 1.
+        raise typer.Exit(2 if isinstance(exc, (DataError, StartRefused)) else 1) from None
+    except Interrupted as exc:
+        raise typer.Exit(exc.exit_code) from None
+    final = result.metrics[-1] if result.metrics else {}
+    if final:
+        print(f"done: {result.run_dir}  val bpb={final['bpb']:.4f}  wall={result.wall_s:.1f}s", flush=True)
+
+
+@app.command(epilog="""[bold]Examples[/]\n
+  dormouse validate\n
+  dormouse validate preset=9m model.use_attnres=true\n
+  dormouse validate model.use_attnres=true model.use_gr=true   # refused: exit 2, names both fields\n
+  dormouse validate data.path=notes.txt run.name=myrun       # the data and the run directory, too""")
+def validate(overrides: list[str] = OVERRIDES, cfg_flag: str = CFG) -> None:
+    """A dry run of `train`: the config, the data source and the run directory; prints the resolved config.
+
+    Exit 2 on anything `train` would refuse before step 0, like `train`. Creates nothing, trains nothing."""
+    if cfg_flag is not None:
+        _print_job_config(cfg_flag, overrides)
+        return
+    cfg = _config_or_exit(overrides)
+    from dormouse.train.preflight import preflight
+
+    checked = preflight(cfg)
+    for line in checked.warnings:
+        err.print(f"[bold yellow]warning:[/] {line}", markup=True, soft_wrap=True)
+    if checked.problems:
+        for line in checked.problems:
+            err.print(f"[bold red]error:[/] {line}", markup=True, soft_wrap=True)
+        raise typer.Exit(2)
+    # The checks' findings as YAML comments: `dormouse validate ... > config.yaml` stays valid YAML.
+    print(OmegaConf.to_yaml(cfg) + "".join(f"# {line}\n" for line in checked.found), end="")
+
+
+@app.command(epilog="""[bold]Examples[/]\n
+  dormouse ab --list                         # the registered comparisons and what each compares\n
+  dormouse ab smoke                          # the whole flow on CPU: ~30 s on 2 idle cores\n
+  dormouse ab residual                       # the registered GPU comparison (3 seeds), one pair at a time\n
+  dormouse ab residual --jobs 8              # 8 pairs at once: one GPU each (or a share of the CPU cores)\n
+  dormouse ab residual --launcher slurm launcher.partition=gpu launcher.time_min=120\n
+  dormouse ab residual --plan                # what would run, what is done, the cost; trains nothing\n
+  dormouse ab residual --status              # looks taken and what they decided, pairs, ETA; safe during a run\n
+  dormouse ab smoke --design                 # the design card: type-I error, power, expected replicates\n
+  dormouse ab my_comparison.yaml             # your own registration file (same fields as conf/ab/*.yaml)\n
+  dormouse ab smoke train.steps=40 --restart""")
+def ab(
+    name: str = typer.Argument(None, help="A registered comparison (conf/ab/NAME.yaml) or the path of a "
+                               "registration file PATH.yaml.", show_default=False,
+                               autocompletion=complete_comparison),
+    overrides: list[str] = typer.Argument(
+        None, show_default=False,
+        help="Hydra overrides for every pair (key=value), and launcher.KEY=VALUE for --launcher slurm."),
+    restart: bool = typer.Option(False, "--restart", help="Discard earlier results and start over."),
+    root: Path = typer.Option(AB_ROOT, help="Where comparisons are written."),
+    list_: bool = typer.Option(False, "--list", help="List the registered comparisons and exit."),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="Pairs at once on this machine, each in its own process "
+                             "(one GPU each on CUDA, an equal share of the cores on CPU)."),
+    threads: int = typer.Option(None, "--threads", show_default=False,
+                                help="CPU threads per pair (default: the cores divided by --jobs)."),
+    launcher: str = typer.Option("local", "--launcher",
+                                 help="local (this machine; see --jobs) or slurm (conf/launcher/slurm.yaml)."),
+    plan: bool = typer.Option(False, "--plan", help="Print the pairs, their overrides, what is done and the "
+                              "estimated cost; train nothing."),
+    status: bool = typer.Option(False, "--status", help="Show where the comparison stands (read-only)."),
+    design: bool = typer.Option(False, "--design", help="Simulate the registered design and print its card "
+                                "(type-I error, power, expected replicates); saved with the comparison."),
+) -> None:
+    """Run a registered A/B comparison to a verdict (resumable: rerun to continue).
+
+    A sweep explores; a registered comparison decides: `dormouse train -m` runs settings, `ab` gives a verdict."""
+    if list_:
+        _list_comparisons()
+        return
+    if name is None:
+        err.print("[bold red]error:[/] name a comparison: dormouse ab NAME (registered: "
+                  "dormouse ab --list) or dormouse ab PATH.yaml", markup=True, soft_wrap=True)
+        raise typer.Exit(2)
+    from dormouse.ab.runner import LaunchRequest, ab_command, split_overrides
+
+    hydra_overrides, launcher_overrides = split_overrides(list(overrides or []))
+    request = LaunchRequest(jobs=jobs, threads=threads, launcher=launcher, launcher_overrides=launcher_overrides)
+    # 0 all pairs finished; 1 a pair failed (marked in the report); 2 refused before any run; 130/143 interrupted
+    raise typer.Exit(ab_command(name, hydra_overrides, restart=restart, root=root, launch=request, plan=plan,
+                                status=status, design=design))
+
+
+def _list_comparisons() -> None:
+    """One row per registered comparison: name, arms, seeds and its description."""
+    from dormouse.ab.registry import ABSpecError, list_comparisons, load_spec
+
+    for cname in list_comparisons():
+        try:
+            spec = load_spec(cname).spec
+        except ABSpecError as exc:  # a broken registration is listed, not hidden
+            print(f"{cname}\tINVALID: {exc.lines[0]}")
+            continue
+        arms = ", ".join(spec.arms)
+        size = (f"{len(spec.seeds)} seeds (protocol 1, read only)" if spec.protocol == 1
+                else f"looks at {', '.join(map(str, spec.looks))} replicates, SESOI {spec.sesoi:g} bpb")
+        print(f"{cname}\t{size}; arms {arms}; baseline {spec.baseline}\n"
+              f"\t{' '.join(spec.description.split())}")
+
+
+@app.command(epilog="""[bold]Examples[/]\n
+  dormouse logs runs/attnres-20261129-101500-000000\n
+  dormouse logs runs/ab/smoke --check\n
+  dormouse logs runs/a/train.log runs/b/train.log\n
+  dormouse logs runs/myrun > evals.tsv              # not a terminal: tab-separated rows, every value\n
+  dormouse logs runs/ab/smoke --format json | jq '.runs[].findings'""")
+def logs(
+    paths: list[Path] = typer.Argument(..., help="Run directories, A/B directories or train.log files."),
+    check: bool = typer.Option(False, "--check", help="Exit 1 when there is any finding."),
+    fmt: str = typer.Option(None, "--format", help="table | tsv | json (default: table on a terminal, else tsv). "
+                            "tsv and json hold every value, from metrics.jsonl.", show_default=False),
+) -> None:
+    """Show each run's evals (a table fitted to the terminal, tab-separated rows or JSON) and report findings
+    (dead or leaking arms, NaNs, malformed or missing lines)."""
+    from dormouse.cli.logs import logs_command
+
+    raise typer.Exit(logs_command(paths, check, Console(), fmt=fmt, err_console=err))
+
+
+@app.command(name="eval", epilog="""[bold]Examples[/]\n
+  dormouse eval runs/myrun                                   # the newest checkpoint\n
+  dormouse eval runs/myrun --checkpoint runs/myrun/checkpoints/best.pt""")
+def eval_(
+    run_dir: Path = typer.Argument(..., help="A run directory written by `dormouse train`."),
+    checkpoint: Path = typer.Option(None, "--checkpoint", help="A checkpoint file (default: the run's newest).",
+                                    show_default=False),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
+) -> None:
+    """Evaluate a checkpoint on its run's fixed eval set and print the eval line (bpb at every depth).
+
+    Writes nothing, to the run or anywhere else."""
+    from dormouse.cli.eval import eval_checkpoint
+    from dormouse.cli.sample import SampleError
+    from dormouse.data import DataError
+    from dormouse.run.checkpoint import CheckpointError
+    from dormouse.run.loglines import format_eval_line
+
+    try:
+        path, row = eval_checkpoint(run_dir, checkpoint, device)
+    except (SampleError, CheckpointError, DataError) as exc:
+        err.print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
+        raise typer.Exit(2) from None
+    err.print(f"checkpoint {path} (step {row['step']})", highlight=False, markup=False)
+    print(format_eval_line(row), flush=True)
+
+
+_SAMPLE = SampleOptions()  # the defaults' one owner (dormouse/cli/sample_options.py)
+
+
+@app.command(epilog="""[bold]Examples[/]\n
+  dormouse sample runs/rezero-20261129-101500-000000\n
+  dormouse sample runs/myrun --prompt "ROMEO:" --bytes 200 --depth all --seed 1\n
+  dormouse sample runs/myrun --prompt-file prompt.txt --num-samples 3     # seeds 0, 1, 2\n
+  dormouse sample runs/myrun --depth 1 --temperature 0          # greedy, read out after iteration 1\n
+  dormouse sample runs/myrun --checkpoint runs/myrun/checkpoints/step_00001200.pt --top-k 20""")
+def sample(
+    run_dir: Path = typer.Argument(..., help="A run directory written by `dormouse train`."),
+    prompt: str = typer.Option(None, "--prompt", show_default=False,
+                               help=f"Bytes the sample continues, as typed (any bytes; default "
+                                    f"{_SAMPLE.prompt_bytes!r})."),
+    prompt_file: Path = typer.Option(None, "--prompt-file", show_default=False,
+                                     help="Read the prompt's bytes from this file instead."),
+    n_bytes: int = typer.Option(_SAMPLE.n_bytes, "--bytes", help="How many bytes to generate."),
+    num_samples: int = typer.Option(_SAMPLE.num_samples, "--num-samples",
+                                    help="Samples per depth; sample i uses seed --seed + i."),
+    temperature: float = typer.Option(_SAMPLE.temperature, "--temperature", help="Softmax temperature; 0 = greedy."),
+    top_k: int = typer.Option(_SAMPLE.top_k, "--top-k", help="Sample among the k most likely bytes only.",
+                              show_default=False),
+    seed: int = typer.Option(_SAMPLE.seed, "--seed", help="Seed of the sampler: the same seed gives the same bytes."),
+    depth: str = typer.Option("last", "--depth",
+                              help="Read out after iteration k (1..model.max_iter), 'last', or 'all' (side by side)."),
+    checkpoint: Path = typer.Option(None, "--checkpoint", help="A checkpoint file (default: the run's newest).",
+                                    show_default=False),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
+) -> None:
+    """Generate bytes from a run's checkpoint, at one depth or at every depth of the loop."""
+    from dormouse.cli.sample import SampleError, sample_run
+    from dormouse.run.checkpoint import CheckpointError
+
+    def loaded(path: Path, step: int) -> None:
+        err.print(f"checkpoint {path} (step {step}); seed {seed}, temperature {temperature}, "
+                  f"top-k {top_k or 'none'}", highlight=False, markup=False)
+
+    single = num_samples == 1 and depth != "all"  # one sample streams as it is generated (dormouse.cli.sample)
+    try:
+        opts = SampleOptions(prompt=_prompt_bytes(prompt, prompt_file), n_bytes=n_bytes, temperature=temperature,
+                             top_k=top_k, seed=seed, num_samples=num_samples)
+        _, _, samples = sample_run(run_dir, opts, depth=depth, checkpoint=checkpoint, device=device,
+                                   stream=sys.stdout if single else None, on_loaded=loaded)
+    except (SampleError, CheckpointError) as exc:
+        err.print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
+        raise typer.Exit(2) from None
+    if not single:
+        _print_samples(samples)
+
+
+def _prompt_bytes(prompt: str | None, prompt_file: Path | None) -> bytes:
+    """The prompt's bytes: ``--prompt`` as the shell passed it (os.fsencode undoes Python's decoding of argv,
+    so invalid UTF-8 survives), or ``--prompt-file``'s bytes; not both."""
+    from dormouse.cli.sample import SampleError
+
+    if prompt is not None and prompt_file is not None:
+        raise SampleError("--prompt and --prompt-file are both given: choose one")
+    if prompt_file is not None:
+        try:
+            return prompt_file.read_bytes()
+        except OSError as exc:
+            raise SampleError(f"--prompt-file {prompt_file}: {exc.strerror or exc}") from None
+    return _SAMPLE.prompt_bytes if prompt is None else os.fsencode(prompt)
+
+
+def _print_samples(samples: list) -> None:
+    """One sample: the prompt and its continuation, plain. Several depths: side by side on a terminal,
+    one labelled block each otherwise (a file keeps every byte and no table borders)."""
+    out = Console(highlight=False)
+    if len(samples) == 1:
+        s = samples[0]
+        print(s.prompt.decode("utf-8", errors="replace") + s.text, flush=True)
+        return
+    several = any(s.index for s in samples)  # --num-samples > 1: each block says which sample it is
+    if out.is_terminal and not several:
+        from rich.table import Table
+
+        table = Table(show_lines=False, expand=True)
+        for s in samples:
+            table.add_column(f"depth {s.depth}", overflow="fold", ratio=1)
+        prompt = samples[0].prompt.decode("utf-8", errors="replace")
+        table.add_row(*[Text(prompt + s.text) for s in samples])
+        out.print(table)
+        return
+    for s in samples:
+        label = f"depth {s.depth}" + (f", sample {s.index + 1}" if several else "")
+        print(f"=== {label} ===\n{s.prompt.decode('utf-8', errors='replace')}{s.text}", flush=True)
+
+
+def main() -> None:
+    app(prog_name="dormouse")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

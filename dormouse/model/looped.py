@@ -1,0 +1,279 @@
+"""The looped byte-level LM (docs/model.md): embedding -> one shared block run ``depth`` times -> readouts.
+
+Tokens are bytes (vocabulary 256). The block is the usual pre-norm pair of sublayers, causal
+self-attention with RoPE (PyTorch's ``scaled_dot_product_attention``) and a SwiGLU MLP; their weights are
+shared by every iteration. How each sublayer's output enters the state is the residual arm's business
+(:mod:`dormouse.arms`): the loop driver below is the same for all of them. After every iteration the model
+can read out logits through the final RMSNorm and the LM head (tied to the embedding by default).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
+
+from dormouse.arms.base import ResidualArm
+from dormouse.arms.probes import PROBES, LoopTrace
+from dormouse.arms.registry import build_arm
+from dormouse.ops.norm import RMSNorm
+
+VOCAB = 256
+
+
+def rope_tables(seq_len: int, head_dim: int, base: float, device: torch.device) -> tuple[Tensor, Tensor]:
+    """cos/sin tables of rotary position embeddings (Su et al. 2021), shape [seq_len, head_dim/2]."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+    angles = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
+    return angles.cos(), angles.sin()
+
+
+def _rotate_into(x: Tensor, cos: Tensor, sin: Tensor, out: Tensor, sign: float = 1.0) -> None:
+    """Write ``(x1 cos - x2 sin, x2 cos + x1 sin)`` (the halves (x1, x2) of the last dim rotated by the tables'
+    angles; ``sign = -1`` rotates the other way) into ``out``.
+
+    Each half of ``out`` is one multiply and one fused multiply-add, written in place: no swapped copy of
+    ``x`` and no temporaries. Computed in the tables' dtype (float32; float64 in a ``.double()`` module) and
+    rounded once to ``out``'s dtype. ``x`` may be strided (a view of the projection, or of SDPA's gradient).
+    """
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    out1, out2 = out[..., :half], out[..., half:]
+    if out.dtype == cos.dtype and not torch.compiler.is_compiling():
+        torch.mul(x1, cos, out=out1).addcmul_(x2, sin, value=-sign)
+        torch.mul(x2, cos, out=out2).addcmul_(x1, sin, value=sign)
+    else:  # bf16 q/k under autocast: the maths in float32, then one rounding; and what Dynamo traces (it
+        # refuses out= views, and fuses this form anyway)
+        out1.copy_(torch.addcmul(x1 * cos, x2, sin, value=-sign))
+        out2.copy_(torch.addcmul(x2 * cos, x1, sin, value=sign))
+
+
+class _RopeQKV(torch.autograd.Function):
+    """q, k, v from the fused projection's output ``[B, T, 3, H, hd]``, q and k rotated by RoPE (Su et al.
+    2021) on the halves layout: each pair (x1_j, x2_j) is rotated by the angle ``p theta_j`` of its position.
+
+    Returns ``(qk, v)``: ``qk`` [B, T, 2, H, hd] the rotated q and k, ``v`` [B, T, H, hd]. A rotation's
+    transpose is the rotation by minus the angle, so the backward rotates ``dqk`` back by ``-theta``. It
+    writes it and ``dv`` straight into one ``[B, T, 3, H, hd]`` gradient: autograd of a split and a rotation
+    would build the pieces apart and concatenate them (one more pass over the projection's gradient).
+    ``cos``/``sin``: :func:`rope_tables`, broadcastable against ``[B, T, 2, H, hd/2]`` (float32).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, qkv: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+        ctx.save_for_backward(cos, sin)
+        qk = qkv.new_empty((*qkv.shape[:2], 2, *qkv.shape[3:]))
+        _rotate_into(qkv[:, :, :2], cos, sin, qk)
+        # v is a copy, not a view of the input: a Function's output that views its input cannot be modified in
+        # place downstream; returning the view was measured no faster (bench_commits.py --base 4f1381a)
+        return qk, qkv[:, :, 2].clone()
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, g_qk: Tensor, g_v: Tensor) -> tuple[Tensor | None, ...]:
+        # an output the loss does not use arrives as zeros (autograd materialises them), never as None
+        cos, sin = ctx.saved_tensors
+        grad = g_qk.new_empty((*g_qk.shape[:2], 3, *g_qk.shape[3:]))
+        _rotate_into(g_qk, cos, sin, grad[:, :, :2], sign=-1.0)
+        grad[:, :, 2].copy_(g_v)
+        return grad, None, None
+
+
+def rope_qkv(qkv: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """:class:`_RopeQKV`: ``qkv`` [B, T, 3, H, hd] -> rotated ``qk`` [B, T, 2, H, hd] and ``v`` [B, T, H, hd]."""
+    return _RopeQKV.apply(qkv, cos, sin)
+
+
+# RoPE tables are built once, for this many positions, and sliced per forward; a longer sequence builds its
+# own tables on the fly (same values, more work).
+ROPE_CACHE_LEN = 2048
+
+
+class CausalSelfAttention(nn.Module):
+    """Pre-norm causal self-attention with RoPE: ``f(x) = W_o SDPA(RoPE(W_q n(x)), RoPE(W_k n(x)), W_v n(x))``."""
+
+    def __init__(self, d_model: int, n_heads: int, rope_base: float) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.head_dim = d_model // n_heads
+        self.rope_base = rope_base
+        self.norm = RMSNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.proj = nn.Linear(d_model, d_model, bias=False)
+        cos, sin = rope_tables(ROPE_CACHE_LEN, self.head_dim, rope_base, torch.device("cpu"))
+        # buffers: they follow .to(device); not persistent: they are a function of the config, not state
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        batch, seq, d = x.shape
+        qkv = self.qkv(self.norm(x)).view(batch, seq, 3, self.n_heads, self.head_dim)
+        if seq <= self.rope_cos.shape[0]:
+            cos, sin = self.rope_cos[:seq], self.rope_sin[:seq]
+        else:
+            cos, sin = rope_tables(seq, self.head_dim, self.rope_base, x.device)
+        # q and k rotated in one pass: [batch, seq, 2, heads, head_dim/2] halves against [seq, 1, 1, head_dim/2]
+        qk, v = rope_qkv(qkv, cos[:, None, None, :], sin[:, None, None, :])
+        q, k = (t.transpose(1, 2) for t in qk.unbind(2))
+        v = v.transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(batch, seq, d))
+
+
+class SwiGLU(nn.Module):
+    """Pre-norm SwiGLU MLP (Shazeer 2020): ``f(x) = W_down (silu(W_gate n(x)) * W_up n(x))``."""
+
+    def __init__(self, d_model: int, hidden: int) -> None:
+        super().__init__()
+        self.norm = RMSNorm(d_model)
+        self.gate_up = nn.Linear(d_model, 2 * hidden, bias=False)
+        self.down = nn.Linear(hidden, d_model, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(_SwiGLUGate.apply(self.gate_up(self.norm(x))))
+
+
+class _SwiGLUGate(torch.autograd.Function):
+    """The gate of the SwiGLU MLP (Shazeer 2020): ``silu(a) * b`` for the halves ``(a, b)`` of the last dim of
+    ``h = [W_gate n(x), W_up n(x)]``. Backward, with ``g = dL/d(silu(a) b)``::
+
+        da = g b silu'(a)      (aten's silu_backward)
+        db = g silu(a)
+
+    written into the two halves of ONE gradient tensor: autograd of ``chunk`` -> ``silu`` -> ``*`` builds them
+    apart and concatenates them, one more pass over a [tokens, 2 hidden] tensor per call.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, h: Tensor) -> Tensor:
+        a, b = h.chunk(2, dim=-1)
+        silu_a = F.silu(a)
+        ctx.save_for_backward(h, silu_a)
+        return silu_a * b
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, g: Tensor) -> Tensor:
+        h, silu_a = ctx.saved_tensors
+        a, b = h.chunk(2, dim=-1)
+        if torch.compiler.is_compiling():  # Dynamo refuses out= views; the compiler fuses the concatenation
+            return torch.cat((torch.ops.aten.silu_backward(g * b, a), g * silu_a), dim=-1)
+        grad = torch.empty_like(h)
+        grad_a, grad_b = grad.chunk(2, dim=-1)
+        torch.ops.aten.silu_backward.grad_input(g * b, a, grad_input=grad_a)
+        torch.mul(g, silu_a, out=grad_b)
+        return grad
+
+
+def swiglu_hidden(d_model: int, mlp_hidden: int | None) -> int:
+    """8/3 d (the parameter count of a 4d GELU MLP), rounded up to a multiple of 32."""
+    if mlp_hidden is not None:
+        return int(mlp_hidden)
+    return 32 * math.ceil(8 * d_model / 3 / 32)
+
+
+class LoopedByteLM(nn.Module):
+    """Embedding -> shared block x depth (arm-mediated residuals) -> per-iteration readouts.
+
+    ``forward(idx, depth)`` returns the logits of every iteration's readout (``readouts="all"``) or of
+    the last one only (``"last"``), each [batch, seq, 256].
+    """
+
+    def __init__(self, cfg: Any, *, seed: int = 0, kernel: str = "torch") -> None:
+        super().__init__()
+        self.d_model = int(cfg.d_model)
+        self.max_iter = int(cfg.max_iter)
+        self.embed = nn.Embedding(VOCAB, self.d_model)
+        self.attn = CausalSelfAttention(self.d_model, int(cfg.n_heads), float(cfg.rope_base))
+        self.mlp = SwiGLU(self.d_model, swiglu_hidden(self.d_model, cfg.mlp_hidden))
+        self.final_norm = RMSNorm(self.d_model)
+        self.head = None if cfg.tie_head else nn.Linear(self.d_model, VOCAB, bias=False)
+        self.arm: ResidualArm = build_arm(cfg, kernel)
+        # the sublayers in the order the loop calls them (a list, so a test can plant its own)
+        self.sublayers: list[nn.Module] = [self.attn, self.mlp]
+        self.init_weights(seed)
+
+    @torch.no_grad()
+    def init_weights(self, seed: int) -> None:
+        """The shared weights from one explicit RNG stream keyed on ``seed``; the arm's own parameters keep
+        their deterministic paper-given init (zeros, ones, -2) and draw nothing from it.
+
+        So for a given seed every arm starts from the same shared weights, and adding an arm or changing
+        one cannot shift anyone else's initialisation (docs/ab-protocol.md).
+        """
+        shared = torch.Generator().manual_seed(seed)
+        for name, module in self.named_modules():
+            if name.startswith("arm"):
+                continue
+            if isinstance(module, nn.Linear):
+                std = 0.02
+                if module is self.attn.proj or module is self.mlp.down:
+                    std = 0.02 / math.sqrt(2 * self.max_iter)  # GPT-2's residual-projection scaling
+                module.weight.copy_(torch.randn(module.weight.shape, generator=shared) * std)
+            elif isinstance(module, nn.Embedding):
+                module.weight.copy_(torch.randn(module.weight.shape, generator=shared) * 0.02)
+
+    def compile_whole(self, backend: str = "inductor", mode: str | None = None) -> nn.Module:
+        """``train.compile``: the whole forward (embedding, loop, arm, readouts, probe counters) as one graph.
+
+        ``fullgraph=True``: a graph break is an error, not a silent split (the counters are in-graph adds,
+        :mod:`dormouse.arms.probes`). Returns the compiled module; it shares this module's parameters. Each
+        distinct depth, readout choice and train/eval mode is its own graph (recompiled once, then cached).
+        """
+        PROBES.sync()  # every registered arm has its counter before the graph is traced
+        return torch.compile(self, fullgraph=True, backend=backend, mode=mode)
+
+    def readout(self, x: Tensor) -> Tensor:
+        x = self.final_norm(x)
+        weight = self.embed.weight if self.head is None else self.head.weight
+        return F.linear(x, weight.to(x.dtype))
+
+    def forward(self, idx: Tensor, depth: int | None = None, readouts: str = "all",
+                trace: LoopTrace | None = None) -> list[Tensor]:
+        """The loop driver (:mod:`dormouse.arms`). ``trace``, when given, receives the embedding and every
+        sublayer's input and output: what the learned-value probes read
+        (:func:`dormouse.arms.probes.learned_values`)."""
+        depth = self.max_iter if depth is None else int(depth)
+        if not 1 <= depth <= self.max_iter:
+            raise ValueError(f"depth={depth} is outside 1..model.max_iter={self.max_iter}")
+        embedding = self.embed(idx)
+        state = self.arm.begin(embedding)
+        if trace is not None:
+            trace.embedding = embedding
+        logits: list[Tensor] = []
+        for k in range(depth):
+            for j, sublayer in enumerate(self.sublayers):
+                slot = 2 * k + j
+                h = self.arm.sublayer_input(state, slot)
+                out = sublayer(h)
+                PROBES.count_asked(self.arm.name)
+                if trace is not None:
+                    trace.inputs.append(h)
+                    trace.outputs.append(out)
+                state = self.arm.absorb(state, slot, out)
+            if readouts == "all" or k == depth - 1:
+                logits.append(self.readout(self.arm.readout_input(state, k)))
+        return logits
+
+    def param_groups(self, weight_decay: float) -> list[dict[str, Any]]:
+        """AdamW groups: decay the matrices; no decay on gains, biases, arm scalars and queries."""
+        arm_no_decay = {f"arm.{n}" for n in self.arm.no_decay_names()}
+        decay, no_decay = [], []
+        for name, p in self.named_parameters():
+            if p.ndim < 2 or name in arm_no_decay:
+                no_decay.append(p)
+            else:
+                decay.append(p)
+        return [
+            {"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
+
+    def param_counts(self) -> dict[str, int]:
+        arm = sum(p.numel() for p in self.arm.parameters())
+        total = sum(p.numel() for p in self.parameters())
+        return {"params": total, "arm_params": arm}

@@ -1,0 +1,176 @@
+"""Where things live on disk: the one owner of the file names in a run directory and a comparison directory.
+
+A run, ``<run.dir>/<run.name>/``::
+
+    config.yaml       the resolved config the run trained with
+    provenance.json   commit, versions, device, dtype, kernel path, corpus hash, parameter counts
+    train.log         provenance header, then eval / resume / interrupted / done lines (dormouse.run.loglines)
+    metrics.jsonl     one row per eval line
+    checkpoints/      step_XXXXXXXX.pt (the names inside are dormouse.run.checkpoint's)
+    <arm plot>.png    at the end, what the arm learned: the arm's own ``plot_file`` (dormouse.arms), e.g.
+                      attnres_map.png, rezero_alpha.png, gr_gates.png
+    wandb_id.txt      only with logging.wandb on: the wandb run id, so a resumed run continues that run
+    run.lock          held by the `dormouse train` writing the run (dormouse.train.start.run_lock); names its pid
+    ab_error.txt      only when `dormouse ab` caught an error in this run: its traceback
+
+A comparison, ``<root>/<name>/`` (root ``runs/ab`` unless ``--root``): one run directory per (arm,
+replicate) pair, named ``<arm>-s<init seed>``, plus ``registration.json``, ``design.json`` (the design card),
+``results.json``, ``report.md`` and the plots (bpb vs tokens, bpb by depth, the forest plot, and each arm's
+learned values averaged over its seeds: ``<plot name>_<arm>.png``), and how the pairs were launched::
+
+    ab.lock           held by the running `dormouse ab` (dormouse.ab.lock); names its pid and host
+    locks/PAIR.lock   held by whichever process trains the pair
+    launch/PAIR.json  the pair's attempts: where, with how many threads, by which launcher, how it ended
+    launch/PAIR.out   a worker's or cluster job's own output (--jobs, --launcher slurm)
+    submitit/         submitit's job pickles and logs (--launcher slurm; launcher.folder moves it)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+CONFIG = "config.yaml"
+PROVENANCE = "provenance.json"
+LOG = "train.log"
+SWEEP = "sweep.yaml"  # a sweep's folder (dormouse train -m): its settings, one run folder per setting
+METRICS = "metrics.jsonl"
+CHECKPOINTS = "checkpoints"
+AB_ERROR = "ab_error.txt"
+WANDB_ID = "wandb_id.txt"
+RUN_LOCK = "run.lock"
+
+AB_ROOT = Path("runs/ab")  # where `dormouse ab` writes comparisons unless --root says otherwise
+REGISTRATION = "registration.json"
+DESIGN = "design.json"
+RESULTS = "results.json"
+REPORT = "report.md"
+CURVES_PLOT = "bpb_vs_tokens.png"
+DEPTH_PLOT = "bpb_by_depth.png"
+FOREST_PLOT = "forest.png"
+LOCK = "ab.lock"
+PAIR_LOCKS = "locks"
+LAUNCH = "launch"
+SUBMITIT = "submitit"
+COMPILE_CACHE = "compile_cache"  # torch's own compile caches (Inductor's FX graph and AOTAutograd), per comparison
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """The paths of one run directory."""
+
+    dir: Path
+
+    @property
+    def config(self) -> Path:
+        return self.dir / CONFIG
+
+    @property
+    def provenance(self) -> Path:
+        return self.dir / PROVENANCE
+
+    @property
+    def log(self) -> Path:
+        return self.dir / LOG
+
+    @property
+    def metrics(self) -> Path:
+        return self.dir / METRICS
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.dir / CHECKPOINTS
+
+    @property
+    def best_checkpoint(self) -> Path:
+        """The lowest-eval-bpb checkpoint (``train.keep_best``); not a ``step_*.pt``, so never pruned or resumed."""
+        return self.checkpoints / "best.pt"
+
+    @property
+    def ab_error(self) -> Path:
+        return self.dir / AB_ERROR
+
+    @property
+    def wandb_id(self) -> Path:
+        return self.dir / WANDB_ID
+
+    @property
+    def lock(self) -> Path:
+        return self.dir / RUN_LOCK
+
+    def holds_run(self) -> bool:
+        """Whether a run has already written here (its config or its metrics)."""
+        return self.config.exists() or self.metrics.exists()
+
+
+@dataclass(frozen=True)
+class ComparisonFiles:
+    """The paths of one comparison directory (its runs are ``RunFiles(comp_dir / '<arm>-s<seed>')``)."""
+
+    dir: Path
+
+    @property
+    def registration(self) -> Path:
+        return self.dir / REGISTRATION
+
+    @property
+    def design(self) -> Path:
+        return self.dir / DESIGN
+
+    @property
+    def results(self) -> Path:
+        return self.dir / RESULTS
+
+    @property
+    def report(self) -> Path:
+        return self.dir / REPORT
+
+    @property
+    def curves_plot(self) -> Path:
+        return self.dir / CURVES_PLOT
+
+    @property
+    def depth_plot(self) -> Path:
+        return self.dir / DEPTH_PLOT
+
+    @property
+    def forest_plot(self) -> Path:
+        return self.dir / FOREST_PLOT
+
+    def arm_plot(self, plot_name: str, arm: str) -> Path:
+        """An arm's learned-value plot averaged over its seeds: ``attnres_map.png`` -> ``attnres_map_<arm>.png``."""
+        stem, _, ext = plot_name.rpartition(".")
+        return self.dir / f"{stem}_{arm}.{ext}"
+
+    @property
+    def lock(self) -> Path:
+        return self.dir / LOCK
+
+    @property
+    def pair_locks(self) -> Path:
+        return self.dir / PAIR_LOCKS
+
+    def pair_lock(self, pair: str) -> Path:
+        return self.dir / PAIR_LOCKS / f"{pair}.lock"
+
+    def launch_record(self, pair: str) -> Path:
+        return self.dir / LAUNCH / f"{pair}.json"
+
+    def launch_output(self, pair: str) -> Path:
+        return self.dir / LAUNCH / f"{pair}.out"
+
+    @property
+    def submitit(self) -> Path:
+        return self.dir / SUBMITIT
+
+    @property
+    def compile_cache(self) -> Path:
+        return self.dir / COMPILE_CACHE
+
+    def run(self, arm: str, seed: int) -> RunFiles:
+        return RunFiles(self.dir / run_name(arm, seed))
+
+
+def run_name(arm: str, seed: int) -> str:
+    """The run directory name of one (arm, seed) pair of a comparison."""
+    return f"{arm}-s{seed}"

@@ -1,0 +1,55 @@
+"""The forest plot: drawn from results.json's arms, including arms without a paired Δ."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dormouse.ab.plots import plot_forest
+
+
+def arm(role: str, diff: float | None, rci: list[float] | None, eq: list[float] | None, verdict: str) -> dict:
+    decision = None if rci is None else {"interval": rci, "eq_interval": eq}
+    return {"role": role, "diff_mean": diff, "decision": decision, "verdict": verdict,
+            "look": 1 if rci else None, "replicates": [1, 2, 3]}
+
+
+def test_forest_plot_is_written_for_every_kind_of_arm(tmp_path: Path):
+    results = {"name": "t", "baseline": "rezero", "looks": [3, 6], "sesoi": 0.01, "arms": {
+        "rezero": arm("baseline", None, None, None, "baseline"),
+        "gr": arm("arm", -0.03, [-0.05, -0.01], [-0.04, -0.02], "better"),
+        "attnres": arm("arm", None, None, None, "invalid"),  # failed runs: listed, no bar
+        "one_seed": arm("arm", 0.002, None, None, "insufficient"),  # a mean but no interval
+        "aa": arm("aa", 0.001, [-0.004, 0.006], [-0.002, 0.004], "tie"),
+    }}
+    out = plot_forest(results, tmp_path / "forest.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 5000
+
+
+def test_each_arm_gets_its_learned_values_averaged_over_seeds(tmp_path: Path):
+    from dormouse.ab.plots import plot_learned
+    from dormouse.ab.records import RunRecord
+    from dormouse.run.files import ComparisonFiles
+
+    def rec(arm: str, seed: int, final: dict | None) -> RunRecord:
+        return RunRecord(arm, seed, tmp_path / f"{arm}-s{seed}", "x", 4, final=final)
+
+    nan = float("nan")
+    amap = {"probe/reads": ["attn1", "out1"], "probe/sources": ["emb", "attn1"], "probe/entropy": [0.0, 0.6]}
+    records = [rec("attnres_full", 1, {**amap, "probe/weights": [[1.0, nan], [0.2, 0.8]]}),
+               rec("attnres_full", 2, {**amap, "probe/weights": [[1.0, nan], [0.4, 0.6]]}),
+               rec("rezero", 1, {"probe/alpha": [0.1, 0.3]}), rec("rezero", 2, None)]  # an unfinished seed
+    written = plot_learned(ComparisonFiles(tmp_path), ["rezero", "attnres_full"], records)
+    assert [p.name for p in written] == ["rezero_alpha_rezero.png", "attnres_map_attnres_full.png"]
+
+
+def test_rezero_alpha_is_averaged_over_seeds_as_a_magnitude():
+    """ReZero's sign is not identifiable ((alpha, W_o) and (-alpha, -W_o) compute the same), so two seeds
+    that use a slot equally with opposite signs must not average to 0 (the pilot's mlp1: -0.363, +0.369)."""
+    from dormouse.arms.plots import mean_probe_row
+
+    row = mean_probe_row([{"probe/alpha": [-0.363, 0.0002, 0.05]}, {"probe/alpha": [0.369, -0.0002, 0.05]}])
+    assert "probe/alpha" not in row  # the signed mean (0.003, 0, 0.05) is not what is plotted
+    assert row["probe/alpha_abs"] == pytest.approx([0.366, 0.0002, 0.05], abs=1e-12)
+    assert row["probe/alpha_abs_sd"] == pytest.approx([0.006 / 2**0.5, 0.0, 0.0], abs=1e-12)

@@ -1,0 +1,341 @@
+"""What the SLURM launcher makes of what SLURM says (issue 31), without a cluster: the decisions of
+dormouse/ab/cluster.py as pure functions, and the driver's poll loop and the job's own SIGTERM / requeue
+handling with squeue, scontrol and the clock faked. The same behaviours against a real single-node SLURM:
+tests/flows/test_ab_slurm.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import submitit
+
+from dormouse.ab import cluster
+from dormouse.ab.cluster import (
+    PairJob,
+    SlurmLauncherConfig,
+    SubmititLauncher,
+    failure_reason,
+    load_launcher_config,
+    queue_verdict,
+    requeue_went_through,
+    requeued_by_slurm,
+    stale_result,
+)
+from dormouse.ab.launch import DONE, FAILED, INTERRUPTED, Job, LaunchError, Outcome
+
+# --- what a queue state means ---------------------------------------------------------------------------
+
+
+def test_a_job_squeue_does_not_list_and_sacct_does_not_know_is_absent_not_pending() -> None:
+    """A pair cancelled while pending: SLURM keeps no record (squeue lists nothing, sacct UNKNOWN), which
+    submitit counts as unfinished forever (issue 31, item 2)."""
+    assert queue_verdict("", "UNKNOWN", False) == "absent"
+    assert queue_verdict("", "PENDING", False) == "absent"  # sacct's record lags; squeue is current
+    assert queue_verdict("CANCELLED", "UNKNOWN", False) == "ended"
+    assert queue_verdict("", "FAILED", False) == "ended"
+    assert queue_verdict("", "CANCELLED by 0", False) == "ended"
+
+
+def test_a_pending_running_completing_or_requeued_job_is_alive_and_a_result_wins() -> None:
+    for state in ("PENDING", "RUNNING", "COMPLETING", "REQUEUED", "CONFIGURING", "SUSPENDED"):
+        assert queue_verdict(state, "UNKNOWN", False) == "alive", state
+    assert queue_verdict("CANCELLED", "CANCELLED", True) == "result"
+    assert queue_verdict(None, "UNKNOWN", False) == "unsure"  # squeue did not answer: no evidence
+
+
+def test_a_restart_count_that_went_up_is_a_requeue_and_one_that_did_not_is_a_cancel() -> None:
+    """SLURM raises Restarts when it requeues, before the SIGTERM; a cancel leaves it (measured on
+    slurm 22.05: ``scontrol show job`` in the job's SIGTERM trap said Restarts=1 / Restarts=0)."""
+    assert requeued_by_slurm(0, {"JobState": "COMPLETING", "Restarts": "1"})
+    assert not requeued_by_slurm(0, {"JobState": "COMPLETING", "Restarts": "0"})
+    assert not requeued_by_slurm(2, {"Restarts": "2"})
+    assert not requeued_by_slurm(0, None)
+    assert stale_result(Outcome("p", INTERRUPTED, "", 143, {"restarts": 0}), {"Restarts": "1"})
+    assert not stale_result(Outcome("p", INTERRUPTED, "", 143, {"restarts": 1}), {"Restarts": "1"})
+    assert not stale_result(Outcome("p", INTERRUPTED, "", 143, {}), {"Restarts": "1"})  # no count recorded
+
+
+def test_a_requeue_command_killed_by_its_own_requeue_went_through_only_if_the_count_went_up() -> None:
+    assert requeue_went_through(-15, 0, {"Restarts": "1"})
+    assert not requeue_went_through(-15, 0, {"Restarts": "0"})  # killed before the requeue: a real failure
+    assert not requeue_went_through(1, 0, {"Restarts": "1"})  # scontrol refused: not our signal
+    assert not requeue_went_through(-15, 0, None)
+
+
+FAILED_TEXT = """Job (task=0) failed during processing with trace:
+----------------------
+Traceback (most recent call last):
+  File "/usr/lib/python3/dist-packages/submitit/core/submission.py", line 55, in process_job
+    result = delayed.result()
+  File "/usr/lib/python3/dist-packages/submitit/slurm/slurm.py", line 190, in _requeue
+    subprocess.check_call(["scontrol", "requeue", jid], timeout=60)
+subprocess.CalledProcessError: Command '['scontrol', 'requeue', '3_1']' died with <Signals.SIGTERM: 15>.
+
+----------------------
+You can check full logs with 'job.stderr(0)' and 'job.stdout(0)'or at paths:
+  - /c/submitit/3_1_0_log.err
+  - /c/submitit/3_1_0_log.out"""
+
+UNCOMPLETED_TEXT = """Job 3_2 (task: 0) with path /c/submitit/3_2_0_result.pkl
+has not produced any output (state: CANCELLED by 0)
+Error stream produced:
+----------------------------------------
+submitit INFO (2026-12-02 21:29:00,001) - Starting with JobEnvironment(job_id=3_2, hostname=vm)
+slurmstepd-vm: error: *** JOB 6 ON vm CANCELLED AT 2026-12-02T21:29:02 ***
+"""
+
+
+def test_a_failure_names_its_reason_not_the_log_path() -> None:
+    """The report showed the error's last line, which is always a log path (issue 31, item 5)."""
+    assert failure_reason(FAILED_TEXT) == ("subprocess.CalledProcessError: Command '['scontrol', 'requeue', "
+                                           "'3_1']' died with <Signals.SIGTERM: 15>.")
+    reason = failure_reason(UNCOMPLETED_TEXT)
+    assert "has not produced any output" in reason and "CANCELLED AT" in reason and "/c/submitit" not in reason
+
+
+def test_lost_after_s_is_a_launcher_field_and_must_not_be_negative() -> None:
+    assert load_launcher_config("slurm").lost_after_s == SlurmLauncherConfig().lost_after_s > 0
+    assert load_launcher_config("slurm", ["lost_after_s=20"]).lost_after_s == 20
+    with pytest.raises(LaunchError, match="lost_after_s"):
+        load_launcher_config("slurm", ["lost_after_s=-1"])
+
+
+# --- the driver's poll loop, squeue and the clock faked --------------------------------------------------
+
+class FakePaths:
+    def __init__(self, folder: Path, job_id: str) -> None:
+        self.result_pickle = folder / f"{job_id}_0_result.pkl"
+        self.stderr = folder / f"{job_id}_0_log.err"
+
+
+class FakeJob:
+    """Enough of a submitit SlurmJob for the poll loop: its id, paths, sacct state and result."""
+
+    def __init__(self, folder: Path, job_id: str, outcome: Outcome | None = None) -> None:
+        self.job_id, self.paths, self.outcome = job_id, FakePaths(folder, job_id), outcome
+        self.state = "UNKNOWN"
+
+    def task(self, i: int) -> FakeJob:
+        return self
+
+    def results(self) -> list[Outcome]:
+        assert self.outcome is not None
+        return [self.outcome]
+
+    def finish(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+        self.paths.result_pickle.write_bytes(b"result")
+
+
+class Clock:
+    """time.monotonic / time.sleep for the launcher: sleeping advances the clock; a loop that polls past
+    ``limit`` seconds is a hang."""
+
+    def __init__(self, limit: float, on_sleep: Any = None) -> None:
+        self.now, self.limit, self.on_sleep = 0.0, limit, on_sleep
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+        if self.on_sleep:
+            self.on_sleep(self.now)
+        if self.now > self.limit:
+            raise AssertionError(f"the driver still waits after {self.now:g} s: a hang")
+
+
+def _launcher(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, clock: Clock, queue: Any,
+              info: Any = None, **config: Any) -> SubmititLauncher:
+    monkeypatch.setattr(cluster, "check_cluster", lambda c: None)  # no srun needed: nothing is submitted
+    monkeypatch.setattr(cluster, "time", clock)
+    monkeypatch.setattr(cluster, "squeue_states", queue)
+    monkeypatch.setattr(cluster, "slurm_job_info", info or (lambda job_id: None))
+    return SubmititLauncher(SlurmLauncherConfig(poll_s=10, **config), tmp_path, "ab-t")
+
+
+def test_a_pair_cancelled_while_pending_is_failed_after_lost_after_s_not_waited_on_forever(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Job 3_1 runs and finishes; 3_2 is cancelled while pending (squeue stops listing it, sacct never
+    knew it): it is failed, with a line that says why, after lost_after_s (issue 31, item 2)."""
+    jobs = [FakeJob(tmp_path, "3_1"), FakeJob(tmp_path, "3_2")]
+
+    def queue() -> dict[str, str]:
+        return {"3_1": "RUNNING"} if clock.now < 30 else {"3_1": "COMPLETED"}
+
+    def progress(now: float) -> None:
+        if now >= 30 and jobs[0].outcome is None:
+            jobs[0].finish(Outcome("a-s1", DONE))
+
+    clock = Clock(limit=600, on_sleep=progress)
+    launcher = _launcher(monkeypatch, tmp_path, clock, queue, lost_after_s=120)
+    finished: list[Outcome] = []
+    outcomes = launcher.wait([(Job("a-s1", print), jobs[0]), (Job("a-s2", print), jobs[1])], finished.append)
+    by_key = {o.key: o for o in outcomes}
+    assert by_key["a-s1"].status == DONE
+    lost = by_key["a-s2"]
+    assert lost.status == FAILED and "job 3_2" in lost.note and "no record" in lost.note
+    assert "lost_after_s" in lost.note
+    assert 120 <= clock.now <= 140  # failed once lost_after_s had passed, not before, not much after
+    assert [o.key for o in finished] == ["a-s1", "a-s2"]
+
+
+def test_a_job_that_died_without_a_result_is_failed_and_a_job_squeue_cannot_see_is_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A job killed without a result (squeue: FAILED) is failed after lost_after_s; while squeue does not
+    answer at all, nothing is failed (no evidence), and the clock restarts once it answers; the driver says
+    that it is waiting on a silent controller every lost_after_s, never in silence."""
+    job = FakeJob(tmp_path, "4")
+    job.paths.stderr.write_text("submitit INFO - Starting\nsrun: error: vm: task 0: Killed\n\n")
+    answers: list[dict[str, str] | None] = [None] * 30 + [{"4": "FAILED"}] * 100
+
+    def queue() -> dict[str, str] | None:
+        return answers.pop(0)
+
+    clock = Clock(limit=2000)
+    launcher = _launcher(monkeypatch, tmp_path, clock, queue, lost_after_s=60)
+    [outcome] = launcher.wait([(Job("b-s1", print), job)], lambda o: None)
+    assert outcome.status == FAILED and "ended (FAILED) without a result" in outcome.note
+    assert "its log ends: srun: error: vm: task 0: Killed" in outcome.note  # the reason, then where to look
+    assert 300 + 60 <= clock.now <= 300 + 80
+    said = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("squeue has not answered for")]
+    assert len(said) == 4 and "still waiting" in said[0]  # at 60, 130, 200 and 270 s of the 300 s of silence
+
+
+def test_a_result_written_before_a_requeue_is_set_aside_and_the_requeued_job_waited_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job returned interrupted (SIGTERM, 143) and SLURM then requeued it (its restart count went
+    up): the driver keeps waiting, and reports the requeued job's outcome (issue 31, item 3)."""
+    job = FakeJob(tmp_path, "5_0")
+    job.finish(Outcome("c-s1", INTERRUPTED, "interrupted (SIGTERM); rerun to resume", 143, {"restarts": 0}))
+
+    def progress(now: float) -> None:
+        if now >= 50 and job.outcome is not None and job.outcome.status == INTERRUPTED:
+            job.finish(Outcome("c-s1", DONE, "resumed from its checkpoint", None, {"restarts": 1}))
+
+    clock = Clock(limit=600, on_sleep=progress)
+    launcher = _launcher(monkeypatch, tmp_path, clock, lambda: {"5_0": "PENDING"},
+                         info=lambda job_id: {"JobState": "PENDING", "Restarts": "1"}, lost_after_s=30)
+    [outcome] = launcher.wait([(Job("c-s1", print), job)], lambda o: None)
+    assert outcome.status == DONE and outcome.note == "resumed from its checkpoint"
+    assert (tmp_path / "5_0_0_result.pkl.before-restart-0").is_file()
+
+
+def test_an_interrupted_result_of_a_cancelled_job_is_the_outcome(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    job = FakeJob(tmp_path, "6")
+    job.finish(Outcome("d-s1", INTERRUPTED, "interrupted (SIGTERM); rerun to resume", 143, {"restarts": 0}))
+    clock = Clock(limit=60)
+    launcher = _launcher(monkeypatch, tmp_path, clock, lambda: {"6": "CANCELLED"},
+                         info=lambda job_id: {"JobState": "CANCELLED", "Restarts": "0"})
+    [outcome] = launcher.wait([(Job("d-s1", print), job)], lambda o: None)
+    assert outcome.status == INTERRUPTED and outcome.exit_code == 143
+
+
+# --- inside the job: SIGTERM requeue, submitit's requeue race, the job id ---------------------------------
+
+ARRAY_TASK_ENV = {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "5", "SLURM_ARRAY_JOB_ID": "3",
+                  "SLURM_ARRAY_TASK_ID": "1", "SLURM_NTASKS": "1", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
+                  "SLURM_NODEID": "0", "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "vm"}
+
+
+def _in_an_array_task(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, restarts: int = 0) -> None:
+    for k, v in {**ARRAY_TASK_ENV, "SUBMITIT_FOLDER": str(tmp_path),
+                 "SLURM_RESTART_COUNT": str(restarts)}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("DORMOUSE_JOB_ID", raising=False)
+    # PairJob installs the requeue that survives its own SIGTERM; undo that after the test.
+    monkeypatch.setattr(submitit.slurm.slurm.SlurmJobEnvironment, "_requeue",
+                        submitit.slurm.slurm.SlurmJobEnvironment._requeue)
+
+
+def _sigterm_pair() -> Outcome:
+    from dormouse.ab.pairjob import _where
+
+    return Outcome("e-s1", INTERRUPTED, "interrupted (SIGTERM); rerun to resume", 128 + int(signal.SIGTERM),
+                   {"recorded_job_id": _where()["job_id"]})
+
+
+def test_a_sigterm_that_was_a_requeue_ends_the_job_without_a_result(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """scontrol requeue and PreemptMode=REQUEUE send SIGTERM: the pair checkpoints and returns 143, and the
+    job ends without a result so that the requeued job resumes it (issue 31, item 3)."""
+    _in_an_array_task(monkeypatch, tmp_path)
+    monkeypatch.setattr(cluster, "slurm_job_info", lambda job_id: {"JobState": "COMPLETING", "Restarts": "1"})
+    with pytest.raises(SystemExit):
+        PairJob(_sigterm_pair, (), None)()
+
+
+def test_a_sigterm_that_was_a_cancel_returns_interrupted_with_the_boards_job_id(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancel (restart count unchanged) returns the interrupted outcome; the attempt record's job id is
+    the array task's as the board shows it, 3_1, not SLURM_JOB_ID's 5 (issue 31, item 5)."""
+    _in_an_array_task(monkeypatch, tmp_path)
+    monkeypatch.setattr(cluster, "slurm_job_info", lambda job_id: {"JobState": "COMPLETING", "Restarts": "0"})
+    outcome = PairJob(_sigterm_pair, (), None)()
+    assert outcome.status == INTERRUPTED and outcome.exit_code == 143
+    assert outcome.where["recorded_job_id"] == "3_1" and outcome.where["job_id"] == "3_1"
+    assert outcome.where["restarts"] == 0
+
+
+def test_submitits_requeue_killed_by_its_own_sigterm_is_a_requeue_not_a_failure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`scontrol requeue` killed by the SIGTERM of the requeue it asked for (1 requeue in 13 on a real
+    cluster): the job is requeued, so the job's requeue succeeds; when the count did not go up, the
+    error is raised as before (issue 31, item 4)."""
+    _in_an_array_task(monkeypatch, tmp_path)
+    PairJob(lambda: Outcome("f-s1", DONE), (), None)()  # installs the job's requeue
+    env = submitit.JobEnvironment()
+    calls: list[list[str]] = []
+
+    def killed(cmd: list[str], timeout: float) -> None:
+        calls.append(cmd)
+        raise subprocess.CalledProcessError(-int(signal.SIGTERM), cmd)
+
+    monkeypatch.setattr(cluster.subprocess, "check_call", killed)
+    # The first `scontrol show job` dies of the same SIGTERM wave (no answer); the second says Restarts=1.
+    answers: list[dict[str, str] | None] = [None, {"JobState": "PENDING", "Restarts": "1"}]
+    monkeypatch.setattr(cluster, "slurm_job_info", lambda job_id: answers.pop(0))
+    env._requeue(3)
+    assert calls == [["scontrol", "requeue", "3_1"]] and not answers
+    monkeypatch.setattr(cluster, "slurm_job_info", lambda job_id: {"JobState": "RUNNING", "Restarts": "0"})
+    with pytest.raises(subprocess.CalledProcessError):
+        env._requeue(3)
+
+
+def test_off_slurm_the_job_records_no_restart_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for k in ARRAY_TASK_ENV:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.delenv("DORMOUSE_JOB_ID", raising=False)  # PairJob sets it: undone after the test
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "local")
+    monkeypatch.setenv("SUBMITIT_LOCAL_JOB_ID", "77")
+    monkeypatch.setenv("SUBMITIT_FOLDER", str(tmp_path))
+    for k, v in {"SUBMITIT_LOCAL_NTASKS": "1", "SUBMITIT_LOCAL_GLOBALID": "0", "SUBMITIT_LOCAL_LOCALID": "0",
+                 "SUBMITIT_LOCAL_NODEID": "0", "SUBMITIT_LOCAL_NNODES": "1"}.items():
+        monkeypatch.setenv(k, v)
+    outcome = PairJob(lambda: Outcome("g-s1", DONE), (), None)()
+    assert outcome.where["job_id"] == "77" and "restarts" not in outcome.where
+    assert os.environ["DORMOUSE_JOB_ID"] == "77"
+
+
+def test_slurm_off_a_cluster_is_refused_even_on_a_machine_with_slurm_installed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--launcher slurm` off a cluster is refused before anything is written, naming the way to run the same
+    jobs here; submitit is told there is no `srun`, so the test runs on a machine with SLURM installed too (CI
+    installs it for tests/flows/test_ab_slurm.py)."""
+    from test_ab_launch import _console, _registry
+
+    from dormouse.ab.runner import LaunchRequest, ab_command
+
+    monkeypatch.setattr(submitit.SlurmExecutor, "affinity", classmethod(lambda cls: -1))
+    err = _console()
+    code = ab_command("t", [], root=tmp_path / "ab", registry=_registry(tmp_path), console=_console(),
+                      err_console=err, launch=LaunchRequest(launcher="slurm"))
+    text = err.export_text()
+    assert code == 2 and "srun" in text and "launcher.cluster=local" in text
+    assert not (tmp_path / "ab").exists()
