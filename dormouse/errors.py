@@ -4,7 +4,13 @@ from __future__ import annotations
 
 
 class TrainError(RuntimeError):
-    """A run that cannot start or continue; the message says what and how to fix it."""
+    """A run that cannot start or continue; the message says what and how to fix it. ``diverged``: training
+    stopped on a non-finite loss, gradient or eval (``train.nonfinite=stop``), a fact the caller records
+    (a comparison's tune stage counts such a run as +inf)."""
+
+    def __init__(self, message: str, *, diverged: bool = False) -> None:
+        super().__init__(message)
+        self.diverged = diverged
 
 
 class StartRefused(TrainError):

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from dormouse.arms.plots import write_probe_plots
 from dormouse.arms.probes import learned_values
-from dormouse.cli.sample import find_checkpoint, load_model
 from dormouse.data import eval_windows, load_corpus
+from dormouse.train.trained import find_checkpoint, load_model
 
 
 def main() -> None:

@@ -19,10 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dormouse.ab import tune
 from dormouse.ab.pairjob import Pair
 from dormouse.ab.plan import ComparisonPlan
-from dormouse.ab.records import RunRecord, load_record
-from dormouse.ab.sequential import UNDECIDED
+from dormouse.ab.records import RunRecord, is_finite_number, load_record
+from dormouse.ab.sequential import UNDECIDED, decide
 from dormouse.config.schema import arm_name
 
 # An arm whose runs failed or whose counters show it did not run as asked: no verdict, but it stays in the
@@ -52,6 +53,7 @@ class Progress:
     next_look: int | None = None  # the look the pending pairs are for (None with tune pairs pending)
     pending: list[Pair] = field(default_factory=list)  # pairs to run before the next look can be taken
     used: dict[str, int] = field(default_factory=dict)  # arm -> replicates its analysis uses
+    diffs: dict[str, list[float]] = field(default_factory=dict)  # arm -> Δ over the replicates it uses
 
     @property
     def finished(self) -> bool:
@@ -71,6 +73,26 @@ def read_pair(pair: Pair, error: str | None = None) -> RunRecord:
                        replicate=pair.replicate)
 
 
+def paired_differences(recs: list[RunRecord], base: dict[int, RunRecord], key: str = "bpb") -> list[float]:
+    """Δ: per replicate, arm − baseline at metric ``key`` of the final eval (the replicates both finished
+    with a finite value, in the arm's replicate order). The one rule the looks decide on and the report
+    states (at ``bpb``; at every depth, ``bpb@k``, as a secondary)."""
+    out = []
+    for r in recs:
+        b = base.get(r.replicate)
+        if r.final and b is not None and b.final and is_finite_number(r.final.get(key)) \
+                and is_finite_number(b.final.get(key)):
+            out.append(float(r.final[key]) - float(b.final[key]))
+    return out
+
+
+def _use(out: Progress, arm: str, n: int, by_arm: dict[str, list[RunRecord]], base: str) -> None:
+    """The arm's analysis uses its first ``n`` replicates: record that, and its Δ over them."""
+    out.used[arm] = n
+    if arm != base:
+        out.diffs[arm] = paired_differences(by_arm[arm], {r.replicate: r for r in by_arm[base]})
+
+
 def _finding_free(records: list[RunRecord]) -> bool:
     return all(not r.findings for r in records)
 
@@ -79,8 +101,6 @@ def progress(plan: ComparisonPlan, read: ReadRecord, failed: set[str] | None = N
     """Replay the schedule from disk. ``read(pair)`` gives a pair's record; ``failed`` names pairs that
     failed and are not to be run again now (this invocation's failures, or ``--status``'s failed pairs):
     their arm is invalid instead of pending."""
-    from dormouse.ab.sequential import decide
-
     spec, failed = plan.spec, failed or set()
     design = plan.design()
     base, aa = spec.baseline, spec.aa_arm
@@ -100,7 +120,7 @@ def progress(plan: ComparisonPlan, read: ReadRecord, failed: set[str] | None = N
         for arm in list(helpers + active):
             if arm not in out.invalid and not (all(r.complete for r in by_arm[arm]) and _finding_free(by_arm[arm])):
                 out.invalid[arm] = _why_invalid(by_arm[arm], n)
-                out.used[arm] = n
+                _use(out, arm, n, by_arm, base)
         if base in out.invalid:  # nothing can be decided against a baseline that did not run as asked
             for arm in active:
                 out.invalid.setdefault(arm, f"the baseline {base!r} is invalid: {out.invalid[base]}")
@@ -108,17 +128,14 @@ def progress(plan: ComparisonPlan, read: ReadRecord, failed: set[str] | None = N
         active = [a for a in active if a not in out.invalid]
         if not active:
             break
-        finals = {a: {r.replicate: float(r.final["bpb"]) for r in by_arm[a] if r.final} for a in [base, *active]}
-        diffs = {a: [finals[a][k] - finals[base][k] for k in range(1, n + 1)] for a in active}
+        for a in [*helpers, *active]:
+            if a not in out.invalid:
+                _use(out, a, n, by_arm, base)
         family = design  # the registered family (n_arms fixed at registration), whatever failed
-        decided = decide(family, index, diffs, decided=dict(out.decisions))
+        decided = decide(family, index, {a: out.diffs[a] for a in active}, decided=dict(out.decisions))
         out.looks.append(Look(index, n, list(active), {a: decided[a] for a in active}))
         for a in active:
             out.decisions[a] = decided[a]
-            out.used[a] = n
-        for a in helpers:
-            if a not in out.invalid:
-                out.used[a] = n
         active = [a for a in active if decided[a].verdict == UNDECIDED]
         if not active:
             break
@@ -128,8 +145,6 @@ def progress(plan: ComparisonPlan, read: ReadRecord, failed: set[str] | None = N
 def _tune_stage(plan: ComparisonPlan, read: ReadRecord, failed: set[str], out: Progress) -> bool:
     """The tune stage comes first (dormouse/ab/tune.py): True once it has chosen (the confirmatory pairs then
     carry each arm's chosen lr); else its pending pairs, or every arm invalid when a tune pair failed."""
-    from dormouse.ab import tune
-
     out.tune = tune.settle(plan, read, failed)
     if out.tune.settled:
         plan.choose_lrs(out.tune.chosen)

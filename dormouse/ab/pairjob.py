@@ -45,7 +45,7 @@ from dormouse.run.checkpoint import CheckpointError, atomic_write_text, list_che
 from dormouse.run.files import ComparisonFiles, RunFiles
 from dormouse.run.loglines import format_done_line, last_eval_phrase, read_metrics
 
-TrainFn = Callable[[DictConfig], Any]
+TrainFn = Callable[[DictConfig], Any]  # trains one pair's run: dormouse.train.loop.train, or a test's fake
 # Exceptions that mean "stopped by a signal": the pair checkpointed (or could not) and the comparison stops;
 # any other error fails only its pair.
 STOP = (KeyboardInterrupt, Interrupted)
@@ -397,6 +397,7 @@ def run_pair(task: PairTask) -> Outcome:
     record["attempts"] = [*record.get("attempts", []), attempt]
     _write_record(task.comp_dir, pair.name, record)
     status, note, code = "stopped", "stopped by the scheduler or a second signal", None
+    diverged = False  # recorded for the tune stage, which counts a diverged run as +inf (dormouse/ab/tune.py)
     t0 = datetime.now()
     out = ComparisonFiles(Path(task.comp_dir)).launch_output(pair.name) if task.output_to_file else None
     try:
@@ -409,10 +410,12 @@ def run_pair(task: PairTask) -> Outcome:
         note = f"interrupted ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); rerun to resume"
     except Exception as exc:  # one failed run must not lose the others: record it and go on
         status, note = FAILED, f"{type(exc).__name__}: {exc}"
+        diverged = isinstance(exc, TrainError) and exc.diverged
         pair.run_dir.mkdir(parents=True, exist_ok=True)
         pair.files.ab_error.write_text(traceback.format_exc())
     finally:
-        attempt.update(state=status, note=note, finished=datetime.now().isoformat(timespec="seconds"),
+        attempt.update(state=status, note=note, diverged=diverged,
+                       finished=datetime.now().isoformat(timespec="seconds"),
                        elapsed_s=round((datetime.now() - t0).total_seconds(), 1))
         _write_record(task.comp_dir, pair.name, record)
         lock.release()

@@ -59,6 +59,7 @@ from typing import Any
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from dormouse.ab.sequential import Design
 from dormouse.ab.tune_rule import RULES
 
 REGISTRY_PACKAGE = "dormouse.conf"
@@ -299,16 +300,12 @@ def _finite(x: Any) -> bool:
 
 def _v2_problems(spec: ComparisonSpec, bad: Any) -> None:
     """Protocol 2's own fields: the smallest effect, α, the looks, the seed streams, the design inputs."""
-    if not (_finite(spec.sesoi) and spec.sesoi > 0):
-        bad("sesoi", f"{spec.sesoi} must be a finite number > 0 (bpb): equivalence needs a margin")
-    if not (_finite(spec.alpha) and 0 < spec.alpha < 0.5):
-        bad("alpha", f"{spec.alpha} must lie in (0, 0.5)")
+    design = Design(alpha=spec.alpha, sesoi=spec.sesoi, looks=tuple(spec.looks), n_arms=len(spec.tested))
+    problems = dict(design.field_problems())
+    for name in ("sesoi", "alpha", "looks"):  # the family size is the arms' check (_common_problems)
+        if name in problems:
+            bad(name, problems[name])
     looks = list(spec.looks)
-    if not looks:
-        bad("looks", "at least one look is required")
-    elif looks[0] < 2 or any(b <= a for a, b in zip(looks, looks[1:])):
-        bad("looks", f"{looks} must be strictly increasing cumulative replicate counts, the first >= 2 "
-            "(an interval needs two replicates)")
     if not (_finite(spec.pilot_sd) and spec.pilot_sd > 0):
         bad("pilot_sd", f"{spec.pilot_sd} must be a finite number > 0 (bpb; the sd of paired differences)")
     if not _finite(spec.expected_effect):

@@ -1,309 +1,46 @@
-"""From finished runs to verdicts: read every run a comparison's looks used, state each arm's sequential
-decision with everything beside it, and write ``results.json`` and ``report.md`` (docs/ab-protocol.md,
-"Verdicts", "Outputs").
+"""``report.md`` and the files beside it: the comparison's results (:mod:`dormouse.ab.results`) written as
+``results.json``, rendered as markdown, and drawn (:mod:`dormouse.ab.plots`) (docs/ab-protocol.md,
+"Outputs").
 
-Everything here reads the run directories on disk (through :func:`dormouse.ab.looks.progress`, which
-replays the looks), so a report made after a resume is the same as one made in a single sitting.
-``results.json`` carries every number a verdict compared (the look's boundary, the repeated interval, the
-TOST interval, p and its nominal level), so a reader can check each verdict by hand.
-
-Nothing here branches on an arm's name: the tie rule "keeps the simpler arm" uses the arm registry's order
-(``dormouse.arms.registry.ARMS``, simplest first).
+The markdown is rendered from the ``results.json`` document alone, so a published comparison's report can
+be made again from its results.
 """
 
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Callable
-from dataclasses import asdict
-from datetime import datetime
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from dormouse.ab import stats, tune
-from dormouse.ab.looks import INVALID, UNDECIDED, Progress
-from dormouse.ab.pairjob import Pair
-from dormouse.ab.plan import ComparisonPlan
+from dormouse.ab import tune
+from dormouse.ab.looks import INVALID, UNDECIDED
 from dormouse.ab.plots import write_plots
-from dormouse.ab.records import RunRecord, is_finite_number
+from dormouse.ab.records import RunRecord
+from dormouse.ab.results import ComparisonResults
+from dormouse.ab.sequential import BETTER, TIE, WORSE
 from dormouse.arms.registry import ARMS
-from dormouse.cli.logs import Finding
-from dormouse.config.schema import arm_name
 from dormouse.run.checkpoint import atomic_write_text
 from dormouse.run.files import ComparisonFiles
 
-BETTER, WORSE, TIE = "better", "worse", "tie"
-ORDER = ", then ".join(ARMS)  # the registry's order, simplest first
 
-# What each verdict means for the mechanism (after the sentence that states what was tested).
-MEANING = {
-    BETTER: "the mechanism is kept if its cost (below) is acceptable.",
-    WORSE: "the mechanism is rejected.",
-    TIE: f"the mechanism is rejected: the simpler arm is kept (the registry's order: {ORDER}).",
-    UNDECIDED: f"nothing is adopted: the simpler arm stays (the registry's order: {ORDER}).",
-    INVALID: "no verdict: the arm's counters show it did not run as asked (ran ≠ asked, or 0), an unselected "
-             "arm leaked, or a run failed or is incomplete. Fix the cause and rerun; an invalid arm is never a "
-             "tie, and it stays in the multiplicity family.",
-}
+def registry_order() -> str:
+    """The arm registry's order, simplest first, as the report states it (read when the report is made:
+    an arm registered after import is in it)."""
+    return ", then ".join(ARMS)
 
 
-# --- analysis -------------------------------------------------------------------------------------------
-
-def _mean_of(values: list[float]) -> float | None:
-    vals = [v for v in values if is_finite_number(v)]
-    return float(np.mean(vals)) if vals else None
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b not in (None, 0) else None
-
-
-def _cost(records: list[RunRecord]) -> dict[str, Any]:
-    """Parameters, throughput (median tok/s over the eval windows: robust to the first, warm-up window)
-    and peak memory, averaged over the arm's runs."""
-    params = _mean_of([(r.final or {}).get("params", r.provenance.get("params", math.nan)) for r in records])
-    arm_params = _mean_of([r.provenance.get("arm_params", math.nan) for r in records])
-    tok_s = _mean_of([float(np.median([x["tok/s"] for x in r.rows if is_finite_number(x.get("tok/s"))]))
-                      for r in records if any(is_finite_number(x.get("tok/s")) for x in r.rows)])
-    peak = _mean_of([max(x.get("peak_mem_bytes", 0) or 0 for x in r.rows) for r in records if r.rows])
-    devices = sorted({str(r.provenance.get("device", "?")) for r in records})
-    return {"params": params, "arm_params": arm_params, "tok_s": tok_s, "peak_mem_bytes": peak or None,
-            "devices": devices}
-
-
-def simpler(kind_a: str, kind_b: str) -> str:
-    """The simpler of two mechanisms: the one earlier in the arm registry (``ARMS``, simplest first)."""
-    rank = {k: i for i, k in enumerate(ARMS)}
-    return min(kind_a, kind_b, key=lambda k: rank.get(k, len(rank)))
-
-
-def _paired(recs: list[RunRecord], base: dict[int, RunRecord], key: str) -> list[float]:
-    """Per replicate, arm − baseline at metric ``key`` (replicates both finished, in replicate order)."""
-    out = []
-    for r in recs:
-        b = base.get(r.replicate)
-        if r.final and b is not None and b.final and is_finite_number(r.final.get(key)) \
-                and is_finite_number(b.final.get(key)):
-            out.append(float(r.final[key]) - float(b.final[key]))
-    return out
-
-
-def _by_depth(recs: list[RunRecord], base: dict[int, RunRecord], role: str) -> dict[str, Any]:
-    """Secondary: final bpb at every depth (mean over replicates) and, for a compared arm, the mean paired
-    Δ at that depth and its sd. Not part of any decision."""
-    keys = sorted({k for r in recs if r.final for k in r.final if k.startswith("bpb@")}, key=lambda k: int(k[4:]))
-    out: dict[str, Any] = {}
-    for k in keys:
-        d = _paired(recs, base, k) if role != "baseline" else []
-        out[k] = {"bpb_mean": _mean_of([float(r.final[k]) for r in recs if r.final and k in r.final]),
-                  "diff_mean": stats.mean(d) if d else None, "diff_sd": stats.sd(d)}
-    return out
-
-
-def _beside(diffs: list[float]) -> dict[str, Any]:
-    """Reported beside the verdict, never decided on (dormouse.ab.stats): the probability of improvement
-    (the share of replicates where the arm's final bpb is below the baseline's) with its Clopper–Pearson
-    interval, and the Hodges–Lehmann estimate of Δ with its signed-rank interval, a robust cross-check."""
-    poi = stats.prob_improvement(diffs) if diffs else None
-    hl = stats.hodges_lehmann(diffs) if diffs else None
-    return {"poi": None if poi is None else poi.estimate, "poi_interval": None if poi is None else poi.interval,
-            "poi_k": None if poi is None else poi.k,
-            "hodges_lehmann": None if hl is None else hl.estimate,
-            "hodges_lehmann_interval": None if hl is None else hl.interval,
-            "hodges_lehmann_confidence": None if hl is None else hl.confidence}
-
-
-def _bad_runs(finals: list[float], ceiling: float | None) -> dict[str, Any] | None:
-    """Runs whose final bpb ended above the registered ceiling (a run that did not learn)."""
-    rate = None if ceiling is None else stats.bad_run_rate(finals, ceiling)
-    if rate is None:
-        return None
-    return {"count": rate.k, "n": rate.n, "rate": rate.estimate, "interval": rate.interval, "ceiling": ceiling}
-
-
-def _arm_result(arm: str, role: str, recs: list[RunRecord], base: dict[int, RunRecord], spec: Any) -> dict[str, Any]:
-    """One arm's numbers that do not depend on the decision: its runs, Δ, and what is reported beside."""
-    finals = {r.replicate: float(r.final["bpb"]) for r in recs if r.final}
-    diffs = _paired(recs, base, "bpb") if role != "baseline" else []
-    problems = [_finding_text(f, r.run_dir.parent) for r in recs for f in r.findings]
-    incomplete = [f"{r.run_dir.name}: {r.error or 'no final eval at step ' + str(r.steps)}"
-                  for r in recs if not r.complete]
-    beside = _beside(diffs) if role != "baseline" else {}
-    beside["bad_runs"] = _bad_runs(list(finals.values()), spec.bad_run_ceiling)
+def meaning(verdict: str) -> str:
+    """What a verdict means for the mechanism (after the sentence that states what was tested)."""
     return {
-        "role": role,
-        "kind": recs[0].kind if recs else None,
-        "overrides": list(spec.arms[arm]),
-        "replicates": [r.replicate for r in recs],
-        "init_seeds": [r.seed for r in recs],
-        "final_bpb": {str(k): v for k, v in finals.items()},
-        "bpb_mean": _mean_of(list(finals.values())),
-        "bpb_sd": stats.sd(list(finals.values())),
-        "diffs": diffs,
-        "diff_mean": stats.mean(diffs) if diffs else None,
-        "diff_sd": stats.sd(diffs),
-        **beside,
-        "bpb_by_depth": _by_depth(recs, base, role),
-        "counter_check": "pass" if not problems else "fail",
-        "findings": problems,
-        "incomplete": incomplete,
-    }
-
-
-def _verdict(arm: str, a: dict[str, Any], state: Progress, base: str, base_kind: str) -> None:
-    """The arm's verdict, its sentence, the look that decided it, and the arm kept."""
-    decision = state.decisions.get(arm)
-    a["verdict"] = state.verdict(arm)
-    a["decision"] = None if decision is None else decision.to_dict()
-    a["look"] = None if decision is None else decision.look + 1
-    if a["verdict"] == INVALID:
-        a["sentence"] = f"{arm} is invalid: {state.invalid[arm]}"
-    elif decision is None:
-        a["sentence"] = f"{arm} was not decided: its first look has not been taken"
-    else:
-        a["sentence"] = decision.sentence(arm, base)
-    kind = a["kind"] or "?"
-    if a["verdict"] == BETTER:
-        a["kept"] = arm
-    elif a["verdict"] in (TIE, UNDECIDED):
-        a["kept"] = base if simpler(kind, base_kind) == base_kind else arm
-    elif a["verdict"] == WORSE:
-        a["kept"] = base
-    else:
-        a["kept"] = None
-
-
-def analyze(plan: ComparisonPlan, state: Progress, read: Callable[[Pair], RunRecord], *,
-            registration: dict[str, Any] | None = None,
-            design_card: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[RunRecord]]:
-    """Apply the protocol to the runs the looks used; returns (results.json content, the records read)."""
-    spec = plan.spec
-    base, aa = spec.baseline, spec.aa_arm
-    records = [read(p) for p in plan.pairs if p.replicate <= state.used.get(p.arm, 0)]
-    by_arm = {a: [r for r in records if r.arm == a] for a in spec.arms}
-    base_runs = {r.replicate: r for r in by_arm[base]}
-    base_kind = arm_name(next(p.cfg for p in plan.pairs if p.arm == base))  # what the registration selects
-    base_cost = _cost(by_arm[base])
-    cpu = any(str(r.provenance.get("device", "")).startswith("cpu") for r in records)
-    arms: dict[str, Any] = {}
-    for arm in spec.arms:
-        role = "baseline" if arm == base else "aa" if arm == aa else "arm"
-        a = _arm_result(arm, role, by_arm[arm], base_runs, spec)
-        cost = _cost(by_arm[arm])
-        a.update(cost, params_ratio=_ratio(cost["params"], base_cost["params"]),
-                 tok_s_ratio=_ratio(cost["tok_s"], base_cost["tok_s"]),
-                 # On CPU the figure is the process's max RSS, which only grows across the runs of one
-                 # process: a ratio would compare run order, not arms.
-                 peak_mem_ratio=None if cpu else _ratio(cost["peak_mem_bytes"], base_cost["peak_mem_bytes"]))
-        if role == "arm":
-            _verdict(arm, a, state, base, base_kind)
-        else:
-            bad = arm in state.invalid
-            a.update(verdict=INVALID if bad else role, kept=None, decision=None, look=None,
-                     sentence=state.invalid[arm] if bad else "the reference" if role == "baseline"
-                     else "the calibration check (below)")
-        arms[arm] = a
-    calibration = _calibration(arms, aa)
-    complete = not state.pending and all(not a["incomplete"] for a in arms.values())
-    results = _jsonable({
-        "protocol": 2, "name": spec.name, "description": spec.description, "metric": spec.metric,
-        "baseline": base, "aa_arm": aa, "sesoi": spec.sesoi, "alpha": spec.alpha, "looks": list(plan.looks),
-        "family": list(spec.tested), "n_arms": plan.design().n_arms,
-        "replicates": [vars(r) for r in plan.replicates],
-        "bad_run_ceiling": spec.bad_run_ceiling,
-        "pilot_sd": spec.pilot_sd, "expected_effect": spec.expected_effect,
-        "looks_taken": [{"look": lk.index + 1, "n": lk.n, "arms": lk.arms,
-                         "verdicts": {a: d.verdict for a, d in lk.decisions.items()}} for lk in state.looks],
-        "next_look": None if state.next_look is None else state.next_look + 1,
-        "complete": complete, "overrides": list(plan.overrides), "fixed": list(spec.fixed),
-        "registration": registration or {}, "design_card": design_card,
-        "aa_calibration": calibration, "code": _code(records),
-        "tune": None if state.tune is None else tune.to_dict(plan, state.tune),
-        "notes": _notes(cpu, state),
-        "arms": arms,
-        "runs": [_run_json(r) for r in sorted(records, key=lambda r: (r.replicate, plan.arms.index(r.arm)))],
-        "generated": datetime.now().isoformat(timespec="seconds"),
-    })
-    return results, records
-
-
-def _calibration(arms: dict[str, Any], aa: str | None) -> dict[str, Any] | None:
-    """The A/A check (dormouse.ab.stats.aa_calibration): does the A/A arm's spread of paired differences
-    agree with each compared arm's? A check that can fail; it decides no verdict."""
-    if aa is None:
-        return None
-    a = arms[aa]
-    compared = {n: r["diffs"] for n, r in arms.items() if r["role"] == "arm" and r["verdict"] != INVALID}
-    check = None if a["verdict"] == INVALID else stats.aa_calibration(a["diffs"], compared)
-    if check is None:
-        return {"agrees": None, "sentence": "The check could not be made: the A/A arm is invalid, or it or "
-                "every compared arm has fewer than 2 paired replicates."}
-    return {**asdict(check), "sentence": check.sentence()}
-
-
-def _code(records: list[RunRecord]) -> dict[str, Any]:
-    """The commit and code fingerprint every run used (from the pairs' attempt records)."""
-    from dormouse.ab.pairjob import recorded_fingerprints
-
-    per_run: dict[str, Any] = {}
-    for r in records:
-        fps = [f for f in recorded_fingerprints(r.run_dir.parent, r.run_dir.name) if f]
-        per_run[r.run_dir.name] = {"commit": sorted({str(f.get("commit")) for f in fps}),
-                                   "fingerprint": sorted({str(f.get("sha256")) for f in fps})}
-    commits = sorted({c for v in per_run.values() for c in v["commit"]})
-    prints = sorted({c for v in per_run.values() for c in v["fingerprint"]})
-    return {"commits": commits, "fingerprints": prints, "runs": per_run}
-
-
-def _notes(cpu: bool, state: Progress) -> list[str]:
-    notes = []
-    if state.tune is not None and not state.tune.settled and state.pending:
-        notes.append(f"The tune stage is not finished: {len(state.pending)} tune pair(s) to run; rerun "
-                     "`dormouse ab` to continue.")
-    elif state.pending:
-        notes.append(f"Look {int(state.next_look or 0) + 1} is not taken yet: {len(state.pending)} pair(s) to run; "
-                     "rerun `dormouse ab` to continue the schedule.")
-    if cpu:
-        notes.append("Peak memory on CPU is the process's max RSS, which only grows across the runs of one "
-                     "process; its ratios are not reported.")
-    return notes
-
-
-def _finding_text(f: Finding, base: Path) -> str:
-    """A finding with its path relative to the comparison directory (the report is read from there)."""
-    try:
-        where = f.path.relative_to(base)
-    except ValueError:
-        where = f.path
-    return f"{where}{'' if f.line is None else f':{f.line}'}: {f.kind}: {f.message}"
-
-
-def _run_json(r: RunRecord) -> dict[str, Any]:
-    last = r.rows[-1] if r.rows else {}
-    return {
-        "arm": r.arm, "replicate": r.replicate, "seed": r.seed, "kind": r.kind, "run_dir": str(r.run_dir),
-        "complete": r.complete, "error": r.error, "steps": r.steps, "last_step": last.get("step"),
-        "final": r.final, "findings": [f.to_dict() for f in r.findings],
-        "curve": [{"step": x.get("step"), "tokens": x.get("tokens"), "bpb": x.get("bpb")} for x in r.rows],
-    }
-
-
-def _jsonable(x: Any) -> Any:
-    """NaN/inf become null (JSON has no NaN), tuples lists, Paths strings."""
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, Path):
-        return str(x)
-    if isinstance(x, np.generic):
-        return _jsonable(x.item())
-    return x
+        BETTER: "the mechanism is kept if its cost (below) is acceptable.",
+        WORSE: "the mechanism is rejected.",
+        TIE: f"the mechanism is rejected: the simpler arm is kept (the registry's order: {registry_order()}).",
+        UNDECIDED: f"nothing is adopted: the simpler arm stays (the registry's order: {registry_order()}).",
+        INVALID: "no verdict: the arm's counters show it did not run as asked (ran ≠ asked, or 0), an unselected "
+                 "arm leaked, or a run failed or is incomplete. Fix the cause and rerun; an invalid arm is never "
+                 "a tie, and it stays in the multiplicity family.",
+    }.get(verdict, "")
 
 
 # --- writing --------------------------------------------------------------------------------------------
@@ -389,7 +126,7 @@ def _sentences(r: dict[str, Any]) -> list[str]:
     for name, a in r["arms"].items():
         if a["role"] != "arm":
             continue
-        what = MEANING.get(a["verdict"], "")
+        what = meaning(a["verdict"])
         kept = f" Kept: `{a['kept']}`." if a["kept"] else ""
         out.append(f"- `{name}` — **{a['verdict']}**: {a['sentence']} So {what}{kept}")
     cal = r.get("aa_calibration")
@@ -484,21 +221,24 @@ def render_report(results: dict[str, Any], plots: list[str]) -> str:
     return "\n".join(out)
 
 
-def write_outputs(comp_dir: Path, results: dict[str, Any], records: list[RunRecord]) -> dict[str, Path]:
-    """Write the plots, results.json and report.md into ``comp_dir``; returns their paths."""
-    plots = write_plots(comp_dir, results, records)
-    results["plots"] = [p.name for p in plots]
+def write_outputs(comp_dir: Path, results: ComparisonResults,
+                  records: list[RunRecord]) -> tuple[ComparisonResults, dict[str, Path]]:
+    """Draw the plots and write results.json and report.md into ``comp_dir``; returns the results as
+    written (with the plots' names) and the paths written."""
+    plots = write_plots(comp_dir, results.to_json(), records)
+    results = replace(results, plots=[p.name for p in plots])
+    doc = results.to_json()
     files = ComparisonFiles(comp_dir)
     paths = {"results": files.results, "report": files.report}
-    atomic_write_text(paths["results"], json.dumps(results, indent=2, allow_nan=False) + "\n")
-    atomic_write_text(paths["report"], render_report(results, results["plots"]))
+    atomic_write_text(paths["results"], json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    atomic_write_text(paths["report"], render_report(doc, doc["plots"]))
     for p in plots:
         paths[p.stem] = p
-    return paths
+    return results, paths
 
 
 def verdict_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per arm for the console summary (runner.verdict_table)."""
+    """One row per arm for the console summary (:func:`dormouse.ab.status.verdict_table`)."""
     rows = []
     for name, a in results["arms"].items():
         d = a.get("decision") or {}

@@ -53,24 +53,29 @@ class Design:
     looks: tuple[int, ...]  # cumulative replicates per arm at each look, strictly increasing; last = maximum
     n_arms: int  # arms compared with the baseline: the multiplicity family, fixed at registration
 
-    def problems(self) -> list[str]:
-        """One line per bad field, naming it (for the registry's validation); empty when the design is usable."""
-        out: list[str] = []
-        if not isinstance(self.alpha, (int, float)) or not 0.0 < self.alpha < 0.5:
-            out.append(f"alpha: must be a number in (0, 0.5), got {self.alpha!r}")
-        if not isinstance(self.sesoi, (int, float)) or not math.isfinite(self.sesoi) or self.sesoi <= 0:
-            out.append(f"sesoi: must be a finite number of bpb > 0, got {self.sesoi!r}")
+    def field_problems(self) -> list[tuple[str, str]]:
+        """``(field, what is wrong)`` for each bad field; empty when the design is usable. The one check of a
+        design: the registry states these for a registered file (dormouse.ab.registry), ``check`` raises them."""
+        out: list[tuple[str, str]] = []
+        if not _finite(self.alpha) or not 0.0 < self.alpha < 0.5:
+            out.append(("alpha", f"{self.alpha} must lie in (0, 0.5)"))
+        if not _finite(self.sesoi) or self.sesoi <= 0:
+            out.append(("sesoi", f"{self.sesoi} must be a finite number > 0 (bpb): equivalence needs a margin"))
         looks = self.looks
-        if (not isinstance(looks, (tuple, list)) or not looks
-                or not all(isinstance(n, int) and not isinstance(n, bool) for n in looks)):
-            out.append(f"looks: must be a non-empty list of integers (cumulative replicates), got {looks!r}")
-        elif looks[0] < 2:
-            out.append(f"looks: the first look needs at least 2 replicates (a spread needs 2), got {looks[0]}")
-        elif any(b <= a for a, b in zip(looks, looks[1:])):
-            out.append(f"looks: must be strictly increasing, got {list(looks)}")
+        if not isinstance(looks, (tuple, list)) or not looks:
+            out.append(("looks", "at least one look is required"))
+        elif not all(isinstance(n, int) and not isinstance(n, bool) for n in looks):
+            out.append(("looks", f"{list(looks)} must be integers (cumulative replicate counts)"))
+        elif looks[0] < 2 or any(b <= a for a, b in zip(looks, looks[1:])):
+            out.append(("looks", f"{list(looks)} must be strictly increasing cumulative replicate counts, the "
+                        "first >= 2 (an interval needs two replicates)"))
         if not isinstance(self.n_arms, int) or isinstance(self.n_arms, bool) or self.n_arms < 1:
-            out.append(f"n_arms: must be an integer >= 1 (arms compared with the baseline), got {self.n_arms!r}")
+            out.append(("n_arms", f"{self.n_arms!r} must be an integer >= 1 (arms compared with the baseline)"))
         return out
+
+    def problems(self) -> list[str]:
+        """One line per bad field, naming it first; empty when the design is usable."""
+        return [f"{name}: {what}" for name, what in self.field_problems()]
 
     def check(self) -> None:
         """Raise ``ValueError`` listing every problem (no work is done on a bad design)."""
@@ -81,6 +86,10 @@ class Design:
     @property
     def n_max(self) -> int:
         return self.looks[-1]
+
+
+def _finite(x: object) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
 
 
 def obf_spent(fraction: float | np.ndarray, level: float) -> np.ndarray:

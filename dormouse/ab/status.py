@@ -1,4 +1,5 @@
-"""``dormouse ab NAME --plan`` and ``--status``: what a comparison will do, and where it stands.
+"""The console views of a comparison: ``--plan`` and ``--status`` (what a comparison will do, and where it
+stands), and the verdicts a run ends with.
 
 Both only read, and both read the comparison's one plan (:class:`dormouse.ab.plan.ComparisonPlan`).
 ``--plan`` composes every pair (so a bad override is refused exactly as a run would refuse it) and prints
@@ -6,13 +7,7 @@ the looks (replicates per arm, each replicate's init and data-order seeds), the 
 what is already done, and the estimated cost up to the maximum; it writes nothing and takes
 no lock. ``--status`` is safe while a comparison runs: it reads the run directories,
 the pairs' attempt records and probes the locks (a shared probe, never taken): a pair whose lock is held
-is running, wherever it runs.
-
-The compute estimate counts the matmul FLOPs of training only (no eval), ×3 for forward + backward:
-per token and per iteration of the shared block, 2·(4d² + 3dh) for the attention projections and the
-SwiGLU, 2·T·d for causal attention scores and mixing (half of the 4·T·d of full attention), and
-2·256·d per readout (the byte vocabulary). The arms' own work (a gate, a depth softmax) is left out: it
-is O(d) or O(L·d) per token against O(d²). Expected depth is (max_iter + 1)/2 under random depth.
+is running, wherever it runs. The compute estimate is the model's (:mod:`dormouse.model.flops`).
 """
 
 from __future__ import annotations
@@ -25,31 +20,30 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from dormouse.ab.lock import is_locked, read_holder
 from dormouse.ab.looks import Progress
 from dormouse.ab.pairjob import Pair, pair_state, read_launch_record
 from dormouse.ab.plan import ComparisonPlan
+from dormouse.ab.report import verdict_rows
 from dormouse.cli.logs import read_run
-from dormouse.run.files import ComparisonFiles, RunFiles
+from dormouse.model.flops import training_cost
+from dormouse.run.files import AB_ERROR, ComparisonFiles, RunFiles
 from dormouse.run.loglines import EVAL, RESUME, LogLineError, human, line_kind, parse_resume_line
 
 
-def pair_cost(cfg: DictConfig) -> dict[str, float]:
-    """Training tokens and the estimated training FLOPs of one pair (see the module docstring)."""
-    from dormouse.model.looped import VOCAB, swiglu_hidden
-
-    m, t, d = cfg.model, cfg.train, int(cfg.model.d_model)
-    h = swiglu_hidden(d, m.mlp_hidden)
-    seq = int(cfg.data.seq_len)
-    depth = (int(m.max_iter) + 1) / 2 if m.random_depth else int(m.max_iter)
-    readouts = depth if str(t.readout) == "all" else 1
-    tokens = int(t.steps) * int(t.batch_size) * seq
-    per_token_fwd = depth * (2 * (4 * d * d + 3 * d * h) + 2 * seq * d) + readouts * 2 * VOCAB * d
-    return {"tokens": float(tokens), "flops": 3.0 * per_token_fwd * tokens}
+def tune_cost_line(plan: ComparisonPlan) -> str:
+    """What the tune stage adds to the card's cost (the card counts confirmatory replicates only)."""
+    costs = [training_cost(p.cfg) for p in plan.tune_pairs]
+    confirmatory = [training_cost(p.cfg) for p in plan.pairs]
+    return (f"tune stage (runs first, not in the card above): {len(costs)} pairs ({len(plan.tuned_arms)} arms × "
+            f"{len(plan.spec.tune.lrs)} lrs × {plan.spec.tune.replicates} replicate(s)), "
+            f"{human(sum(c['tokens'] for c in costs))} tokens, {human(sum(c['flops'] for c in costs))} training "
+            f"FLOPs; the confirmatory pairs at the maximum: {len(confirmatory)} pairs, "
+            f"{human(sum(c['flops'] for c in confirmatory))} FLOPs")
 
 
 def _fmt_s(seconds: float | None) -> str:
@@ -125,7 +119,7 @@ def render_plan(plan: ComparisonPlan, *, launch: dict[str, Any], registration: s
     left = 0
     for p in pairs:
         state, why = states[p.name]
-        cost = pair_cost(p.cfg)
+        cost = training_cost(p.cfg)
         wall = pair_wall_s(p, comp_dir) if state == "complete" else None
         if state != "complete":
             left += 1
@@ -189,7 +183,7 @@ def pair_status(pair: Pair, comp_dir: Path, now: float | None = None) -> dict[st
             if step > first:
                 out["eta_s"] = elapsed / (step - first) * (pair.steps - step)
     elif last_attempt.get("state") == "failed" or pair.files.ab_error.is_file():
-        out.update(state="failed", note=last_attempt.get("note", "see ab_error.txt"))
+        out.update(state="failed", note=last_attempt.get("note", f"see {AB_ERROR}"))
     elif state in ("resume", "restart"):
         out.update(state="interrupted", note=why)
     else:
@@ -302,3 +296,31 @@ def _abridge(line: str) -> str:
 
 def status_json(status: dict[str, Any]) -> str:
     return json.dumps(status, indent=2, default=str)
+
+
+# --- the verdicts ---------------------------------------------------------------------------------------
+
+_VERDICT_STYLE = {"better": "bold green", "worse": "bold red", "tie": "yellow", "invalid": "bold red",
+                  "undecided": "yellow", "baseline": "dim", "aa": "dim"}
+
+
+def verdict_table(results: dict[str, Any]) -> Table:
+    """The verdicts of ``results.json`` as a rich table (the report's first table, abridged), each with its
+    sentence."""
+    table = Table(title=f"ab {results['name']}: SESOI ±{results['sesoi']:g} bpb, α {results['alpha']:g} over "
+                  f"{results['n_arms']} arm(s), looks {results['looks']}", title_justify="left")
+    for c in ("arm", "bpb mean", "Δ mean", "repeated interval", "look", "verdict", "kept", "what was tested"):
+        table.add_column(c, overflow="fold")  # a narrow terminal wraps a value; it never cuts it to "…"
+    for row in verdict_rows(results):
+        iv = row["interval"]
+        table.add_row(
+            row["arm"],
+            "—" if row["bpb_mean"] is None else f"{row['bpb_mean']:.4f}",
+            "—" if row["diff_mean"] is None else f"{row['diff_mean']:+.4f}",
+            "—" if iv is None else f"[{iv[0]:+.4f}, {iv[1]:+.4f}]",
+            "—" if row["look"] is None else str(row["look"]),
+            f"[{_VERDICT_STYLE.get(row['verdict'], '')}]{row['verdict']}[/]",
+            row["kept"] or "—",
+            Text(row["sentence"] or "—"),
+        )
+    return table

@@ -21,30 +21,38 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dormouse.ab.pairjob import Pair, read_launch_record
 from dormouse.ab.records import RunRecord
 from dormouse.ab.registry import ComparisonError
 from dormouse.ab.tune_rule import RULE, RULES, choose  # noqa: F401  (the stage applies the registered rule)
 from dormouse.run.checkpoint import atomic_write_text
-from dormouse.run.files import ComparisonFiles
+from dormouse.run.files import ComparisonFiles, RunFiles
 
-if TYPE_CHECKING:
-    from dormouse.ab.pairjob import Pair
+if TYPE_CHECKING:  # annotations only: the plan module composes configs (dormouse.train.start)
     from dormouse.ab.plan import ComparisonPlan
 
 TUNE_RECORD = "tune.json"
-# What dormouse/train/loop.py's TrainError says when training stops on a non-finite value (Run.nonfinite_error);
-# run_pair keeps the traceback in the pair's ab_error.txt, so a divergence is read back from disk.
-DIVERGED_MARK = "non-finite"
+# Runs written before the attempt record said whether a run diverged: the loop's TrainError message, kept in
+# the run's error file (dormouse/ab/pairjob.py writes its traceback there), is their only trace.
+_LEGACY_DIVERGED = "TrainError: non-finite"
 
 
 def diverged(rec: RunRecord) -> bool:
-    """The run stopped on a non-finite value (this invocation's error, or the error file on disk)."""
+    """The run stopped on a non-finite value: what its pair's latest finished attempt recorded
+    (``diverged`` in ``launch/PAIR.json``, from the loop's ``TrainError.diverged``)."""
     if rec.complete:
         return False
-    if rec.error and DIVERGED_MARK in rec.error:
-        return True
-    err = rec.run_dir / "ab_error.txt"
-    return err.is_file() and f"TrainError: {DIVERGED_MARK}" in err.read_text(errors="replace")
+    attempts = read_launch_record(rec.run_dir.parent, rec.run_dir.name).get("attempts", [])
+    ended = [a for a in attempts if "diverged" in a]
+    if ended:
+        return bool(ended[-1]["diverged"])
+    return _diverged_before_the_record(rec.run_dir)
+
+
+def _diverged_before_the_record(run_dir: Path) -> bool:
+    """A run from before attempts recorded divergence: its error file holds the loop's message."""
+    err = RunFiles(run_dir).ab_error
+    return err.is_file() and _LEGACY_DIVERGED in err.read_text(errors="replace")
 
 
 def tune_value(rec: RunRecord) -> float | None:

@@ -206,7 +206,8 @@ def ab(
         err.print("[bold red]error:[/] name a comparison: dormouse ab NAME (registered: "
                   "dormouse ab --list) or dormouse ab PATH.yaml", markup=True, soft_wrap=True)
         raise typer.Exit(2)
-    from dormouse.ab.runner import LaunchRequest, ab_command, split_overrides
+    from dormouse.ab.command import ab_command
+    from dormouse.ab.launch_request import LaunchRequest, split_overrides
 
     hydra_overrides, launcher_overrides = split_overrides(list(overrides or []))
     request = LaunchRequest(jobs=jobs, threads=threads, launcher=launcher, launcher_overrides=launcher_overrides)

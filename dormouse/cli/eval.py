@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dormouse.cli.sample import find_checkpoint, load_model, resolve_sample_device
 from dormouse.config.schema import arm_name
 from dormouse.data import eval_windows, load_corpus
+from dormouse.train.trained import find_checkpoint, load_model, resolve_device
 
 
 def eval_checkpoint(run_dir: Path, checkpoint: Path | None = None, device: str = "cpu") -> tuple[Path, dict[str, Any]]:
@@ -23,7 +23,7 @@ def eval_checkpoint(run_dir: Path, checkpoint: Path | None = None, device: str =
     from dormouse.train.device import autocast_context, compute_dtype
     from dormouse.train.loop import evaluate
 
-    dev = resolve_sample_device(device)
+    dev = resolve_device(device)
     path = find_checkpoint(run_dir, checkpoint)
     model, cfg, step = load_model(path, dev)
     corpus = load_corpus(cfg.data)

@@ -319,7 +319,7 @@ class _Run:
     def nonfinite_error(self, what: str, step: int, fix: str) -> TrainError:
         last = list_checkpoints(self.files.checkpoints)
         return TrainError(f"non-finite {what} at step {step}; last good checkpoint: "
-                          f"{last[-1] if last else 'none'}; {fix}")
+                          f"{last[-1] if last else 'none'}; {fix}", diverged=True)
 
     def result(self, loop: LoopState, losses: list[float], wall_s: float) -> TrainResult:
         return TrainResult(self.files.dir, self.metrics.rows, losses, wall_s, **self.counts,

@@ -17,11 +17,15 @@ import pytest
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
+from dormouse.ab import tune
+from dormouse.ab.command import ab_command
 from dormouse.ab.plan import build_plan
+from dormouse.ab.records import RunRecord
 from dormouse.ab.registry import ABSpecError, ComparisonError, load_spec
-from dormouse.ab.runner import ab_command, plan_pairs, run_comparison
+from dormouse.ab.runner import plan_pairs, run_comparison
 from dormouse.ab.tune_rule import choose
 from dormouse.errors import TrainError
+from dormouse.run.files import ComparisonFiles, RunFiles
 from tests.helpers.planted_run import append_eval, append_log, done_line, eval_rows, write_run_header
 
 SPEC = """\
@@ -59,7 +63,8 @@ EXPECTED = {"rezero": 0.002, "gr": 0.004, "attnres_full": 0.004, "rezero_aa": 0.
 
 class TuneFake:
     """Stands in for dormouse.train.loop.train: a run directory with eval lines, metrics and a done line, final bpb
-    2 + 0.05·|log2(lr / optimum)| + a small seed term; raises TrainError (non-finite loss) where it diverges."""
+    2 + 0.05·|log2(lr / optimum)| + a small seed term; raises the loop's TrainError (non-finite loss, diverged)
+    where it diverges."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []
@@ -71,7 +76,8 @@ class TuneFake:
         run_dir = Path(cfg.run.dir) / name
         write_run_header(run_dir, cfg, {"params": 1000})
         if (arm, lr) in DIVERGES:
-            raise TrainError("non-finite loss (loss nan) at step 3; last good checkpoint: none; lower train.lr")
+            raise TrainError("non-finite loss (loss nan) at step 3; last good checkpoint: none; lower train.lr",
+                             diverged=True)
         append_log(run_dir, "# dormouse: fake")
         for row in eval_rows(cfg, 2.0 + 0.05 * abs(math.log2(lr / OPTIMUM[arm])) + 0.001 * (seed % 7)):
             append_eval(run_dir, cfg, row)
@@ -222,6 +228,35 @@ def test_a_resume_recomputes_the_same_choice_without_rerunning_tune_pairs(
     assert again.calls == ["gr-s2"]
     assert float(OmegaConf.load(comp / "gr-s2" / "config.yaml").train.lr) == EXPECTED["gr"]
     assert (comp / "tune.json").read_text() == before
+
+
+def test_each_attempt_records_whether_its_run_diverged(finished: tuple[Path, TuneFake, Path]) -> None:
+    comp, _, _ = finished
+    said = {}
+    for record in sorted((comp / "launch").glob("*.json")):
+        cfg = OmegaConf.load(comp / record.stem / "config.yaml")
+        arm = record.stem.split("-lr")[0].removeprefix("tune-") if record.stem.startswith("tune-") else None
+        said[record.stem] = ((arm, float(cfg.train.lr)) in DIVERGES,
+                             json.loads(record.read_text())["attempts"][-1]["diverged"])
+    assert sum(expected for expected, _ in said.values()) == 2
+    assert all(expected == recorded for expected, recorded in said.values()), said
+
+
+def test_a_run_from_before_the_record_is_read_as_diverged_from_its_error_file(tmp_path: Path) -> None:
+    """Runs written before attempts recorded divergence stay readable: their error file holds the loop's
+    TrainError message. Once an attempt records how it ended, that record is what counts."""
+    run_dir = tmp_path / "tune-gr-lr0.008-s101"
+    run_dir.mkdir()
+    RunFiles(run_dir).ab_error.write_text("Traceback (most recent call last):\n  ...\ndormouse.errors.TrainError: "
+                                          "non-finite loss (loss nan) at step 3; last good checkpoint: none\n")
+    launch = ComparisonFiles(tmp_path).launch_record(run_dir.name)
+    launch.parent.mkdir()
+    attempt = {"launcher": "sequential", "state": "failed", "note": "TrainError: non-finite loss (loss nan)"}
+    launch.write_text(json.dumps({"attempts": [attempt]}))
+    rec = RunRecord("gr", 101, run_dir, "gr", 10)
+    assert tune.diverged(rec) and tune.tune_value(rec) == math.inf
+    launch.write_text(json.dumps({"attempts": [attempt, {**attempt, "note": "OSError: disk full", "diverged": False}]}))
+    assert not tune.diverged(rec) and tune.tune_value(rec) is None
 
 
 def test_a_recorded_choice_the_runs_no_longer_give_is_refused(finished: tuple[Path, TuneFake, Path]) -> None:

@@ -21,7 +21,10 @@ from dormouse.ab.looks import progress
 from dormouse.ab.pairjob import Pair
 from dormouse.ab.plan import build_plan
 from dormouse.ab.records import RunRecord, load_record
-from dormouse.ab.report import analyze, render_report
+from dormouse.ab.registry import parse_spec, validate_spec
+from dormouse.ab.report import render_report
+from dormouse.ab.results import analyze
+from dormouse.ab.sequential import Design
 from dormouse.config.schema import arm_name
 
 SPEC = """\
@@ -53,9 +56,9 @@ def plan(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return build_plan("t", [], tmp_path_factory.mktemp("ab"), registry=reg)
 
 
-def planted(plan: Any, diffs: dict[str, list[float]], failed: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Analyse planted final bpb: the baseline at BASE, each arm at BASE + its diffs; ``failed`` pairs have
-    no final eval and failed in this invocation."""
+def planted_reader(plan: Any, diffs: dict[str, list[float]], failed: tuple[str, ...] = ()) -> Any:
+    """Planted runs: the baseline at BASE, each arm at BASE + its diffs; ``failed`` pairs have no final
+    eval and failed in this invocation."""
     def read(pair: Pair) -> RunRecord:
         if pair.name in failed:
             return RunRecord(pair.arm, pair.seed, pair.run_dir, arm_name(pair.cfg), 10, error="planted failure",
@@ -65,9 +68,40 @@ def planted(plan: Any, diffs: dict[str, list[float]], failed: tuple[str, ...] = 
         return RunRecord(pair.arm, pair.seed, pair.run_dir, arm_name(pair.cfg), 10, rows=[row], final=row,
                          provenance={"device": "cpu"}, replicate=pair.replicate)
 
+    return read
+
+
+def planted(plan: Any, diffs: dict[str, list[float]], failed: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Analyse planted final bpb (:func:`planted_reader`): the results.json content."""
+    read = planted_reader(plan, diffs, failed)
     state = progress(plan, read, failed=set(failed))
     results, _ = analyze(plan, state, read)
-    return results
+    return results.to_json()
+
+
+def test_the_report_states_the_paired_differences_the_looks_decided_on(plan: Any) -> None:
+    """Δ (arm − baseline per replicate) is computed once, by the looks, and carried to the report: the
+    differences a decision took are the ones reported, never a second computation of them."""
+    diffs = {"gr": [-0.10, -0.11, -0.09], "attnres_full": [0.0, 0.001, -0.001], "attnres_block": [0.02, 0.0, 0.01]}
+    read = planted_reader(plan, diffs)
+    state = progress(plan, read)
+    assert {a: state.diffs[a] for a in diffs} == {a: pytest.approx(d) for a, d in diffs.items()}
+    state.diffs["gr"] = [d + 1.0 for d in state.diffs["gr"]]  # the looks' Δ changed: the report follows it
+    gr = analyze(plan, state, read)[0].to_json()["arms"]["gr"]
+    assert gr["diffs"] == state.diffs["gr"]
+    assert gr["diff_mean"] == pytest.approx(sum(state.diffs["gr"]) / 3)
+
+
+def test_the_registry_states_the_designs_own_checks() -> None:
+    """The design owns its checks (dormouse.ab.sequential.Design); the registry states them for the file,
+    one line per bad field, and adds none of its own for α, the SESOI or the looks."""
+    text = SPEC.replace("sesoi: 0.01", "sesoi: 0").replace("alpha: 0.05", "alpha: 0.7").replace(
+        "looks: [3]", "looks: [3, 3]")
+    spec = parse_spec(text, "t.yaml")
+    lines = [ln for ln in validate_spec(spec, "t.yaml") if any(f"'{k}'" in ln for k in ("sesoi", "alpha", "looks"))]
+    design = Design(alpha=0.7, sesoi=0.0, looks=(3, 3), n_arms=3)
+    assert sorted(lines) == sorted(f"t.yaml: field '{name}': {what}" for name, what in design.field_problems())
+    assert [line.split("'")[1] for line in lines] == ["sesoi", "alpha", "looks"]  # the file's order
 
 
 def p_two_sided_df2(xs: list[float]) -> float:

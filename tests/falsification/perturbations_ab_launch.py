@@ -11,6 +11,7 @@ _LAUNCH = "dormouse/ab/launch.py"
 _CLUSTER = "dormouse/ab/cluster.py"
 _PAIRJOB = "dormouse/ab/pairjob.py"
 _RUNNER = "dormouse/ab/runner.py"
+_REGISTRATION = "dormouse/ab/registration.py"
 _PLAN = "dormouse/ab/plan.py"
 _LOOKS = "dormouse/ab/looks.py"
 _STATUS = "dormouse/ab/status.py"
@@ -141,7 +142,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "code_compared_by_commit_not_fingerprint",
-        "file": _RUNNER,
+        "file": _REGISTRATION,
         "function": "check_same_code",
         "old": "            elif old.sha256 != code.sha256:\n",
         "new": "            elif old.commit != code.commit:\n",

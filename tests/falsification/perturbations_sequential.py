@@ -16,6 +16,18 @@ _S = "tests/ab/test_ab_stats.py::"
 
 PERTURBATIONS: list[dict] = [
     {
+        "name": "design_accepts_a_zero_sesoi",
+        "file": _SEQ,
+        "function": "Design.field_problems",
+        "old": "        if not _finite(self.sesoi) or self.sesoi <= 0:\n",
+        "new": "        if not _finite(self.sesoi):\n",
+        "gates": ["tests/ab/test_ab_verdict.py::test_the_registry_states_the_designs_own_checks",
+                  _T + "test_design_problems_name_each_bad_field"],
+        "why": "a SESOI of 0 passes the design's one check, so the registry accepts a file whose equivalence test "
+               "has no margin (issue 32: the design owns its checks, the registry states them)",
+        "protects": "A/B rule",
+    },
+    {
         "name": "v1_margin_from_the_spread",
         "file": _SEQ,
         "function": "_look_rule",

@@ -8,6 +8,8 @@ lr, the resume or the report, which its gate turns red.
 from __future__ import annotations
 
 _TUNE = "dormouse/ab/tune.py"
+_PAIRJOB = "dormouse/ab/pairjob.py"
+_TRAIN = "dormouse/train/loop.py"
 _PLAN = "dormouse/ab/plan.py"
 _REG = "dormouse/ab/registry.py"
 _G = "tests/ab/test_ab_tune.py::"
@@ -102,10 +104,44 @@ PERTURBATIONS: list[dict] = [
         "name": "tune_divergence_not_read_back_from_disk",
         "file": _TUNE,
         "function": "diverged",
-        "old": "    return err.is_file() and f\"TrainError: {DIVERGED_MARK}\" in err.read_text(errors=\"replace\")\n",
-        "new": "    return False\n",
+        "old": "        return bool(ended[-1][\"diverged\"])\n",
+        "new": "        return False\n",
         "gates": [_G + "test_a_resume_recomputes_the_same_choice_without_rerunning_tune_pairs"],
         "why": "a resume does not see that a tune run diverged: it re-runs the diverged tune pairs",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "tune_divergence_not_recorded",
+        "file": _PAIRJOB,
+        "function": "run_pair",
+        "old": "        diverged = isinstance(exc, TrainError) and exc.diverged\n",
+        "new": "        diverged = False\n",
+        "gates": [_G + "test_each_attempt_records_whether_its_run_diverged",
+                  _G + "test_a_resume_recomputes_the_same_choice_without_rerunning_tune_pairs"],
+        "why": "the attempt record says no run diverged: a resume re-runs the diverged tune pairs (issue 32: "
+               "divergence is a recorded fact, not a grep of the error text)",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "loop_does_not_mark_a_divergence",
+        "file": _TRAIN,
+        "function": "_Run.nonfinite_error",
+        "old": "f\"{last[-1] if last else 'none'}; {fix}\", diverged=True)",
+        "new": "f\"{last[-1] if last else 'none'}; {fix}\")",
+        "gates": ["tests/train/test_resume.py::test_nonfinite_loss_stops_naming_the_step_and_checkpoint"],
+        "why": "the loop stops on a non-finite value without saying so by name: the tune stage then cannot count "
+               "the run as diverged (+inf) and re-runs it",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "tune_forgets_runs_diverged_before_the_record",
+        "file": _TUNE,
+        "function": "_diverged_before_the_record",
+        "old": "    return err.is_file() and _LEGACY_DIVERGED in err.read_text(errors=\"replace\")\n",
+        "new": "    return False\n",
+        "gates": [_G + "test_a_run_from_before_the_record_is_read_as_diverged_from_its_error_file"],
+        "why": "a tune run written before attempts recorded divergence is no longer read as diverged: resuming an "
+               "older comparison re-runs its diverged tune pairs",
         "protects": "A/B rule",
     },
     {

@@ -9,6 +9,7 @@ eval for the final one, the A/A arm on its baseline's data order).
 from __future__ import annotations
 
 _REPORT = "dormouse/ab/report.py"
+_RESULTS = "dormouse/ab/results.py"
 _RECORDS = "dormouse/ab/records.py"
 _LOOKS = "dormouse/ab/looks.py"
 _PLAN = "dormouse/ab/plan.py"
@@ -17,22 +18,55 @@ _V = "tests/ab/test_ab_verdict.py::"
 PERTURBATIONS: list[dict] = [
     {
         "name": "undecided_keeps_nothing",
-        "file": _REPORT,
-        "function": "_verdict",
-        "old": "    elif a[\"verdict\"] in (TIE, UNDECIDED):\n",
-        "new": "    elif a[\"verdict\"] in (TIE,):\n",
+        "file": _RESULTS,
+        "function": "_kept",
+        "old": "    if verdict in (TIE, UNDECIDED):\n",
+        "new": "    if verdict in (TIE,):\n",
         "gates": [_V + "test_a_failed_arm_stays_in_the_multiplicity_family"],
         "why": "an undecided arm names no arm to keep: the registration says the simpler arm stays",
         "protects": "A/B rule",
     },
     {
         "name": "tie_keeps_the_more_complex_arm",
-        "file": _REPORT,
+        "file": _RESULTS,
         "function": "simpler",
         "old": "    return min(kind_a, kind_b, key=lambda k: rank.get(k, len(rank)))\n",
         "new": "    return max(kind_a, kind_b, key=lambda k: rank.get(k, len(rank)))\n",
         "gates": [_V + "test_each_verdict_states_what_was_tested_and_keeps_by_the_registry_order"],
         "why": "a tie keeps the more complex mechanism: the registry's order read backwards",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "report_recomputes_the_paired_differences",
+        "file": _RESULTS,
+        "function": "_arm_result",
+        "old": "    diffs = list(state.diffs.get(arm, [])) if role != \"baseline\" else []\n",
+        "new": "    diffs = paired_differences(recs, base, \"bpb\") if role != \"baseline\" else []\n",
+        "gates": [_V + "test_the_report_states_the_paired_differences_the_looks_decided_on"],
+        "why": "the report computes Δ a second time instead of stating the looks' (issue 32): two owners of one "
+               "rule, free to drift apart, and a report that may state other differences than the ones decided on",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "looks_decide_on_differences_they_do_not_record",
+        "file": _LOOKS,
+        "function": "_use",
+        "old": "        out.diffs[arm] = paired_differences(by_arm[arm], {r.replicate: r for r in by_arm[base]})\n",
+        "new": "        out.diffs[arm] = paired_differences(by_arm[arm], {r.replicate: r for r in by_arm[arm]})\n",
+        "gates": [_V + "test_the_report_states_the_paired_differences_the_looks_decided_on",
+                  _V + "test_each_verdict_states_what_was_tested_and_keeps_by_the_registry_order"],
+        "why": "Δ paired against the arm itself (always 0): the looks decide on, and the report states, no difference",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "tie_rule_order_frozen_at_import",
+        "file": _REPORT,
+        "function": "meaning",
+        "old": "the simpler arm is kept (the registry's order: {registry_order()}).\",\n",
+        "new": "the simpler arm is kept (the registry's order: prenorm, then rezero, then gr, then attnres).\",\n",
+        "gates": ["tests/arms/test_toy_arm.py::test_the_toy_arm_trains_logs_probes_plots_and_reports"],
+        "why": "the report states the arm registry's order as it was at import: an arm registered later (a plugin, "
+               "the toy arm) is missing from the order the tie rule keeps by",
         "protects": "A/B rule",
     },
     {

@@ -13,8 +13,11 @@ import pytest
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
+from dormouse.ab.command import ab_command
+from dormouse.ab.pairjob import pair_state
+from dormouse.ab.registration import STAMP_NAME
 from dormouse.ab.registry import ABSpecError, ComparisonError, list_comparisons, load_spec
-from dormouse.ab.runner import STAMP_NAME, ab_command, pair_state, plan_pairs, run_comparison
+from dormouse.ab.runner import plan_pairs, run_comparison
 from dormouse.config.schema import arm_name
 from dormouse.run.checkpoint import CheckpointError
 from tests.helpers.planted_run import append_eval, append_log, done_line, eval_rows, write_run_header
@@ -285,7 +288,7 @@ def test_sequential_looks_stop_decided_arms_and_resume_continues_the_schedule(tm
 
 
 def test_status_shows_the_looks_and_design_prints_and_saves_the_card(tmp_path: Path, registry: Path) -> None:
-    from dormouse.ab.runner import status_command
+    from dormouse.ab.command import status_command
 
     (registry / "t.yaml").write_text(SEQUENTIAL)
     console = Console(record=True, width=250)
@@ -532,7 +535,7 @@ def test_wandb_grouping_and_run_names(tmp_path: Path, registry: Path) -> None:
 
 def pair_state_of(comp_dir: Path, name: str) -> str:
     cfg = OmegaConf.load(comp_dir / name / "config.yaml")
-    from dormouse.ab.runner import Pair
+    from dormouse.ab.pairjob import Pair
 
     arm, seed = re.match(r"(.*)-s(\d+)$", name).groups()
     return pair_state(Pair(arm, int(seed), cfg, comp_dir / name))[0]

@@ -330,7 +330,8 @@ def test_slurm_off_a_cluster_is_refused_even_on_a_machine_with_slurm_installed(
     installs it for tests/flows/test_ab_slurm.py)."""
     from test_ab_launch import _console, _registry
 
-    from dormouse.ab.runner import LaunchRequest, ab_command
+    from dormouse.ab.command import ab_command
+    from dormouse.ab.launch_request import LaunchRequest
 
     monkeypatch.setattr(submitit.SlurmExecutor, "affinity", classmethod(lambda cls: -1))
     err = _console()

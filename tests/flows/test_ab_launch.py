@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 from rich.console import Console
 
 from dormouse.ab.cluster import load_launcher_config
+from dormouse.ab.command import ab_command, status_command
 from dormouse.ab.launch import (
     DONE,
     INTERRUPTED,
@@ -32,9 +33,10 @@ from dormouse.ab.launch import (
     ProcessLauncher,
     plan_slots,
 )
+from dormouse.ab.launch_request import LaunchRequest
 from dormouse.ab.pairjob import read_launch_record
 from dormouse.ab.registry import ComparisonError
-from dormouse.ab.runner import LaunchRequest, ab_command, run_comparison, status_command
+from dormouse.ab.runner import run_comparison
 
 TESTS = Path(__file__).resolve().parent
 

@@ -27,8 +27,9 @@ from typing import Any
 import pytest
 from omegaconf import DictConfig
 
+from dormouse.ab.launch_request import LaunchRequest
 from dormouse.ab.pairjob import read_launch_record
-from dormouse.ab.runner import LaunchRequest, run_comparison
+from dormouse.ab.runner import run_comparison
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parents[1]

@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 from scipy import stats as sps
 
+from dormouse.ab.registration import registration_hash
 from dormouse.ab.registry import load_spec
-from dormouse.ab.runner import registration_hash
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "residual_cpu"

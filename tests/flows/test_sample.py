@@ -9,9 +9,10 @@ import torch
 from typer.testing import CliRunner
 
 from dormouse.cli.app import app
-from dormouse.cli.sample import Sample, SampleOptions, generate, load_model, sample_run
+from dormouse.cli.sample import Sample, SampleOptions, generate, sample_run
 from dormouse.config.schema import load_config
 from dormouse.train.loop import train
+from dormouse.train.trained import load_model
 
 runner = CliRunner()
 

@@ -118,9 +118,10 @@ def test_failed_write_leaves_the_previous_checkpoint_intact(tmp_path: Path, monk
 
 
 def test_nonfinite_loss_stops_naming_the_step_and_checkpoint(tmp_path: Path):
-    with pytest.raises(TrainError, match=r"non-finite (loss|gradient norm) .* at step \d+"):
+    with pytest.raises(TrainError, match=r"non-finite (loss|gradient norm) .* at step \d+") as stopped:
         train(load_config([*TINY, "train.lr=1e6", "train.warmup=0", "train.grad_clip=0",
                            f"run.dir={tmp_path}", "run.name=r"]))
+    assert stopped.value.diverged  # the fact a comparison's tune stage records, read back by name
 
 
 def test_nonfinite_skip_counts_skips_on_the_eval_line(tmp_path: Path):

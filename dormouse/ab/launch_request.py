@@ -1,0 +1,97 @@
+"""How the pairs of a comparison are asked to run (``--jobs``, ``--threads``, ``--launcher``, ``launcher.KEY=VALUE``)
+and the one place a request becomes a launcher (:mod:`dormouse.ab.launch`, :mod:`dormouse.ab.cluster`).
+
+:func:`resolve_launch` checks a request against the pairs and the machine, before any run, and says what the
+launcher would be (:meth:`ResolvedLaunch.settings`, for ``--plan``: no executor made, no SLURM contacted);
+:meth:`ResolvedLaunch.launcher` then makes it. Both read the same resolution, so ``--plan`` shows the
+launcher a run gets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dormouse.ab.launch import InProcessLauncher, Launcher, LaunchError, ProcessLauncher, Slot, plan_slots
+from dormouse.ab.pairjob import Pair
+
+if TYPE_CHECKING:  # only for the annotation: the cluster module (submitit) is loaded for --launcher slurm only
+    from dormouse.ab.cluster import SlurmLauncherConfig
+
+LOCAL = "local"
+
+
+@dataclass
+class LaunchRequest:
+    """How to run the pairs: ``jobs`` at once on this machine (each ``threads`` CPU threads, one GPU each
+    on CUDA), or ``launcher`` = ``slurm`` (``conf/launcher/slurm.yaml``) with ``launcher_overrides``
+    (``KEY=VALUE``, the ``launcher.`` prefix stripped)."""
+
+    jobs: int = 1
+    threads: int | None = None
+    launcher: str = LOCAL
+    launcher_overrides: list[str] = field(default_factory=list)
+
+
+def split_overrides(args: list[str]) -> tuple[list[str], list[str]]:
+    """``launcher.KEY=VALUE`` arguments (the launcher's, prefix stripped) apart from the Hydra overrides."""
+    launcher = [a[len("launcher."):] for a in args if a.startswith("launcher.")]
+    return [a for a in args if not a.startswith("launcher.")], launcher
+
+
+def uses_cuda(pairs: list[Pair]) -> bool:
+    """Whether the pairs train on CUDA (``train.device`` cuda, or auto on a machine with CUDA)."""
+    import torch  # here, not at import: `dormouse ab --help` and --status need no torch
+
+    devices = {str(p.cfg.train.device) for p in pairs}
+    return any(d.startswith("cuda") for d in devices) or ("auto" in devices and torch.cuda.is_available())
+
+
+@dataclass(frozen=True)
+class ResolvedLaunch:
+    """A checked launch request: the local slots (``jobs`` of them), or the cluster launcher's config."""
+
+    request: LaunchRequest
+    cuda: bool = False
+    slots: tuple[Slot, ...] = ()
+    cluster: SlurmLauncherConfig | None = None
+
+    def settings(self) -> dict[str, Any]:
+        """What the launcher would be, without creating one (``--plan``)."""
+        r = self.request
+        if self.cluster is None:
+            return {"launcher": "sequential" if r.jobs == 1 else "local-processes", "jobs": r.jobs,
+                    "threads_per_pair": self.slots[0].threads if r.jobs > 1 or r.threads else "torch default",
+                    "cuda_devices": [s.cuda_devices for s in self.slots] if self.cuda else None}
+        c = self.cluster
+        return {"launcher": r.launcher, "jobs": c.array_parallelism, "cluster": c.cluster,
+                "partition": c.partition, "time_min": c.time_min, "gpus_per_pair": c.gpus_per_pair,
+                "cpus_per_task": c.cpus_per_task}
+
+    def launcher(self, comp_dir: Path, name: str) -> Launcher:
+        """The launcher itself: one pair after another in this process (``jobs`` 1), worker processes, or
+        submitit jobs (the cluster is checked here: :class:`LaunchError` when it cannot be reached)."""
+        if self.cluster is None:
+            if self.request.jobs == 1:  # in this process: torch's own threads unless --threads says
+                return InProcessLauncher(Slot(0, self.request.threads))
+            return ProcessLauncher(self.slots)
+        from dormouse.ab.cluster import SubmititLauncher, default_folder  # submitit is loaded for slurm only
+
+        return SubmititLauncher(self.cluster, default_folder(comp_dir, self.cluster), f"ab-{name}")
+
+
+def resolve_launch(request: LaunchRequest, pairs: list[Pair]) -> ResolvedLaunch:
+    """Check a request against the pairs and this machine; :class:`LaunchError` (before any run) when it
+    cannot be honoured."""
+    if request.launcher == LOCAL:
+        if request.launcher_overrides:
+            raise LaunchError([f"launcher overrides {request.launcher_overrides} need --launcher slurm"])
+        cuda = uses_cuda(pairs)
+        return ResolvedLaunch(request, cuda, tuple(plan_slots(request.jobs, cuda=cuda, threads=request.threads)))
+    if request.jobs != 1 or request.threads is not None:
+        raise LaunchError([f"--jobs/--threads are for the local launcher; with --launcher {request.launcher} "
+                           "set launcher.array_parallelism and launcher.cpus_per_task instead"])
+    from dormouse.ab.cluster import load_launcher_config  # submitit is loaded for slurm only
+
+    return ResolvedLaunch(request, cluster=load_launcher_config(request.launcher, request.launcher_overrides))

@@ -1,0 +1,144 @@
+"""What a comparison directory is bound to: its registration (``registration.json``) and the code that computes
+its runs (docs/ab-protocol.md, "Running a comparison").
+
+A comparison is continued only under the registration it started with: the hash of the registered file's
+exact bytes plus the CLI overrides, in order (:func:`registration_hash`). ``--restart`` discards its runs
+and starts over. And every pair already started must have been computed by code with this checkout's
+fingerprint (:func:`check_same_code`, :mod:`dormouse.ab.fingerprint`): a comparison runs on one version of
+the code that computes it. Protocol-1 registrations are kept read only (:func:`refuse_protocol_1`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from dormouse.ab import fingerprint
+from dormouse.ab.lock import is_locked
+from dormouse.ab.pairjob import recorded_fingerprints
+from dormouse.ab.plan import ComparisonPlan
+from dormouse.ab.registry import PROTOCOL, ComparisonError, Registered
+from dormouse.run.checkpoint import atomic_write_text
+from dormouse.run.files import DESIGN, LOCK, REGISTRATION, ComparisonFiles
+
+STAMP_NAME = REGISTRATION
+
+
+def registration_hash(reg: Registered, overrides: list[str]) -> str:
+    """What a comparison is bound to: the registered file's exact bytes and the CLI overrides, in order."""
+    blob = json.dumps({"file_sha256": reg.sha256, "overrides": list(overrides)}, sort_keys=True)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def refuse_protocol_1(reg: Registered) -> None:
+    """Protocol 1 is read only: its published result stays checkable, but nothing new runs under it."""
+    if reg.protocol != PROTOCOL:
+        raise ComparisonError([
+            f"{reg.source} is a protocol-{reg.protocol} registration, kept read only so its published result "
+            "stays checkable: its margin 2·sd(A/A) does not shrink with seeds, so an effect below it could never "
+            f"be called better. Register a protocol-{PROTOCOL} comparison (sesoi, looks, seed streams: "
+            "docs/ab-protocol.md) to run it"])
+
+
+def _stamp(reg: Registered, overrides: list[str]) -> dict[str, Any]:
+    return {
+        "name": reg.spec.name,
+        "source": reg.source,
+        "sha256": reg.sha256,
+        "overrides": list(overrides),
+        "hash": registration_hash(reg, overrides),
+        "created": datetime.now().isoformat(timespec="seconds"),
+        "registered": reg.text,
+    }
+
+
+def _discard(comp_dir: Path, name: str, console: Console) -> None:
+    """--restart: empty the comparison directory (but the lock this process holds), refusing while a pair
+    is still being trained by another process."""
+    busy = [p.name[: -len(".lock")] for p in ComparisonFiles(comp_dir).pair_locks.glob("*.lock") if is_locked(p)]
+    if busy:
+        raise ComparisonError([f"--restart: pair(s) {', '.join(busy)} are still being trained by another "
+                               f"process (see `dormouse ab {name} --status`); stop them first"])
+    console.print(f"[yellow]--restart:[/] discarding {comp_dir}")
+    for entry in comp_dir.iterdir():
+        if entry.name == LOCK:  # this process holds it
+            continue
+        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+
+
+def read_stamp(comp_dir: Path) -> dict[str, Any] | None:
+    """The registration stamp a comparison directory holds, or None if it holds none."""
+    path = ComparisonFiles(comp_dir).registration
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def bind_registration(comp_dir: Path, reg: Registered, overrides: list[str], restart: bool,
+                      console: Console) -> dict[str, Any]:
+    """Bind the comparison directory to this registration, or refuse. Returns the stamp in force."""
+    new = _stamp(reg, overrides)
+    if comp_dir.exists() and restart:
+        _discard(comp_dir, reg.spec.name, console)
+    old = read_stamp(comp_dir)
+    if old is not None:
+        if old.get("hash") == new["hash"]:
+            return old
+        lines = [f"{comp_dir} was started under another registration; refusing to mix results."]
+        if old.get("sha256") != new["sha256"]:
+            lines.append(f"the registered file {reg.source} changed since the first run "
+                         f"(sha256 {str(old.get('sha256'))[:12]} -> {new['sha256'][:12]})")
+        if old.get("overrides") != new["overrides"]:
+            lines.append(f"the CLI overrides changed: {old.get('overrides')} -> {new['overrides']}")
+        lines.append("rerun with the original file and overrides to continue, or pass --restart to discard "
+                     f"the runs in {comp_dir} and start over")
+        raise ComparisonError(lines)
+    if comp_dir.exists() and any(e.name not in (LOCK, DESIGN) for e in comp_dir.iterdir()):
+        raise ComparisonError([f"{comp_dir} holds files but no {STAMP_NAME}: it is not a comparison this "
+                               "tool started; pass --restart to discard it, or choose another --root"])
+    comp_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(ComparisonFiles(comp_dir).registration, json.dumps(new, indent=2) + "\n")
+    return new
+
+
+def registration_state(comp_dir: Path, reg: Registered, overrides: list[str]) -> str:
+    """What a run would do with the directory's stamp (``--plan``): start, continue, or be refused."""
+    old = read_stamp(comp_dir)
+    if old is None:
+        return "new comparison (nothing run yet)"
+    if old.get("hash") == registration_hash(reg, overrides):
+        return f"continues {comp_dir} (same registered file and CLI overrides)"
+    return (f"DIFFERS from the one {comp_dir} was started with: a run would be refused (pass the original "
+            "overrides, or --restart to discard the runs)")
+
+
+def check_same_code(plan: ComparisonPlan, code: fingerprint.Fingerprint) -> None:
+    """Refuse to add runs computed by other code than the comparison's runs so far (issue 22): every pair
+    that ever started records the fingerprint of the code it ran on (dormouse/ab/pairjob.py)."""
+    differing: dict[str, tuple[str, list[str]]] = {}  # pair -> (its commit, what differs)
+    for pair in plan.all_pairs:
+        if not pair.run_dir.exists():
+            continue
+        for rec in recorded_fingerprints(plan.comp_dir, pair.name) or [None]:
+            old = fingerprint.Fingerprint.from_dict(rec) if rec else None
+            if old is None:
+                differing[pair.name] = ("unknown", ["it recorded no code fingerprint (no attempt record)"])
+            elif old.sha256 != code.sha256:
+                differing[pair.name] = (old.commit, [f"commit {old.commit} -> {code.commit}",
+                                                     *fingerprint.differences(old, code)])
+    if not differing:
+        return
+    names = list(differing)
+    commit, what = differing[names[0]]
+    raise ComparisonError([
+        f"{plan.comp_dir}: {len(names)} pair(s) ({', '.join(names[:4])}{' …' if len(names) > 4 else ''}) were "
+        f"computed by other code than this checkout (fingerprint {code.sha256[:12]}, commit {code.commit}); a "
+        "comparison runs on one version of the code that computes it, so no run is added",
+        f"what differs for {names[0]}: " + "; ".join(what),
+        f"to continue, run it from the code those runs used (commit {commit}, e.g. `git worktree add /tmp/ab "
+        f"{commit.split('+')[0]}`, with the same uncommitted edits if it was dirty); to start over on this "
+        "code, pass --restart (it discards the comparison's runs)"])

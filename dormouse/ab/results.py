@@ -1,0 +1,363 @@
+"""From finished runs to verdicts: read every run a comparison's looks used, state each arm's sequential
+decision with everything beside it, as the typed content of ``results.json`` (docs/ab-protocol.md,
+"Verdicts", "Outputs").
+
+Everything here reads the run directories on disk (through :func:`dormouse.ab.looks.progress`, which
+replays the looks), so results made after a resume are the same as ones made in a single sitting.
+``results.json`` carries every number a verdict compared (the look's boundary, the repeated interval, the
+TOST interval, p and its nominal level), so a reader can check each verdict by hand. Δ, the paired
+difference arm − baseline, is the looks' (:attr:`dormouse.ab.looks.Progress.diffs`): the numbers the
+decision took are the numbers reported.
+
+Nothing here branches on an arm's name: the tie rule "keeps the simpler arm" uses the arm registry's order
+(``dormouse.arms.registry.ARMS``, simplest first).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dormouse.ab import stats, tune
+from dormouse.ab.looks import INVALID, UNDECIDED, Progress, paired_differences
+from dormouse.ab.pairjob import Pair, recorded_fingerprints
+from dormouse.ab.plan import ComparisonPlan
+from dormouse.ab.records import RunRecord, is_finite_number
+from dormouse.ab.sequential import BETTER, TIE, WORSE
+from dormouse.arms.registry import ARMS
+from dormouse.cli.logs import Finding
+from dormouse.config.schema import arm_name
+
+# The order of an arm's verdict fields in results.json: a compared arm's, and the baseline's or A/A arm's.
+_DECIDED_KEYS = ("verdict", "decision", "look", "sentence", "kept")
+_HELPER_KEYS = ("verdict", "kept", "decision", "look", "sentence")
+
+
+@dataclass
+class ArmVerdict:
+    """What the rule said of one arm: its verdict, the decision (``ArmDecision.to_dict``), the look that
+    decided it (1-based), the sentence stating what was tested, and the arm kept."""
+
+    verdict: str
+    decision: dict[str, Any] | None = None
+    look: int | None = None
+    sentence: str | None = None
+    kept: str | None = None
+
+
+@dataclass
+class ArmResult:
+    """One arm's entry of ``results.json``: its runs, its Δ (the looks'), what is reported beside the
+    verdict, its cost relative to the baseline, and its verdict."""
+
+    role: str  # baseline | aa | arm
+    kind: str | None  # the mechanism the arm's config selects
+    overrides: list[str]
+    replicates: list[int]
+    init_seeds: list[int]
+    final_bpb: dict[str, float]  # replicate -> final bpb
+    bpb_mean: float | None
+    bpb_sd: float | None
+    diffs: list[float]  # Δ per replicate, from the looks
+    beside: dict[str, Any]  # P(improvement), Hodges–Lehmann, bad runs: reported, never decided on
+    bpb_by_depth: dict[str, Any]
+    findings: list[str]
+    incomplete: list[str]
+    cost: dict[str, Any]  # params, arm_params, tok_s, peak_mem_bytes, devices
+    ratios: dict[str, float | None]  # params_ratio, tok_s_ratio, peak_mem_ratio (to the baseline)
+    outcome: ArmVerdict
+
+    def to_json(self) -> dict[str, Any]:
+        said = asdict(self.outcome)
+        return {
+            "role": self.role, "kind": self.kind, "overrides": self.overrides, "replicates": self.replicates,
+            "init_seeds": self.init_seeds, "final_bpb": self.final_bpb, "bpb_mean": self.bpb_mean,
+            "bpb_sd": self.bpb_sd, "diffs": self.diffs,
+            "diff_mean": stats.mean(self.diffs) if self.diffs else None, "diff_sd": stats.sd(self.diffs),
+            **self.beside, "bpb_by_depth": self.bpb_by_depth,
+            "counter_check": "pass" if not self.findings else "fail", "findings": self.findings,
+            "incomplete": self.incomplete, **self.cost, **self.ratios,
+            **{k: said[k] for k in (_DECIDED_KEYS if self.role == "arm" else _HELPER_KEYS)},
+        }
+
+
+@dataclass
+class ComparisonResults:
+    """The content of ``results.json``: the registration, the looks taken, every arm's result and every run
+    read. ``launch`` (how the pairs ran) and ``plots`` (the files drawn) are set by whoever knows them."""
+
+    plan: ComparisonPlan
+    state: Progress
+    arms: dict[str, ArmResult]
+    runs: list[dict[str, Any]]
+    code: dict[str, Any]
+    aa_calibration: dict[str, Any] | None
+    notes: list[str]
+    registration: dict[str, Any] = field(default_factory=dict)
+    design_card: dict[str, Any] | None = None
+    generated: str = ""
+    launch: dict[str, Any] | None = None
+    plots: list[str] | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Every look the schedule needed taken, and every run it used finished."""
+        return not self.state.pending and all(not a.incomplete for a in self.arms.values())
+
+    def to_json(self) -> dict[str, Any]:
+        """``results.json``, exactly (NaN as null: JSON has none)."""
+        plan, spec, state = self.plan, self.plan.spec, self.state
+        doc = {
+            "protocol": 2, "name": spec.name, "description": spec.description, "metric": spec.metric,
+            "baseline": spec.baseline, "aa_arm": spec.aa_arm, "sesoi": spec.sesoi, "alpha": spec.alpha,
+            "looks": list(plan.looks), "family": list(spec.tested), "n_arms": plan.design().n_arms,
+            "replicates": [vars(r) for r in plan.replicates], "bad_run_ceiling": spec.bad_run_ceiling,
+            "pilot_sd": spec.pilot_sd, "expected_effect": spec.expected_effect,
+            "looks_taken": [{"look": lk.index + 1, "n": lk.n, "arms": lk.arms,
+                             "verdicts": {a: d.verdict for a, d in lk.decisions.items()}} for lk in state.looks],
+            "next_look": None if state.next_look is None else state.next_look + 1,
+            "complete": self.complete, "overrides": list(plan.overrides), "fixed": list(spec.fixed),
+            "registration": self.registration, "design_card": self.design_card,
+            "aa_calibration": self.aa_calibration, "code": self.code,
+            "tune": None if state.tune is None else tune.to_dict(plan, state.tune),
+            "notes": self.notes, "arms": {name: a.to_json() for name, a in self.arms.items()},
+            "runs": self.runs, "generated": self.generated,
+        }
+        if self.launch is not None:
+            doc["launch"] = self.launch
+        if self.plots is not None:
+            doc["plots"] = self.plots
+        return _jsonable(doc)
+
+
+# --- analysis -------------------------------------------------------------------------------------------
+
+def _mean_of(values: list[float]) -> float | None:
+    vals = [v for v in values if is_finite_number(v)]
+    return float(np.mean(vals)) if vals else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b not in (None, 0) else None
+
+
+def _cost(records: list[RunRecord]) -> dict[str, Any]:
+    """Parameters, throughput (median tok/s over the eval windows: robust to the first, warm-up window)
+    and peak memory, averaged over the arm's runs."""
+    params = _mean_of([(r.final or {}).get("params", r.provenance.get("params", math.nan)) for r in records])
+    arm_params = _mean_of([r.provenance.get("arm_params", math.nan) for r in records])
+    tok_s = _mean_of([float(np.median([x["tok/s"] for x in r.rows if is_finite_number(x.get("tok/s"))]))
+                      for r in records if any(is_finite_number(x.get("tok/s")) for x in r.rows)])
+    peak = _mean_of([max(x.get("peak_mem_bytes", 0) or 0 for x in r.rows) for r in records if r.rows])
+    devices = sorted({str(r.provenance.get("device", "?")) for r in records})
+    return {"params": params, "arm_params": arm_params, "tok_s": tok_s, "peak_mem_bytes": peak or None,
+            "devices": devices}
+
+
+def _ratios(cost: dict[str, Any], base_cost: dict[str, Any], cpu: bool) -> dict[str, float | None]:
+    return {"params_ratio": _ratio(cost["params"], base_cost["params"]),
+            "tok_s_ratio": _ratio(cost["tok_s"], base_cost["tok_s"]),
+            # On CPU the figure is the process's max RSS, which only grows across the runs of one
+            # process: a ratio would compare run order, not arms.
+            "peak_mem_ratio": None if cpu else _ratio(cost["peak_mem_bytes"], base_cost["peak_mem_bytes"])}
+
+
+def simpler(kind_a: str, kind_b: str) -> str:
+    """The simpler of two mechanisms: the one earlier in the arm registry (``ARMS``, simplest first)."""
+    rank = {k: i for i, k in enumerate(ARMS)}
+    return min(kind_a, kind_b, key=lambda k: rank.get(k, len(rank)))
+
+
+def _by_depth(recs: list[RunRecord], base: dict[int, RunRecord], role: str) -> dict[str, Any]:
+    """Secondary: final bpb at every depth (mean over replicates) and, for a compared arm, the mean paired
+    Δ at that depth and its sd. Not part of any decision."""
+    keys = sorted({k for r in recs if r.final for k in r.final if k.startswith("bpb@")}, key=lambda k: int(k[4:]))
+    out: dict[str, Any] = {}
+    for k in keys:
+        d = paired_differences(recs, base, k) if role != "baseline" else []
+        out[k] = {"bpb_mean": _mean_of([float(r.final[k]) for r in recs if r.final and k in r.final]),
+                  "diff_mean": stats.mean(d) if d else None, "diff_sd": stats.sd(d)}
+    return out
+
+
+def _beside(diffs: list[float]) -> dict[str, Any]:
+    """Reported beside the verdict, never decided on (dormouse.ab.stats): the probability of improvement
+    (the share of replicates where the arm's final bpb is below the baseline's) with its Clopper–Pearson
+    interval, and the Hodges–Lehmann estimate of Δ with its signed-rank interval, a robust cross-check."""
+    poi = stats.prob_improvement(diffs) if diffs else None
+    hl = stats.hodges_lehmann(diffs) if diffs else None
+    return {"poi": None if poi is None else poi.estimate, "poi_interval": None if poi is None else poi.interval,
+            "poi_k": None if poi is None else poi.k,
+            "hodges_lehmann": None if hl is None else hl.estimate,
+            "hodges_lehmann_interval": None if hl is None else hl.interval,
+            "hodges_lehmann_confidence": None if hl is None else hl.confidence}
+
+
+def _bad_runs(finals: list[float], ceiling: float | None) -> dict[str, Any] | None:
+    """Runs whose final bpb ended above the registered ceiling (a run that did not learn)."""
+    rate = None if ceiling is None else stats.bad_run_rate(finals, ceiling)
+    if rate is None:
+        return None
+    return {"count": rate.k, "n": rate.n, "rate": rate.estimate, "interval": rate.interval, "ceiling": ceiling}
+
+
+def _kept(verdict: str, arm: str, base: str, kind: str, base_kind: str) -> str | None:
+    """The arm kept after a verdict: a better arm; the baseline after worse; the simpler of the two after a
+    tie or no decision (the registration says the simpler arm stays); none for an invalid arm."""
+    if verdict == BETTER:
+        return arm
+    if verdict in (TIE, UNDECIDED):
+        return base if simpler(kind, base_kind) == base_kind else arm
+    if verdict == WORSE:
+        return base
+    return None
+
+
+def _decided(arm: str, kind: str | None, state: Progress, base: str, base_kind: str) -> ArmVerdict:
+    """A compared arm's verdict, its sentence, the look that decided it, and the arm kept."""
+    decision = state.decisions.get(arm)
+    verdict = state.verdict(arm)
+    if verdict == INVALID:
+        sentence = f"{arm} is invalid: {state.invalid[arm]}"
+    elif decision is None:
+        sentence = f"{arm} was not decided: its first look has not been taken"
+    else:
+        sentence = decision.sentence(arm, base)
+    return ArmVerdict(verdict, None if decision is None else decision.to_dict(),
+                      None if decision is None else decision.look + 1, sentence,
+                      _kept(verdict, arm, base, kind or "?", base_kind))
+
+
+def _helper(arm: str, role: str, state: Progress) -> ArmVerdict:
+    """The baseline's or the A/A arm's line: its role, or invalid with why."""
+    if arm in state.invalid:
+        return ArmVerdict(INVALID, sentence=state.invalid[arm])
+    return ArmVerdict(role, sentence="the reference" if role == "baseline" else "the calibration check (below)")
+
+
+def _arm_result(arm: str, role: str, recs: list[RunRecord], state: Progress, base: dict[int, RunRecord],
+                spec: Any) -> dict[str, Any]:
+    """One arm's numbers that do not depend on the decision: its runs, Δ (the looks'), and what is reported
+    beside (the fields of :class:`ArmResult` but its cost and verdict)."""
+    finals = {r.replicate: float(r.final["bpb"]) for r in recs if r.final}
+    diffs = list(state.diffs.get(arm, [])) if role != "baseline" else []
+    beside = _beside(diffs) if role != "baseline" else {}
+    beside["bad_runs"] = _bad_runs(list(finals.values()), spec.bad_run_ceiling)
+    return dict(
+        role=role, kind=recs[0].kind if recs else None, overrides=list(spec.arms[arm]),
+        replicates=[r.replicate for r in recs], init_seeds=[r.seed for r in recs],
+        final_bpb={str(k): v for k, v in finals.items()}, bpb_mean=_mean_of(list(finals.values())),
+        bpb_sd=stats.sd(list(finals.values())), diffs=diffs, beside=beside,
+        bpb_by_depth=_by_depth(recs, base, role),
+        findings=[_finding_text(f, r.run_dir.parent) for r in recs for f in r.findings],
+        incomplete=[f"{r.run_dir.name}: {r.error or 'no final eval at step ' + str(r.steps)}"
+                    for r in recs if not r.complete])
+
+
+def analyze(plan: ComparisonPlan, state: Progress, read: Callable[[Pair], RunRecord], *,
+            registration: dict[str, Any] | None = None, design_card: dict[str, Any] | None = None,
+            launch: dict[str, Any] | None = None) -> tuple[ComparisonResults, list[RunRecord]]:
+    """Apply the protocol to the runs the looks used; returns (the results, the records read)."""
+    spec = plan.spec
+    base, aa = spec.baseline, spec.aa_arm
+    records = [read(p) for p in plan.pairs if p.replicate <= state.used.get(p.arm, 0)]
+    by_arm = {a: [r for r in records if r.arm == a] for a in spec.arms}
+    base_runs = {r.replicate: r for r in by_arm[base]}
+    base_kind = arm_name(next(p.cfg for p in plan.pairs if p.arm == base))  # what the registration selects
+    base_cost = _cost(by_arm[base])
+    cpu = any(str(r.provenance.get("device", "")).startswith("cpu") for r in records)
+    arms: dict[str, ArmResult] = {}
+    for arm in spec.arms:
+        role = "baseline" if arm == base else "aa" if arm == aa else "arm"
+        numbers = _arm_result(arm, role, by_arm[arm], state, base_runs, spec)
+        cost = _cost(by_arm[arm])
+        said = (_decided(arm, numbers["kind"], state, base, base_kind) if role == "arm"
+                else _helper(arm, role, state))
+        arms[arm] = ArmResult(**numbers, cost=cost, ratios=_ratios(cost, base_cost, cpu), outcome=said)
+    results = ComparisonResults(
+        plan=plan, state=state, arms=arms,
+        runs=[_run_json(r) for r in sorted(records, key=lambda r: (r.replicate, plan.arms.index(r.arm)))],
+        code=_code(records), aa_calibration=_calibration(arms, aa), notes=_notes(cpu, state),
+        registration=registration or {}, design_card=design_card,
+        generated=datetime.now().isoformat(timespec="seconds"), launch=launch)
+    return results, records
+
+
+def _calibration(arms: dict[str, ArmResult], aa: str | None) -> dict[str, Any] | None:
+    """The A/A check (dormouse.ab.stats.aa_calibration): does the A/A arm's spread of paired differences
+    agree with each compared arm's? A check that can fail; it decides no verdict."""
+    if aa is None:
+        return None
+    a = arms[aa]
+    compared = {n: r.diffs for n, r in arms.items() if r.role == "arm" and r.outcome.verdict != INVALID}
+    check = None if a.outcome.verdict == INVALID else stats.aa_calibration(a.diffs, compared)
+    if check is None:
+        return {"agrees": None, "sentence": "The check could not be made: the A/A arm is invalid, or it or "
+                "every compared arm has fewer than 2 paired replicates."}
+    return {**asdict(check), "sentence": check.sentence()}
+
+
+def _code(records: list[RunRecord]) -> dict[str, Any]:
+    """The commit and code fingerprint every run used (from the pairs' attempt records)."""
+    per_run: dict[str, Any] = {}
+    for r in records:
+        fps = [f for f in recorded_fingerprints(r.run_dir.parent, r.run_dir.name) if f]
+        per_run[r.run_dir.name] = {"commit": sorted({str(f.get("commit")) for f in fps}),
+                                   "fingerprint": sorted({str(f.get("sha256")) for f in fps})}
+    commits = sorted({c for v in per_run.values() for c in v["commit"]})
+    prints = sorted({c for v in per_run.values() for c in v["fingerprint"]})
+    return {"commits": commits, "fingerprints": prints, "runs": per_run}
+
+
+def _notes(cpu: bool, state: Progress) -> list[str]:
+    notes = []
+    if state.tune is not None and not state.tune.settled and state.pending:
+        notes.append(f"The tune stage is not finished: {len(state.pending)} tune pair(s) to run; rerun "
+                     "`dormouse ab` to continue.")
+    elif state.pending:
+        notes.append(f"Look {int(state.next_look or 0) + 1} is not taken yet: {len(state.pending)} pair(s) to run; "
+                     "rerun `dormouse ab` to continue the schedule.")
+    if cpu:
+        notes.append("Peak memory on CPU is the process's max RSS, which only grows across the runs of one "
+                     "process; its ratios are not reported.")
+    return notes
+
+
+def _finding_text(f: Finding, base: Path) -> str:
+    """A finding with its path relative to the comparison directory (the report is read from there)."""
+    try:
+        where = f.path.relative_to(base)
+    except ValueError:
+        where = f.path
+    return f"{where}{'' if f.line is None else f':{f.line}'}: {f.kind}: {f.message}"
+
+
+def _run_json(r: RunRecord) -> dict[str, Any]:
+    last = r.rows[-1] if r.rows else {}
+    return {
+        "arm": r.arm, "replicate": r.replicate, "seed": r.seed, "kind": r.kind, "run_dir": str(r.run_dir),
+        "complete": r.complete, "error": r.error, "steps": r.steps, "last_step": last.get("step"),
+        "final": r.final, "findings": [f.to_dict() for f in r.findings],
+        "curve": [{"step": x.get("step"), "tokens": x.get("tokens"), "bpb": x.get("bpb")} for x in r.rows],
+    }
+
+
+def _jsonable(x: Any) -> Any:
+    """NaN/inf become null (JSON has no NaN), tuples lists, Paths strings."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, Path):
+        return str(x)
+    if isinstance(x, np.generic):
+        return _jsonable(x.item())
+    return x
