@@ -35,7 +35,6 @@ import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 
 from dormouse.arms.probes import PROBES, learned_values
-from dormouse.arms.registry import arm_class
 from dormouse.config.schema import arm_name
 from dormouse.data import ByteCorpus, bits_per_byte, eval_windows, keyed_seed, load_corpus, train_batch
 from dormouse.errors import Interrupted, RunDirRefused, StartRefused, TrainError
@@ -77,7 +76,7 @@ from dormouse.train.metrics import (
     cut_torn_tail,
     settle_metrics,
 )
-from dormouse.train.preflight import WANDB_REFUSAL, config_warnings, start_refusals
+from dormouse.train.preflight import WANDB_REFUSAL, KernelChoice, check_environment, config_warnings, start_refusals
 from dormouse.train.schedule import lr_at
 from dormouse.train.start import (
     DISK_FULL,
@@ -236,21 +235,25 @@ def _run_config(cfg: DictConfig, run_name: str) -> DictConfig:
     return out
 
 
-def _resolve_kernel(cfg: DictConfig, device: torch.device, info: DistInfo) -> str:
-    """The selected arm's read path (``none`` for an arm without a fused read), decided by the arm
-    (:meth:`dormouse.arms.base.ResidualArm.choose_kernel`); an ``auto`` choice is reported with its reason."""
-    kernel, why = arm_class(arm_name(cfg)).choose_kernel(cfg.model, device)
-    if str(cfg.model.kernel) == "auto" and kernel != "none" and info.is_main:
-        print(f"kernel: model.kernel=auto -> {kernel} ({why})", flush=True)
-    return kernel
+def _report_kernel(cfg: DictConfig, kernel: KernelChoice, info: DistInfo) -> str:
+    """The read path the preflight decided (:func:`dormouse.train.preflight.check_environment`, the one
+    decision), its reason said when ``auto`` chose it (never a silent fallback)."""
+    if str(cfg.model.kernel) == "auto" and kernel.path != "none" and info.is_main:
+        print(f"kernel: model.kernel=auto -> {kernel.path} ({kernel.why})", flush=True)
+    return kernel.path
 
 
 def train(cfg: DictConfig, *, stop_at_step: int | None = None) -> TrainResult:
     """Train per ``cfg`` (already validated). ``stop_at_step`` behaves like an interrupt there (tests)."""
     info = dist_info_from_env()
     device = resolve_device(str(cfg.train.device), info)
+    # What the machine refuses (a missing file, no CUDA, a kernel the device cannot run), as `validate` does;
+    # the kernel is decided there, once.
+    environment = check_environment(cfg, device)
+    if environment.problems or environment.kernel is None:
+        raise StartRefused("; ".join(environment.problems))
+    kernel = _report_kernel(cfg, environment.kernel, info)
     corpus = load_corpus(cfg.data)  # bad data fails here, before the model is built
-    kernel = _resolve_kernel(cfg, device, info)
     init_distributed(info, device)
     for line in config_warnings(cfg) if info.is_main else []:
         print(f"warning: {line}", file=sys.stderr, flush=True)

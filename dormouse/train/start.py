@@ -40,7 +40,7 @@ from dormouse.errors import RunDirRefused, TrainError
 from dormouse.run.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, load_newest
 from dormouse.run.files import RunFiles
 from dormouse.run.lock import HolderLock, LockHeld, is_locked, read_holder
-from dormouse.train.distributed import DistInfo, broadcast_object
+from dormouse.train.distributed import DistInfo, broadcast_object, dist_info_from_env
 from dormouse.train.schedule import SCHEDULE_KEYS, schedule_change_problem
 from dormouse.train.state import checkpoint_step
 
@@ -306,7 +306,7 @@ def saved_config(cfg: DictConfig) -> tuple[Path, DictConfig] | None:
     """The config the run a resume continues was saved with: ``<run>/config.yaml`` when ``train.resume=auto``
     finds a checkpoint in that run, or the config inside the checkpoint ``train.resume=PATH`` names; None when
     there is nothing to resume (a fresh start, or a checkpoint that cannot be read: prepare_run_dir and
-    validate refuse that in their own words)."""
+    the preflight refuse that in their own words)."""
     resume = str(cfg.train.resume)
     if resume == "never" or cfg.run.name is None:
         return None
@@ -417,12 +417,13 @@ def prepare_run_dir(cfg: DictConfig, *, dry_run: bool = False) -> tuple[Path, di
 
 def load_run_config(overrides: list[str] | None = None) -> DictConfig:
     """The config a run starts with: composed from ``overrides``; when it may resume, the run's saved config is
-    the default for every key not given (:func:`resume_config`); then validated (raises :class:`ConfigError`
-    with every bad field)."""
+    the default for every key not given (:func:`resume_config`); then validated for the ranks this process was
+    launched with (raises :class:`ConfigError` with every bad field). What the machine decides (files, CUDA,
+    the kernel) the preflight checks: :func:`dormouse.train.preflight.check_environment`."""
     cfg = compose_config(overrides)
     if str(cfg.train.resume) != "never":
         cfg = resume_config(cfg, list(overrides or []))
-    problems = validate(cfg)
+    problems = validate(cfg, dist_info_from_env().world_size)  # torchrun's WORLD_SIZE: the batch split
     if problems:
         raise ConfigError(problems)
     return cfg

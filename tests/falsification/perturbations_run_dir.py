@@ -57,9 +57,9 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "run_name_may_climb_out_of_run_dir",
         "file": _CONFIG,
-        "function": "validate",
-        "old": "or \"..\" in Path(str(name)).parts",
-        "new": "or \"...\" in Path(str(name)).parts",
+        "function": "RunConfig.problems",
+        "old": "or \"..\" in parts",
+        "new": "or \"...\" in parts",
         "gates": ["tests/run/test_run_name.py::test_a_run_name_that_leaves_the_run_root_is_refused_naming_the_field"],
         "why": "run.name=../escape is accepted: the run (and train.overwrite=true's delete) lands outside run.dir",
         "protects": "training loop",
