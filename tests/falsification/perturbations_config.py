@@ -118,4 +118,15 @@ PERTURBATIONS: list[dict] = [
                "train.overwrite, replaces the first)",
         "protects": "training loop",
     },
+    {
+        "name": "ab_plan_skips_the_machine_checks",
+        "file": "dormouse/ab/plan.py",
+        "function": "_compose_arms",
+        "old": "        if machine := environment_problems(arm_cfgs[arm]):\n",
+        "new": "        if machine := []:\n",
+        "gates": ["tests/flows/test_ab.py::test_what_this_machine_cannot_run_is_refused_before_any_pair"],
+        "why": "a comparison whose arm asks for what this machine cannot run (the fused kernel on a CPU, CUDA) starts "
+               "its pairs and each one fails at its start, instead of the comparison being refused before any run",
+        "protects": "A/B rule",
+    },
 ]
