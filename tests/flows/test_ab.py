@@ -193,7 +193,8 @@ def test_bad_override_value_is_refused_naming_the_arm(tmp_path: Path, registry: 
 def test_what_this_machine_cannot_run_is_refused_before_any_pair(tmp_path: Path, registry: Path) -> None:
     """A kernel the arm cannot run here (the fused read on a CPU) is refused for the arm, before any run, as
     `dormouse train` refuses it before step 0: composing the config no longer asks the machine, the plan does."""
-    (registry / "t.yaml").write_text(SPEC.replace("gr: [model.use_gr=true]", "gr: [model.use_gr=true, model.kernel=triton]"))
+    fused_on_gr = SPEC.replace("gr: [model.use_gr=true]", "gr: [model.use_gr=true, model.kernel=triton]")
+    (registry / "t.yaml").write_text(fused_on_gr)
     fake = FakeTrain()
     with pytest.raises(ComparisonError) as info:
         run(registry, tmp_path / "ab", fake)
