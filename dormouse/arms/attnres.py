@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from dormouse.arms.base import ResidualArm
-from dormouse.arms.probes import PROBES, LoopTrace, slot_names
+from dormouse.arms.probes import LoopTrace, slot_names
 from dormouse.ops.attnres import (
     BlockAttnResState,
     block_sources,
@@ -167,7 +167,7 @@ class AttnRes(ResidualArm):
 
     def sublayer_input(self, state: _AttnResState, slot: int) -> Tensor:
         h = self._two_phase_input(state, slot) if self.uses_two_phase() else self._read(state, slot)
-        PROBES.count_ran(self.name)
+        self.counters.count_ran(self.name)
         return h
 
     def absorb(self, state: _AttnResState, slot: int, output: Tensor) -> _AttnResState:

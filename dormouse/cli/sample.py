@@ -28,7 +28,6 @@ from typing import Any, TextIO
 import torch
 from omegaconf import OmegaConf
 
-from dormouse.arms.probes import PROBES
 from dormouse.cli.sample_options import SampleOptions
 from dormouse.model.looped import VOCAB, LoopedByteLM
 from dormouse.run.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
@@ -176,7 +175,7 @@ def generate(model: LoopedByteLM, depth: int, opts: SampleOptions, context: int,
     gen = torch.Generator(device="cpu").manual_seed(int(opts.seed))
     seq = torch.tensor(list(prompt), dtype=torch.long, device=device).unsqueeze(0)
     out: list[int] = []
-    with PROBES.paused():  # sampling is not training: keep the counters' window untouched
+    with model.counters.paused():  # sampling is not training: keep the model's counters' window untouched
         for _ in range(opts.n_bytes):
             logits = model(seq[:, -context:], depth=depth, readouts="last")[-1][0, -1].float().cpu()
             if opts.temperature == 0:

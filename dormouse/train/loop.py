@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 
-from dormouse.arms.probes import PROBES, learned_values
+from dormouse.arms.probes import learned_values
 from dormouse.config.schema import arm_name
 from dormouse.data import ByteCorpus, bits_per_byte, eval_windows, keyed_seed, load_corpus, train_batch
 from dormouse.errors import Interrupted, RunDirRefused, StartRefused, TrainError
@@ -126,7 +126,7 @@ def evaluate(model: LoopedByteLM, x: torch.Tensor, y: torch.Tensor, batch_size: 
     model.eval()
     totals = torch.zeros(model.max_iter, dtype=torch.float64)
     count = 0
-    with PROBES.paused():
+    with model.counters.paused():
         for i in range(0, x.shape[0], batch_size):
             xb, yb = x[i:i + batch_size].to(device), y[i:i + batch_size].to(device)
             with autocast():
@@ -343,11 +343,11 @@ def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: st
                eval_set)
     state, source = _resume_point(run)
     loop = LoopState()
-    PROBES.to(device).reset()  # the counters live beside the model: in-graph adds, read at eval lines
+    model.counters.to(device).reset()  # the counters live beside the model: in-graph adds, read at eval lines
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        loop.load_state_dict(loop_part(state), carries_sums=info.is_main)
+        loop.load_state_dict(loop_part(state), model.counters, carries_sums=info.is_main)
         if loop.step >= t.steps:  # nothing left to do: report, write nothing
             if info.is_main:
                 print(f"run {run.files.dir} is already complete at step {loop.step} (train.steps={t.steps}); "
@@ -561,13 +561,13 @@ def accumulate_gradients(model: torch.nn.Module, x: torch.Tensor, y: torch.Tenso
 def eval_and_log(run: _Run, loop: LoopState) -> None:
     """Close the eval window: evaluate the fixed eval set at every depth, build the metrics row once and hand
     it to the run's sinks (rank 0: terminal, train.log, metrics.jsonl, wandb), and open a new window."""
-    totals = loop.window.summed(run.info, run.device)
+    totals = loop.window.summed(run.model.counters, run.info, run.device)
     bad_eval = False
     if run.info.is_main:
         row = _metrics_row(run, loop, totals)
         run.metrics.log(row)
         bad_eval = not math.isfinite(row["bpb"])
-    PROBES.reset()
+    run.model.counters.reset()
     loop.window.reset()
     if broadcast_flag(bad_eval, run.info, run.device) and run.cfg.train.nonfinite == "stop":
         raise run.nonfinite_error("eval bpb", loop.step, "lower train.lr")
@@ -600,7 +600,7 @@ def _metrics_row(run: _Run, loop: LoopState, totals: WindowTotals) -> dict[str, 
 def _checkpoint_state(run: _Run, loop: LoopState) -> dict[str, Any] | None:
     """Model, optimizer, loop state and config (a collective: every rank calls it at the same steps; rank 0
     gets the state, the others None)."""
-    totals = loop.window.summed(run.info, run.device)
+    totals = loop.window.summed(run.model.counters, run.info, run.device)
     if not run.info.is_main:
         return None
     # The loop's state under one key (dormouse.train.state: the layout); the metrics rows are metrics.jsonl's.

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from dormouse.arms.base import ResidualArm
-from dormouse.arms.probes import PROBES, LoopTrace, slot_names
+from dormouse.arms.probes import LoopTrace, slot_names
 from dormouse.arms.registry import ARMS, unregister_arm
 from dormouse.cli.logs import read_run
 from dormouse.config.schema import ConfigError, load_config
@@ -63,7 +63,7 @@ def define_toy_arm() -> type[ResidualArm]:
 
         def absorb(self, state: Tensor, slot: int, output: Tensor) -> Tensor:
             new_state = state + self.beta[slot] * output
-            PROBES.count_ran(self.name)
+            self.counters.count_ran(self.name)
             return new_state
 
         def readout_input(self, state: Tensor, k: int) -> Tensor:
@@ -95,7 +95,6 @@ def toy() -> Iterator[type[ResidualArm]]:
         yield cls
     finally:
         unregister_arm("toy")
-        PROBES.reset()  # back to the registry's arms
 
 
 def overrides(run_dir: Path, name: str, *arm: str) -> list[str]:
