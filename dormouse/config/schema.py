@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 # The arm registry owns the arm names, their order and their switches; re-exported for the modules that
 # import them from the config.
 from dormouse.arms.registry import ARMS, arm_switch, model_arm, selected_arms  # noqa: F401
+from dormouse.errors import DormouseError
 
 
 @dataclass
@@ -162,7 +163,7 @@ def register_configs() -> None:
     ConfigStore.instance().store(name="dormouse_schema", node=schema())
 
 
-class ConfigError(ValueError):
+class ConfigError(DormouseError, ValueError, exit_code=2):
     """A configuration that cannot run. ``lines`` holds one message per bad field."""
 
     def __init__(self, lines: list[str]):
