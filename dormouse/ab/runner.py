@@ -75,7 +75,7 @@ from dormouse.ab.registry import (
 from dormouse.ab.report import analyze, verdict_rows, write_outputs
 from dormouse.ab.status import comparison_status, render_looks, render_plan, render_status
 from dormouse.config.schema import ConfigError
-from dormouse.errors import Interrupted
+from dormouse.errors import Interrupted, print_error
 from dormouse.run.checkpoint import atomic_write_text
 from dormouse.run.files import AB_ROOT, DESIGN, LAUNCH, LOCK, REGISTRATION, ComparisonFiles
 
@@ -578,10 +578,10 @@ def ab_command(
                                   train_fn=train_fn, registry=registry, launch=launch)
     except (ComparisonError, ConfigError, LaunchError) as exc:
         for line in exc.lines:
-            err.print(f"[bold red]error:[/] {line}", soft_wrap=True)
+            print_error(err, line)
         return 2
     except LockHeld as exc:
-        err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+        print_error(err, str(exc))
         return 2
     except Interrupted as exc:
         return int(exc.exit_code)

@@ -39,6 +39,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dormouse.config.schema import ARMS
+from dormouse.errors import print_error
 from dormouse.run.files import CONFIG, LOG, SWEEP, RunFiles
 from dormouse.run.loglines import (
     DONE,
@@ -497,11 +498,11 @@ def logs_command(paths: list[Path], check: bool = False, console: Console | None
     err = err_console or Console(stderr=True, highlight=False)
     fmt = fmt or ("table" if console.is_terminal else "tsv")
     if fmt not in FORMATS:
-        err.print(f"[red]error:[/red] --format {fmt!r}: choose one of {', '.join(FORMATS)}")
+        print_error(err, f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
         return 2
     missing = [p for p in paths if not Path(p).exists()]
     for p in missing:
-        err.print(f"[red]error:[/red] {p}: no such file or directory")
+        print_error(err, f"{p}: no such file or directory")
     if missing:
         return 2
     runs = read_runs([Path(p) for p in paths])

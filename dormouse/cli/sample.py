@@ -29,6 +29,7 @@ import torch
 from omegaconf import OmegaConf
 
 from dormouse.cli.sample_options import SampleOptions
+from dormouse.errors import DormouseError
 from dormouse.model.looped import VOCAB, LoopedByteLM
 from dormouse.run.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from dormouse.run.files import ComparisonFiles, RunFiles
@@ -37,7 +38,7 @@ from dormouse.train.state import checkpoint_step
 __all__ = ["Sample", "SampleError", "SampleOptions", "TextStream", "generate", "load_model", "sample_run"]
 
 
-class SampleError(ValueError):
+class SampleError(DormouseError, ValueError, exit_code=2):
     """A sample request that cannot be honoured: the message names the option and how to fix it."""
 
 
@@ -90,7 +91,7 @@ def load_model(path: Path, device: torch.device | str = "cpu") -> tuple[LoopedBy
         raise SampleError(f"{exc}: not a dormouse checkpoint; give a checkpoints/step_*.pt file a run "
                           "wrote") from None
     if not isinstance(state, dict) or "model" not in state or "config" not in state:
-        raise CheckpointError(f"checkpoint {path} holds no model or no config: not a dormouse checkpoint")
+        raise SampleError(f"checkpoint {path} holds no model or no config: not a dormouse checkpoint")
     cfg = OmegaConf.create(state["config"])
     model = LoopedByteLM(cfg.model, seed=int(cfg.train.seed), kernel="torch")
     model.load_state_dict(state["model"])

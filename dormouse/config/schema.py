@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 # The arm registry owns the arm names, their order and their switches; re-exported for the modules that
 # import them from the config.
 from dormouse.arms.registry import ARMS, arm_switch, model_arm, selected_arms  # noqa: F401
+from dormouse.errors import DormouseError
 
 KERNEL_CHOICES = ("auto", "triton", "torch")
 DTYPES = ("auto", "fp32", "bf16")  # train.dtype's values (dormouse.train.device.compute_dtype reads them)
@@ -301,7 +302,7 @@ def register_configs() -> None:
     ConfigStore.instance().store(name="dormouse_schema", node=schema())
 
 
-class ConfigError(ValueError):
+class ConfigError(DormouseError, ValueError, exit_code=2):
     """A configuration that cannot run. ``lines`` holds one message per bad field."""
 
     def __init__(self, lines: list[str]):

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dormouse.arms.registry import ARMS
+from dormouse.errors import DormouseError
 
 EVAL, RESUME, INTERRUPTED, DONE, REPAIR = "eval", "resume", "interrupted", "done", "repair"
 KINDS = (EVAL, RESUME, INTERRUPTED, DONE, REPAIR)
@@ -59,7 +60,7 @@ _SPEC = {"loss": ".4f", "bpb": ".4f", "lr": ".2e", "depth": ".2f"}
 Row = TypeVar("Row")
 
 
-class LogLineError(ValueError):
+class LogLineError(DormouseError, ValueError, exit_code=2):
     """A line that does not parse; the message says which field and why."""
 
 
