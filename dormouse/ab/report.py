@@ -30,10 +30,10 @@ from dormouse.ab.plan import ComparisonPlan
 from dormouse.ab.plots import write_plots
 from dormouse.ab.records import RunRecord, is_finite_number
 from dormouse.arms.registry import ARMS
-from dormouse.cli.logs import Finding
 from dormouse.config.schema import arm_name
 from dormouse.run.checkpoint import atomic_write_text
 from dormouse.run.files import ComparisonFiles
+from dormouse.run.reader import Finding
 
 BETTER, WORSE, TIE = "better", "worse", "tie"
 ORDER = ", then ".join(ARMS)  # the registry's order, simplest first

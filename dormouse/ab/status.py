@@ -33,9 +33,9 @@ from dormouse.ab.lock import is_locked, read_holder
 from dormouse.ab.looks import Progress
 from dormouse.ab.pairjob import Pair, pair_state, read_launch_record
 from dormouse.ab.plan import ComparisonPlan
-from dormouse.cli.logs import read_run
 from dormouse.run.files import ComparisonFiles, RunFiles
 from dormouse.run.loglines import EVAL, RESUME, LogLineError, human, line_kind, parse_resume_line
+from dormouse.run.reader import read_run
 
 
 def pair_cost(cfg: DictConfig) -> dict[str, float]:

@@ -142,7 +142,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "logs_check_misses_a_torn_metrics_row",
-        "file": "dormouse/cli/logs.py",
+        "file": "dormouse/run/checks.py",
         "function": "_check_metrics_file",
         "old": "    _check_torn(run, path, len(lines))\n",
         "new": "    pass\n",
