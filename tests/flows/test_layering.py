@@ -38,8 +38,8 @@ def test_the_kernels_import_nothing_from_dormouse():
 # The layers of the dormouse package, bottom first: a module may import from its own layer and the layers below,
 # never from one above (the README's "Layout"). Layers on one rank do not import each other.
 LAYERS: dict[str, int] = {
-    "errors": 0, "data": 0, "corpus": 0,
-    "ops": 1,
+    "errors": 0, "conf": 0,  # conf/ installs as dormouse.conf (YAML files and an empty __init__)
+    "data": 1, "corpus": 1, "ops": 1,
     "arms": 2,
     "config": 3, "model": 3,
     "run": 4,
