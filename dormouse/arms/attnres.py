@@ -67,6 +67,12 @@ class AttnRes(ResidualArm):
     plot_file = "attnres_map.png"
 
     @classmethod
+    def run_name_stem(cls, model_cfg: Any) -> str:
+        """Block AttnRes says its block size (``attnres_block2``), so a Full and a Block run are told apart."""
+        size = model_cfg.attnres.block_size
+        return cls.name if size is None else f"{cls.name}_block{size}"
+
+    @classmethod
     def config_problems(cls, model_cfg: Any, selected: bool) -> list[str]:
         lines: list[str] = []
         a = model_cfg.attnres

@@ -74,6 +74,12 @@ class ResidualArm(nn.Module):
         return (cls.__doc__ or cls.name).strip().splitlines()[0]
 
     @classmethod
+    def run_name_stem(cls, model_cfg: Any) -> str:
+        """How a run of this arm is named when ``run.name`` is not given (``<stem>-<start time>``): the arm's
+        name, plus whatever tells two of its variants apart."""
+        return cls.name
+
+    @classmethod
     def config_problems(cls, model_cfg: Any, selected: bool) -> list[str]:
         """Problems with this arm's options in ``model_cfg`` (one line each, naming the field); ``selected``
         says whether the config selects this arm. Called for every registered arm, before any work."""

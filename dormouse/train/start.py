@@ -33,6 +33,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from dormouse import __version__
+from dormouse.arms.registry import arm_class
 from dormouse.config.overrides import GROUPS
 from dormouse.config.schema import ConfigError, arm_name, compose_config, validate
 from dormouse.data import DEFAULT_EVAL_BYTES, ByteCorpus, resolve_eval_bytes
@@ -59,12 +60,10 @@ RUN_IN_USE_ADVICE = ("wait for it to finish, or stop it (Ctrl-C checkpoints it; 
 
 
 def default_run_name(cfg: DictConfig, started: str | None = None) -> str:
-    """``<arm>-<start time>``, for a run started without ``run.name``; Block AttnRes says its block size
-    (``attnres_block2-…``), so a Full and a Block run are told apart by name. ``started`` stands in for the
-    time (``dormouse validate`` shows ``<start time>``)."""
-    stem = arm_name(cfg)
-    if cfg.model.attnres.block_size is not None:  # validate allows it only with model.use_attnres=true
-        stem += f"_block{cfg.model.attnres.block_size}"
+    """``<stem>-<start time>``, for a run started without ``run.name``; the stem is the arm's to give
+    (``ResidualArm.run_name_stem``: Block AttnRes says its block size, ``attnres_block2-…``). ``started``
+    stands in for the time (``dormouse validate`` shows ``<start time>``)."""
+    stem = arm_class(arm_name(cfg)).run_name_stem(cfg.model)
     return f"{stem}-{started or datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
 
 
