@@ -35,6 +35,8 @@ from urllib.parse import urlparse
 
 import torch
 
+from dormouse.errors import DormouseError
+
 __all__ = ["ByteCorpus", "DataError", "bits_per_byte", "eval_windows", "load_corpus", "resolve_eval_bytes",
            "train_batch"]
 
@@ -49,7 +51,7 @@ _HUB_PROBE_TIMEOUT_S = 3.0
 DEFAULT_EVAL_BYTES = 65536
 
 
-class DataError(ValueError):
+class DataError(DormouseError, ValueError, exit_code=2):
     """Unusable data: a one-line message naming the path or dataset and what to do about it."""
 
 

@@ -128,6 +128,7 @@ class Variant:
         self.kernel = resolve_kernel(str(cfg.model.kernel), device) if cfg.model.use_attnres else "none"
         self.model = LoopedByteLM(cfg.model, seed=0, kernel=self.kernel if self.kernel != "none" else "torch")
         self.model.to(device)
+        self.model.counters.to(device)  # the model's own counters, beside it (in-graph adds)
         self.forward: Callable[..., Any] = self.model
         if mode != "eager":
             self.forward = self.model.compile_whole(mode=None if mode == "compile" else mode)
@@ -228,11 +229,6 @@ def main(argv: list[str] | None = None) -> int:
     if baseline not in arms:
         arms = [baseline, *arms]
     counter = _count_fused_calls()
-
-    from dormouse.arms.probes import PROBES
-
-    if hasattr(PROBES, "to"):  # older dormouse: host-side counters
-        PROBES.to(device)
     variants: list[Variant] = []
     info: dict[str, dict[str, Any]] = {}
     for mode in args.modes:
@@ -245,9 +241,9 @@ def main(argv: list[str] | None = None) -> int:
                 for _ in range(args.warmup):
                     v.step()
                 _sync(device)
-                PROBES.reset()
+                v.model.counters.reset()
                 loss = float(v.step())
-                snap = PROBES.snapshot()
+                snap = v.model.counters.snapshot()
                 counted = "attnres" if arm.startswith("attnres") else arm
                 info[name] = {
                     "arm": arm, "mode": mode, "kernel": v.kernel, "warmup_s": time.perf_counter() - t0,

@@ -26,7 +26,7 @@ from dormouse.ab.registry import PROTOCOL, ComparisonError, load_spec
 from dormouse.ab.runner import run_comparison
 from dormouse.ab.status import comparison_status, render_looks, render_plan, render_status, tune_cost_line
 from dormouse.config.schema import ConfigError
-from dormouse.errors import Interrupted
+from dormouse.errors import Interrupted, print_error
 from dormouse.run.files import AB_ROOT, ComparisonFiles
 
 
@@ -143,10 +143,10 @@ def ab_command(
                        design=design)
     except (ComparisonError, ConfigError, LaunchError) as exc:
         for line in exc.lines:
-            err.print(f"[bold red]error:[/] {line}", soft_wrap=True)
+            print_error(err, line)
         return 2
     except LockHeld as exc:
-        err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+        print_error(err, str(exc))
         return 2
     except Interrupted as exc:
         return int(exc.exit_code)

@@ -34,11 +34,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from dormouse.errors import DormouseError
+
 # Outcome statuses a job function returns.
 DONE, FAILED, INTERRUPTED = "done", "failed", "interrupted"
 
 
-class LaunchError(ValueError):
+class LaunchError(DormouseError, ValueError, exit_code=2):
     """A launch request that cannot be honoured (too many jobs for the devices, no SLURM, ...)."""
 
     def __init__(self, lines: list[str]) -> None:

@@ -39,11 +39,11 @@ from dormouse.ab import fingerprint
 from dormouse.ab.launch import DONE, FAILED, INTERRUPTED, Outcome
 from dormouse.ab.lock import LockHeld, pair_lock
 from dormouse.ab.records import final_row
-from dormouse.cli.logs import read_run
 from dormouse.errors import Interrupted, TrainError
 from dormouse.run.checkpoint import CheckpointError, atomic_write_text, list_checkpoints, load_checkpoint
 from dormouse.run.files import ComparisonFiles, RunFiles
 from dormouse.run.loglines import format_done_line, last_eval_phrase, read_metrics
+from dormouse.run.reader import read_run
 
 TrainFn = Callable[[DictConfig], Any]  # trains one pair's run: dormouse.train.loop.train, or a test's fake
 # Exceptions that mean "stopped by a signal": the pair checkpointed (or could not) and the comparison stops;

@@ -38,6 +38,7 @@ from dormouse.ab.registry import (
 )
 from dormouse.config.schema import ConfigError, arm_name
 from dormouse.run.files import ComparisonFiles, run_name
+from dormouse.train.preflight import environment_problems
 from dormouse.train.start import load_run_config
 
 if TYPE_CHECKING:
@@ -240,6 +241,11 @@ def _compose_arms(reg: Registered, overrides: list[str], comp_dir: Path, first: 
             arm_cfgs[arm] = load_run_config(full)
         except ConfigError as exc:
             arm_lines[arm] = list(exc.lines)
+            continue
+        # what this machine cannot run (a missing file, CUDA, the kernel) is refused before any pair, as
+        # `dormouse train` refuses it before step 0
+        if machine := environment_problems(arm_cfgs[arm]):
+            arm_lines[arm] = machine
     # A problem every arm has (a bad CLI or fixed override) is the comparison's: say it once.
     shared = [ln for ln in dict.fromkeys(ln for lns in arm_lines.values() for ln in lns)
               if len(arm_lines) == len(spec.arms) and all(ln in lns for lns in arm_lines.values())]

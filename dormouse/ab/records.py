@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dormouse.cli.logs import Finding, read_run
+from dormouse.run.checks import checked_run
 from dormouse.run.files import RunFiles
 from dormouse.run.loglines import read_metrics
+from dormouse.run.reader import Finding
 
 
 def is_finite_number(x: Any) -> bool:
@@ -61,7 +62,7 @@ def load_record(arm: str, seed: int, run_dir: Path, kind: str, steps: int,
     rec = RunRecord(arm, seed, run_dir, kind, steps, error, replicate=replicate)
     rec.rows = read_metrics(files.metrics)
     rec.final = final_row(rec.rows, steps)
-    rec.findings = read_run(run_dir).findings
+    rec.findings = checked_run(run_dir).findings
     try:
         rec.provenance = json.loads(files.provenance.read_text())
     except (OSError, ValueError):

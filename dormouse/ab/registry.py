@@ -61,6 +61,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from dormouse.ab.sequential import Design
 from dormouse.ab.tune_rule import RULES
+from dormouse.errors import DormouseError
 
 REGISTRY_PACKAGE = "dormouse.conf"
 REGISTRY_DIR = "ab"
@@ -157,7 +158,7 @@ class ComparisonSpecV1:
 AnySpec = ComparisonSpec | ComparisonSpecV1
 
 
-class ComparisonError(ValueError):
+class ComparisonError(DormouseError, ValueError, exit_code=2):
     """A comparison that cannot run or continue. ``lines`` holds one message per problem."""
 
     def __init__(self, lines: list[str]):

@@ -31,8 +31,8 @@ from dormouse.ab.plan import ComparisonPlan
 from dormouse.ab.records import RunRecord, is_finite_number
 from dormouse.ab.sequential import BETTER, TIE, WORSE
 from dormouse.arms.registry import ARMS
-from dormouse.cli.logs import Finding
 from dormouse.config.schema import arm_name
+from dormouse.run.reader import Finding
 
 # The order of an arm's verdict fields in results.json: a compared arm's, and the baseline's or A/A arm's.
 _DECIDED_KEYS = ("verdict", "decision", "look", "sentence", "kept")

@@ -29,10 +29,10 @@ from dormouse.ab.looks import Progress
 from dormouse.ab.pairjob import Pair, pair_state, read_launch_record
 from dormouse.ab.plan import ComparisonPlan
 from dormouse.ab.report import verdict_rows
-from dormouse.cli.logs import read_run
 from dormouse.model.flops import training_cost
 from dormouse.run.files import AB_ERROR, ComparisonFiles, RunFiles
 from dormouse.run.loglines import EVAL, RESUME, LogLineError, human, line_kind, parse_resume_line
+from dormouse.run.reader import read_run
 
 
 def tune_cost_line(plan: ComparisonPlan) -> str:

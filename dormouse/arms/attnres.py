@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from dormouse.arms.base import ResidualArm
-from dormouse.arms.probes import PROBES, LoopTrace, slot_names
+from dormouse.arms.probes import LoopTrace, slot_names
 from dormouse.ops.attnres import (
     BlockAttnResState,
     block_sources,
@@ -65,6 +65,12 @@ class AttnRes(ResidualArm):
     name = "attnres"
     options = AttnResConfig
     plot_file = "attnres_map.png"
+
+    @classmethod
+    def run_name_stem(cls, model_cfg: Any) -> str:
+        """Block AttnRes says its block size (``attnres_block2``), so a Full and a Block run are told apart."""
+        size = model_cfg.attnres.block_size
+        return cls.name if size is None else f"{cls.name}_block{size}"
 
     @classmethod
     def config_problems(cls, model_cfg: Any, selected: bool) -> list[str]:
@@ -167,7 +173,7 @@ class AttnRes(ResidualArm):
 
     def sublayer_input(self, state: _AttnResState, slot: int) -> Tensor:
         h = self._two_phase_input(state, slot) if self.uses_two_phase() else self._read(state, slot)
-        PROBES.count_ran(self.name)
+        self.counters.count_ran(self.name)
         return h
 
     def absorb(self, state: _AttnResState, slot: int, output: Tensor) -> _AttnResState:

@@ -18,8 +18,9 @@ An arm owns everything about itself, so adding one is one class here (defining i
 
 Every arm parameter is per *slot* (one per sublayer per iteration, plus one per readout for AttnRes): the
 block's weights are shared across iterations, but each unrolled depth has its own arm parameters.
-Each arm counts ``ran`` (:data:`dormouse.arms.probes.PROBES`) at the point where its aggregation becomes the
-state; the loop driver counts ``asked``.
+Each arm counts ``ran`` into its own counters (``self.counters``, a :class:`dormouse.arms.probes.ProbeCounters`
+built with the arm, so each model has its own) at the point where its aggregation becomes the state; the
+model's loop driver counts ``asked`` into the same object (``model.counters``).
 """
 
 
@@ -32,7 +33,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from dormouse.arms.probes import LoopTrace, slot_names
+from dormouse.arms.probes import LoopTrace, ProbeCounters, slot_names
 from dormouse.arms.registry import arm_switch, register_arm
 
 State = Any
@@ -57,6 +58,8 @@ class ResidualArm(nn.Module):
         self.d_model = d_model
         self.max_iter = max_iter
         self.n_slots = 2 * max_iter
+        # this arm's (so its model's) ran/asked counts: never shared, so two models count apart
+        self.counters = ProbeCounters()
 
     # --- configuration -----------------------------------------------------------------------------------
 
@@ -69,6 +72,12 @@ class ResidualArm(nn.Module):
     def describe(cls) -> str:
         """One line for reports: the first line of the class docstring (the mechanism and its equation)."""
         return (cls.__doc__ or cls.name).strip().splitlines()[0]
+
+    @classmethod
+    def run_name_stem(cls, model_cfg: Any) -> str:
+        """How a run of this arm is named when ``run.name`` is not given (``<stem>-<start time>``): the arm's
+        name, plus whatever tells two of its variants apart."""
+        return cls.name
 
     @classmethod
     def config_problems(cls, model_cfg: Any, selected: bool) -> list[str]:

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dormouse.arms.base import ResidualArm
-from dormouse.arms.probes import PROBES, LoopTrace, slot_names
+from dormouse.arms.probes import LoopTrace, slot_names
 from dormouse.ops.norm import rms_norm
 
 GR_BIAS_INIT = -2.0  # the gate starts at sigmoid(-2) ~ 0.12
@@ -53,7 +53,7 @@ class GatedResidual(ResidualArm):
 
     def absorb(self, state: Tensor, slot: int, output: Tensor) -> Tensor:
         new_state = torch.addcmul(state, self.gate(state, slot), output)  # x + gate * f(x), one fused multiply-add
-        PROBES.count_ran(self.name)
+        self.counters.count_ran(self.name)
         return new_state
 
     def readout_input(self, state: Tensor, k: int) -> Tensor:

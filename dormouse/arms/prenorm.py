@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from dormouse.arms.base import ResidualArm
-from dormouse.arms.probes import PROBES, LoopTrace, slot_names
+from dormouse.arms.probes import LoopTrace, slot_names
 
 
 class PreNormResidual(ResidualArm):
@@ -35,7 +35,7 @@ class PreNormResidual(ResidualArm):
 
     def absorb(self, state: Tensor, slot: int, output: Tensor) -> Tensor:
         new_state = state + output
-        PROBES.count_ran(self.name)
+        self.counters.count_ran(self.name)
         return new_state
 
     def readout_input(self, state: Tensor, k: int) -> Tensor:

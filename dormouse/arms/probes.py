@@ -6,13 +6,18 @@ Every arm has a pair ``<arm>=<ran>/<asked>`` for the window since the last eval 
   depth that actually ran (two per iteration: attention and MLP).
 * ``ran`` is counted inside the arm, at the point where its result becomes the state.
 
-The counters are the project's one piece of global mutable state, owned by :data:`PROBES`.
+**One set of counters per model.** Each arm builds its own :class:`ProbeCounters`
+(:class:`dormouse.arms.base.ResidualArm`), and its model reads them as ``model.counters``
+(:class:`dormouse.model.looped.LoopedByteLM`): the arm counts ``ran`` and the model's loop driver ``asked``
+into that one object, the training loop reads, saves, restores and resets it through the model it trains,
+and evaluation and sampling pause it with ``model.counters.paused()``. No module-level state: two models in
+one process (the pairs of an A/B run, a test's reference model) each count only their own forwards.
 
 **Counters inside the graph.** Each counter is an int64 element of a device tensor, incremented by an
 in-place add in the same graph that computes the output. So a compiled model (``torch.compile`` of the
 whole forward, ``fullgraph=True``; CUDA graphs under ``mode="reduce-overhead"``) counts every call, not
 once at trace time, with no graph break and no host synchronisation: the counts are read on the host
-only when an eval line is written (:meth:`ProbeCounters.snapshot`). ``PROBES.to(device)`` puts the
+only when an eval line is written (:meth:`ProbeCounters.snapshot`). ``model.counters.to(device)`` puts the
 counters on the model's device. ``tests/arms/test_arms.py`` pins "N calls -> N counts" eager, compiled per
 call and for the whole-model ``fullgraph`` path.
 """
@@ -30,9 +35,10 @@ from dormouse.arms.registry import ARMS
 
 
 class ProbeCounters:
-    """Per-arm ``ran``/``asked`` counts for the current eval window, as two int64 tensors, one element per
-    registered arm (an arm registered later, e.g. a test's, gets its element at the next :meth:`reset`,
-    :meth:`to` or host read, or at its first count in eager mode)."""
+    """One model's per-arm ``ran``/``asked`` counts for the current eval window, as two int64 tensors, one
+    element per registered arm in registry order, the eval line's counter order (an arm registered later,
+    e.g. a test's, gets its element at the next :meth:`reset`, :meth:`to` or host read, or at its first
+    count in eager mode)."""
 
     def __init__(self, device: torch.device | str = "cpu") -> None:
         self._arms: tuple[str, ...] = ()
@@ -124,8 +130,6 @@ class ProbeCounters:
         self._asked.copy_(torch.tensor(asked, dtype=torch.int64))
 
 
-PROBES = ProbeCounters()
-
 
 # ----------------------------------------------------------------------------------------------------
 # Learned-value probes: what each arm learned, measured on the fixed eval set
@@ -199,7 +203,7 @@ def learned_values(model: Any, x_eval: torch.Tensor, batch_size: int) -> Learned
             yield trace
 
     try:
-        with PROBES.paused():
+        with model.counters.paused():
             fields = model.arm.learned(traces())
     finally:
         model.train(was_training)

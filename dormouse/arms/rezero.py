@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from dormouse.arms.base import ResidualArm
-from dormouse.arms.probes import PROBES, LoopTrace, slot_names
+from dormouse.arms.probes import LoopTrace, slot_names
 
 
 class ReZero(ResidualArm):
@@ -33,7 +33,7 @@ class ReZero(ResidualArm):
 
     def absorb(self, state: Tensor, slot: int, output: Tensor) -> Tensor:
         new_state = torch.addcmul(state, self.alpha[slot].to(output.dtype), output)  # x + alpha_s f(x), one pass
-        PROBES.count_ran(self.name)
+        self.counters.count_ran(self.name)
         return new_state
 
     def readout_input(self, state: Tensor, k: int) -> Tensor:

@@ -3,7 +3,9 @@
 Hydra's ``@hydra.main`` does not work under Typer, so every command takes Hydra overrides as positional
 arguments (``key=value``) and composes the config through Hydra's compose API
 (:func:`dormouse.config.schema.load_config`). Bad input exits with code 2 and one line per problem, before any
-work and before any run directory exists.
+work and before any run directory exists. No command catches an error by hand: each raises the dormouse error
+that says what went wrong, and the app's one handler (dormouse/cli/exits.py) ends it with that error's exit
+code and ``error:`` lines.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from rich.console import Console
 from rich.text import Text
 
 from dormouse.cli.completion import complete_comparison, complete_override
+from dormouse.cli.exits import ExitOnError, err
 from dormouse.cli.sample_options import SampleOptions
 from dormouse.config.schema import ConfigError
 from dormouse.run.files import AB_ROOT
@@ -29,8 +32,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=True,  # Typer's own: `dormouse --install-completion` / `--show-completion`
     pretty_exceptions_enable=False,
+    cls=ExitOnError,  # every command's DormouseError: its exit code and error lines, no traceback
 )
-err = Console(stderr=True, highlight=False)
 
 OVERRIDES = typer.Argument(None, help="Hydra overrides, key=value (e.g. model.use_attnres=true).",
                            show_default=False, autocompletion=complete_override)
@@ -62,26 +65,16 @@ def _print_job_config(cfg_flag: str, overrides: list[str] | None) -> None:
     from dormouse.config.schema import compose_config
 
     if cfg_flag != "job":
-        err.print(f"[bold red]error:[/] --cfg {cfg_flag}: only --cfg job is supported (dormouse has no Hydra "
-                  "runtime config to print)", markup=True, soft_wrap=True)
-        raise typer.Exit(2)
-    try:
-        print(OmegaConf.to_yaml(compose_config(list(overrides or []))), end="")
-    except ConfigError as exc:
-        for line in exc.lines:
-            err.print(f"[bold red]error:[/] {line}", markup=True, soft_wrap=True)
-        raise typer.Exit(2) from None
+        raise ConfigError([f"--cfg {cfg_flag}: only --cfg job is supported (dormouse has no Hydra runtime config "
+                           "to print)"])
+    print(OmegaConf.to_yaml(compose_config(list(overrides or []))), end="")
 
 
-def _config_or_exit(overrides: list[str] | None):
-    try:
-        from dormouse.train.start import load_run_config
+def _run_config(overrides: list[str] | None):
+    """The run's config (the resume defaults applied); a ConfigError naming every bad field otherwise."""
+    from dormouse.train.start import load_run_config
 
-        return load_run_config(list(overrides or []))
-    except ConfigError as exc:
-        for line in exc.lines:
-            err.print(f"[bold red]error:[/] {line}", markup=True, soft_wrap=True)
-        raise typer.Exit(2) from None
+    return load_run_config(list(overrides or []))
 
 
 @app.command(epilog="""[bold]Examples[/]\n
@@ -108,30 +101,13 @@ def train(overrides: list[str] = OVERRIDES, cfg_flag: str = CFG,
     if multirun:
         from dormouse.cli.sweep import run_sweep
 
-        try:
-            code = run_sweep(list(overrides or []))
-        except ConfigError as exc:
-            for line in exc.lines:
-                err.print(f"[bold red]error:[/] {line}", markup=True, soft_wrap=True)
-            raise typer.Exit(2) from None
-        raise typer.Exit(code)
-    cfg = _config_or_exit(overrides)
-    from dormouse.data import DataError
-    from dormouse.errors import StartRefused
-    from dormouse.run.checkpoint import CheckpointError
-    from dormouse.train.loop import Interrupted, TrainError
+        raise typer.Exit(run_sweep(list(overrides or [])))
+    cfg = _run_config(overrides)
     from dormouse.train.loop import train as run_training
 
-    try:
-        result = run_training(cfg)
-    except (DataError, TrainError, CheckpointError) as exc:
-        err.print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
-        # Refused before anything was created (bad data, a config that cannot fit, wandb online without
-        # credentials, a run directory that refuses this start): 2, as `validate` says. A run that failed
-        # (a full disk, a non-finite loss): 1.
-        raise typer.Exit(2 if isinstance(exc, (DataError, StartRefused)) else 1) from None
-    except Interrupted as exc:
-        raise typer.Exit(exc.exit_code) from None
+    # Refused before anything was created (bad data, a config that cannot fit, a run directory that refuses
+    # this start) exits 2, as `validate` says; a run that failed 1; an interrupt 130/143: each error's own code.
+    result = run_training(cfg)
     final = result.metrics[-1] if result.metrics else {}
     if final:
         print(f"done: {result.run_dir}  val bpb={final['bpb']:.4f}  wall={result.wall_s:.1f}s", flush=True)
@@ -149,16 +125,14 @@ def validate(overrides: list[str] = OVERRIDES, cfg_flag: str = CFG) -> None:
     if cfg_flag is not None:
         _print_job_config(cfg_flag, overrides)
         return
-    cfg = _config_or_exit(overrides)
+    cfg = _run_config(overrides)
     from dormouse.train.preflight import preflight
 
     checked = preflight(cfg)
     for line in checked.warnings:
         err.print(f"[bold yellow]warning:[/] {line}", markup=True, soft_wrap=True)
     if checked.problems:
-        for line in checked.problems:
-            err.print(f"[bold red]error:[/] {line}", markup=True, soft_wrap=True)
-        raise typer.Exit(2)
+        raise ConfigError(checked.problems)  # exit 2, one error: line each
     # The checks' findings as YAML comments: `dormouse validate ... > config.yaml` stays valid YAML.
     print(OmegaConf.to_yaml(cfg) + "".join(f"# {line}\n" for line in checked.found), end="")
 
@@ -202,10 +176,11 @@ def ab(
     if list_:
         _list_comparisons()
         return
+    from dormouse.ab.registry import ComparisonError
+
     if name is None:
-        err.print("[bold red]error:[/] name a comparison: dormouse ab NAME (registered: "
-                  "dormouse ab --list) or dormouse ab PATH.yaml", markup=True, soft_wrap=True)
-        raise typer.Exit(2)
+        raise ComparisonError(["name a comparison: dormouse ab NAME (registered: dormouse ab --list) or "
+                               "dormouse ab PATH.yaml"])
     from dormouse.ab.command import ab_command
     from dormouse.ab.launch_request import LaunchRequest, split_overrides
 
@@ -265,16 +240,9 @@ def eval_(
 
     Writes nothing, to the run or anywhere else."""
     from dormouse.cli.eval import eval_checkpoint
-    from dormouse.cli.sample import SampleError
-    from dormouse.data import DataError
-    from dormouse.run.checkpoint import CheckpointError
     from dormouse.run.loglines import format_eval_line
 
-    try:
-        path, row = eval_checkpoint(run_dir, checkpoint, device)
-    except (SampleError, CheckpointError, DataError) as exc:
-        err.print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
-        raise typer.Exit(2) from None
+    path, row = eval_checkpoint(run_dir, checkpoint, device)
     err.print(f"checkpoint {path} (step {row['step']})", highlight=False, markup=False)
     print(format_eval_line(row), flush=True)
 
@@ -309,22 +277,17 @@ def sample(
     device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
 ) -> None:
     """Generate bytes from a run's checkpoint, at one depth or at every depth of the loop."""
-    from dormouse.cli.sample import SampleError, sample_run
-    from dormouse.run.checkpoint import CheckpointError
+    from dormouse.cli.sample import sample_run
 
     def loaded(path: Path, step: int) -> None:
         err.print(f"checkpoint {path} (step {step}); seed {seed}, temperature {temperature}, "
                   f"top-k {top_k or 'none'}", highlight=False, markup=False)
 
     single = num_samples == 1 and depth != "all"  # one sample streams as it is generated (dormouse.cli.sample)
-    try:
-        opts = SampleOptions(prompt=_prompt_bytes(prompt, prompt_file), n_bytes=n_bytes, temperature=temperature,
-                             top_k=top_k, seed=seed, num_samples=num_samples)
-        _, _, samples = sample_run(run_dir, opts, depth=depth, checkpoint=checkpoint, device=device,
-                                   stream=sys.stdout if single else None, on_loaded=loaded)
-    except (SampleError, CheckpointError) as exc:
-        err.print(f"[bold red]error:[/] {exc}", markup=True, soft_wrap=True)
-        raise typer.Exit(2) from None
+    opts = SampleOptions(prompt=_prompt_bytes(prompt, prompt_file), n_bytes=n_bytes, temperature=temperature,
+                         top_k=top_k, seed=seed, num_samples=num_samples)
+    _, _, samples = sample_run(run_dir, opts, depth=depth, checkpoint=checkpoint, device=device,
+                               stream=sys.stdout if single else None, on_loaded=loaded)
     if not single:
         _print_samples(samples)
 

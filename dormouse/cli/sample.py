@@ -27,15 +27,15 @@ from typing import TextIO
 
 import torch
 
-from dormouse.arms.probes import PROBES
 from dormouse.cli.sample_options import SampleOptions
+from dormouse.errors import DormouseError
 from dormouse.model.looped import VOCAB, LoopedByteLM
 from dormouse.train.trained import find_checkpoint, load_model, resolve_device
 
 __all__ = ["Sample", "SampleError", "SampleOptions", "TextStream", "generate", "sample_run"]
 
 
-class SampleError(ValueError):
+class SampleError(DormouseError, ValueError, exit_code=2):
     """A sample option that cannot be honoured: the message names the option and how to fix it (the run,
     the checkpoint and the device are :class:`dormouse.train.trained.ModelLoadError`'s)."""
 
@@ -117,7 +117,7 @@ def generate(model: LoopedByteLM, depth: int, opts: SampleOptions, context: int,
     gen = torch.Generator(device="cpu").manual_seed(int(opts.seed))
     seq = torch.tensor(list(prompt), dtype=torch.long, device=device).unsqueeze(0)
     out: list[int] = []
-    with PROBES.paused():  # sampling is not training: keep the counters' window untouched
+    with model.counters.paused():  # sampling is not training: keep the model's counters' window untouched
         for _ in range(opts.n_bytes):
             logits = model(seq[:, -context:], depth=depth, readouts="last")[-1][0, -1].float().cpu()
             if opts.temperature == 0:

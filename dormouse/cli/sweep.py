@@ -25,6 +25,7 @@ import yaml
 from dormouse.config.schema import ConfigError
 from dormouse.run.checkpoint import atomic_write_text
 from dormouse.run.files import SWEEP
+from dormouse.train.preflight import environment_problems
 from dormouse.train.start import load_run_config
 
 
@@ -59,8 +60,10 @@ def plan(overrides: list[str]) -> tuple[Path, list[list[str]]]:
         try:
             cfg = load_run_config(job)
             run_dir = Path(str(cfg.run.dir)) / sweep
+            lines = environment_problems(cfg)  # a missing file, no CUDA, a kernel the device cannot run
         except ConfigError as exc:
-            problems += [f"sweep setting {i} ({' '.join(job[:-1])}): {line}" for line in exc.lines]
+            lines = exc.lines
+        problems += [f"sweep setting {i} ({' '.join(job[:-1])}): {line}" for line in lines]
     if problems:
         raise ConfigError(problems)
     assert run_dir is not None

@@ -4,6 +4,12 @@ The YAML files in ``conf/`` (installed as the package ``dormouse.conf``) set the
 the dataclasses below are the schema. Composition runs in struct mode, so an unknown key or a ``+new=key``
 override is refused by Hydra itself. :func:`validate` then checks every value *before any work*: it returns
 one line per problem, naming the field, what was given and what is allowed.
+
+Each section owns its checks beside its fields: the ``problems()`` method of its dataclass. :func:`validate`
+calls them on the composed nodes (``DataConfig.problems(cfg.data)``: a node reads like its dataclass, so one
+rule serves both). All of it is pure, a function of the values alone (and of the number of ranks, which the
+caller passes): no file, no environment variable, no device. What the machine decides -- a file that must
+exist, CUDA, the kernel the device can run -- is checked where a run starts (:mod:`dormouse.train.preflight`).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import math
 import os
 from dataclasses import dataclass, field, make_dataclass
 from dataclasses import fields as dataclass_fields
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from hydra import compose, initialize_config_module
@@ -25,6 +31,18 @@ from omegaconf import DictConfig, OmegaConf
 # The arm registry owns the arm names, their order and their switches; re-exported for the modules that
 # import them from the config.
 from dormouse.arms.registry import ARMS, arm_switch, model_arm, selected_arms  # noqa: F401
+from dormouse.errors import DormouseError
+
+KERNEL_CHOICES = ("auto", "triton", "torch")
+DTYPES = ("auto", "fp32", "bf16")  # train.dtype's values (dormouse.train.device.compute_dtype reads them)
+DEVICES = "auto, cpu, cuda or cuda:N"  # train.device's forms
+WANDB_MODES = ("disabled", "offline", "online")
+WANDB_TAG_MAX = 64  # wandb's own limit on a tag's length
+
+
+def invalid(key: str, given: Any, allowed: str) -> str:
+    """The one form of a bad value's line: the field, what was given, what is allowed."""
+    return f"{key}={given!r} is invalid: {allowed}"
 
 
 @dataclass
@@ -41,6 +59,27 @@ class ModelBase:
     tie_head: bool = True
     rope_base: float = 10000.0
     kernel: str = "auto"  # the arm's fused read, where it has one (AttnRes): "auto" | "triton" | "torch"
+
+    def problems(self) -> list[str]:
+        """The model's values, the arm switches and every arm's options (:func:`_arm_problems`). Whether the
+        selected arm's kernel runs on the device is the machine's to say (dormouse.train.preflight)."""
+        lines = _arm_problems(self)
+        for key in ("max_iter", "d_model", "n_heads"):
+            if getattr(self, key) < 1:
+                lines.append(invalid(f"model.{key}", getattr(self, key), "must be >= 1"))
+        if self.n_heads >= 1 and self.d_model % self.n_heads != 0:
+            lines.append(f"model.n_heads={self.n_heads} does not divide model.d_model={self.d_model}: "
+                         "choose n_heads that divides d_model")
+        elif self.n_heads >= 1 and (self.d_model // self.n_heads) % 2 != 0:
+            lines.append(f"model.d_model/model.n_heads={self.d_model // self.n_heads} is odd: RoPE needs an even "
+                         "head dimension")
+        if self.mlp_hidden is not None and self.mlp_hidden < 1:
+            lines.append(invalid("model.mlp_hidden", self.mlp_hidden, "must be >= 1 or null"))
+        if self.kernel not in KERNEL_CHOICES:
+            lines.append(invalid("model.kernel", self.kernel, "one of " + ", ".join(KERNEL_CHOICES)))
+        if not (math.isfinite(self.rope_base) and self.rope_base > 0):
+            lines.append(invalid("model.rope_base", self.rope_base, "must be a finite number > 0"))
+        return lines
 
 
 @dataclass
@@ -59,8 +98,23 @@ class DataConfig:
     # how much of the val split the fixed eval set reads (whole windows); null = min(65536, the val split)
     eval_bytes: int | None = None
 
-
-DTYPES = ("auto", "fp32", "bf16")  # train.dtype's values (dormouse.train.loop.compute_autocast reads them)
+    def problems(self) -> list[str]:
+        """The data options' values. That ``data.path`` exists, and what the corpus holds, the preflight and
+        :func:`dormouse.data.load_corpus` say."""
+        lines = []
+        if self.seq_len < 1:
+            lines.append(invalid("data.seq_len", self.seq_len, "must be >= 1"))
+        if not 0.0 < self.val_fraction < 1.0:
+            lines.append(invalid("data.val_fraction", self.val_fraction, "must be in (0, 1)"))
+        if self.eval_bytes is not None and self.eval_bytes < 1:
+            lines.append(invalid("data.eval_bytes", self.eval_bytes, "must be >= 1"))
+        if self.path is not None and self.hf_dataset is not None:
+            lines.append("data.path and data.hf_dataset are both set: choose one source")
+        if self.hf_streaming:
+            lines.append("data.hf_streaming=true is not supported: dormouse holds the whole corpus in memory as "
+                         "bytes; take a slice (data.hf_split='train[:100000]') or save a subset with "
+                         "Dataset.save_to_disk and point data.path at that folder")
+        return lines
 
 
 @dataclass
@@ -79,7 +133,7 @@ class TrainConfig:
     beta2: float = 0.95
     eval_every: int = 600
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
-    # compute dtype (dormouse.train.loop.compute_autocast): "auto" = bf16 autocast on CUDA, fp32 on CPU; "fp32";
+    # compute dtype (dormouse.train.device.compute_dtype): "auto" = bf16 autocast on CUDA, fp32 on CPU; "fp32";
     # "bf16" = bf16 autocast on either (on CPU it is CPU autocast, the tests' stand-in for CUDA's)
     dtype: str = "auto"
     seed: int = 1337
@@ -96,6 +150,68 @@ class TrainConfig:
     # by its paper -- zeros, ones, -2 -- so such a stream would change nothing and calibrate no noise.)
     data_seed: int | None = None
 
+    def problems(self, world_size: int = 1) -> list[str]:
+        """The training options' values, for a run over ``world_size`` ranks (torchrun's WORLD_SIZE, which the
+        caller reads: this stays pure). That a resume's checkpoint exists and CUDA is present are the
+        machine's to say (dormouse.train.preflight)."""
+        lines = []
+        for key in ("steps", "batch_size", "eval_every"):
+            if getattr(self, key) <= 0:
+                lines.append(invalid(f"train.{key}", getattr(self, key), "must be > 0"))
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            lines.append(invalid("train.lr", self.lr, "must be a finite number > 0"))
+        if self.warmup < 0:
+            lines.append(invalid("train.warmup", self.warmup, "must be >= 0"))
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            lines.append(invalid("train.min_lr_ratio", self.min_lr_ratio, "must be in [0, 1]"))
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            lines.append(invalid("train.weight_decay", self.weight_decay, "must be a finite number >= 0"))
+        if not (math.isfinite(self.grad_clip) and self.grad_clip >= 0):
+            lines.append(invalid("train.grad_clip", self.grad_clip, "must be a finite number >= 0 (0 disables "
+                                 "clipping)"))
+        for key in ("beta1", "beta2"):
+            if not 0.0 <= getattr(self, key) < 1.0:
+                lines.append(invalid(f"train.{key}", getattr(self, key), "must be in [0, 1)"))
+        if self.ckpt_every < 0:
+            lines.append(invalid("train.ckpt_every", self.ckpt_every, "must be >= 0 (0 = final checkpoint only)"))
+        if self.keep_ckpts < 1:
+            lines.append(invalid("train.keep_ckpts", self.keep_ckpts, "must be >= 1"))
+        for key, allowed in (("readout", ("all", "last")), ("nonfinite", ("stop", "skip")), ("dtype", DTYPES)):
+            if getattr(self, key) not in allowed:
+                lines.append(invalid(f"train.{key}", getattr(self, key), "one of " + ", ".join(allowed)))
+        return lines + _batch_split_problems(self, world_size) + _device_form_problems(str(self.device), world_size)
+
+
+def _batch_split_problems(t: Any, world_size: int) -> list[str]:
+    """``train.batch_size`` split evenly over the ranks, each rank's share into ``train.grad_accum`` equal
+    micro-batches (one step is then one full-batch step)."""
+    if t.batch_size > 0 and t.batch_size % world_size:
+        return [f"train.batch_size={t.batch_size} does not divide by the {world_size} ranks: it is the global "
+                f"batch, split evenly across ranks; choose a multiple of {world_size}"]
+    if t.grad_accum < 1:
+        return [invalid("train.grad_accum", t.grad_accum, "must be >= 1 (1 = no accumulation)")]
+    if t.batch_size > 0 and (t.batch_size // world_size) % t.grad_accum:
+        return [f"train.grad_accum={t.grad_accum} does not divide each rank's batch of "
+                f"{t.batch_size // world_size} (train.batch_size={t.batch_size} over {world_size} rank(s)): the "
+                "micro-batches must be equal for one step to equal a full-batch step; choose a divisor"]
+    return []
+
+
+def _device_form_problems(device: str, world_size: int) -> list[str]:
+    """``train.device`` is one of its forms; a fixed ``cuda:N`` cannot serve several ranks (each takes
+    cuda:LOCAL_RANK). Whether the device exists is the machine's to say (dormouse.train.preflight)."""
+    if device in ("auto", "cpu"):
+        return []
+    if device != "cuda" and not device.startswith("cuda:"):
+        return [invalid("train.device", device, DEVICES)]
+    index = device.partition(":")[2]
+    if index and not index.isdigit():
+        return [invalid("train.device", device, DEVICES)]
+    if index and world_size > 1:
+        return [f"train.device={device!r} under torchrun: each rank takes cuda:LOCAL_RANK; use train.device=cuda "
+                "(or auto)"]
+    return []
+
 
 @dataclass
 class LoggingConfig:
@@ -107,11 +223,35 @@ class LoggingConfig:
     wandb_job_type: str | None = None
     progress: str = "auto"  # "auto" (a rich bar on a terminal) | "on" | "off"
 
+    def problems(self) -> list[str]:
+        """The logging options' values. Whether wandb online has credentials, the preflight says."""
+        lines = []
+        if self.wandb not in WANDB_MODES:
+            lines.append(invalid("logging.wandb", self.wandb, "one of " + ", ".join(WANDB_MODES)))
+        # wandb refuses a longer tag at init, after the run began: refused here, before
+        if not all(0 < len(str(tag)) <= WANDB_TAG_MAX for tag in self.wandb_tags):
+            lines.append(invalid("logging.wandb_tags", list(self.wandb_tags),
+                                 f"each tag a non-empty string of at most {WANDB_TAG_MAX} characters"))
+        if self.progress not in ("auto", "on", "off"):
+            lines.append(invalid("logging.progress", self.progress, "one of auto, on, off"))
+        return lines
+
 
 @dataclass
 class RunConfig:
     name: str | None = None  # null = "<arm>-<start time>" (dormouse.train.start.default_run_name)
     dir: str = "runs"
+
+    def problems(self) -> list[str]:
+        """A run name is a folder under run.dir (sub-folders allowed), never the root itself nor outside it
+        (read as a path's parts: nothing is looked up)."""
+        name = self.name
+        if name is None:
+            return []
+        parts = PurePath(str(name)).parts
+        if not parts or PurePath(str(name)).is_absolute() or ".." in parts or "\0" in str(name):
+            return [invalid("run.name", name, "a folder name inside run.dir (no '..', not absolute, not empty)")]
+        return []
 
 
 SECTIONS: tuple[tuple[str, type], ...] = (("data", DataConfig), ("train", TrainConfig), ("logging", LoggingConfig),
@@ -162,7 +302,7 @@ def register_configs() -> None:
     ConfigStore.instance().store(name="dormouse_schema", node=schema())
 
 
-class ConfigError(ValueError):
+class ConfigError(DormouseError, ValueError, exit_code=2):
     """A configuration that cannot run. ``lines`` holds one message per bad field."""
 
     def __init__(self, lines: list[str]):
@@ -251,140 +391,19 @@ def arm_name(cfg: Any) -> str:
     return model_arm(cfg.model)
 
 
-def _bad(lines: list[str], key: str, given: Any, allowed: str) -> None:
-    lines.append(f"{key}={given!r} is invalid: {allowed}")
+def validate(cfg: DictConfig, world_size: int = 1) -> list[str]:
+    """Every problem with ``cfg``'s values, one line each (field, given value, what is allowed), for a run over
+    ``world_size`` ranks. Empty = runnable, as far as the values go: the machine's checks (files, CUDA, the
+    kernel on the device) are :func:`dormouse.train.preflight.check_environment`'s.
 
-
-def validate(cfg: DictConfig) -> list[str]:
-    """Every problem with ``cfg``, one line each (field, given value, what is allowed). Empty = runnable.
-
-    Pure: creates nothing, touches no device beyond asking whether CUDA exists.
+    Pure: each section's own ``problems()`` (model, data, train, run, logging: the order the lines have always
+    come in); it reads no file, no environment variable and no device
+    (tests/config/test_pure_config.py::test_composing_a_config_touches_no_file). No rule spans two sections:
+    the one that did, the kernel on ``train.device``, is the machine's and lives in the preflight.
     """
-    lines: list[str] = []
-    m, d, t, lg = cfg.model, cfg.data, cfg.train, cfg.logging
-
-    lines += _arm_problems(m)
-    if m.max_iter < 1:
-        _bad(lines, "model.max_iter", m.max_iter, "must be >= 1")
-    if m.d_model < 1:
-        _bad(lines, "model.d_model", m.d_model, "must be >= 1")
-    if m.n_heads < 1:
-        _bad(lines, "model.n_heads", m.n_heads, "must be >= 1")
-    elif m.d_model % m.n_heads != 0:
-        lines.append(
-            f"model.n_heads={m.n_heads} does not divide model.d_model={m.d_model}: "
-            "choose n_heads that divides d_model"
-        )
-    elif (m.d_model // m.n_heads) % 2 != 0:
-        lines.append(
-            f"model.d_model/model.n_heads={m.d_model // m.n_heads} is odd: RoPE needs an even head dimension"
-        )
-    if m.mlp_hidden is not None and m.mlp_hidden < 1:
-        _bad(lines, "model.mlp_hidden", m.mlp_hidden, "must be >= 1 or null")
-    if m.kernel not in KERNEL_CHOICES:
-        _bad(lines, "model.kernel", m.kernel, "one of " + ", ".join(KERNEL_CHOICES))
-    if not (math.isfinite(m.rope_base) and m.rope_base > 0):
-        _bad(lines, "model.rope_base", m.rope_base, "must be a finite number > 0")
-
-    if d.seq_len < 1:
-        _bad(lines, "data.seq_len", d.seq_len, "must be >= 1")
-    if not 0.0 < d.val_fraction < 1.0:
-        _bad(lines, "data.val_fraction", d.val_fraction, "must be in (0, 1)")
-    if d.eval_bytes is not None and d.eval_bytes < 1:
-        _bad(lines, "data.eval_bytes", d.eval_bytes, "must be >= 1")
-    if d.path is not None and d.hf_dataset is not None:
-        lines.append("data.path and data.hf_dataset are both set: choose one source")
-    if d.hf_streaming:
-        lines.append("data.hf_streaming=true is not supported: dormouse holds the whole corpus in memory as "
-                     "bytes; take a slice (data.hf_split='train[:100000]') or save a subset with "
-                     "Dataset.save_to_disk and point data.path at that folder")
-    if d.path is not None and not Path(os.path.expanduser(str(d.path))).exists():
-        _bad(lines, "data.path", d.path, "no such file or folder; give an existing file or folder of text")
-
-    for key in ("steps", "batch_size", "eval_every"):
-        if t[key] <= 0:
-            _bad(lines, f"train.{key}", t[key], "must be > 0")
-    if not (math.isfinite(t.lr) and t.lr > 0):
-        _bad(lines, "train.lr", t.lr, "must be a finite number > 0")
-    if t.warmup < 0:
-        _bad(lines, "train.warmup", t.warmup, "must be >= 0")
-    if not 0.0 <= t.min_lr_ratio <= 1.0:
-        _bad(lines, "train.min_lr_ratio", t.min_lr_ratio, "must be in [0, 1]")
-    if not (math.isfinite(t.weight_decay) and t.weight_decay >= 0):
-        _bad(lines, "train.weight_decay", t.weight_decay, "must be a finite number >= 0")
-    if not (math.isfinite(t.grad_clip) and t.grad_clip >= 0):
-        _bad(lines, "train.grad_clip", t.grad_clip, "must be a finite number >= 0 (0 disables clipping)")
-    for key in ("beta1", "beta2"):
-        if not 0.0 <= t[key] < 1.0:
-            _bad(lines, f"train.{key}", t[key], "must be in [0, 1)")
-    if t.ckpt_every < 0:
-        _bad(lines, "train.ckpt_every", t.ckpt_every, "must be >= 0 (0 = final checkpoint only)")
-    if t.keep_ckpts < 1:
-        _bad(lines, "train.keep_ckpts", t.keep_ckpts, "must be >= 1")
-    if t.readout not in ("all", "last"):
-        _bad(lines, "train.readout", t.readout, "one of all, last")
-    if t.nonfinite not in ("stop", "skip"):
-        _bad(lines, "train.nonfinite", t.nonfinite, "one of stop, skip")
-    if t.dtype not in DTYPES:
-        _bad(lines, "train.dtype", t.dtype, "one of " + ", ".join(DTYPES))
-    if t.resume not in ("never", "auto") and not Path(str(t.resume)).exists():
-        _bad(lines, "train.resume", t.resume, "never, auto, or the path of an existing checkpoint")
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))  # set by torchrun
-    if t.batch_size > 0 and t.batch_size % world_size:
-        lines.append(f"train.batch_size={t.batch_size} does not divide by the {world_size} ranks: it is the "
-                     f"global batch, split evenly across ranks; choose a multiple of {world_size}")
-    elif t.grad_accum < 1:
-        _bad(lines, "train.grad_accum", t.grad_accum, "must be >= 1 (1 = no accumulation)")
-    elif t.batch_size > 0 and (t.batch_size // world_size) % t.grad_accum:
-        lines.append(f"train.grad_accum={t.grad_accum} does not divide each rank's batch of "
-                     f"{t.batch_size // world_size} (train.batch_size={t.batch_size} over {world_size} rank(s)): "
-                     "the micro-batches must be equal for one step to equal a full-batch step; choose a "
-                     "divisor")
-    _check_device(lines, str(t.device))
-    if not lines:  # the read path on the device the run will use: only for an otherwise runnable config
-        _check_kernel(lines, m, str(t.device))
-
-    # A run name is a folder under run.dir (sub-folders allowed), never the root itself nor outside it.
-    name = cfg.run.name
-    if name is not None and (not Path(str(name)).parts or Path(str(name)).is_absolute()
-                             or ".." in Path(str(name)).parts or "\0" in str(name)):
-        _bad(lines, "run.name", name, "a folder name inside run.dir (no '..', not absolute, not empty)")
-    if lg.wandb not in ("disabled", "offline", "online"):
-        _bad(lines, "logging.wandb", lg.wandb, "one of disabled, offline, online")
-    for tag in lg.wandb_tags:
-        if not 0 < len(str(tag)) <= WANDB_TAG_MAX:  # wandb refuses longer tags at init, after the run began
-            _bad(lines, "logging.wandb_tags", list(lg.wandb_tags),
-                 f"each tag a non-empty string of at most {WANDB_TAG_MAX} characters")
-            break
-    if lg.progress not in ("auto", "on", "off"):
-        _bad(lines, "logging.progress", lg.progress, "one of auto, on, off")
-    return lines
-
-
-def _check_device(lines: list[str], device: str) -> None:
-    import torch
-
-    if device in ("auto", "cpu"):
-        return
-    if device == "cuda" or device.startswith("cuda:"):
-        index = device.partition(":")[2]
-        if index and not index.isdigit():
-            _bad(lines, "train.device", device, "auto, cpu, cuda or cuda:N")
-            return
-        if not torch.cuda.is_available():
-            lines.append(
-                f"train.device={device!r} was asked for but CUDA is not available on this machine "
-                f"(torch {torch.__version__}, cuda build: {torch.version.cuda}); use train.device=cpu or auto"
-            )
-        elif index and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            lines.append(f"train.device={device!r} under torchrun: each rank takes cuda:LOCAL_RANK; "
-                         "use train.device=cuda (or auto)")
-        elif index and int(index) >= torch.cuda.device_count():
-            lines.append(
-                f"train.device={device!r}: only {torch.cuda.device_count()} CUDA device(s) are visible"
-            )
-        return
-    _bad(lines, "train.device", device, "auto, cpu, cuda or cuda:N")
+    return [*ModelBase.problems(cfg.model), *DataConfig.problems(cfg.data),
+            *TrainConfig.problems(cfg.train, world_size), *RunConfig.problems(cfg.run),
+            *LoggingConfig.problems(cfg.logging)]
 
 
 def _arm_problems(m: Any) -> list[str]:
@@ -403,37 +422,6 @@ def _arm_problems(m: Any) -> list[str]:
     for name, cls in classes.items():
         lines += cls.config_problems(m, selected=name in chosen or (not chosen and cls.default))
     return lines
-
-
-KERNEL_CHOICES = ("auto", "triton", "torch")
-WANDB_TAG_MAX = 64  # wandb's own limit on a tag's length
-
-
-def _check_kernel(lines: list[str], m: Any, device: str) -> None:
-    """``model.kernel`` must be honoured by the selected arm on the device the run will use, or be refused now
-    (the decision itself is the arm's: ResidualArm.choose_kernel)."""
-    import torch
-
-    from dormouse.arms.registry import arm_class, arm_classes
-
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    arm = arm_class(model_arm(m))
-    try:
-        path, _ = arm.choose_kernel(m, torch.device(device))
-    except ValueError as exc:  # a combination the read path refuses
-        lines.append(str(exc))
-        return
-    except RuntimeError as exc:  # the path cannot run on this device
-        lines.append(f"model.kernel={str(m.kernel)!r} cannot run on train.device={device!r}: {exc}")
-        return
-    if path == "none" and m.kernel == "triton":
-        fused = [cls for cls in arm_classes().values()
-                 if cls.choose_kernel.__func__ is not arm.choose_kernel.__func__ and cls.switch()]
-        on = " or ".join(f"model.{cls.switch()}=true" for cls in fused)
-        lines.append(f"model.kernel=triton but {' and '.join(f'model.{c.switch()}=false' for c in fused)}: the "
-                     f"fused kernel is the read of {', '.join(c.name for c in fused)}; set {on} or leave "
-                     "model.kernel=auto")
 
 
 def load_config(overrides: list[str] | None = None) -> DictConfig:

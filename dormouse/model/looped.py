@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from dormouse.arms.base import ResidualArm
-from dormouse.arms.probes import PROBES, LoopTrace
+from dormouse.arms.probes import LoopTrace, ProbeCounters
 from dormouse.arms.registry import build_arm
 from dormouse.ops.norm import RMSNorm
 
@@ -197,6 +197,13 @@ class LoopedByteLM(nn.Module):
         self.sublayers: list[nn.Module] = [self.attn, self.mlp]
         self.init_weights(seed)
 
+    @property
+    def counters(self) -> ProbeCounters:
+        """This model's probe counters (:mod:`dormouse.arms.probes`): its arm's, into which the arm counts
+        ``ran`` and the loop driver below ``asked``. Every read, save, restore, reset and pause of a model's
+        counts goes through here, so two models in one process never see each other's."""
+        return self.arm.counters
+
     @torch.no_grad()
     def init_weights(self, seed: int) -> None:
         """The shared weights from one explicit RNG stream keyed on ``seed``; the arm's own parameters keep
@@ -224,7 +231,7 @@ class LoopedByteLM(nn.Module):
         :mod:`dormouse.arms.probes`). Returns the compiled module; it shares this module's parameters. Each
         distinct depth, readout choice and train/eval mode is its own graph (recompiled once, then cached).
         """
-        PROBES.sync()  # every registered arm has its counter before the graph is traced
+        self.counters.sync()  # every registered arm has its counter before the graph is traced
         return torch.compile(self, fullgraph=True, backend=backend, mode=mode)
 
     def readout(self, x: Tensor) -> Tensor:
@@ -250,7 +257,7 @@ class LoopedByteLM(nn.Module):
                 slot = 2 * k + j
                 h = self.arm.sublayer_input(state, slot)
                 out = sublayer(h)
-                PROBES.count_asked(self.arm.name)
+                self.counters.count_asked(self.arm.name)
                 if trace is not None:
                     trace.inputs.append(h)
                     trace.outputs.append(out)

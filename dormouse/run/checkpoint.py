@@ -19,10 +19,12 @@ from typing import Any
 
 import torch
 
+from dormouse.errors import DormouseError
+
 _NAME = re.compile(r"^step_(\d{8})\.pt$")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(DormouseError, RuntimeError, exit_code=1):
     """A checkpoint could not be written or no readable one exists."""
 
 

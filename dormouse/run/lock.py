@@ -29,11 +29,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from dormouse.errors import DormouseError
+
 # What a refused process is told to do when the lock's user says nothing more specific.
 DEFAULT_ADVICE = "wait for it to finish, or stop it and rerun"
 
 
-class LockHeld(RuntimeError):
+class LockHeld(DormouseError, RuntimeError, exit_code=2):
     """Another live process holds the lock; ``holder`` is what it wrote; ``advice`` says what to do."""
 
     def __init__(self, path: Path, what: str, holder: dict[str, Any], advice: str = DEFAULT_ADVICE) -> None:

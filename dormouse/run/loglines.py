@@ -25,8 +25,8 @@ resume rewrites it (atomically) without the rows of the steps it abandons, so a 
 (``pandas.read_json(path, lines=True)``) reads the run's one history (dormouse.train.metrics.settle_metrics).
 ``train.log`` is the record of what happened, for people: it keeps the abandoned eval lines, then the
 ``resume`` line, then the replayed ones. The rule that a replayed row replaces the earlier ones from its step
-on is :func:`replay`, used by the log checker, the A/B run records and every reader of a file written before
-the rewrite.
+on is :func:`replay`, used by the run reader (dormouse.run.reader), the A/B run records and every reader of a
+file written before the rewrite.
 
 Both files are appended to; a crash or a full disk mid-write leaves a last line without its newline (a
 *torn* line, :func:`torn_tail`). A resume cuts it before appending and records the cut in ``train.log`` as a
@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dormouse.arms.registry import ARMS
+from dormouse.errors import DormouseError
 
 EVAL, RESUME, INTERRUPTED, DONE, REPAIR = "eval", "resume", "interrupted", "done", "repair"
 KINDS = (EVAL, RESUME, INTERRUPTED, DONE, REPAIR)
@@ -59,7 +60,7 @@ _SPEC = {"loss": ".4f", "bpb": ".4f", "lr": ".2e", "depth": ".2f"}
 Row = TypeVar("Row")
 
 
-class LogLineError(ValueError):
+class LogLineError(DormouseError, ValueError, exit_code=2):
     """A line that does not parse; the message says which field and why."""
 
 
@@ -213,6 +214,18 @@ def _convert(key: str, value: str, out: dict[str, Any]) -> None:
         out[key] = value
 
 
+def missing_fields(row: dict[str, Any]) -> list[str]:
+    """The fields an eval cannot be checked without that ``row`` lacks, keyed as metrics.jsonl keys them:
+    step, loss, bpb, arm and the selected arm's counter (named by the arm). A registry arm added after a row
+    was written is absent from it: not required (the row then cannot show that arm leaking, and the checks
+    say nothing about it). The one rule for an eval line (:func:`parse_eval_line`) and a metrics.jsonl row."""
+    missing = [k for k in _REQUIRED if k not in row]
+    arm = row.get("arm")
+    if arm in ARMS and (f"{arm}_ran" not in row or f"{arm}_asked" not in row):
+        missing.append(str(arm))
+    return missing
+
+
 def parse_eval_line(line: str) -> dict[str, Any]:
     """Parse one eval line into a dict keyed like a metrics.jsonl row.
 
@@ -229,11 +242,7 @@ def parse_eval_line(line: str) -> dict[str, Any]:
             _convert(key, value, out)
         except ValueError:
             raise LogLineError(f"field {label}={value!r} is not a valid value") from None
-    missing = [LINE_LABELS.get(k, k) for k in _REQUIRED if k not in out]
-    # The selected arm's counter is required; a registry arm added after a line was written is absent
-    # from it (the line then cannot show that arm leaking, and the checks say nothing about it).
-    if out.get("arm") in ARMS and f"{out['arm']}_ran" not in out:
-        missing.append(str(out["arm"]))
+    missing = [LINE_LABELS.get(k, k) for k in missing_fields(out)]
     if missing:
         raise LogLineError(f"missing field(s): {', '.join(missing)}")
     return out
@@ -358,15 +367,21 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     a row whose step does not advance still supersedes the earlier rows from that step on (:func:`replay`).
     Unparseable lines (a write cut short) are skipped; ``dormouse logs --check`` reports them. No file: no
     rows."""
-    rows: list[dict[str, Any]] = []
+    return [row for _, row in read_metrics_lines(path)]
+
+
+def read_metrics_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """:func:`read_metrics`' rows, each with its 1-based line number in the file: where a finding about the
+    row points when no train.log line shows it (dormouse.run.reader)."""
+    rows: list[tuple[int, dict[str, Any]]] = []
     if not path.is_file():
         return rows
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
         try:
             row = parse_metrics_row(line)
         except LogLineError:
             continue
-        rows = replay(rows, row, lambda r: int(r["step"]))
+        rows = replay(rows, (n, row), lambda r: int(r[1]["step"]))
     return rows
 
 

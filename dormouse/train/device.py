@@ -14,7 +14,7 @@ from dormouse.train.distributed import DistInfo
 
 def resolve_device(requested: str, info: DistInfo) -> torch.device:
     """``auto`` = CUDA when present, else CPU; under torchrun ``cuda`` is this rank's device. A device that
-    does not exist was refused by :func:`dormouse.config.schema.validate`."""
+    does not exist was refused by :func:`dormouse.train.preflight.check_environment`."""
     if requested == "auto":
         requested = "cuda" if torch.cuda.is_available() else "cpu"
     if requested == "cuda" and info.enabled:

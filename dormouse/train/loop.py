@@ -34,8 +34,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 
-from dormouse.arms.probes import PROBES, learned_values
-from dormouse.arms.registry import arm_class
+from dormouse.arms.probes import learned_values
 from dormouse.config.schema import arm_name
 from dormouse.data import ByteCorpus, bits_per_byte, eval_windows, keyed_seed, load_corpus, train_batch
 from dormouse.errors import Interrupted, RunDirRefused, StartRefused, TrainError
@@ -77,7 +76,7 @@ from dormouse.train.metrics import (
     cut_torn_tail,
     settle_metrics,
 )
-from dormouse.train.preflight import WANDB_REFUSAL, config_warnings, start_refusals
+from dormouse.train.preflight import WANDB_REFUSAL, KernelChoice, check_environment, config_warnings, start_refusals
 from dormouse.train.schedule import lr_at
 from dormouse.train.start import (
     DISK_FULL,
@@ -127,7 +126,7 @@ def evaluate(model: LoopedByteLM, x: torch.Tensor, y: torch.Tensor, batch_size: 
     model.eval()
     totals = torch.zeros(model.max_iter, dtype=torch.float64)
     count = 0
-    with PROBES.paused():
+    with model.counters.paused():
         for i in range(0, x.shape[0], batch_size):
             xb, yb = x[i:i + batch_size].to(device), y[i:i + batch_size].to(device)
             with autocast():
@@ -236,21 +235,25 @@ def _run_config(cfg: DictConfig, run_name: str) -> DictConfig:
     return out
 
 
-def _resolve_kernel(cfg: DictConfig, device: torch.device, info: DistInfo) -> str:
-    """The selected arm's read path (``none`` for an arm without a fused read), decided by the arm
-    (:meth:`dormouse.arms.base.ResidualArm.choose_kernel`); an ``auto`` choice is reported with its reason."""
-    kernel, why = arm_class(arm_name(cfg)).choose_kernel(cfg.model, device)
-    if str(cfg.model.kernel) == "auto" and kernel != "none" and info.is_main:
-        print(f"kernel: model.kernel=auto -> {kernel} ({why})", flush=True)
-    return kernel
+def _report_kernel(cfg: DictConfig, kernel: KernelChoice, info: DistInfo) -> str:
+    """The read path the preflight decided (:func:`dormouse.train.preflight.check_environment`, the one
+    decision), its reason said when ``auto`` chose it (never a silent fallback)."""
+    if str(cfg.model.kernel) == "auto" and kernel.path != "none" and info.is_main:
+        print(f"kernel: model.kernel=auto -> {kernel.path} ({kernel.why})", flush=True)
+    return kernel.path
 
 
 def train(cfg: DictConfig, *, stop_at_step: int | None = None) -> TrainResult:
     """Train per ``cfg`` (already validated). ``stop_at_step`` behaves like an interrupt there (tests)."""
     info = dist_info_from_env()
     device = resolve_device(str(cfg.train.device), info)
+    # What the machine refuses (a missing file, no CUDA, a kernel the device cannot run), as `validate` does;
+    # the kernel is decided there, once.
+    environment = check_environment(cfg, device)
+    if environment.problems or environment.kernel is None:
+        raise StartRefused("; ".join(environment.problems))
+    kernel = _report_kernel(cfg, environment.kernel, info)
     corpus = load_corpus(cfg.data)  # bad data fails here, before the model is built
-    kernel = _resolve_kernel(cfg, device, info)
     init_distributed(info, device)
     for line in config_warnings(cfg) if info.is_main else []:
         print(f"warning: {line}", file=sys.stderr, flush=True)
@@ -340,11 +343,11 @@ def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: st
                eval_set)
     state, source = _resume_point(run)
     loop = LoopState()
-    PROBES.to(device).reset()  # the counters live beside the model: in-graph adds, read at eval lines
+    model.counters.to(device).reset()  # the counters live beside the model: in-graph adds, read at eval lines
     if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        loop.load_state_dict(loop_part(state), carries_sums=info.is_main)
+        loop.load_state_dict(loop_part(state), model.counters, carries_sums=info.is_main)
         if loop.step >= t.steps:  # nothing left to do: report, write nothing
             if info.is_main:
                 print(f"run {run.files.dir} is already complete at step {loop.step} (train.steps={t.steps}); "
@@ -558,13 +561,13 @@ def accumulate_gradients(model: torch.nn.Module, x: torch.Tensor, y: torch.Tenso
 def eval_and_log(run: _Run, loop: LoopState) -> None:
     """Close the eval window: evaluate the fixed eval set at every depth, build the metrics row once and hand
     it to the run's sinks (rank 0: terminal, train.log, metrics.jsonl, wandb), and open a new window."""
-    totals = loop.window.summed(run.info, run.device)
+    totals = loop.window.summed(run.model.counters, run.info, run.device)
     bad_eval = False
     if run.info.is_main:
         row = _metrics_row(run, loop, totals)
         run.metrics.log(row)
         bad_eval = not math.isfinite(row["bpb"])
-    PROBES.reset()
+    run.model.counters.reset()
     loop.window.reset()
     if broadcast_flag(bad_eval, run.info, run.device) and run.cfg.train.nonfinite == "stop":
         raise run.nonfinite_error("eval bpb", loop.step, "lower train.lr")
@@ -597,7 +600,7 @@ def _metrics_row(run: _Run, loop: LoopState, totals: WindowTotals) -> dict[str, 
 def _checkpoint_state(run: _Run, loop: LoopState) -> dict[str, Any] | None:
     """Model, optimizer, loop state and config (a collective: every rank calls it at the same steps; rank 0
     gets the state, the others None)."""
-    totals = loop.window.summed(run.info, run.device)
+    totals = loop.window.summed(run.model.counters, run.info, run.device)
     if not run.info.is_main:
         return None
     # The loop's state under one key (dormouse.train.state: the layout); the metrics rows are metrics.jsonl's.

@@ -1,8 +1,13 @@
 """``dormouse validate``: a dry run of everything ``dormouse train`` would refuse before step 0.
 
-The config itself is checked by :func:`dormouse.config.schema.load_config`. This module checks the rest with the
-*same* functions ``train`` calls, so the two can never disagree:
+The config's values are checked by :func:`dormouse.config.schema.validate` (pure: composing a config touches
+no file and no device). This module checks the rest, what the machine decides, with the *same* functions
+``train`` calls, so the two can never disagree:
 
+* the environment, :func:`check_environment`: the files the config names exist (``data.path``, a
+  ``train.resume`` checkpoint), CUDA is there for ``train.device=cuda[:N]``, and the selected arm's kernel
+  runs on the device. That last is the one decision of the read path (the arm's ``choose_kernel``): ``train``
+  runs what it decided and decides nothing again;
 * the data source: :func:`dormouse.data.load_corpus` (the file or folder exists and is readable, the
   corpus holds one ``seq_len + 1`` window in each split, a Hugging Face dataset is reachable or cached);
 * the run directory: :func:`dormouse.train.start.prepare_run_dir` in dry-run mode (an existing run without
@@ -27,11 +32,14 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
+from dormouse.arms.registry import arm_class, arm_classes
+from dormouse.config.schema import arm_name, invalid
 from dormouse.data import DataError, load_corpus, resolve_eval_bytes
 from dormouse.errors import TrainError
 from dormouse.run.checkpoint import CheckpointError
 from dormouse.run.files import RunFiles
 from dormouse.train.device import resolve_device
+from dormouse.train.distributed import dist_info_from_env
 from dormouse.train.start import default_run_name, prepare_run_dir, run_in_use
 from dormouse.train.state import checkpoint_step
 from dormouse.train.step_notice import device_memory, memory_refusal, size, step_memory
@@ -42,6 +50,86 @@ class Preflight:
     problems: list[str] = field(default_factory=list)
     found: list[str] = field(default_factory=list)  # what each passing check saw
     warnings: list[str] = field(default_factory=list)  # config_warnings: runs, but probably not as meant
+
+
+@dataclass(frozen=True)
+class KernelChoice:
+    """The read path the selected arm takes on the run's device, and why (the arm's ``choose_kernel``)."""
+
+    path: str  # "triton" | "torch" | "none" (an arm without a fused read)
+    why: str
+
+
+@dataclass
+class Environment:
+    """What the machine says about a config whose values are valid: the refusals, one line each, and, when
+    there is none, the read path decided for the run's device."""
+
+    problems: list[str] = field(default_factory=list)
+    kernel: KernelChoice | None = None
+
+
+def check_environment(cfg: DictConfig, device: torch.device) -> Environment:
+    """The machine's checks of a valid config, for a run on ``device`` (:func:`resolve_device`'s): the files it
+    names exist, CUDA is there when asked for, and the selected arm's kernel, decided here, once, when the rest
+    passed (``train`` runs the path decided; nothing decides it again). ``validate`` and ``train`` both call
+    it before they create anything; composing and validating the config never reach it."""
+    problems = _missing_files(cfg) + _missing_cuda(str(cfg.train.device))
+    if problems:
+        return Environment(problems)
+    return _decide_kernel(cfg, device)
+
+
+def environment_problems(cfg: DictConfig) -> list[str]:
+    """:func:`check_environment`'s refusals on the device this process would run ``cfg`` on (a sweep's plan)."""
+    return check_environment(cfg, resolve_device(str(cfg.train.device), dist_info_from_env())).problems
+
+
+def _missing_files(cfg: DictConfig) -> list[str]:
+    """The files the config names that must exist before anything starts: the data, a resume's checkpoint
+    (what they hold, dormouse.data.load_corpus and prepare_run_dir say)."""
+    d, t = cfg.data, cfg.train
+    lines = []
+    if d.path is not None and not Path(os.path.expanduser(str(d.path))).exists():
+        lines.append(invalid("data.path", d.path, "no such file or folder; give an existing file or folder of text"))
+    if str(t.resume) not in ("never", "auto") and not Path(str(t.resume)).exists():
+        lines.append(invalid("train.resume", t.resume, "never, auto, or the path of an existing checkpoint"))
+    return lines
+
+
+def _missing_cuda(device: str) -> list[str]:
+    """CUDA present for ``train.device=cuda[:N]``, and device N visible (its form was validated)."""
+    if device != "cuda" and not device.startswith("cuda:"):
+        return []
+    if not torch.cuda.is_available():
+        return [f"train.device={device!r} was asked for but CUDA is not available on this machine "
+                f"(torch {torch.__version__}, cuda build: {torch.version.cuda}); use train.device=cpu or auto"]
+    index = device.partition(":")[2]
+    if index and int(index) >= torch.cuda.device_count():
+        return [f"train.device={device!r}: only {torch.cuda.device_count()} CUDA device(s) are visible"]
+    return []
+
+
+def _decide_kernel(cfg: DictConfig, device: torch.device) -> Environment:
+    """The selected arm's read path on ``device`` (the decision is the arm's: ResidualArm.choose_kernel), or
+    the refusal of a ``model.kernel`` it cannot honour there."""
+    m = cfg.model
+    arm = arm_class(arm_name(cfg))
+    shown = device.type if str(cfg.train.device) == "auto" else str(cfg.train.device)
+    try:
+        path, why = arm.choose_kernel(m, device)
+    except ValueError as exc:  # a combination the read path refuses
+        return Environment([str(exc)])
+    except RuntimeError as exc:  # the path cannot run on this device
+        return Environment([f"model.kernel={str(m.kernel)!r} cannot run on train.device={shown!r}: {exc}"])
+    if path == "none" and m.kernel == "triton":
+        fused = [cls for cls in arm_classes().values()
+                 if cls.choose_kernel.__func__ is not arm.choose_kernel.__func__ and cls.switch()]
+        on = " or ".join(f"model.{cls.switch()}=true" for cls in fused)
+        return Environment([f"model.kernel=triton but {' and '.join(f'model.{c.switch()}=false' for c in fused)}: "
+                            f"the fused kernel is the read of {', '.join(c.name for c in fused)}; set {on} or "
+                            "leave model.kernel=auto"])
+    return Environment(kernel=KernelChoice(path, why))
 
 
 def config_warnings(cfg: DictConfig) -> list[str]:
@@ -92,6 +180,11 @@ def start_refusals(cfg: DictConfig, device: torch.device, world_size: int = 1) -
 
 def preflight(cfg: DictConfig) -> Preflight:
     """Every refusal ``train`` would make before step 0, for a config that passed validation."""
+    info = dist_info_from_env()
+    device = resolve_device(str(cfg.train.device), info)
+    environment = check_environment(cfg, device)
+    if environment.problems:  # reported alone, as train refuses them: before the data and the run directory
+        return Preflight(problems=environment.problems)
     out = Preflight(warnings=config_warnings(cfg))
     try:
         corpus = load_corpus(cfg.data)
@@ -100,7 +193,17 @@ def preflight(cfg: DictConfig) -> Preflight:
                          f"{resolve_eval_bytes(cfg.data.eval_bytes, corpus.val.numel()):,})")
     except DataError as exc:
         out.problems.append(str(exc))
+    _check_run_dir(cfg, out)
+    out.problems += start_refusals(cfg, device, info.world_size)
+    if memory_refusal(cfg, device, info.world_size) is None:
+        have = device_memory(device)
+        out.found.append(f"memory: one training step needs about {size(step_memory(cfg, info.world_size).total)}"
+                         + (f" of the {size(have)} {device.type} has" if have else f" on {device.type}"))
+    return out
 
+
+def _check_run_dir(cfg: DictConfig, out: Preflight) -> None:
+    """The run directory ``train`` would create or resume: in use, refused, or creatable (into ``out``)."""
     if cfg.run.name is None:
         run_dir = Path(str(cfg.run.dir)) / default_run_name(cfg, started="<start time>")
         why_not = _writable_ancestor(Path(str(cfg.run.dir)))
@@ -125,14 +228,3 @@ def preflight(cfg: DictConfig) -> Preflight:
     if why_not is not None:
         out.problems.append(f"run.dir={cfg.run.dir!r}: cannot create {run_dir}: {why_not}; choose a writable "
                             "run.dir")
-
-    from dormouse.train.distributed import dist_info_from_env
-
-    info = dist_info_from_env()
-    device = resolve_device(str(cfg.train.device), info)
-    out.problems += start_refusals(cfg, device, info.world_size)
-    if memory_refusal(cfg, device, info.world_size) is None:
-        have = device_memory(device)
-        out.found.append(f"memory: one training step needs about {size(step_memory(cfg, info.world_size).total)}"
-                         + (f" of the {size(have)} {device.type} has" if have else f" on {device.type}"))
-    return out

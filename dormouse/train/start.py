@@ -33,6 +33,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from dormouse import __version__
+from dormouse.arms.registry import arm_class
 from dormouse.config.overrides import GROUPS
 from dormouse.config.schema import ConfigError, arm_name, compose_config, validate
 from dormouse.data import DEFAULT_EVAL_BYTES, ByteCorpus, resolve_eval_bytes
@@ -40,7 +41,7 @@ from dormouse.errors import RunDirRefused, TrainError
 from dormouse.run.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, load_newest
 from dormouse.run.files import RunFiles
 from dormouse.run.lock import HolderLock, LockHeld, is_locked, read_holder
-from dormouse.train.distributed import DistInfo, broadcast_object
+from dormouse.train.distributed import DistInfo, broadcast_object, dist_info_from_env
 from dormouse.train.schedule import SCHEDULE_KEYS, schedule_change_problem
 from dormouse.train.state import checkpoint_step
 
@@ -59,12 +60,10 @@ RUN_IN_USE_ADVICE = ("wait for it to finish, or stop it (Ctrl-C checkpoints it; 
 
 
 def default_run_name(cfg: DictConfig, started: str | None = None) -> str:
-    """``<arm>-<start time>``, for a run started without ``run.name``; Block AttnRes says its block size
-    (``attnres_block2-…``), so a Full and a Block run are told apart by name. ``started`` stands in for the
-    time (``dormouse validate`` shows ``<start time>``)."""
-    stem = arm_name(cfg)
-    if cfg.model.attnres.block_size is not None:  # validate allows it only with model.use_attnres=true
-        stem += f"_block{cfg.model.attnres.block_size}"
+    """``<stem>-<start time>``, for a run started without ``run.name``; the stem is the arm's to give
+    (``ResidualArm.run_name_stem``: Block AttnRes says its block size, ``attnres_block2-…``). ``started``
+    stands in for the time (``dormouse validate`` shows ``<start time>``)."""
+    stem = arm_class(arm_name(cfg)).run_name_stem(cfg.model)
     return f"{stem}-{started or datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
 
 
@@ -306,7 +305,7 @@ def saved_config(cfg: DictConfig) -> tuple[Path, DictConfig] | None:
     """The config the run a resume continues was saved with: ``<run>/config.yaml`` when ``train.resume=auto``
     finds a checkpoint in that run, or the config inside the checkpoint ``train.resume=PATH`` names; None when
     there is nothing to resume (a fresh start, or a checkpoint that cannot be read: prepare_run_dir and
-    validate refuse that in their own words)."""
+    the preflight refuse that in their own words)."""
     resume = str(cfg.train.resume)
     if resume == "never" or cfg.run.name is None:
         return None
@@ -417,12 +416,13 @@ def prepare_run_dir(cfg: DictConfig, *, dry_run: bool = False) -> tuple[Path, di
 
 def load_run_config(overrides: list[str] | None = None) -> DictConfig:
     """The config a run starts with: composed from ``overrides``; when it may resume, the run's saved config is
-    the default for every key not given (:func:`resume_config`); then validated (raises :class:`ConfigError`
-    with every bad field)."""
+    the default for every key not given (:func:`resume_config`); then validated for the ranks this process was
+    launched with (raises :class:`ConfigError` with every bad field). What the machine decides (files, CUDA,
+    the kernel) the preflight checks: :func:`dormouse.train.preflight.check_environment`."""
     cfg = compose_config(overrides)
     if str(cfg.train.resume) != "never":
         cfg = resume_config(cfg, list(overrides or []))
-    problems = validate(cfg)
+    problems = validate(cfg, dist_info_from_env().world_size)  # torchrun's WORLD_SIZE: the batch split
     if problems:
         raise ConfigError(problems)
     return cfg

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from dormouse.arms.probes import PROBES
+from dormouse.arms.probes import ProbeCounters
 from dormouse.train.distributed import DistInfo, all_reduce_sum
 
 
@@ -75,12 +75,12 @@ class Window:
         for f in fields(self):
             setattr(self, f.name, f.default)
 
-    def summed(self, info: DistInfo, device: torch.device) -> WindowTotals:
-        """The loss sum and probe counters over all ranks: a collective, so every rank calls it at the same
-        step. float64, so integer counters stay exact."""
-        counters = PROBES.snapshot()
-        sums = all_reduce_sum([self.loss_sum, *counters.values()], info, device)
-        return WindowTotals(sums[0], {k: int(v) for k, v in zip(counters, sums[1:], strict=True)})
+    def summed(self, counters: ProbeCounters, info: DistInfo, device: torch.device) -> WindowTotals:
+        """The loss sum and the trained model's probe ``counters`` over all ranks: a collective, so every rank
+        calls it at the same step. float64, so integer counters stay exact."""
+        snapshot = counters.snapshot()
+        sums = all_reduce_sum([self.loss_sum, *snapshot.values()], info, device)
+        return WindowTotals(sums[0], {k: int(v) for k, v in zip(snapshot, sums[1:], strict=True)})
 
     def state_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,16 +108,17 @@ class LoopState:
         return {"step": self.step, "tokens": self.tokens, "skipped": self.skipped, "window": window,
                 "probes": dict(totals.counters), "rng_cpu": torch.get_rng_state()}
 
-    def load_state_dict(self, state: dict[str, Any], *, carries_sums: bool) -> None:
-        """Restore from a checkpoint; ``carries_sums`` on rank 0 only (see :meth:`state_dict`)."""
+    def load_state_dict(self, state: dict[str, Any], counters: ProbeCounters, *, carries_sums: bool) -> None:
+        """Restore from a checkpoint, the open window's probe counts into the trained model's ``counters``;
+        ``carries_sums`` on rank 0 only (see :meth:`state_dict`)."""
         self.step, self.tokens, self.skipped = int(state["step"]), int(state["tokens"]), int(state["skipped"])
         self.window.load_state_dict(state["window"])
         torch.set_rng_state(state["rng_cpu"])
         if carries_sums:
-            PROBES.load(state["probes"])
+            counters.load(state["probes"])
         else:
             self.window.loss_sum = 0.0
-            PROBES.reset()
+            counters.reset()
 
 
 LOOP_KEY = "loop"

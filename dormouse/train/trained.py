@@ -15,15 +15,16 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
+from dormouse.errors import DormouseError
 from dormouse.model.looped import LoopedByteLM
 from dormouse.run.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
 from dormouse.run.files import ComparisonFiles, RunFiles
 from dormouse.train.state import checkpoint_step
 
 
-class ModelLoadError(CheckpointError):
+class ModelLoadError(DormouseError, ValueError, exit_code=2):
     """A trained model that cannot be loaded as asked: no such run or checkpoint, an unreadable one, or a
-    device this machine lacks. The message names what was given and what to give instead."""
+    device this machine lacks (bad input, exit 2). The message names what was given and what to give instead."""
 
 
 def find_checkpoint(run_dir: Path, checkpoint: Path | None = None) -> Path:

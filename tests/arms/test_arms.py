@@ -13,7 +13,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dormouse.arms.probes import PROBES
 from dormouse.config.schema import compose_config
 from dormouse.model.looped import LoopedByteLM
 from tests.helpers.model_hooks import readouts_with_mlp_bumped
@@ -77,11 +76,10 @@ def test_arm_parameters_move_the_logits_at_every_depth(arm: str):
 @pytest.mark.parametrize("arm", list(ARM_OVERRIDES))
 def test_selected_arm_counts_ran_equal_asked_and_others_zero(arm: str):
     model = tiny_model(arm)
-    PROBES.reset()
     model(batch())
     model(batch(1), depth=2)
     name = "attnres" if arm.startswith("attnres") else arm
-    snap = PROBES.snapshot()
+    snap = model.counters.snapshot()
     assert snap[f"{name}_asked"] == 2 * 3 + 2 * 2  # two sublayers per iteration, depths 3 then 2
     assert snap[f"{name}_ran"] == snap[f"{name}_asked"]
     for other in {"rezero", "gr", "attnres"} - {name}:
@@ -133,11 +131,10 @@ def test_attnres_readout_after_iteration_k_depends_on_iteration_k(arm: str):
 
 def test_random_depth_counts_the_depth_that_ran():
     model = tiny_model("gr")
-    PROBES.reset()
     depths = [1, 3, 2]
     for d in depths:
         model(batch(), depth=d)
-    assert PROBES.ran["gr"] == PROBES.asked["gr"] == 2 * sum(depths)
+    assert model.counters.ran["gr"] == model.counters.asked["gr"] == 2 * sum(depths)
 
 
 def test_counters_keep_counting_under_torch_compile():
@@ -147,11 +144,10 @@ def test_counters_keep_counting_under_torch_compile():
     for arm in ("attnres", "attnres_block", "gr"):
         model = tiny_model(arm)
         compiled = torch.compile(model, backend="eager")
-        PROBES.reset()
         for i in range(3):
             compiled(batch(i))
         name = "attnres" if arm.startswith("attnres") else arm
-        ran, asked = PROBES.ran[name], PROBES.asked[name]
+        ran, asked = model.counters.ran[name], model.counters.asked[name]
         assert ran == asked == 3 * 2 * 3, (
             f"{arm}: ran={ran} asked={asked} after 3 compiled calls (deviation={3 * 2 * 3 - min(ran, asked)}, bound=0)"
         )
@@ -176,14 +172,14 @@ def test_whole_model_compiles_as_one_graph_with_eager_losses_and_counts(arm: str
     for depth in (3, 2):
         losses, grads, counts = [], [], []
         for fn in (model, compiled):
-            PROBES.reset()
+            model.counters.reset()
             model.zero_grad(set_to_none=True)
             for i in range(2):
                 loss = torch.stack([lg.float().logsumexp(-1).mean() for lg in fn(batch(i), depth=depth)]).mean()
                 loss.backward()
             losses.append(loss.item())
             grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]))
-            counts.append((PROBES.ran[name], PROBES.asked[name]))
+            counts.append((model.counters.ran[name], model.counters.asked[name]))
         want = 2 * 2 * depth
         worst = max(abs(c - want) for pair in counts for c in pair)
         assert worst == 0, f"depth {depth}: (ran, asked) eager, compiled = {counts} (deviation={worst}, bound=0)"
@@ -199,10 +195,28 @@ def test_whole_model_compiles_as_one_graph_with_eager_losses_and_counts(arm: str
 
 def test_counting_is_paused_during_evaluation():
     model = tiny_model("rezero")
-    PROBES.reset()
-    with PROBES.paused():
+    with model.counters.paused():
         model(batch())
-    assert PROBES.asked["rezero"] == PROBES.ran["rezero"] == 0
+    assert model.counters.asked["rezero"] == model.counters.ran["rezero"] == 0
+
+
+def test_two_models_in_one_process_each_count_their_own_iterations():
+    """The counters are each model's own (an A/B run's pairs, a test's reference model share a process):
+    forwards of one model never show in another's counts, and pausing one model pauses only its own."""
+    rezero, gr = tiny_model("rezero"), tiny_model("gr", "model.max_iter=2")
+    for i in range(3):
+        rezero(batch(i))  # depth 3: 6 aggregations a call
+    gr(batch(0), depth=1)
+    with rezero.counters.paused():  # pausing rezero's counters leaves gr's counting
+        rezero(batch(0))
+        gr(batch(1))  # depth 2: 4 aggregations
+    want = {"rezero": {"rezero_ran": 18, "rezero_asked": 18, "gr_ran": 0, "gr_asked": 0},
+            "gr": {"rezero_ran": 0, "rezero_asked": 0, "gr_ran": 2 + 4, "gr_asked": 2 + 4}}
+    for name, model in (("rezero", rezero), ("gr", gr)):
+        snap = model.counters.snapshot()
+        got = {k: snap[k] for k in want[name]}
+        off = sum(abs(got[k] - want[name][k]) for k in got)
+        assert off == 0, f"{name}: counted {got}, its own forwards give {want[name]} (deviation={off}, bound=0)"
 
 
 def test_weight_decay_spares_gains_biases_scalars_and_queries():

@@ -16,7 +16,7 @@ import copy
 
 import torch
 
-from dormouse.arms.probes import PROBES, learned_values
+from dormouse.arms.probes import learned_values
 from dormouse.config.schema import compose_config, validate
 from dormouse.model.looped import LoopedByteLM
 from dormouse.run.loglines import format_eval_line, parse_eval_line
@@ -46,11 +46,10 @@ def test_prenorm_state_is_the_embedding_plus_every_earlier_update():
 
 def test_prenorm_counts_ran_equal_asked_and_its_update_moves_every_later_readout():
     model = prenorm()
-    PROBES.reset()
     with torch.no_grad():
         model(batch())
         model(batch(1), depth=2)
-    snap = PROBES.snapshot()
+    snap = model.counters.snapshot()
     assert snap["prenorm_ran"] == snap["prenorm_asked"] == 2 * 3 + 2 * 2
     assert all(snap[k] == 0 for k in snap if not k.startswith("prenorm_"))
     idx = batch()

@@ -22,10 +22,10 @@ from torch import Tensor, nn
 
 from dormouse.ab.report import meaning
 from dormouse.arms.base import ResidualArm
-from dormouse.arms.probes import PROBES, LoopTrace, slot_names
+from dormouse.arms.probes import LoopTrace, slot_names
 from dormouse.arms.registry import ARMS, unregister_arm
-from dormouse.cli.logs import read_run
 from dormouse.config.schema import ConfigError, load_config
+from dormouse.run.checks import checked_run
 from dormouse.run.loglines import parse_eval_line
 
 
@@ -64,7 +64,7 @@ def define_toy_arm() -> type[ResidualArm]:
 
         def absorb(self, state: Tensor, slot: int, output: Tensor) -> Tensor:
             new_state = state + self.beta[slot] * output
-            PROBES.count_ran(self.name)
+            self.counters.count_ran(self.name)
             return new_state
 
         def readout_input(self, state: Tensor, k: int) -> Tensor:
@@ -96,7 +96,6 @@ def toy() -> Iterator[type[ResidualArm]]:
         yield cls
     finally:
         unregister_arm("toy")
-        PROBES.reset()  # back to the registry's arms
 
 
 def overrides(run_dir: Path, name: str, *arm: str) -> list[str]:
@@ -135,7 +134,7 @@ def test_the_toy_arm_trains_logs_probes_plots_and_reports(toy: type[ResidualArm]
              if line.startswith("eval ")]
     assert evals and all(v["arm"] == "toy" and v["toy_ran"] == v["toy_asked"] > 0 for v in evals[1:])
     assert evals[-1]["learned_name"] == "beta" and all(v["rezero_ran"] == 0 for v in evals)
-    assert read_run(toy_dir).findings == []
+    assert checked_run(toy_dir).findings == []
     rows = [json.loads(line) for line in (toy_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(rows[-1]["probe/beta"]) == 2 * 2 and rows[-1]["learned"] == pytest.approx(
         sum(rows[-1]["probe/beta"]) / 4)

@@ -106,3 +106,46 @@ def test_warmup_that_takes_every_step_is_a_warning_in_validate_and_train_not_a_r
     capfd.readouterr()
     train(load_config([*TINY, f"run.dir={tmp_path}", "run.name=w", "train.warmup=9"]))
     assert "warning: train.warmup=9 >= train.steps=4" in capfd.readouterr().err
+
+
+# What the machine decides: checked by the preflight (check_environment), not by composing the config.
+ENVIRONMENT_REFUSALS = {
+    "data_missing": (["data.path=/no/such/corpus.txt"],
+                     "data.path='/no/such/corpus.txt' is invalid: no such file or folder; give an existing file or "
+                     "folder of text"),
+    "checkpoint_missing": (["train.resume=/no/such/step_00000004.pt"],
+                           "train.resume='/no/such/step_00000004.pt' is invalid: never, auto, or the path of an "
+                           "existing checkpoint"),
+    "kernel_without_a_fused_read": (["model.kernel=triton"],
+                                    "model.kernel=triton but model.use_attnres=false: the fused kernel is the read "
+                                    "of attnres; set model.use_attnres=true or leave model.kernel=auto"),
+}
+
+
+@pytest.mark.parametrize("refusal", sorted(ENVIRONMENT_REFUSALS))
+def test_what_the_machine_refuses_validate_and_train_refuse_alike_creating_nothing(tmp_path: Path, refusal: str):
+    overrides, line = ENVIRONMENT_REFUSALS[refusal]
+    args = [*TINY, f"run.dir={tmp_path / 'runs'}", "run.name=r", *overrides]
+    checked = runner.invoke(app, ["validate", *args])
+    assert checked.exit_code == 2 and one_line(checked) == f"error: {line}", checked.output
+    trained = runner.invoke(app, ["train", *args])
+    assert trained.exit_code == 2 and one_line(trained) == f"error: {line}", trained.output
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_kernel_is_decided_once_and_the_run_reads_with_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture):
+    """One call of the arm's choose_kernel per run (the preflight's), and the model reads with its answer; an
+    ``auto`` choice is said with its reason."""
+    from dormouse.arms.attnres import AttnRes
+
+    calls: list[str] = []
+
+    def counted(cls, model_cfg, device):
+        calls.append(str(device))
+        return ("torch", "the reason the test gave")
+
+    monkeypatch.setattr(AttnRes, "choose_kernel", classmethod(counted))
+    result = train(load_config([*TINY, "model.use_attnres=true", f"run.dir={tmp_path}", "run.name=k"]))
+    assert calls == ["cpu"] and result.kernel == "torch"
+    assert "kernel: model.kernel=auto -> torch (the reason the test gave)" in capsys.readouterr().out

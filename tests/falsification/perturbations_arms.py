@@ -71,10 +71,23 @@ PERTURBATIONS: list[dict] = [
         "name": "counter_outside_the_arm",
         "file": _MODEL,
         "function": "LoopedByteLM.forward",
-        "old": "                PROBES.count_asked(self.arm.name)\n",
-        "new": "                PROBES.count_asked(self.arm.name)\n                PROBES.count_ran(\"rezero\")\n",
+        "old": "                self.counters.count_asked(self.arm.name)\n",
+        "new": "                self.counters.count_asked(self.arm.name)\n                self.counters.count_ran(\"rezero\")\n",
         "gates": [_T + "test_selected_arm_counts_ran_equal_asked_and_others_zero"],
         "why": "a counter noted by the loop for every arm (seed 002 gate 4): the unselected ReZero leaks counts",
+        "protects": "counters",
+    },
+    {
+        "name": "counters_shared_by_two_models",
+        "file": _ARMS,
+        "function": "ResidualArm.__init__",
+        "old": "        self.counters = ProbeCounters()\n",
+        "new": "        self.counters = ResidualArm.__dict__.get(\"shared_counters\") or ProbeCounters()\n"
+               "        ResidualArm.shared_counters = self.counters\n",
+        "gates": [_T + "test_two_models_in_one_process_each_count_their_own_iterations"],
+        "why": "the counters one object for every model in the process (the old module-level PROBES): an A/B "
+               "run's pairs, or a reference model beside the trained one, count into each other's window, and "
+               "pausing one pauses all",
         "protects": "counters",
     },
     {

@@ -9,6 +9,9 @@ _COMPLETION = "dormouse/cli/completion.py"
 _PREFLIGHT = "dormouse/train/preflight.py"
 _CONFIG = "dormouse/config/schema.py"
 _SWEEP = "dormouse/cli/sweep.py"
+_LOOP = "dormouse/train/loop.py"
+_P = "tests/config/test_preflight.py::"
+_KERNEL_ONCE = _P + "test_the_kernel_is_decided_once_and_the_run_reads_with_it"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -45,6 +48,66 @@ PERTURBATIONS: list[dict] = [
         "protects": "training loop",
     },
     {
+        "name": "composing_a_config_checks_the_data_file",
+        "file": _CONFIG,
+        "function": "DataConfig.problems",
+        "old": "        if self.hf_streaming:\n",
+        # a check that refuses nothing here (the paths do not exist): only the guard can see it
+        "new": "        if self.path is not None and Path(str(self.path)).is_dir() and not any(Path(str(self.path))"
+               ".iterdir()):\n"
+               "            lines.append(invalid(\"data.path\", self.path, \"an empty folder\"))\n"
+               "        if self.hf_streaming:\n",
+        "gates": ["tests/config/test_pure_config.py::test_composing_a_config_touches_no_file"],
+        "why": "a file check back in the pure composition: every caller of validate (an A/B plan, a sweep's plan) "
+               "then depends on the files of the machine that composes, not of the one that runs",
+        "protects": "training loop",
+    },
+    {
+        "name": "train_skips_the_machine_checks",
+        "file": _LOOP,
+        "function": "train",
+        "old": "    if environment.problems or environment.kernel is None:\n",
+        "new": "    if False:\n",
+        "gates": [_P + "test_what_the_machine_refuses_validate_and_train_refuse_alike_creating_nothing[data_missing]"],
+        "why": "train goes on past what validate refuses on this machine (a missing data.path): a traceback, "
+               "exit 1, instead of validate's line and exit 2",
+        "protects": "training loop",
+    },
+    {
+        "name": "loop_decides_the_kernel_again",
+        "file": _LOOP,
+        "function": "_report_kernel",
+        "old": "    return kernel.path\n",
+        "new": "    return __import__(\"dormouse.arms.registry\", fromlist=[\"arm_class\"]).arm_class(arm_name(cfg))"
+               ".choose_kernel(cfg.model, torch.device(\"cpu\"))[0]\n",
+        "gates": [_KERNEL_ONCE],
+        "why": "a second decision of the read path in the loop: it may differ from the one validate reported and "
+               "the preflight checked (a kernel that cannot run, or another one than said)",
+        "protects": "kernels",
+    },
+    {
+        "name": "auto_kernel_choice_said_nowhere",
+        "file": _LOOP,
+        "function": "_report_kernel",
+        "old": "    if str(cfg.model.kernel) == \"auto\" and kernel.path != \"none\" and info.is_main:\n",
+        "new": "    if False:\n",
+        "gates": [_KERNEL_ONCE],
+        "why": "model.kernel=auto falls back to the torch read (or takes triton) silently: a run's speed changes "
+               "and nothing says why",
+        "protects": "kernels",
+    },
+    {
+        "name": "kernel_that_cannot_run_is_a_traceback",
+        "file": _PREFLIGHT,
+        "function": "_decide_kernel",
+        "old": "    except RuntimeError as exc:  # the path cannot run on this device\n",
+        "new": "    except ZeroDivisionError as exc:  # the path cannot run on this device\n",
+        "gates": ["tests/config/test_config.py::test_triton_kernel_where_it_cannot_run_is_refused_before_any_work"],
+        "why": "model.kernel=triton where the fused kernel cannot run reaches the user as a traceback (exit 1) "
+               "instead of a refusal naming the fix",
+        "protects": "kernels",
+    },
+    {
         "name": "sweep_settings_share_one_run_folder",
         "file": _SWEEP,
         "function": "plan",
@@ -54,5 +117,16 @@ PERTURBATIONS: list[dict] = [
         "why": "every setting of a sweep is sent to one run folder: the second is refused (or, with "
                "train.overwrite, replaces the first)",
         "protects": "training loop",
+    },
+    {
+        "name": "ab_plan_skips_the_machine_checks",
+        "file": "dormouse/ab/plan.py",
+        "function": "_compose_arms",
+        "old": "        if machine := environment_problems(arm_cfgs[arm]):\n",
+        "new": "        if machine := []:\n",
+        "gates": ["tests/flows/test_ab.py::test_what_this_machine_cannot_run_is_refused_before_any_pair"],
+        "why": "a comparison whose arm asks for what this machine cannot run (the fused kernel on a CPU, CUDA) starts "
+               "its pairs and each one fails at its start, instead of the comparison being refused before any run",
+        "protects": "A/B rule",
     },
 ]

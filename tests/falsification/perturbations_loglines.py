@@ -11,6 +11,7 @@ _LINES = "dormouse/run/loglines.py"
 _T = "tests/run/test_loglines.py::"
 _SINKS = "tests/train/test_metrics_sinks.py::"
 _RESUME = "tests/train/test_resume.py::"
+_READER = "tests/run/test_reader.py::"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -121,8 +122,8 @@ PERTURBATIONS: list[dict] = [
         "name": "logs_tsv_reads_the_rounded_line",
         "file": "dormouse/cli/logs.py",
         "function": "tsv_lines",
-        "old": "*(_plain(c, r.shown) for c in cols)",
-        "new": "*(_plain(c, r.values) for c in cols)",
+        "old": "*(_plain(c, r.values) for c in cols)",
+        "new": "*(_plain(c, r.logged or r.values) for c in cols)",
         "gates": [_SINKS + "test_tsv_and_json_give_every_digit_from_metrics_jsonl"],
         "why": "issue 24: `logs --format tsv` re-parsed the rounded train.log (tokens 2.46M where metrics.jsonl "
         "has 2457617) although the README promises every value",
@@ -185,12 +186,36 @@ PERTURBATIONS: list[dict] = [
     # --- dormouse logs' messages (issue 24) ---------------------------------------------------------------------
     {
         "name": "a_text_file_reads_as_missing_eval",
-        "file": "dormouse/cli/logs.py",
-        "function": "read_run",
-        "old": "    if path.is_file() and path.name != LOG and not run.evals and run.done is None and not any(\n",
-        "new": "    if False and not any(\n",
+        "file": "dormouse/run/reader.py",
+        "function": "_is_not_a_log",
+        "old": "    return (path.is_file() and path.name != LOG and not logged and run.done is None\n",
+        "new": "    return (False\n",
         "gates": ["tests/flows/test_logs.py::test_a_text_file_that_is_not_a_log_says_so"],
         "why": "issue 24: `logs notes.txt` said missing-eval, not that the file is not a train.log",
+        "protects": "counters",
+    },
+    # --- the run reader and its checks (issue 32: metrics.jsonl is the record) -----------------------------
+    {
+        "name": "reader_takes_train_log_over_metrics_jsonl",
+        "file": "dormouse/run/reader.py",
+        "function": "read_run",
+        "old": "    if log_path.name == LOG and metrics.is_file():\n",
+        "new": "    if False:\n",
+        "gates": [_READER + "test_the_checks_decide_on_metrics_jsonl_where_the_two_copies_disagree",
+                  _READER + "test_a_row_that_no_train_log_line_shows_is_checked_and_cited_in_metrics_jsonl"],
+        "why": "the checks would decide validity on train.log's rounded copy, not on the metrics.jsonl rows the "
+        "A/B report reads its numbers from: a row whose arm did not run passes when its line says it did",
+        "protects": "counters",
+    },
+    {
+        "name": "selected_arm_ran_below_asked_passes_the_check",
+        "file": "dormouse/run/checks.py",
+        "function": "counter_fault",
+        "old": "(ran == 0 or asked == 0 or ran != asked)",
+        "new": "(ran == 0 or asked == 0)",
+        "gates": ["tests/flows/test_logs.py::test_dead_arm_reading_zero_and_partial_run"],
+        "why": "an arm that ran 30 of its 40 asked aggregations would pass the counter check that `dormouse ab` "
+        "marks arms invalid by: a partly dead mechanism compared as if it ran",
         "protects": "counters",
     },
     {

@@ -193,6 +193,18 @@ def test_bad_override_value_is_refused_naming_the_arm(tmp_path: Path, registry: 
     assert any("attnres_block" in line and "block_size" in line for line in info.value.lines)
 
 
+def test_what_this_machine_cannot_run_is_refused_before_any_pair(tmp_path: Path, registry: Path) -> None:
+    """A kernel the arm cannot run here (the fused read on a CPU) is refused for the arm, before any run, as
+    `dormouse train` refuses it before step 0: composing the config no longer asks the machine, the plan does."""
+    fused_on_gr = SPEC.replace("gr: [model.use_gr=true]", "gr: [model.use_gr=true, model.kernel=triton]")
+    (registry / "t.yaml").write_text(fused_on_gr)
+    fake = FakeTrain()
+    with pytest.raises(ComparisonError) as info:
+        run(registry, tmp_path / "ab", fake)
+    assert any("arm 'gr'" in line and "model.kernel=triton" in line for line in info.value.lines), info.value.lines
+    assert fake.calls == [] and not (tmp_path / "ab").exists()
+
+
 def test_cli_overrides_may_not_set_arm_or_runner_keys(tmp_path: Path, registry: Path) -> None:
     for bad in (["model.use_gr=true"], ["train.seed=3"], ["run.dir=/x"]):
         with pytest.raises(ComparisonError):

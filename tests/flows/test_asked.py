@@ -10,8 +10,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from dormouse.cli.logs import logs_command, read_run
+from dormouse.cli.logs import logs_command
 from dormouse.config.schema import load_config
+from dormouse.run.checks import checked_run
 from dormouse.run.loglines import format_eval_line, parse_eval_line
 from dormouse.train.loop import depth_for_step, train
 
@@ -22,13 +23,13 @@ def test_a_real_runs_asked_is_twice_the_depths_its_schedule_drew(tmp_path: Path)
                        f"train.eval_every={every}", f"train.seed={seed}", "data.eval_bytes=256",
                        "train.device=cpu", "logging.progress=off", f"run.dir={tmp_path}", "run.name=r"])
     train(cfg)
-    run = read_run(tmp_path / "r")
+    run = checked_run(tmp_path / "r")
     asked = [f for f in run.findings if f.kind == "asked-mismatch"]
     assert not asked, f"{asked[0]} (deviation={len(asked)} bound=0)"
     assert not run.findings, [str(f) for f in run.findings]
     depths = [depth_for_step(seed, s, 3, True) for s in range(steps)]
     for ev, window in zip(run.evals, (depths[:every], depths[every:]), strict=True):
-        v = ev.values  # parsed back from train.log: the line carries its own check
+        v = ev.values  # the metrics.jsonl row: the record carries its own check
         assert v["window_steps"] == every and v["depth_sum"] == sum(window), v
         assert v["rezero_asked"] == v["rezero_ran"] == 2 * sum(window), v
 
@@ -47,7 +48,7 @@ def test_a_skipped_sublayer_is_a_finding(tmp_path: Path) -> None:
     (run_dir / "config.yaml").write_text("model:\n  use_gr: true\n  use_attnres: false\n"
                                          "train:\n  steps: 6\n  eval_every: 6\n")
     (run_dir / "train.log").write_text("# dormouse: test\n" + line + "\ndone step=6 wall_s=1.0\n")
-    findings = read_run(run_dir).findings
+    findings = checked_run(run_dir).findings
     assert [f.kind for f in findings] == ["asked-mismatch"], [str(f) for f in findings]
     assert "asked=20" in findings[0].message and "2 x 12 = 24" in findings[0].message
     assert logs_command([run_dir], check=True, console=Console(record=True, width=200)) == 1

@@ -1,4 +1,6 @@
-"""The kernels package depends on nothing in dormouse (issue 21: no import cycle between kernels/ and dormouse/).
+"""The import layering: the kernels depend on nothing in dormouse, and dormouse's layers import only downward.
+
+The kernels package depends on nothing in dormouse (no import cycle between kernels/ and dormouse/).
 
 ``dormouse.ops.attnres`` imports the kernels' pure-torch parts (the score forms, the online-softmax merge) and, on
 demand, the fused kernels; ``kernels/`` must import nothing from ``dormouse``. Checked on the source (every
@@ -31,3 +33,46 @@ def test_the_kernels_import_nothing_from_dormouse():
     offending = {f.name: sorted(m for m in imported_modules(f) if m == "dormouse" or m.startswith("dormouse."))
                  for f in files}
     assert not any(offending.values()), f"kernels/ imports dormouse: {offending}"
+
+
+# The layers of the dormouse package, bottom first: a module may import from its own layer and the layers below,
+# never from one above (the README's "Layout"). Layers on one rank do not import each other.
+LAYERS: dict[str, int] = {
+    "errors": 0, "conf": 0,  # conf/ installs as dormouse.conf (YAML files and an empty __init__)
+    "data": 1, "corpus": 1, "ops": 1,
+    "arms": 2,
+    "config": 3, "model": 3,
+    "run": 4,
+    "train": 5,
+    "ab": 6,
+    "cli": 7,
+    "__main__": 8,
+}
+PACKAGE = Path(importlib.util.find_spec("dormouse").origin).parent
+
+
+def layer_of(module: str) -> str:
+    """``dormouse.train.loop`` -> ``train``; ``dormouse`` itself (its version) -> ``errors``' rank."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "errors"
+
+
+def package_imports(path: Path) -> set[str]:
+    """Every ``dormouse...`` module ``path`` imports, at any depth (a lazy import inside a function counts)."""
+    return {m for m in imported_modules(path) if m == "dormouse" or m.startswith("dormouse.")}
+
+
+def test_each_layer_imports_only_from_the_layers_below():
+    files = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+    modules = {f: ".".join(("dormouse", *f.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__")
+               for f in files}
+    unknown = sorted({layer_of(m) for m in modules.values()} - set(LAYERS))
+    assert not unknown, f"modules outside the declared layers {sorted(LAYERS)}: {unknown}"
+    upward = []
+    for f, mod in modules.items():
+        here = layer_of(mod)
+        for target in package_imports(f):
+            there = layer_of(target)
+            if there != here and LAYERS[there] >= LAYERS[here]:
+                upward.append(f"{mod} imports {target} ({there}, rank {LAYERS[there]} >= {here}'s {LAYERS[here]})")
+    assert not upward, "imports that run up or sideways:\n" + "\n".join(sorted(upward))

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from dormouse.cli.logs import logs_command, read_run, read_runs
+from dormouse.cli.logs import logs_command
+from dormouse.run.checks import checked_run, checked_runs
 from dormouse.run.loglines import format_eval_line
 
 
@@ -45,7 +46,7 @@ def healthy(arm: str = "gr") -> list[str]:
 
 
 def kinds(run_dir: Path) -> list[str]:
-    return [f.kind for f in read_run(run_dir).findings]
+    return [f.kind for f in checked_run(run_dir).findings]
 
 
 def check(paths: list[Path]) -> tuple[int, str]:
@@ -66,7 +67,7 @@ def test_dead_arm_is_found(tmp_path: Path) -> None:
     lines = healthy()
     lines[2] = format_eval_line(row(20, "gr", counters={"gr": (0, 40)}), 2)  # asked but never ran
     run_dir = plant(tmp_path, lines)
-    found = read_run(run_dir).findings
+    found = checked_run(run_dir).findings
     assert [f.kind for f in found] == ["dead-arm"]
     assert found[0].line == 5 and found[0].path == run_dir / "train.log"  # 2 header lines, then line 5
     code, text = check([run_dir])
@@ -84,7 +85,7 @@ def test_leaking_arm_is_found(tmp_path: Path) -> None:
     lines = healthy("attnres")
     lines[0] = format_eval_line(row(10, "attnres", counters={"rezero": (40, 40)}), 2)
     run_dir = plant(tmp_path, lines, arm="attnres")
-    found = read_run(run_dir).findings
+    found = checked_run(run_dir).findings
     assert [f.kind for f in found] == ["leaking-arm"] and found[0].line == 3
     assert "rezero=40/40" in found[0].message
     assert check([run_dir])[0] == 1
@@ -94,7 +95,7 @@ def test_nan_loss_or_bpb_is_found(tmp_path: Path) -> None:
     lines = healthy()
     lines[2] = format_eval_line(row(20, "gr", bpb=float("nan")), 2)
     run_dir = plant(tmp_path, lines)
-    found = read_run(run_dir).findings
+    found = checked_run(run_dir).findings
     assert [f.kind for f in found] == ["non-finite"] and found[0].line == 5
     code, text = check([run_dir])
     assert code == 1 and "non-finite" in text
@@ -104,7 +105,7 @@ def test_malformed_line_is_reported_with_its_number_not_a_crash(tmp_path: Path) 
     lines = healthy()
     lines.insert(1, "eval step=15 tokens=1.2")  # line 4
     run_dir = plant(tmp_path, lines)
-    found = read_run(run_dir).findings
+    found = checked_run(run_dir).findings
     assert [(f.kind, f.line) for f in found] == [("malformed", 4)]
     code, text = check([run_dir])
     assert code == 1 and "train.log:4: malformed" in text
@@ -121,7 +122,7 @@ def test_missing_final_eval_and_done_is_found(tmp_path: Path) -> None:
 def test_missing_intermediate_eval_and_out_of_order_steps(tmp_path: Path) -> None:
     lines = [format_eval_line(row(20, "gr"), 2), format_eval_line(row(10, "gr"), 2),
              format_eval_line(row(30, "gr"), 2), "done step=30 wall_s=1"]
-    found = read_run(plant(tmp_path, lines, steps=30)).findings
+    found = checked_run(plant(tmp_path, lines, steps=30)).findings
     assert [(f.kind, f.line) for f in found] == [("missing-eval", 3), ("out-of-order", 4)]
 
 
@@ -129,7 +130,7 @@ def test_a_text_file_that_is_not_a_log_says_so(tmp_path: Path) -> None:
     """Issue 24: `logs notes.txt` said "missing-eval"; the problem is that it is not a train.log."""
     notes = tmp_path / "notes.txt"
     notes.write_text("a shopping list\nmilk\n")
-    run = read_run(notes)
+    run = checked_run(notes)
     assert [f.kind for f in run.findings] == ["not-a-log"]
     assert run.findings[0].message.startswith(f"{notes} is not a train.log: ")
     code, text = check([notes])
@@ -145,7 +146,7 @@ def test_resume_replay_is_not_out_of_order(tmp_path: Path) -> None:
              "interrupted step=25", "resume step=10 from=checkpoints/step_00000010.pt",
              format_eval_line(row(20, "gr", 2.3), 2), format_eval_line(row(30, "gr", 2.2), 2),
              "done step=30 wall_s=2"]
-    run = read_run(plant(tmp_path, lines, steps=30))
+    run = checked_run(plant(tmp_path, lines, steps=30))
     assert run.findings == []
     assert [r.step for r in run.evals] == [10, 20, 30]
     assert run.evals[1].values["bpb"] == pytest.approx(2.3)  # the replay wins
@@ -161,7 +162,7 @@ def test_ab_directory_reads_every_run_and_a_train_log_path_works(tmp_path: Path)
     bad = healthy()
     bad[0] = format_eval_line(row(10, "gr", counters={"attnres": (1, 1)}), 2)
     plant(ab, bad, name="gr-s2")
-    runs = read_runs([ab])
+    runs = checked_runs([ab])
     assert [r.name for r in runs] == ["gr-s1", "gr-s2"]
     assert [len(r.findings) for r in runs] == [0, 1]
     code, text = check([ab])
@@ -177,6 +178,6 @@ def test_without_check_exit_0_and_missing_path_exit_2(tmp_path: Path) -> None:
 
 def test_a_directory_without_a_log_is_a_finding(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    run = read_run(tmp_path / "empty")
+    run = checked_run(tmp_path / "empty")
     assert [f.kind for f in run.findings] == ["no-log"]
     assert check([tmp_path / "empty"])[0] == 1

@@ -273,7 +273,7 @@ def test_a_run_whose_checkpoints_are_all_unreadable_is_moved_aside_with_its_reas
 def test_a_finished_run_without_its_done_line_is_kept_and_its_log_finished(tmp_path: Path, composed: Pair) -> None:
     """Killed between its final checkpoint and its done line: complete, never retrained; the pair job writes
     the done line (after a comment saying so), so `dormouse logs --check` reads the run as finished."""
-    from dormouse.cli.logs import read_run
+    from dormouse.run.checks import checked_run
 
     comp = tmp_path / "ab" / "t"
     pair = _pair(composed, comp)
@@ -282,11 +282,11 @@ def test_a_finished_run_without_its_done_line_is_kept_and_its_log_finished(tmp_p
         raise KeyboardInterrupt  # a second Ctrl-C: the loop stops at once
 
     assert _attempt(pair, comp, Life(point="after_final_eval", fault=killed)).status == INTERRUPTED
-    assert pair_state(pair)[0] == "complete" and not read_run(pair.run_dir).finished
+    assert pair_state(pair)[0] == "complete" and not checked_run(pair.run_dir).finished
     again = Life()
     outcome = _attempt(pair, comp, again)
     assert outcome.status == DONE and again.calls == [] and "wrote its done line" in outcome.note
-    run = read_run(pair.run_dir)
+    run = checked_run(pair.run_dir)
     assert run.finished and not [f for f in run.findings if f.kind == "unfinished"]
     assert "# dormouse ab: the run stopped after its final eval" in pair.files.log.read_text()
 
@@ -296,7 +296,7 @@ def test_a_run_killed_between_its_final_eval_row_and_its_final_checkpoint_is_com
     """The final eval row is the pair's number (the runner counts a pair complete by it, the report reads
     it): a run killed after writing it, before its final checkpoint and its done line, is complete too, not
     resumed from an earlier checkpoint; the pair job finishes its log."""
-    from dormouse.cli.logs import read_run
+    from dormouse.run.reader import read_run
 
     comp = tmp_path / "ab" / "t"
     pair = _pair(composed, comp)

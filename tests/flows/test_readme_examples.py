@@ -1,4 +1,4 @@
-"""Every `dormouse ...` command in the README's code blocks runs as written, at tiny size.
+"""Every `dormouse ...` command in the code blocks of the README and of docs/usage.md runs as written, at tiny size.
 
 The rule that makes them tiny (and the only edits made to a command):
 
@@ -32,6 +32,7 @@ from typer.testing import CliRunner
 from dormouse.cli.app import app
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDES = [README, README.parent / "docs" / "usage.md"]  # the user's door, then the commands in full
 TINY = ["preset=tiny", "train.steps=2", "train.eval_every=2", "data.eval_bytes=256", "logging.progress=off"]
 AB_TINY = ["train.steps=2", "train.eval_every=2"]
 RUNS = {"myrun": ["train.keep_best=true"], "short-attnres": ["model.use_attnres=true"]}
@@ -41,14 +42,20 @@ SUBCOMMANDS = {"train", "validate", "ab", "logs", "sample", "eval", "version", "
 
 @dataclass(frozen=True)
 class Example:
+    file: str
     line: int
     text: str  # as the README writes it, without a leading "$ "
     refused: bool
 
 
 def readme_examples() -> list[Example]:
-    """The `dormouse ...` lines of the README's ```bash blocks and indented blocks (continuations joined)."""
-    lines = README.read_text().splitlines()
+    """The `dormouse ...` lines of the guides' ```bash blocks and indented blocks (continuations joined)."""
+    return [e for guide in GUIDES for e in guide_examples(guide)]
+
+
+def guide_examples(guide: Path) -> list[Example]:
+    """The `dormouse ...` lines of one guide's ```bash blocks and indented blocks (continuations joined)."""
+    lines = guide.read_text().splitlines()
     out: list[Example] = []
     fenced = False
     i = 0
@@ -67,7 +74,7 @@ def readme_examples() -> list[Example]:
         if body.startswith("dormouse ") and body.split()[1].lstrip("-") in SUBCOMMANDS:
             after = lines[i + 1].strip() if i + 1 < len(lines) else ""
             comment = body.partition(" # ")[2]
-            out.append(Example(start + 1, body, after.startswith("error:") or "refused" in comment))
+            out.append(Example(guide.name, start + 1, body, after.startswith("error:") or "refused" in comment))
         i += 1
     return out
 
@@ -151,7 +158,7 @@ def test_the_readme_has_examples_to_run():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("example", EXAMPLES, ids=[f"L{e.line}" for e in EXAMPLES])
+@pytest.mark.parametrize("example", EXAMPLES, ids=[f"{e.file}:L{e.line}" for e in EXAMPLES])
 def test_each_readme_example_runs_as_written(example: Example, fixtures: Path, tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch):
     reason = skip_reason(example.text)
@@ -166,7 +173,7 @@ def test_each_readme_example_runs_as_written(example: Example, fixtures: Path, t
     monkeypatch.chdir(work)
     result = runner.invoke(app, words)
     expected = 2 if example.refused else 0
-    assert result.exit_code == expected, f"README line {example.line}: {' '.join(words)}\n{result.output}"
+    assert result.exit_code == expected, f"{example.file} line {example.line}: {' '.join(words)}\n{result.output}"
 
 
 def test_the_readme_test_command_collects_the_suite_as_written() -> None:

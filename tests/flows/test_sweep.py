@@ -42,6 +42,18 @@ def test_a_bad_setting_refuses_the_whole_sweep_before_any_run(tmp_path: Path):
     assert not (tmp_path / "s").exists()
 
 
+def test_a_setting_naming_a_missing_file_refuses_the_whole_sweep_before_any_run(tmp_path: Path):
+    """The machine's checks (dormouse.train.preflight.check_environment) are part of the sweep's plan, as the
+    config's values are: not a first run that trains and a second refused."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("to be or not to be " * 200)
+    missing = tmp_path / "missing.txt"
+    result = runner.invoke(app, ["train", "-m", *TINY, f"data.path={corpus},{missing}", f"run.dir={tmp_path}",
+                                 "run.name=s"])
+    assert result.exit_code == 2 and "sweep setting 1 (" in result.output, result.output
+    assert "no such file or folder" in result.output and "sweep setting 0" not in result.output
+    assert not (tmp_path / "s").exists()
+
 def test_without_m_several_values_are_still_refused_as_a_sweep(tmp_path: Path):
     result = runner.invoke(app, ["validate", "model.d_model=64,128", f"run.dir={tmp_path}"])
     assert result.exit_code == 2 and "several values (a sweep)" in result.output

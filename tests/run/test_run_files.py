@@ -24,9 +24,9 @@ from typer.testing import CliRunner
 import dormouse.run.checkpoint as checkpoint_module
 import dormouse.train.loop as train_module
 from dormouse.cli.app import app
-from dormouse.cli.logs import read_run
 from dormouse.config.schema import load_config
 from dormouse.run.checkpoint import CheckpointError, atomic_save, list_checkpoints
+from dormouse.run.checks import checked_run
 from dormouse.train.loop import train
 from dormouse.train.metrics import settle_metrics
 
@@ -43,7 +43,7 @@ def metrics_steps(run_dir: Path) -> list[int]:
 
 
 def kinds(run_dir: Path) -> list[str]:
-    return [f.kind for f in read_run(run_dir).findings]
+    return [f.kind for f in checked_run(run_dir).findings]
 
 
 def one_line(output: str) -> str:
@@ -98,7 +98,7 @@ def test_logs_check_reports_a_torn_row_that_an_append_extended(tmp_path: Path):
     run_dir.mkdir()
     (run_dir / "train.log").write_text("# dormouse: 0.1.0\n")
     (run_dir / "metrics.jsonl").write_text('{"step": 6}\n{"step": 12, "lo{"step": 12, "loss": 1.0}\n')
-    found = [f for f in read_run(run_dir).findings if f.kind == "malformed"]
+    found = [f for f in checked_run(run_dir).findings if f.kind == "malformed"]
     assert [(f.path.name, f.line) for f in found] == [("metrics.jsonl", 2)]
     assert "lost to every reader" in found[0].message
 

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from dormouse.cli.logs import logs_command, read_run, run_table, tsv_lines
+from dormouse.cli.logs import logs_command, run_table, tsv_lines
+from dormouse.run.checks import checked_run
 from dormouse.run.loglines import format_done_line, parse_eval_line
 from dormouse.train.metrics import JsonlSink, Metrics, TerminalSink, TrainLogSink, WandbSink
 
@@ -137,7 +138,7 @@ def test_an_added_field_goes_to_metrics_jsonl_and_wandb_under_its_own_name(runs,
 
 def table_cells(run_dir: Path) -> list[dict[str, str]]:
     """The rendered table's rows as {header: cell} (every column: no width)."""
-    table = run_table(read_run(run_dir))
+    table = run_table(checked_run(run_dir))
     columns = {str(c.header): [str(x) for x in c.cells] for c in table.columns}
     n = len(next(iter(columns.values())))
     return [{h: cells[i] for h, cells in columns.items()} for i in range(n)]
@@ -150,7 +151,8 @@ def test_an_added_field_shows_under_its_own_name_in_every_logs_view(runs, added)
     for b, p in zip(table_cells(base_dir), table_cells(plus_dir), strict=True):
         assert p == {**b, **expected_tokens(added)}
     # tsv: every value, every digit, keyed as metrics.jsonl
-    (base_head, *base_rows), (plus_head, *plus_rows) = tsv_lines([read_run(base_dir)]), tsv_lines([read_run(plus_dir)])
+    (base_head, *base_rows) = tsv_lines([checked_run(base_dir)])
+    (plus_head, *plus_rows) = tsv_lines([checked_run(plus_dir)])
     for b, p in zip(base_rows, plus_rows, strict=True):
         bd = dict(zip(base_head.split("\t"), b.split("\t"), strict=True))
         pd = dict(zip(plus_head.split("\t"), p.split("\t"), strict=True))
@@ -181,7 +183,7 @@ def json_evals(run_dir: Path) -> list[dict[str, Any]]:
 def test_tsv_and_json_give_every_digit_from_metrics_jsonl(tmp_path: Path) -> None:
     """The line rounds (`tokens=2.46M`, `bpb=2.5123`); tsv and json read metrics.jsonl, the one source."""
     write_run(tmp_path / "r", rows())
-    head, first, _ = tsv_lines([read_run(tmp_path / "r")])
+    head, first, _ = tsv_lines([checked_run(tmp_path / "r")])
     cells = dict(zip(head.split("\t"), first.split("\t"), strict=True))
     assert cells["tokens"] == str(600 * 4096 + 17) and cells["bpb"] == "2.5123456"
     assert cells["loss"] == "1.41234567" and cells["learned"] == "gate:0.15321"

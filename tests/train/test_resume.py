@@ -199,33 +199,33 @@ def test_resuming_a_finished_run_writes_nothing(tmp_path: Path):
 
 def test_loop_state_round_trips_through_a_checkpoint():
     """Every field of the loop state (and the open window's probe counters) comes back from a saved
-    checkpoint; a rank other than 0 starts its window's per-rank sums at zero (rank 0 carries them)."""
+    checkpoint, into the counters of the model that resumes; a rank other than 0 starts its window's per-rank
+    sums at zero (rank 0 carries them)."""
     import io
     from dataclasses import fields
 
-    from dormouse.arms.probes import PROBES
+    from dormouse.arms.probes import ProbeCounters
     from dormouse.train.distributed import DistInfo
     from dormouse.train.state import LoopState
 
-    PROBES.reset()
-    PROBES.count_ran("gr", 3)
-    PROBES.count_asked("gr", 4)
+    counters = ProbeCounters()
+    counters.count_ran("gr", 3)
+    counters.count_asked("gr", 4)
     loop = LoopState(step=7, tokens=896, skipped=1)
     loop.window.add_update(2.5, 3)
     loop.window.tokens, loop.window.time = 128, 0.25
-    state = loop.state_dict(loop.window.summed(DistInfo(), torch.device("cpu")))
+    state = loop.state_dict(loop.window.summed(counters, DistInfo(), torch.device("cpu")))
     assert {f.name for f in fields(LoopState)} <= set(state)
     buffer = io.BytesIO()
     torch.save(state, buffer)
     buffer.seek(0)
     saved = torch.load(buffer, weights_only=True)
-    PROBES.reset()
-    back = LoopState()
-    back.load_state_dict(saved, carries_sums=True)
+    back, resumed = LoopState(), ProbeCounters()
+    back.load_state_dict(saved, resumed, carries_sums=True)
     assert back == LoopState(step=7, tokens=896, skipped=1,
                              window=type(loop.window)(loss_sum=2.5, steps=1, tokens=128, depth_sum=3, time=0.25))
-    assert (PROBES.ran["gr"], PROBES.asked["gr"]) == (3, 4)
-    other = LoopState()
-    other.load_state_dict(saved, carries_sums=False)
-    assert other.window.loss_sum == 0.0 and other.window.steps == 1 and PROBES.snapshot()["gr_ran"] == 0
-    PROBES.reset()
+    assert (resumed.ran["gr"], resumed.asked["gr"]) == (3, 4)
+    other, other_counters = LoopState(), ProbeCounters()
+    other_counters.count_ran("gr", 5)
+    other.load_state_dict(saved, other_counters, carries_sums=False)
+    assert other.window.loss_sum == 0.0 and other.window.steps == 1 and other_counters.snapshot()["gr_ran"] == 0

@@ -1,0 +1,39 @@
+"""How a ``dormouse`` command ends on an error: the CLI's one handler of :class:`dormouse.errors.DormouseError`.
+
+Every command of the Typer app runs inside :class:`ExitOnError` (the app's command group), so no command
+catches an error by hand: whatever dormouse error a command raises ends it with the class's own
+``exit_code`` (2 bad input refused before any work, 1 a run that failed, 130/143 an interrupt) and its
+message as ``error:`` lines on stderr, never a traceback. Any other exception is a bug and keeps its
+traceback.
+"""
+
+from __future__ import annotations
+
+import click
+import typer
+from rich.console import Console
+from typer.core import TyperGroup
+
+from dormouse.errors import DormouseError, print_error
+
+# The CLI's stderr: every command's notes, warnings and errors (stdout is the command's output).
+err = Console(stderr=True, highlight=False)
+
+
+def exit_code_of(exc: DormouseError, console: Console = err) -> int:
+    """Say ``exc`` on ``console`` (one ``error:`` line per message; nothing when its raiser said it already,
+    as an interrupted run did) and return the exit code its class declares."""
+    if not exc.already_said:
+        for line in exc.messages():
+            print_error(console, line)
+    return exc.exit_code
+
+
+class ExitOnError(TyperGroup):
+    """The app's command group: a command that raises a :class:`DormouseError` exits with its code, said once."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except DormouseError as exc:
+            raise typer.Exit(exit_code_of(exc)) from None
