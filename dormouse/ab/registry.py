@@ -33,7 +33,7 @@ Protocol 2 (every new registration; :class:`ComparisonSpec`, every key, unknown 
       replicates: 1                # tune replicate j (0-based): train.seed = init_seed_base + j,
       init_seed_base: 9001         # train.data_seed = data_seed_base + j; disjoint from the
       data_seed_base: 9001         # confirmatory streams (refused otherwise)
-      rule: lowest_mean_final_bpb  # the choice rule, fixed here (tune.RULES)
+      rule: lowest_mean_final_bpb  # the choice rule, fixed here (tune_rule.RULES)
 
 Seeds are streams, not lists: replicate k's seeds are the bases plus k, so a longer schedule extends them
 and never renumbers a replicate that ran. ``train.seed`` seeds the shared initial weights (and the

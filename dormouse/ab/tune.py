@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from dormouse.ab.pairjob import Pair, read_launch_record
 from dormouse.ab.records import RunRecord
 from dormouse.ab.registry import ComparisonError
-from dormouse.ab.tune_rule import RULE, RULES, choose  # noqa: F401  (the stage applies the registered rule)
+from dormouse.ab.tune_rule import RULES, choose
 from dormouse.run.checkpoint import atomic_write_text
 from dormouse.run.files import ComparisonFiles, RunFiles
 
