@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
+from dormouse.errors import DormouseError
+
 _REGISTRY: dict[str, Any] = {}  # name -> ResidualArm subclass, in definition order
 
 
@@ -102,8 +104,29 @@ def selected_arms(model_cfg: Any) -> list[str]:
             if not cls.default and bool(getattr(model_cfg, arm_switch(name), False))]
 
 
+class UnknownArmError(DormouseError, ValueError, exit_code=2):
+    """A config (a run's saved config.yaml, a checkpoint's) whose ``use_<name>`` switch is on for an arm no
+    loaded code defines: a plugin arm whose plugin is not loaded. Building the default arm instead would
+    load the wrong model; the message says how to load the plugin."""
+
+
+def unknown_switches(model_cfg: Any) -> list[str]:
+    """The ``use_<name>`` keys of ``model_cfg`` that are on but select no registered arm."""
+    known = {arm_switch(name) for name in arm_classes()}
+    keys = model_cfg.keys() if hasattr(model_cfg, "keys") else vars(model_cfg).keys()
+    return [str(k) for k in keys
+            if str(k).startswith("use_") and str(k) not in known and bool(getattr(model_cfg, str(k), False))]
+
+
 def model_arm(model_cfg: Any) -> str:
-    """The arm a model config selects: the one whose switch is on, else the default arm."""
+    """The arm a model config selects: the one whose switch is on, else the default arm. A switch that is on
+    for an arm not registered is refused (:class:`UnknownArmError`), never read as the default arm."""
+    unknown = unknown_switches(model_cfg)
+    if unknown:
+        raise UnknownArmError(f"model.{unknown[0]}=true selects arm {unknown[0][len('use_'):]!r}, which no loaded "
+                              "code defines: load the plugin that defines it (--plugin FILE, DORMOUSE_PLUGINS, "
+                              "or an installed package's `dormouse.arms` entry point); `dormouse arms` lists "
+                              "the arms this command knows")
     chosen = selected_arms(model_cfg)
     return chosen[0] if chosen else default_arm()
 

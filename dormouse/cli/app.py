@@ -51,8 +51,15 @@ def _version(value: bool) -> None:
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
+    plugin: list[str] = typer.Option(None, "--plugin", show_default=False, metavar="FILE_OR_MODULE",
+                                     help="Load arms from a .py file or a module (repeatable; anywhere on the "
+                                          "line, e.g. `dormouse train --plugin my_arms.py model.use_sgate=true`). "
+                                          "Also DORMOUSE_PLUGINS and the `dormouse.arms` entry points."),
 ) -> None:
     """Train a looped byte-level LM and A/B-compare residual mechanisms (ReZero, GR, AttnRes)."""
+    from dormouse.arms.plugins import activate
+
+    activate(plugin or [])  # before the command reads its config: a plugin arm's switch is in the schema
 
 
 CFG = typer.Option(None, "--cfg", show_default=False,

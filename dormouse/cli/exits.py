@@ -16,6 +16,32 @@ from typer.core import TyperGroup
 
 from dormouse.errors import DormouseError, print_error
 
+PLUGIN_OPTION = "--plugin"
+
+
+def plugins_first(args: list[str]) -> list[str]:
+    """``args`` with every ``--plugin VALUE`` / ``--plugin=VALUE`` moved to the front, in order (before a
+    ``--``, which ends the options)."""
+    moved: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            rest.extend(args[i:])
+            break
+        if arg == PLUGIN_OPTION and i + 1 < len(args):
+            moved += args[i:i + 2]
+            i += 2
+            continue
+        if arg.startswith(PLUGIN_OPTION + "="):
+            moved.append(arg)
+        else:
+            rest.append(arg)
+        i += 1
+    return moved + rest
+
+
 # The CLI's stderr: every command's notes, warnings and errors (stdout is the command's output).
 err = Console(stderr=True, highlight=False)
 
@@ -30,7 +56,13 @@ def exit_code_of(exc: DormouseError, console: Console = err) -> int:
 
 
 class ExitOnError(TyperGroup):
-    """The app's command group: a command that raises a :class:`DormouseError` exits with its code, said once."""
+    """The app's command group: a command that raises a :class:`DormouseError` exits with its code, said once.
+
+    ``--plugin`` is the group's option (plugins load before a command composes its config) but is accepted
+    anywhere on the line: :meth:`parse_args` moves each occurrence in front of the command's name."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, plugins_first(args))
 
     def invoke(self, ctx: click.Context) -> object:
         try:

@@ -27,6 +27,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from dormouse.arms.plugins import PluginError
 from dormouse.config.schema import arm_name
 from dormouse.run.files import CONFIG, LOG, RunFiles
 from dormouse.run.loglines import (
@@ -41,6 +42,7 @@ from dormouse.run.loglines import (
     read_metrics_lines,
     replay,
 )
+from dormouse.run.plugins import load_run_plugins
 
 
 @dataclass
@@ -137,6 +139,11 @@ def _read_config(run: RunReading) -> None:
     cfg_path = RunFiles(run.run_dir).config
     if not cfg_path.is_file():
         return
+    try:
+        for note in load_run_plugins(run.run_dir):  # the run's plugin arm, so its counters are known
+            run.add(None, "plugin-changed", note)
+    except PluginError as exc:
+        run.add(None, "missing-plugin", str(exc))
     try:
         cfg = OmegaConf.load(cfg_path)
         run.config_steps = int(cfg.train.steps)

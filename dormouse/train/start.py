@@ -33,11 +33,13 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from dormouse import __version__
-from dormouse.arms.registry import arm_class
+from dormouse.arms.plugins import records_for
+from dormouse.arms.registry import arm_class, arm_classes
 from dormouse.config.overrides import GROUPS
 from dormouse.config.schema import ConfigError, arm_name, compose_config, validate
 from dormouse.data import DEFAULT_EVAL_BYTES, ByteCorpus, resolve_eval_bytes
 from dormouse.errors import RunDirRefused, TrainError
+from dormouse.run import plugins as run_plugins
 from dormouse.run.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, load_newest
 from dormouse.run.files import RunFiles
 from dormouse.run.lock import HolderLock, LockHeld, is_locked, read_holder
@@ -246,6 +248,7 @@ def provenance(cfg: DictConfig, device: torch.device, dtype: str, kernel: str, c
         "kernel": kernel,
         "kernel_requested": str(cfg.model.kernel),
         "arm": arm_name(cfg),
+        run_plugins.PROVENANCE_KEY: records_for(arm_name(cfg)),  # the arm's plugin; none for a built-in arm
         "world_size": info.world_size,
         "corpus": corpus.source,
         "corpus_sha256": corpus.sha256,
@@ -414,6 +417,22 @@ def prepare_run_dir(cfg: DictConfig, *, dry_run: bool = False) -> tuple[Path, di
     return run_dir, None, None
 
 
+def _load_resumed_plugins(cfg: DictConfig) -> bool:
+    """Load the plugins recorded by the run a resume may continue (``train.resume=auto``: run.dir/run.name;
+    a checkpoint path: its run); True when that registered an arm this process did not know."""
+    resume = str(cfg.train.resume)
+    if resume == "auto" and cfg.run.name is not None:
+        run_dir = Path(str(cfg.run.dir)) / str(cfg.run.name)
+    elif resume not in ("auto", "never"):
+        run_dir = Path(resume).parent.parent  # <run>/checkpoints/step_*.pt
+    else:
+        return False
+    before = set(arm_classes())
+    for note in run_plugins.load_run_plugins(run_dir):
+        print(f"warning: {note}", file=sys.stderr, flush=True)
+    return set(arm_classes()) != before
+
+
 def load_run_config(overrides: list[str] | None = None) -> DictConfig:
     """The config a run starts with: composed from ``overrides``; when it may resume, the run's saved config is
     the default for every key not given (:func:`resume_config`); then validated for the ranks this process was
@@ -421,6 +440,8 @@ def load_run_config(overrides: list[str] | None = None) -> DictConfig:
     the kernel) the preflight checks: :func:`dormouse.train.preflight.check_environment`."""
     cfg = compose_config(overrides)
     if str(cfg.train.resume) != "never":
+        if _load_resumed_plugins(cfg):  # the run's plugin arm: its switch must be in the schema composed
+            cfg = compose_config(overrides)
         cfg = resume_config(cfg, list(overrides or []))
     problems = validate(cfg, dist_info_from_env().world_size)  # torchrun's WORLD_SIZE: the batch split
     if problems:

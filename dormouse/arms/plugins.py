@@ -1,0 +1,251 @@
+"""Arms from outside the package: plugins (docs/arms.md).
+
+A plugin is a Python module; importing it defines its arms (a :class:`dormouse.arms.base.ResidualArm`
+subclass with its own ``name`` registers itself). A process finds plugins three ways:
+
+1. **Installed distributions** declare modules under the entry-point group ``dormouse.arms`` (as pytest
+   finds its plugins): ``[project.entry-points."dormouse.arms"] sgate = "my_pkg.arms"``. Every command loads
+   them (:func:`activate`).
+2. **``DORMOUSE_PLUGINS``**: files (``*.py``) or module names, separated by ``os.pathsep``.
+3. **Named where they are needed**: ``--plugin FILE_OR_MODULE`` on the command line (any command), a
+   registration's ``plugins:`` list (relative to the registration file), a run's recorded plugins.
+
+A plugin file is imported as the module named by its stem (``my_arms.py`` is ``my_arms``), so a class it
+defines pickles by reference and a worker that loads the same file unpickles it. Every file or module
+plugin loaded is added to ``DORMOUSE_PLUGINS`` in this process's environment, so any process it starts
+(a torchrun rank, a comparison's worker, a cluster job) has the same arms. A plugin that fails to import,
+defines no arm, or defines a name another arm has is refused (:class:`PluginError`, exit 2) in one line
+that names it, before any work.
+
+A run records the plugin that defines its arm (:func:`records_for`: module, file, sha256) in its
+provenance; a command that reads the run loads what it recorded (:func:`load_recorded`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from dormouse.arms.registry import arm_classes, unregister_arm
+from dormouse.errors import DormouseError
+
+ENTRY_POINT_GROUP = "dormouse.arms"
+ENV_VAR = "DORMOUSE_PLUGINS"
+
+
+class PluginError(DormouseError, ValueError, exit_code=2):
+    """A plugin that cannot be used: not found, fails to import, defines no arm, or clashes with another arm
+    (bad input, exit 2). The message names the plugin and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """A loaded plugin: its module, the file it was imported from, the sha256 of its source
+    (:func:`source_files`), where it was named, and the arms it defines."""
+
+    module: str
+    file: str
+    sha256: str
+    origin: str
+    arms: tuple[str, ...]
+
+    def record(self) -> dict[str, str]:
+        """What a run's provenance keeps: enough to load the same plugin again and to tell it changed."""
+        return {"module": self.module, "file": self.file, "sha256": self.sha256}
+
+
+_LOADED: dict[str, Plugin] = {}  # module name -> plugin, in load order
+
+
+def loaded_plugins() -> list[Plugin]:
+    """Every plugin this process has loaded, in load order."""
+    return list(_LOADED.values())
+
+
+def plugin_of_arm(arm: str) -> Plugin | None:
+    """The loaded plugin that defines ``arm`` (None for a built-in arm or one defined elsewhere)."""
+    return next((p for p in _LOADED.values() if arm in p.arms), None)
+
+
+def source_files(module_file: Path) -> list[Path]:
+    """The files that are a plugin's source: the file itself, or for a package (``__init__.py``) every
+    ``*.py`` under its folder."""
+    if module_file.name == "__init__.py":
+        return sorted(p for p in module_file.parent.rglob("*.py") if "__pycache__" not in p.parts)
+    return [module_file]
+
+
+def source_sha256(module_file: Path) -> str:
+    """One sha256 over a plugin's source files (their paths relative to the plugin, and their bytes)."""
+    root = module_file.parent
+    h = hashlib.sha256()
+    for path in source_files(module_file):
+        h.update(f"{path.relative_to(root).as_posix()}\n".encode())
+        h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def _arms_of(module_name: str) -> tuple[str, ...]:
+    return tuple(name for name, cls in arm_classes().items()
+                 if cls.__module__ == module_name or cls.__module__.startswith(module_name + "."))
+
+
+def _finish(module: Any, origin: str, label: str) -> Plugin:
+    """The loaded module as a :class:`Plugin`; refused when it defines no arm."""
+    arms = _arms_of(module.__name__)
+    if not arms:
+        raise PluginError(f"plugin {label} ({origin}) defines no arm: it must define a subclass of "
+                          "dormouse.arms.base.ResidualArm with its own `name` (docs/arms.md)")
+    file = Path(module.__file__ or "").resolve()
+    plugin = Plugin(module.__name__, str(file), source_sha256(file), origin, arms)
+    _LOADED[module.__name__] = plugin
+    return plugin
+
+
+def _import(label: str, origin: str, do_import: Any, module_name: str) -> Any:
+    """Run ``do_import()``; any failure (an import error, a clash in the registry) is one PluginError line,
+    and the arms a half-imported module registered are removed again."""
+    before = set(arm_classes())
+    try:
+        return do_import()
+    except PluginError:
+        raise
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        for name in set(arm_classes()) - before:
+            unregister_arm(name)
+        sys.modules.pop(module_name, None)
+        why = str(exc).splitlines()[0] if str(exc) else ""
+        raise PluginError(f"plugin {label} ({origin}) failed to import: {type(exc).__name__}: {why}") from None
+
+
+def _load_file(path: Path, origin: str, label: str) -> Plugin:
+    if not path.is_file():
+        raise PluginError(f"plugin {label} ({origin}): no such file {path}; give the path of a .py file or the "
+                          "name of an importable module")
+    name = path.stem
+    if not name.isidentifier():
+        raise PluginError(f"plugin {label} ({origin}): {path.name} is not a module name; rename the file to a "
+                          "Python identifier (letters, digits, _)")
+    present = sys.modules.get(name)
+    if present is not None:
+        if Path(getattr(present, "__file__", "") or "").resolve() != path:
+            raise PluginError(f"plugin {label} ({origin}): the module name {name!r} is already taken by "
+                              f"{getattr(present, '__file__', None) or 'a built-in module'}; rename {path.name}")
+        return _LOADED.get(name) or _finish(present, origin, label)
+
+    def do_import() -> Any:
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # before executing: a dataclass in the file looks its module up
+        spec.loader.exec_module(module)
+        return module
+
+    return _finish(_import(label, origin, do_import, name), origin, label)
+
+
+def _load_module(name: str, origin: str) -> Plugin:
+    if name in _LOADED:
+        return _LOADED[name]
+    if importlib.util.find_spec(name.split(".")[0]) is None:
+        raise PluginError(f"plugin {name} ({origin}): no such file or importable module; give the path of a "
+                          ".py file (my_arms.py) or an installed module's name")
+    return _finish(_import(name, origin, lambda: importlib.import_module(name), name), origin, name)
+
+
+def _export(spec: str) -> None:
+    """Add a file or module plugin to this process's ``DORMOUSE_PLUGINS``: its children load it too."""
+    present = [s for s in os.environ.get(ENV_VAR, "").split(os.pathsep) if s]
+    if spec not in present:
+        os.environ[ENV_VAR] = os.pathsep.join([*present, spec])
+
+
+def is_file_spec(spec: str) -> bool:
+    """A plugin named by its file (``*.py`` or a path) rather than by its module name."""
+    return spec.endswith(".py") or "/" in spec or os.sep in spec
+
+
+def load_plugin(spec: str, origin: str = "--plugin", base: Path | None = None) -> Plugin:
+    """Load one plugin: ``spec`` is a ``.py`` file (relative to ``base``, else the working directory) or a
+    module name. Loading the same plugin twice is one load. Raises :class:`PluginError`."""
+    spec = spec.strip()
+    if not spec:
+        raise PluginError(f"an empty plugin name ({origin}); give a .py file or a module name")
+    if is_file_spec(spec):
+        path = Path(spec).expanduser()
+        path = (path if path.is_absolute() else (base or Path.cwd()) / path).resolve()
+        plugin = _load_file(path, origin, spec)
+        _export(str(path))
+    else:
+        plugin = _load_module(spec, origin)
+        _export(spec)
+    return plugin
+
+
+def load_entry_points() -> list[Plugin]:
+    """Every module the installed distributions declare under ``dormouse.arms`` (value ``module`` or
+    ``module:attribute``)."""
+    out: list[Plugin] = []
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        dist = getattr(ep.dist, "name", None) or "an installed distribution"
+        origin = f"entry point {ep.name!r} of {dist}"
+        if ep.module in _LOADED:
+            out.append(_LOADED[ep.module])
+            continue
+        _import(ep.value, origin, ep.load, ep.module)
+        out.append(_finish(sys.modules[ep.module], origin, ep.value))
+    return out
+
+
+def environment_specs() -> list[str]:
+    """The plugins ``DORMOUSE_PLUGINS`` names."""
+    return [s for s in os.environ.get(ENV_VAR, "").split(os.pathsep) if s.strip()]
+
+
+def activate(specs: Iterable[str] = (), origin: str = "--plugin") -> list[Plugin]:
+    """Load the entry points, ``DORMOUSE_PLUGINS`` and ``specs``, in that order (what every command does
+    first); returns every plugin loaded in this process."""
+    load_entry_points()
+    for spec in environment_specs():
+        load_plugin(spec, ENV_VAR)
+    for spec in specs:
+        load_plugin(spec, origin)
+    return loaded_plugins()
+
+
+def records_for(arm: str) -> list[dict[str, str]]:
+    """What a run of ``arm`` records as its plugins: the plugin that defines it, or nothing (a built-in arm)."""
+    plugin = plugin_of_arm(arm)
+    return [plugin.record()] if plugin else []
+
+
+def load_recorded(records: Sequence[dict[str, Any]], what: str) -> list[str]:
+    """Load the plugins a run or comparison recorded (``what`` names it in errors). A recorded plugin is
+    found by its module when that is loaded or importable, else by its recorded file; one that is neither
+    is refused naming it. Returns one note per plugin whose source differs from the recorded sha256."""
+    notes: list[str] = []
+    for rec in records:
+        module, file, sha = str(rec.get("module")), str(rec.get("file")), str(rec.get("sha256"))
+        plugin = _LOADED.get(module)
+        if plugin is None:
+            if Path(file).is_file():
+                plugin = load_plugin(file, f"recorded by {what}")
+            elif importlib.util.find_spec(module.split(".")[0]) is not None:
+                plugin = load_plugin(module, f"recorded by {what}")
+            else:
+                raise PluginError(f"{what} used plugin {module} (file {file}), which is not there now; pass "
+                                  "--plugin FILE with its source")
+        if plugin.sha256 != sha:
+            notes.append(f"{what} used plugin {module} with source sha256 {sha[:12]}; the one loaded now "
+                         f"({plugin.file}) is {plugin.sha256[:12]}")
+    return notes
