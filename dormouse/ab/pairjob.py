@@ -25,20 +25,23 @@ import copy
 import json
 import math
 import os
+import pickle
 import shutil
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import cloudpickle
 from omegaconf import DictConfig
 
 from dormouse.ab import fingerprint
 from dormouse.ab.launch import DONE, FAILED, INTERRUPTED, Outcome
 from dormouse.ab.lock import LockHeld, pair_lock
 from dormouse.ab.records import final_row
+from dormouse.arms.plugins import activate, plugin_specs
 from dormouse.errors import Interrupted, TrainError
 from dormouse.run.checkpoint import CheckpointError, atomic_write_text, list_checkpoints, load_checkpoint
 from dormouse.run.files import ComparisonFiles, RunFiles
@@ -117,6 +120,19 @@ class PairTask:
     launcher: str  # how the comparison launched it (recorded with the attempt)
     output_to_file: bool = False  # a worker: its prints go to launch/<pair>.out, not the terminal
     fingerprint: str | None = None  # the code the comparison runs on (dormouse.ab.fingerprint); None = any
+
+    def __reduce__(self) -> tuple[Any, tuple[list[str], bytes]]:
+        """Pickled as the plugins to load, then the task: a worker (a --jobs process, a cluster job) loads the
+        driver's plugins before it unpickles the pair's config, whose arm options are a plugin's classes."""
+        state = {f.name: getattr(self, f.name) for f in fields(self)}
+        # cloudpickle (submitit's pickler) for the state: what it pickled by value before still is
+        return _task_with_plugins, (plugin_specs(), cloudpickle.dumps(state))
+
+
+def _task_with_plugins(specs: list[str], state: bytes) -> PairTask:
+    """Unpickle a :class:`PairTask` after loading the plugins its driver had (``PairTask.__reduce__``)."""
+    activate(specs, origin="the comparison's driver")
+    return PairTask(**pickle.loads(state))
 
 
 # --- the attempt record ---------------------------------------------------------------------------------

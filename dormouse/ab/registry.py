@@ -34,6 +34,9 @@ Protocol 2 (every new registration; :class:`ComparisonSpec`, every key, unknown 
       init_seed_base: 9001         # train.data_seed = data_seed_base + j; disjoint from the
       data_seed_base: 9001         # confirmatory streams (refused otherwise)
       rule: lowest_mean_final_bpb  # the choice rule, fixed here (tune_rule.RULES)
+    plugins: [my_arms.py]          # optional: the plugins defining arms outside dormouse (docs/arms.md):
+                                   # files relative to this file, or module names; loaded before the
+                                   # arms' overrides are composed, and covered by the code fingerprint
 
 Seeds are streams, not lists: replicate k's seeds are the bases plus k, so a longer schedule extends them
 and never renumbers a replicate that ran. ``train.seed`` seeds the shared initial weights (and the
@@ -61,6 +64,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from dormouse.ab.sequential import Design
 from dormouse.ab.tune_rule import RULES
+from dormouse.arms.plugins import PluginError, load_plugin
 from dormouse.errors import DormouseError
 
 REGISTRY_PACKAGE = "dormouse.conf"
@@ -122,6 +126,7 @@ class ComparisonSpec:
     fixed: list[str] = field(default_factory=list)
     arms: dict[str, list[str]] = MISSING
     tune: TuneSpec | None = None
+    plugins: list[str] = field(default_factory=list)
 
     @property
     def max_replicates(self) -> int:
@@ -407,6 +412,24 @@ def validate_spec(spec: AnySpec, source: str, expected_name: str | None = None) 
     return lines
 
 
+def _load_plugins(spec: AnySpec, name: str, registry: Path | None, source: str) -> None:
+    """Load the plugins a registration lists (files relative to the registration file), before its arms'
+    overrides are composed; one that cannot be loaded is refused naming the field."""
+    if not getattr(spec, "plugins", None):
+        return
+    if _looks_like_path(name):
+        base = Path(name).resolve().parent
+    elif registry is not None:
+        base = Path(registry).resolve()
+    else:
+        base = Path(str(importlib.resources.files(REGISTRY_PACKAGE) / REGISTRY_DIR))
+    for i, plugin in enumerate(spec.plugins):
+        try:
+            load_plugin(plugin, f"{source}, field 'plugins'", base=base)
+        except PluginError as exc:
+            raise ABSpecError([f"{source}: field 'plugins[{i}]': {exc}"]) from None
+
+
 def load_spec(name: str, registry: Path | None = None) -> Registered:
     """Load, schema-check and validate registered comparison ``name``.
 
@@ -415,6 +438,7 @@ def load_spec(name: str, registry: Path | None = None) -> Registered:
     """
     text, source = _read_text(name, registry)
     spec = parse_spec(text, source)
+    _load_plugins(spec, name, registry, source)
     expected = None if name.endswith((".yaml", ".yml")) else name
     problems = validate_spec(spec, source, expected)
     if problems:

@@ -71,6 +71,11 @@ def _count(n: float | None) -> str:
     return f"{n:.0f}"
 
 
+def _plugin_words(plugin: dict[str, Any]) -> str:
+    """A plugin a run recorded, as the report names it: module, file and source sha256."""
+    return f"`{plugin.get('module')}` (`{plugin.get('file')}`, sha256 `{str(plugin.get('sha256'))[:12]}`)"
+
+
 def _header(r: dict[str, Any]) -> list[str]:
     reg = r.get("registration") or {}
     code = r.get("code") or {}
@@ -82,7 +87,9 @@ def _header(r: dict[str, Any]) -> list[str]:
         f"CLI overrides: {', '.join(f'`{o}`' for o in r['overrides']) or 'none'}.",
         f"- Code: every run used commit {', '.join(f'`{c}`' for c in code.get('commits', [])) or '—'} "
         f"(code fingerprint {', '.join(f'`{c[:12]}`' for c in code.get('fingerprints', [])) or '—'}; "
-        "per run in the Runs table).",
+        "per run in the Runs table)"
+        + (f"; arms from plugins: {', '.join(_plugin_words(p) for p in code['plugins'])}."
+           if code.get("plugins") else "."),
         f"- Baseline: `{r['baseline']}`; metric: final eval bpb at the final depth (lower is better), read at "
         "the registered final step. Δ = bpb(arm) − bpb(baseline) per replicate (same init seed and data order).",
         f"- Rule: SESOI ±{r['sesoi']:g} bpb, α {r['alpha']:g} family-wise over the {r['n_arms']} registered arm(s) "

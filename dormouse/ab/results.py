@@ -15,6 +15,7 @@ Nothing here branches on an arm's name: the tie rule "keeps the simpler arm" use
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -32,6 +33,7 @@ from dormouse.ab.records import RunRecord, is_finite_number
 from dormouse.ab.sequential import BETTER, TIE, WORSE
 from dormouse.arms.registry import ARMS
 from dormouse.config.schema import arm_name
+from dormouse.run.plugins import PROVENANCE_KEY
 from dormouse.run.reader import Finding
 
 # The order of an arm's verdict fields in results.json: a compared arm's, and the baseline's or A/A arm's.
@@ -312,7 +314,9 @@ def _code(records: list[RunRecord]) -> dict[str, Any]:
                                    "fingerprint": sorted({str(f.get("sha256")) for f in fps})}
     commits = sorted({c for v in per_run.values() for c in v["commit"]})
     prints = sorted({c for v in per_run.values() for c in v["fingerprint"]})
-    return {"commits": commits, "fingerprints": prints, "runs": per_run}
+    # the plugins the runs' arms came from (provenance: module, file, sha256), each once
+    plugins = {json.dumps(p, sort_keys=True): p for r in records for p in r.provenance.get(PROVENANCE_KEY) or []}
+    return {"commits": commits, "fingerprints": prints, "runs": per_run, "plugins": list(plugins.values())}
 
 
 def _notes(cpu: bool, state: Progress) -> list[str]:

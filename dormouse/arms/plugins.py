@@ -56,6 +56,7 @@ class Plugin:
     sha256: str
     origin: str
     arms: tuple[str, ...]
+    spec: str = ""  # how to load it again: its file for a file plugin, its module name; "" for an entry point
 
     def record(self) -> dict[str, str]:
         """What a run's provenance keeps: enough to load the same plugin again and to tell it changed."""
@@ -98,14 +99,15 @@ def _arms_of(module_name: str) -> tuple[str, ...]:
                  if cls.__module__ == module_name or cls.__module__.startswith(module_name + "."))
 
 
-def _finish(module: Any, origin: str, label: str) -> Plugin:
+def _finish(module: Any, origin: str, label: str, spec: str = "") -> Plugin:
     """The loaded module as a :class:`Plugin`; refused when it defines no arm."""
     arms = _arms_of(module.__name__)
     if not arms:
+        sys.modules.pop(module.__name__, None)  # a later load of a corrected file imports it afresh
         raise PluginError(f"plugin {label} ({origin}) defines no arm: it must define a subclass of "
                           "dormouse.arms.base.ResidualArm with its own `name` (docs/arms.md)")
     file = Path(module.__file__ or "").resolve()
-    plugin = Plugin(module.__name__, str(file), source_sha256(file), origin, arms)
+    plugin = Plugin(module.__name__, str(file), source_sha256(file), origin, arms, spec)
     _LOADED[module.__name__] = plugin
     return plugin
 
@@ -141,7 +143,7 @@ def _load_file(path: Path, origin: str, label: str) -> Plugin:
         if Path(getattr(present, "__file__", "") or "").resolve() != path:
             raise PluginError(f"plugin {label} ({origin}): the module name {name!r} is already taken by "
                               f"{getattr(present, '__file__', None) or 'a built-in module'}; rename {path.name}")
-        return _LOADED.get(name) or _finish(present, origin, label)
+        return _LOADED.get(name) or _finish(present, origin, label, str(path))
 
     def do_import() -> Any:
         spec = importlib.util.spec_from_file_location(name, path)
@@ -151,7 +153,7 @@ def _load_file(path: Path, origin: str, label: str) -> Plugin:
         spec.loader.exec_module(module)
         return module
 
-    return _finish(_import(label, origin, do_import, name), origin, label)
+    return _finish(_import(label, origin, do_import, name), origin, label, str(path))
 
 
 def _load_module(name: str, origin: str) -> Plugin:
@@ -160,7 +162,7 @@ def _load_module(name: str, origin: str) -> Plugin:
     if importlib.util.find_spec(name.split(".")[0]) is None:
         raise PluginError(f"plugin {name} ({origin}): no such file or importable module; give the path of a "
                           ".py file (my_arms.py) or an installed module's name")
-    return _finish(_import(name, origin, lambda: importlib.import_module(name), name), origin, name)
+    return _finish(_import(name, origin, lambda: importlib.import_module(name), name), origin, name, name)
 
 
 def _export(spec: str) -> None:
@@ -221,6 +223,12 @@ def activate(specs: Iterable[str] = (), origin: str = "--plugin") -> list[Plugin
     for spec in specs:
         load_plugin(spec, origin)
     return loaded_plugins()
+
+
+def plugin_specs() -> list[str]:
+    """What another process needs to load this process's plugins besides its entry points (which
+    :func:`activate` loads anyway): each file or module plugin's spec, in load order."""
+    return [p.spec for p in _LOADED.values() if p.spec]
 
 
 def records_for(arm: str) -> list[dict[str, str]]:

@@ -1,0 +1,124 @@
+"""A researcher's own arm, end to end through the commands a user types, with no edit to dormouse: a plugin
+file in their own folder (``--plugin``, anywhere on the line, or a registration's ``plugins:``) and an
+installed package's entry point. Each trains, validates, is checked, sampled, evaluated and resumed (the
+readers load the plugin the run recorded, with no ``--plugin``), and runs a registered comparison written in
+the researcher's folder (``--jobs`` and submitit's executor); a bad plugin is one ``error:`` line, exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers.plugin_files import write_plugin_file, write_plugin_package
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = ["preset=tiny", "model.d_model=32", "model.n_heads=2", "data.seq_len=32", "data.eval_bytes=1024",
+        "train.batch_size=4", "train.warmup=2", "train.device=cpu"]
+
+STUDY = """\
+protocol: 2
+name: {name}
+description: "{arm} against pre-norm, from the researcher's folder"
+baseline: prenorm
+sesoi: 0.05
+looks: [2]
+init_seed_base: 1
+data_seed_base: 1
+pilot_sd: 0.03
+expected_effect: -0.1
+fixed: [{fixed}, train.steps=20, train.eval_every=10]
+{plugins}arms:
+  prenorm: [model.use_prenorm=true]
+  {arm}: [model.use_{arm}=true]
+"""
+
+
+def dormouse(args: list[str], cwd: Path, site: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m dormouse ARGS`` in ``cwd`` (this checkout's dormouse; ``site`` holds 'installed' packages)."""
+    path = [str(REPO), *([str(site)] if site else []), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "DORMOUSE_PLUGINS": "", "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "dormouse", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def ok(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done.stdout + done.stderr
+
+
+def refused(done: subprocess.CompletedProcess[str]) -> str:
+    """The one ``error:`` line of a command refused with exit 2, no traceback."""
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    return errors[0]
+
+
+def final_bpb(run: Path) -> float:
+    return [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()][-1]["bpb"]
+
+
+def test_a_plugin_file_arm_trains_validates_checks_samples_evaluates_and_resumes(tmp_path: Path) -> None:
+    work = tmp_path / "research"
+    write_plugin_file(work, "my_arms", "fgate")
+    arm = ["model.use_fgate=true", "model.fgate.init=0.5", *TINY]
+    assert "use_fgate: true" in ok(dormouse(["validate", *arm, "--plugin", "my_arms.py"], work))
+    assert "model.fgate.init=25.0 is invalid" in refused(
+        dormouse(["--plugin", "my_arms.py", "validate", *arm, "model.fgate.init=25"], work))
+    out = ok(dormouse(["train", *arm, "train.steps=20", "train.eval_every=10", "train.ckpt_every=10",
+                       "train.keep_ckpts=3", "run.name=r", "--plugin=my_arms.py"], work))
+    assert "arm=fgate" in out and "fgate=" in out
+    run = work / "runs" / "r"
+    recorded = json.loads((run / "provenance.json").read_text())["plugins"]
+    assert [(p["module"], p["file"]) for p in recorded] == [("my_arms", str((work / "my_arms.py").resolve()))]
+    # the readers load what the run recorded: no --plugin
+    assert "no findings" in ok(dormouse(["logs", "--check", "runs/r"], work))
+    assert "arm=fgate" in ok(dormouse(["eval", "runs/r"], work))
+    ok(dormouse(["sample", "runs/r", "--bytes", "8", "--prompt", "AB"], work))
+    ok(dormouse(["train", "run.name=r2", "train.resume=runs/r/checkpoints/step_00000010.pt"], work))
+    assert final_bpb(work / "runs" / "r2") == final_bpb(run)  # the resumed run is the same run
+    # the plugin gone: the readers refuse naming it
+    (work / "my_arms.py").rename(work / "moved.py")
+    assert "used plugin my_arms" in refused(dormouse(["eval", "runs/r"], work))
+    checked = dormouse(["logs", "--check", "runs/r"], work)
+    assert checked.returncode == 1 and "missing-plugin: run runs/r used plugin my_arms" in checked.stderr
+
+
+def test_a_bad_plugin_is_one_error_line_and_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "broken.py").write_text("import not_a_module_anywhere\n")
+    (tmp_path / "empty.py").write_text("x = 1\n")
+    assert "failed to import" in refused(dormouse(["validate", "--plugin", "broken.py"], tmp_path))
+    assert "defines no arm" in refused(dormouse(["validate", "--plugin", "empty.py"], tmp_path))
+    assert "no such file" in refused(dormouse(["--plugin", "nothere.py", "validate"], tmp_path))
+    # an unknown switch in an override is still refused as before, naming the field
+    assert "model.use_nosuch" in refused(dormouse(["validate", "model.use_nosuch=true"], tmp_path))
+
+
+def test_a_registration_in_the_researchers_folder_runs_its_plugin_arm_and_pins_its_code(tmp_path: Path) -> None:
+    work = tmp_path / "research"
+    write_plugin_file(work / "arms", "study_arms", "sgate")
+    (work / "study.yaml").write_text(STUDY.format(name="study", arm="sgate", fixed=", ".join(TINY),
+                                                  plugins="plugins: [arms/study_arms.py]\n"))
+    ok(dormouse(["ab", "study.yaml", "--root", "ab", "--jobs", "2"], work))
+    report = (work / "ab" / "study" / "report.md").read_text()
+    assert "arms from plugins: `study_arms`" in report and "sgate" in report
+    # the plugin's source is part of the comparison's code: an edit is refused, naming the file
+    with (work / "arms" / "study_arms.py").open("a") as f:
+        f.write("\n# an edit after the comparison started\n")
+    why = refused(dormouse(["ab", "study.yaml", "--root", "ab"], work))
+    assert "study_arms.py" in why or "other code" in why
+
+
+def test_an_installed_packages_arm_needs_no_option_anywhere(tmp_path: Path) -> None:
+    site, work = tmp_path / "site", tmp_path / "research"
+    write_plugin_package(site, "gatepkg", "pgate", dist="dormouse-gate-arms")
+    work.mkdir()
+    ok(dormouse(["train", "model.use_pgate=true", *TINY, "train.steps=10", "run.name=p"], work, site))
+    assert "arm=pgate" in ok(dormouse(["eval", "runs/p"], work, site))
+    (work / "study.yaml").write_text(STUDY.format(name="pstudy", arm="pgate", fixed=", ".join(TINY), plugins=""))
+    ok(dormouse(["ab", "study.yaml", "--root", "ab", "--launcher", "slurm", "launcher.cluster=local"], work, site))
+    results = json.loads((work / "ab" / "pstudy" / "results.json").read_text())
+    assert [p["module"] for p in results["code"]["plugins"]] == ["gatepkg.arms"]
