@@ -6,13 +6,24 @@ a small effect. A sequential comparison resumes over days, so every pair records
 that trained it (:mod:`dormouse.ab.pairjob`), and the runner refuses to add a run computed by other code
 (:func:`differences` says what differs) unless the user restarts the comparison.
 
-The fingerprint hashes the source files of the package and of the kernels (``*.py``, plus the config
-files a run is composed from, ``conf/**/*.yaml`` except the registrations and launchers, and the embedded
-corpus) and the versions
-of torch and Python. ``dormouse/ab/`` is left out: it plans, launches and reports, and what it hands a run
-is the run's composed config, which the registration hash already binds. The git commit is recorded
-beside it for the report, but is not what is compared: uncommitted edits change what a run computes and
-the commit does not see them.
+The fingerprint hashes every source that computes a run:
+
+- the package's ``*.py`` (every subpackage and loose module of ``dormouse/``) and the kernels' (``kernels/``,
+  the ``dormouse_kernels`` package);
+- the config files a run is composed from (``conf/**/*.yaml`` where the installed package has them,
+  :func:`conf_dir`), except the registrations and launchers;
+- the embedded corpus a run trains on;
+- every plugin this process has loaded (:func:`dormouse.arms.plugins.loaded_plugins`), each of its source
+  files as ``plugin/<module>/<path relative to the plugin>``: a plugin arm's code computes its runs as much
+  as a built-in arm's does, and lives outside the package, so an edit to it would otherwise join a resumed
+  comparison unseen. The files are read at :func:`compute` time, not taken from the sha256 recorded when
+  the plugin was loaded, so an edit since then is seen, and :func:`differences` names the file;
+- the versions of torch and Python.
+
+``dormouse/ab/`` is left out: it plans, launches and reports, and what it hands a run is the run's composed
+config, which the registration hash already binds. The git commit is recorded beside the fingerprint for
+the report, but is not what is compared: uncommitted edits change what a run computes and the commit does
+not see them (nor a plugin outside the repository).
 """
 
 from __future__ import annotations
@@ -23,6 +34,8 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from dormouse.arms.plugins import loaded_plugins, source_files
 
 # Not part of what computes a run: the comparison machinery itself, the registrations and launchers.
 _SKIP_PACKAGE = {"ab", "conf"}  # dormouse/conf is the conf/ tree, hashed as its own root
@@ -75,6 +88,22 @@ def _roots() -> list[tuple[str, Path, set[str], str]]:
             ("conf", conf, _SKIP_CONF, "*.yaml")]
 
 
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def plugin_digests() -> dict[str, str]:
+    """``plugin/<module>/<relative path> -> sha256`` of every loaded plugin's source files, read now. A file
+    gone since the plugin was loaded is left out (:func:`differences` says it was removed)."""
+    out: dict[str, str] = {}
+    for plugin in loaded_plugins():
+        module_file = Path(plugin.file)
+        for path in source_files(module_file):
+            if path.is_file():
+                out[f"plugin/{plugin.module}/{path.relative_to(module_file.parent).as_posix()}"] = _digest(path)
+    return out
+
+
 def source_digests() -> dict[str, str]:
     """``label/relative/path -> sha256`` of every file that computes a run (see the module docstring)."""
     out: dict[str, str] = {}
@@ -83,7 +112,8 @@ def source_digests() -> dict[str, str]:
             rel = path.relative_to(root)
             if rel.parts[0] in skip or "__pycache__" in rel.parts:
                 continue
-            out[f"{label}/{rel.as_posix()}"] = hashlib.sha256(path.read_bytes()).hexdigest()
+            out[f"{label}/{rel.as_posix()}"] = _digest(path)
+    out.update(plugin_digests())
     return out
 
 
