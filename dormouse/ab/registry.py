@@ -417,12 +417,10 @@ def _load_plugins(spec: AnySpec, name: str, registry: Path | None, source: str) 
     overrides are composed; one that cannot be loaded is refused naming the field."""
     if not getattr(spec, "plugins", None):
         return
-    if _looks_like_path(name):
-        base = Path(name).resolve().parent
-    elif registry is not None:
-        base = Path(registry).resolve()
-    else:
-        base = Path(str(importlib.resources.files(REGISTRY_PACKAGE) / REGISTRY_DIR))
+    # ``source`` is the registration's path, except for a shipped one (read from the installed package)
+    shipped = registry is None and not _looks_like_path(name)
+    base = (Path(str(importlib.resources.files(REGISTRY_PACKAGE) / REGISTRY_DIR)) if shipped
+            else Path(source).resolve().parent)
     for i, plugin in enumerate(spec.plugins):
         try:
             load_plugin(plugin, f"{source}, field 'plugins'", base=base)
