@@ -13,8 +13,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers.plugin_files import write_plugin_file, write_plugin_package
+import pytest
+from typer.testing import CliRunner
 
+from dormouse.cli.app import app
+from tests.helpers.plugin_files import forget_plugins, write_plugin_file, write_plugin_package
+
+__all__ = ["forget_plugins"]
 REPO = Path(__file__).resolve().parents[2]
 TINY = ["preset=tiny", "model.d_model=32", "model.n_heads=2", "data.seq_len=32", "data.eval_bytes=1024",
         "train.batch_size=4", "train.warmup=2", "train.device=cpu"]
@@ -69,9 +74,10 @@ def test_a_plugin_file_arm_trains_validates_checks_samples_evaluates_and_resumes
     assert "model.fgate.init=25.0 is invalid" in refused(
         dormouse(["--plugin", "my_arms.py", "validate", *arm, "model.fgate.init=25"], work))
     out = ok(dormouse(["train", *arm, "train.steps=20", "train.eval_every=10", "train.ckpt_every=10",
-                       "train.keep_ckpts=3", "run.name=r", "--plugin=my_arms.py"], work))
+                       "train.keep_ckpts=3", "run.name=r", "logging.wandb=offline", "--plugin=my_arms.py"], work))
     assert "arm=fgate" in out and "fgate=" in out
     run = work / "runs" / "r"
+    assert (run / "wandb_id.txt").is_file()  # wandb logged it (offline), its probes as named scalars
     recorded = json.loads((run / "provenance.json").read_text())["plugins"]
     assert [(p["module"], p["file"]) for p in recorded] == [("my_arms", str((work / "my_arms.py").resolve()))]
     # the readers load what the run recorded: no --plugin
@@ -87,14 +93,18 @@ def test_a_plugin_file_arm_trains_validates_checks_samples_evaluates_and_resumes
     assert checked.returncode == 1 and "missing-plugin: run runs/r used plugin my_arms" in checked.stderr
 
 
-def test_a_bad_plugin_is_one_error_line_and_exit_2(tmp_path: Path) -> None:
+@pytest.mark.usefixtures("forget_plugins")
+def test_a_bad_plugin_is_one_error_line_and_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "broken.py").write_text("import not_a_module_anywhere\n")
     (tmp_path / "empty.py").write_text("x = 1\n")
-    assert "failed to import" in refused(dormouse(["validate", "--plugin", "broken.py"], tmp_path))
-    assert "defines no arm" in refused(dormouse(["validate", "--plugin", "empty.py"], tmp_path))
-    assert "no such file" in refused(dormouse(["--plugin", "nothere.py", "validate"], tmp_path))
-    # an unknown switch in an override is still refused as before, naming the field
-    assert "model.use_nosuch" in refused(dormouse(["validate", "model.use_nosuch=true"], tmp_path))
+    monkeypatch.chdir(tmp_path)
+    for args, words in ((["validate", "--plugin", "broken.py"], "plugin broken.py (--plugin) failed to import"),
+                        (["validate", "--plugin", "empty.py"], "plugin empty.py (--plugin) defines no arm"),
+                        (["--plugin", "nothere.py", "validate"], "plugin nothere.py (--plugin): no such file"),
+                        (["validate", "model.use_nosuch=true"], "model.use_nosuch")):  # an unknown switch, as before
+        result = CliRunner().invoke(app, args)
+        errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
+        assert result.exit_code == 2 and len(errors) == 1 and words in errors[0], (args, result.stderr)
 
 
 def test_a_registration_in_the_researchers_folder_runs_its_plugin_arm_and_pins_its_code(tmp_path: Path) -> None:
