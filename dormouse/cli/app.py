@@ -234,6 +234,20 @@ def logs(
     raise typer.Exit(logs_command(paths, check, Console(), fmt=fmt, err_console=err))
 
 
+@app.command(epilog="""[bold]Examples[/]\n
+  dormouse arms                                        # the built-in arms: switch, options, description\n
+  dormouse arms --plugin docs/examples/scalar_gate.py  # with a plugin's arms, and where each came from\n
+  dormouse arms --format json | jq '.arms[].name'""")
+def arms(fmt: str = typer.Option(None, "--format", help="table | text | json (default: table on a terminal, "
+                                 "else text: a tab-separated line per arm, an indented line per option).",
+                                 show_default=False)) -> None:
+    """List the arms this command knows, built-in and plugin, in registry order: each one's switch, options
+    and their defaults, where it came from and what it does."""
+    from dormouse.cli.arms import arms_command
+
+    raise typer.Exit(arms_command(Console(), fmt=fmt, err_console=err))
+
+
 @app.command(name="eval", epilog="""[bold]Examples[/]\n
   dormouse eval runs/myrun                                   # the newest checkpoint\n
   dormouse eval runs/myrun --checkpoint runs/myrun/checkpoints/best.pt""")

@@ -25,6 +25,7 @@ from dormouse.ab.registry import parse_spec, validate_spec
 from dormouse.ab.report import render_report
 from dormouse.ab.results import analyze
 from dormouse.ab.sequential import Design
+from dormouse.arms.registry import ARMS
 from dormouse.config.schema import arm_name
 
 SPEC = """\
@@ -153,7 +154,7 @@ def test_each_verdict_states_what_was_tested_and_keeps_by_the_registry_order(pla
     assert "gr has lower final bpb than rezero" in lines["gr"] and "lies below 0" in lines["gr"]
     assert "attnres_full has higher final bpb" in lines["attnres_full"]
     assert "differ by less than the SESOI 0.01 bpb" in lines["attnres_block"]
-    assert ("the simpler arm is kept (the registry's order: prenorm, then rezero, then gr, then attnres)"
+    assert (f"the simpler arm is kept (the registry's order: {', then '.join(ARMS)})"
             in lines["attnres_block"])
     for arm in diffs:  # results.json holds every number the sentence states
         d = results["arms"][arm]["decision"]

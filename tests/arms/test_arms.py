@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from dormouse.arms.registry import ARMS
 from dormouse.config.schema import compose_config
 from dormouse.model.looped import LoopedByteLM
 from tests.helpers.model_hooks import readouts_with_mlp_bumped
@@ -82,7 +83,7 @@ def test_selected_arm_counts_ran_equal_asked_and_others_zero(arm: str):
     snap = model.counters.snapshot()
     assert snap[f"{name}_asked"] == 2 * 3 + 2 * 2  # two sublayers per iteration, depths 3 then 2
     assert snap[f"{name}_ran"] == snap[f"{name}_asked"]
-    for other in {"rezero", "gr", "attnres"} - {name}:
+    for other in set(ARMS) - {name}:  # every registered arm, a plugin's too
         assert snap[f"{other}_ran"] == snap[f"{other}_asked"] == 0
 
 

@@ -163,4 +163,4 @@ def test_the_toy_arm_trains_logs_probes_plots_and_reports(toy: type[ResidualArm]
     assert (plan.comp_dir / "toy_beta_toy.png").is_file()
     assert "toy" in (plan.comp_dir / "report.md").read_text()
     # the tie rule's order is the registry's when the report is made (this module imported the report first)
-    assert "then attnres, then toy)" in meaning("tie")
+    assert f"(the registry's order: {', then '.join(ARMS)})" in meaning("tie") and ARMS[-1] == "toy"

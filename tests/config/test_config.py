@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.resources
 import zipfile
 from pathlib import Path
@@ -172,15 +173,18 @@ ADDED_SINCE = {"logging": {"wandb_entity": None, "wandb_tags": []},
 
 def assert_same_values_but_new_arm_switches(got_yaml: str, recorded_yaml: str) -> None:
     """Every recorded value is unchanged; the only keys added since are switches of arms registered since
-    (``model.use_<arm>: false``): the schema grows a switch per arm (dormouse.config.schema.schema), in registry
-    order, so the text's key order is not the record's; and the keys of ADDED_SINCE at their defaults."""
-    from dormouse.arms.registry import ARMS, arm_switch
+    (``model.use_<arm>: false``) and their options at their defaults (``model.<arm>``, e.g. a plugin's): the
+    schema grows them per arm (dormouse.config.schema.schema), in registry order, so the text's key order is
+    not the record's; and the keys of ADDED_SINCE at their defaults."""
+    from dormouse.arms.registry import arm_classes, arm_switch
 
     got, recorded = (OmegaConf.to_container(OmegaConf.create(text)) for text in (got_yaml, recorded_yaml))
     for section, added_keys in ADDED_SINCE.items():
         assert {k: got[section].pop(k) for k in added_keys} == added_keys
+    may_add = {arm_switch(a): False for a in arm_classes()}
+    may_add.update({a: dataclasses.asdict(cls.options()) for a, cls in arm_classes().items() if cls.options})
     added = {k: v for k, v in got["model"].items() if k not in recorded["model"]}
-    assert added == {k: False for k in added} and set(added) <= {arm_switch(a) for a in ARMS}, added
+    assert added == {k: may_add.get(k, "not an arm's switch or options") for k in added}, added
     got["model"] = {k: v for k, v in got["model"].items() if k not in added}
     assert got == recorded
 

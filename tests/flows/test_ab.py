@@ -18,6 +18,7 @@ from dormouse.ab.pairjob import pair_state
 from dormouse.ab.registration import STAMP_NAME
 from dormouse.ab.registry import ABSpecError, ComparisonError, list_comparisons, load_spec
 from dormouse.ab.runner import plan_pairs, run_comparison
+from dormouse.arms.registry import ARMS
 from dormouse.config.schema import arm_name
 from dormouse.run.checkpoint import CheckpointError
 from tests.helpers.planted_run import append_eval, append_log, done_line, eval_rows, write_run_header
@@ -264,7 +265,7 @@ def test_end_to_end_report_results_and_plots_agree(tmp_path: Path, registry: Pat
         if a["role"] == "arm":
             assert f"{a['diff_mean']:+.4f}" in line and f"{a['decision']['interval'][0]:+.4f}" in line
             assert a["sentence"] in report
-    assert "the simpler arm is kept (the registry's order: prenorm, then rezero, then gr, then attnres)" in report
+    assert f"the simpler arm is kept (the registry's order: {', then '.join(ARMS)})" in report
     assert "bpb_vs_tokens.png" in report and "bpb_by_depth.png" in report
     assert "## Design card" in report and "A/A calibration check" in report
     assert results["code"]["commits"][0][:12] in report

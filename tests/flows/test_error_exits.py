@@ -55,6 +55,7 @@ WORK = [
     ("logs", "dormouse.cli.logs.logs_command", ["logs", "."]),
     ("eval", "dormouse.cli.eval.eval_checkpoint", ["eval", "runs/r"]),
     ("sample", "dormouse.cli.sample.sample_run", ["sample", "runs/r"]),
+    ("arms", "dormouse.cli.arms.arms_command", ["arms"]),
 ]
 
 

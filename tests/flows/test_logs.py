@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from dormouse.arms.registry import ARMS
 from dormouse.cli.logs import logs_command
 from dormouse.run.checks import checked_run, checked_runs
 from dormouse.run.loglines import format_eval_line
@@ -18,7 +19,7 @@ def row(step: int, arm: str = "gr", bpb: float = 2.0, counters: dict[str, tuple[
     r = {"step": step, "tokens": step * 128, "loss": bpb * 0.69, "bpb": bpb, "lr": 1e-3, "tok/s": 8100.0,
          "depth": float(max_iter), "arm": arm, "kernel": "torch", "skipped": 0}
     r.update({f"bpb@{k}": bpb + 0.1 * (max_iter - k) for k in range(1, max_iter + 1)})
-    for name in ("rezero", "gr", "attnres"):
+    for name in ARMS:
         ran = asked = 40 if name == arm else 0
         if counters and name in counters:
             ran, asked = counters[name]

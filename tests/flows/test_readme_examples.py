@@ -37,7 +37,7 @@ TINY = ["preset=tiny", "train.steps=2", "train.eval_every=2", "data.eval_bytes=2
 AB_TINY = ["train.steps=2", "train.eval_every=2"]
 RUNS = {"myrun": ["train.keep_best=true"], "short-attnres": ["model.use_attnres=true"]}
 runner = CliRunner()
-SUBCOMMANDS = {"train", "validate", "ab", "logs", "sample", "eval", "version", "install-completion"}
+SUBCOMMANDS = {"train", "validate", "ab", "logs", "sample", "eval", "arms", "version", "install-completion"}
 
 
 @dataclass(frozen=True)

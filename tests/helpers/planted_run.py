@@ -17,6 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from dormouse.arms.registry import ARMS
 from dormouse.config.schema import arm_name
 from dormouse.run.loglines import format_eval_line
 
@@ -43,7 +44,7 @@ def eval_rows(cfg: DictConfig, final_bpb: float, *, start: int = 0, tok_s: float
                                "kernel": "torch", "skipped": 0, "time_s": step / 10, "peak_mem_bytes": 2**20,
                                "params": params}
         row.update({f"bpb@{k}": bpb + 0.2 * (max_iter - k) for k in range(1, max_iter + 1)})
-        for a in ("rezero", "gr", "attnres"):
+        for a in ARMS:
             n = 2 * max_iter * every if a == kind else 0
             row[f"{a}_ran"] = 0 if (a == kind and dead) else n
             row[f"{a}_asked"] = n

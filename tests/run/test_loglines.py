@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from dormouse.arms.registry import ARMS
 from dormouse.run.loglines import (
     DONE,
     EVAL,
@@ -52,7 +53,7 @@ def row(step: int, arm: str = "attnres", bpb: float = 1.875, max_iter: int = 3) 
     r = {"step": step, "tokens": step * 4096, "loss": bpb * 0.69, "bpb": bpb, "lr": 1e-3, "tok/s": 8100.0,
          "depth": float(max_iter), "arm": arm, "kernel": "torch", "skipped": 2}
     r.update({f"bpb@{k}": bpb + 0.1 * (max_iter - k) for k in range(1, max_iter + 1)})
-    for name in ("rezero", "gr", "attnres"):
+    for name in ARMS:
         r[f"{name}_ran"] = r[f"{name}_asked"] = 40 if name == arm else 0
     return r
 
@@ -191,7 +192,8 @@ def test_a_replayed_step_replaces_the_rows_from_that_step_on() -> None:
 def test_learned_summary_round_trips_and_is_optional() -> None:
     r = {**row(300), "learned_name": "emb_w", "learned": 0.21125}
     line = format_eval_line(r, 3)
-    assert " attnres=40/40 learned=emb_w:0.2112 kernel=torch " in line  # after the counters
+    last = ARMS[-1]  # after the counters, which are in registry order: the last registered arm's is last
+    assert f" {last}={r[f'{last}_ran']}/{r[f'{last}_asked']} learned=emb_w:0.2112 kernel=torch " in line
     v = parse_eval_line(line)
     assert v["learned_name"] == "emb_w" and v["learned"] == 0.2112
     assert "learned" not in format_eval_line(row(300), 3)  # a run from before the probes

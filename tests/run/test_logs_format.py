@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from dormouse.arms.registry import ARMS
 from dormouse.cli.app import app
 from dormouse.run.loglines import format_done_line, format_eval_line
 
@@ -18,7 +19,7 @@ def row(step: int, bpb: float) -> dict:
     r = {"step": step, "tokens": step * 4096, "loss": 1.4, "bpb": bpb, "bpb@1": bpb + 0.1, "bpb@2": bpb,
          "lr": 2.4e-4, "tok/s": 8100.0, "depth": 2.0, "arm": "gr", "kernel": "none", "skipped": 0,
          "learned_name": "gate", "learned": 0.1532, "window_steps": 1200, "depth_sum": 2400}
-    for name in ("rezero", "gr", "attnres"):
+    for name in ARMS:
         r[f"{name}_ran"] = r[f"{name}_asked"] = 2400 if name == "gr" else 0
     return r
 

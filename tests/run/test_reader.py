@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from dormouse.arms.registry import ARMS
 from dormouse.run.checks import checked_run
 from dormouse.run.loglines import format_eval_line, parse_eval_line
 from dormouse.run.reader import read_run
@@ -18,7 +19,7 @@ def row(step: int, gr: tuple[int, int] = (40, 40)) -> dict[str, Any]:
     r: dict[str, Any] = {"step": step, "tokens": step * 4096 + 17, "loss": 1.41234567, "bpb": 2.5123456,
                          "bpb@1": 2.6123456, "bpb@2": 2.5123456, "lr": 2.4e-4, "tok/s": 8123.4, "depth": 2.0,
                          "arm": "gr", "kernel": "none", "skipped": 0, "time_s": 1.5, "params": 1000}
-    for name in ("rezero", "gr", "attnres"):
+    for name in ARMS:
         r[f"{name}_ran"], r[f"{name}_asked"] = gr if name == "gr" else (0, 0)
     return r
 

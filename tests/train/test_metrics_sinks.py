@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from dormouse.arms.registry import ARMS
 from dormouse.cli.logs import logs_command, run_table, tsv_lines
 from dormouse.run.checks import checked_run
 from dormouse.run.loglines import format_done_line, parse_eval_line
@@ -29,7 +30,7 @@ def trainer_row(step: int, bpb: float) -> dict[str, Any]:
     row: dict[str, Any] = {"step": step, "tokens": step * 4096 + 17, "loss": 1.41234567, "bpb": bpb,
                            "bpb@1": bpb + 0.123456, "bpb@2": bpb, "lr": 2.4e-4, "tok/s": 8123.4, "depth": 2.0,
                            "arm": "gr"}
-    for arm in ("rezero", "gr", "attnres"):
+    for arm in ARMS:
         row[f"{arm}_ran"] = row[f"{arm}_asked"] = 2400 if arm == "gr" else 0
     row.update({"learned_name": "gate", "learned": 0.15321, "kernel": "none", "skipped": 0, "time_s": 12.5,
                 "peak_mem_bytes": 123456789, "params": 21604, "window_steps": 600, "depth_sum": 1200,
