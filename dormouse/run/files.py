@@ -3,7 +3,7 @@
 A run, ``<run.dir>/<run.name>/``::
 
     config.yaml       the resolved config the run trained with
-    provenance.json   commit, versions, device, dtype, kernel path, corpus hash, parameter counts
+    provenance.json   commit, versions, device, dtype, kernel path, corpus hash, parameter counts, the arm's plugin
     train.log         provenance header, then eval / resume / interrupted / done lines (dormouse.run.loglines)
     metrics.jsonl     one row per eval line
     checkpoints/      step_XXXXXXXX.pt (the names inside are dormouse.run.checkpoint's)

@@ -21,7 +21,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "scalar_ga
 def plugins_forgotten() -> Iterator[None]:
     """Whatever plugins the block loads (directly or through the CLI's ``--plugin``) are forgotten after it."""
     env = os.environ.get(plugins.ENV_VAR)
-    arms, loaded = set(arm_classes()), set(plugins._LOADED)
+    arms, loaded, path = set(arm_classes()), set(plugins._LOADED), list(sys.path)
     try:
         yield
     finally:
@@ -29,7 +29,10 @@ def plugins_forgotten() -> Iterator[None]:
             unregister_arm(name)
         for module in set(plugins._LOADED) - loaded:
             plugins._LOADED.pop(module)
-            sys.modules.pop(module, None)
+            top = module.split(".")[0]  # a package plugin (pkg.arms): the package and all its modules
+            for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
+                del sys.modules[name]
+        sys.path[:] = path
         if env is None:
             os.environ.pop(plugins.ENV_VAR, None)
         else:

@@ -8,15 +8,12 @@ finds it like a pip-installed one).
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from dormouse.arms import plugins
-from dormouse.arms.registry import arm_classes, unregister_arm
+from tests.helpers.plugin_arms import plugins_forgotten
 
 ARM_SOURCE = '''"""A scalar-gated residual for the tests: x <- x + sigmoid(g_s) f(x)."""
 from dataclasses import dataclass
@@ -102,19 +99,7 @@ def write_plugin_package(site: Path, package: str, arm: str, dist: str = "dormou
 
 
 @pytest.fixture
-def forget_plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Whatever a test loads as a plugin is forgotten afterwards: its arms, its modules, the loader's record
-    and DORMOUSE_PLUGINS (which loading a plugin extends)."""
-    arms_before = set(arm_classes())
-    loaded_before = dict(plugins._LOADED)
-    monkeypatch.setenv(plugins.ENV_VAR, os.environ.get(plugins.ENV_VAR, ""))
-    path_before = list(sys.path)
-    yield
-    for name in set(arm_classes()) - arms_before:
-        unregister_arm(name)
-    for module in set(plugins._LOADED) - set(loaded_before):
-        del plugins._LOADED[module]
-        top = module.split(".")[0]
-        for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
-            del sys.modules[name]
-    sys.path[:] = path_before
+def forget_plugins() -> Iterator[None]:
+    """Whatever a test loads as a plugin is forgotten afterwards (:func:`plugins_forgotten`)."""
+    with plugins_forgotten():
+        yield
