@@ -61,6 +61,12 @@ class RunFiles:
 
     dir: Path
 
+    @classmethod
+    def of_checkpoint(cls, checkpoint: Path) -> RunFiles | None:
+        """The run a checkpoint file belongs to (``<run>/checkpoints/step_N.pt``); None for a file elsewhere."""
+        checkpoint = Path(checkpoint)
+        return cls(checkpoint.parent.parent) if checkpoint.parent.name == CHECKPOINTS else None
+
     @property
     def config(self) -> Path:
         return self.dir / CONFIG

@@ -47,7 +47,7 @@ from dormouse.run.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from dormouse.run.files import CHECKPOINTS, LOG, METRICS, RunFiles
+from dormouse.run.files import LOG, METRICS, RunFiles
 from dormouse.run.loglines import (
     format_done_line,
     format_header,
@@ -437,8 +437,9 @@ def _history(run: _Run, step: int, source: Path | None) -> list[dict[str, Any]]:
     into a new directory, that of the run the checkpoint belongs to (``<run>/checkpoints/step_N.pt``).
     Rows past ``step`` belong to the future the resume abandons (dormouse.run.loglines.replay)."""
     path = run.files.metrics
-    if not path.exists() and source is not None and source.parent.name == CHECKPOINTS:
-        path = RunFiles(source.parent.parent).metrics
+    owner = RunFiles.of_checkpoint(source) if source is not None else None
+    if not path.exists() and owner is not None:
+        path = owner.metrics
     return [row for row in read_metrics(path) if int(row["step"]) <= step]
 
 

@@ -422,13 +422,15 @@ def _load_resumed_plugins(cfg: DictConfig) -> bool:
     a checkpoint path: its run); True when that registered an arm this process did not know."""
     resume = str(cfg.train.resume)
     if resume == "auto" and cfg.run.name is not None:
-        run_dir = Path(str(cfg.run.dir)) / str(cfg.run.name)
+        run: RunFiles | None = RunFiles(Path(str(cfg.run.dir)) / str(cfg.run.name))
     elif resume not in ("auto", "never"):
-        run_dir = Path(resume).parent.parent  # <run>/checkpoints/step_*.pt
+        run = RunFiles.of_checkpoint(Path(resume))
     else:
+        run = None
+    if run is None:
         return False
     before = set(arm_classes())
-    for note in run_plugins.load_run_plugins(run_dir):
+    for note in run_plugins.load_run_plugins(run.dir):
         print(f"warning: {note}", file=sys.stderr, flush=True)
     return set(arm_classes()) != before
 

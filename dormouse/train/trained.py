@@ -20,7 +20,7 @@ from dormouse.arms.registry import UnknownArmError, model_arm
 from dormouse.errors import DormouseError
 from dormouse.model.looped import LoopedByteLM
 from dormouse.run.checkpoint import CheckpointError, list_checkpoints, load_checkpoint
-from dormouse.run.files import CHECKPOINTS, ComparisonFiles, RunFiles
+from dormouse.run.files import ComparisonFiles, RunFiles
 from dormouse.run.plugins import load_run_plugins
 from dormouse.train.state import checkpoint_step
 
@@ -68,8 +68,8 @@ def load_model(path: Path, device: torch.device | str = "cpu") -> tuple[LoopedBy
     if not isinstance(state, dict) or "model" not in state or "config" not in state:
         raise ModelLoadError(f"checkpoint {path} holds no model or no config: not a dormouse checkpoint")
     cfg = OmegaConf.create(state["config"])
-    if path.parent.name == CHECKPOINTS:  # a run's checkpoint: the plugin that defines its arm, if any
-        for note in load_run_plugins(path.parent.parent):
+    if (owner := RunFiles.of_checkpoint(path)) is not None:  # a run's checkpoint: its arm's plugin, if any
+        for note in load_run_plugins(owner.dir):
             print(f"warning: {note}", file=sys.stderr, flush=True)
     try:
         model_arm(cfg.model)  # an arm no loaded code defines is refused here, never built as the default arm

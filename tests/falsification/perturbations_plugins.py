@@ -77,7 +77,7 @@ PERTURBATIONS: list[dict] = [
         "name": "eval_does_not_load_the_runs_plugin",
         "file": "dormouse/train/trained.py",
         "function": "load_model",
-        "old": "        for note in load_run_plugins(path.parent.parent):\n",
+        "old": "        for note in load_run_plugins(owner.dir):\n",
         "new": "        for note in []:\n",
         "gates": [_FLOW + "test_a_plugin_file_arm_trains_validates_checks_samples_evaluates_and_resumes"],
         "why": "`dormouse eval`/`sample` of a plugin arm's run need --plugin although the run recorded it",
