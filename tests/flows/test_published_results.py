@@ -317,3 +317,20 @@ def test_the_v2_publication_names_its_command_commit_machine_and_time() -> None:
     assert prov["command"] == f"dormouse ab {NAME2} --jobs 2" and not prov["commit"].endswith("+dirty")
     assert prov["running_s"] <= prov["wall_s"] and prov["sittings"]
     _assert_report_plots_exist(PUBLISHED2)
+
+
+_PAIRED_SDS = re.compile(r"observed paired sds were (\d\.\d+)–(\d\.\d+) \(([^)]*)\)")
+_README_ARM = {"GR": "gr", "ReZero": "rezero", "Block": "attnres_block", "Full": "attnres_full", "A/A": "prenorm_aa"}
+
+
+def test_the_v2_publication_states_the_paired_sds_the_runs_measured(results2: dict[str, Any]) -> None:
+    """The README's "observed paired sds were LO–HI (GR s, …)" are each arm's sd of its paired differences in
+    results.json, and LO–HI their range (it once said 0.009, a per-arm seed sd, for the lower end)."""
+    text = " ".join((PUBLISHED2 / "README.md").read_text(encoding="utf-8").split())
+    m = _PAIRED_SDS.search(text)
+    assert m, "the README no longer states the observed paired sds"
+    stated = {_README_ARM[name]: float(sd) for name, sd in (p.rsplit(" ", 1) for p in m.group(3).split(", "))}
+    measured = {arm: results2["arms"][arm]["diff_sd"] for arm in stated}
+    assert stated == {arm: pytest.approx(sd, abs=5e-5) for arm, sd in measured.items()}
+    assert (float(m.group(1)), float(m.group(2))) == pytest.approx(
+        (min(measured.values()), max(measured.values())), abs=5e-5)
