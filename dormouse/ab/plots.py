@@ -1,5 +1,6 @@
 """The comparison's plots (docs/ab-protocol.md, "Outputs"): eval bpb vs tokens per arm (seeds thin, their mean
-thick), final bpb by depth, and the forest plot of the paired differences (the decision at a glance).
+thick), final bpb by depth, the forest plot of the paired differences (the decision at a glance), and with a
+tune stage each arm's final bpb against its tune lrs (:mod:`dormouse.ab.tune_report` owns its numbers).
 Drawn with matplotlib's object API on the Agg canvas, never pyplot, so nothing depends on (or changes)
 the process's global backend or display.
 """
@@ -11,10 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullLocator
 
 from dormouse.ab.records import RunRecord, is_finite_number
+from dormouse.ab.tune_report import LrCurve, lr_curves, ran_lrs, unbracketed_side
 from dormouse.run.files import ComparisonFiles
 
 
@@ -92,11 +96,17 @@ def plot_depth(results: dict[str, Any], out: Path) -> Path:
 
 
 def plot_forest(results: dict[str, Any], out: Path) -> Path:
+    """:func:`draw_forest` saved to ``out``."""
+    draw_forest(results).savefig(out)
+    return out
+
+
+def draw_forest(results: dict[str, Any]) -> Figure:
     """The decision at a glance: each arm's mean paired Δ bpb vs the baseline (a dot), the repeated
     confidence interval its deciding look compared with 0 (thick bar) and the TOST interval it compared
     with ±SESOI (thin bar below it), the ±SESOI band (shaded) and zero (a line). Below zero = lower bpb =
     better. The verdict and its look are written at the right; an arm without a decision is listed with
-    "no decision"."""
+    "no decision". An arm the tune stage left unbracketed is named so, its mean a hollow dot."""
     arms = [(name, a) for name, a in results["arms"].items() if a["role"] != "baseline"]
     sesoi = float(results["sesoi"])
     fig = Figure(figsize=(8, 1.4 + 0.6 * max(1, len(arms))), dpi=110)
@@ -106,7 +116,7 @@ def plot_forest(results: dict[str, Any], out: Path) -> Path:
     ax.axvline(0.0, color="black", linewidth=0.8)
     ys = list(range(len(arms)))[::-1]
     xs: list[float] = [-sesoi, sesoi]
-    for y, (_, a) in zip(ys, arms):
+    for y, (name, a) in zip(ys, arms):
         colour = "C7" if a["role"] == "aa" else "C0"
         d = a.get("decision") or {}
         rci, eq = d.get("interval"), d.get("eq_interval")
@@ -119,7 +129,8 @@ def plot_forest(results: dict[str, Any], out: Path) -> Path:
                     label="TOST interval (vs ±SESOI)" if y == ys[0] else None)
             xs += list(eq)
         if is_finite_number(a.get("diff_mean")):
-            ax.plot([a["diff_mean"]], [y], "o", color="black", markersize=5,
+            ax.plot([a["diff_mean"]], [y], "o", color="black", markersize=5, gid=f"mean:{name}",
+                    markerfacecolor="none" if unbracketed_side(results, name) else "black",
                     label="mean paired Δ" if y == ys[0] else None)
             xs.append(float(a["diff_mean"]))
     lo, hi = min(xs), max(xs)
@@ -132,14 +143,81 @@ def plot_forest(results: dict[str, Any], out: Path) -> Path:
         elif a["role"] == "arm":
             note += ": no decision"
         ax.annotate(note, xy=(1.01, y), xycoords=("axes fraction", "data"), va="center", fontsize=9)
-    ax.set_yticks(ys, [name + (" (A/A)" if a["role"] == "aa" else "") for name, a in arms])
+    ax.set_yticks(ys, [_forest_label(results, name, a) for name, a in arms])
     ax.set_ylim(-0.8, len(arms) - 0.4)
     ax.set_xlabel(f"Δ bpb vs {results['baseline']} (arm − baseline; < 0 is better)")
     ax.set_title(f"ab {results['name']}: paired differences, looks at {results['looks']} replicates", fontsize=10)
     ax.grid(True, axis="x", alpha=0.3)
     ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.08), ncol=4, frameon=False)
     fig.tight_layout()
-    fig.savefig(out)
+    return fig
+
+
+def _forest_label(results: dict[str, Any], name: str, a: dict[str, Any]) -> str:
+    side = unbracketed_side(results, name)
+    return name + (" (A/A)" if a["role"] == "aa" else "") + (f" (unbracketed: {side})" if side else "")
+
+
+def draw_lr(results: dict[str, Any]) -> Figure:
+    """Final bpb against lr (log axis), one panel per tuned arm on shared axes: every tune run a dot, a
+    diverged run a red triangle on the top edge, each lr's mean a thin line, the chosen lr a dashed line and
+    the confirmatory mean ± sd over the replicates a black square with its bar at it. Each drawn set has a
+    gid (``tune-runs:ARM``, ``tune-diverged:ARM``, ``chosen:ARM``, ``confirmatory:ARM``) so it can be read back."""
+    curves = lr_curves(results)
+    ncols = min(3, max(1, len(curves)))
+    nrows = -(-max(1, len(curves)) // ncols)
+    fig = Figure(figsize=(4.2 * ncols, 3.3 * nrows), dpi=110)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False).ravel()
+    ys = [b for c in curves.values() for _, b in c.runs]
+    ys += [m + s * k for c in curves.values() if c.confirmatory for m, s in [c.confirmatory] for k in (-1, 1)]
+    lo, hi = (min(ys), max(ys)) if ys else (0.0, 1.0)
+    pad = 0.08 * (hi - lo or 0.05)
+    lrs = ran_lrs(results["tune"])
+    for ax, (arm, curve) in zip(axes, curves.items()):
+        ax.set_xscale("log")
+        ax.set_ylim(lo - pad, hi + 2 * pad)
+        _lr_panel(ax, arm, curve, hi + 2 * pad)
+        ax.set_title(arm + (f" (unbracketed: {side})" if (side := unbracketed_side(results, arm)) else ""),
+                     fontsize=9)
+        ax.set_xticks(lrs, [f"{x:g}" for x in lrs], fontsize=7)
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.tick_params(axis="x", labelbottom=True)  # a panel over an empty slot has no labelled one below
+    for ax in axes[len(curves):]:
+        ax.set_visible(False)
+    if lrs:
+        axes[0].set_xlim(lrs[0] / 1.3, lrs[-1] * 1.3)
+    for ax in axes[::ncols]:
+        ax.set_ylabel("final eval bpb")
+    for ax in axes[-ncols:]:
+        ax.set_xlabel("lr")
+    fig.suptitle(f"ab {results['name']}: final bpb of each tune run by lr (diverged: red triangle at the top); "
+                 "chosen lr dashed, confirmatory mean ± sd there a square", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _lr_panel(ax: Axes, arm: str, curve: LrCurve, top: float) -> None:
+    """One arm's panel of :func:`draw_lr`; ``top`` is the panel's upper edge, where a diverged run sits."""
+    ax.grid(True, alpha=0.3)
+    if curve.means:
+        ax.plot([x for x, _ in curve.means], [m for _, m in curve.means], color="C0", linewidth=0.9, alpha=0.6)
+    ax.plot([x for x, _ in curve.runs], [b for _, b in curve.runs], "o", color="C0", markersize=4,
+            gid=f"tune-runs:{arm}")
+    (div,) = ax.plot(curve.diverged, [top] * len(curve.diverged), "^", color="C3", markersize=7, clip_on=False,
+                     gid=f"tune-diverged:{arm}")
+    div.set_in_layout(False)  # unclipped, so its box would stretch tight_layout's (an empty one most of all)
+    if curve.chosen is not None:
+        ax.axvline(curve.chosen, color="C2", linestyle="--", linewidth=1.0, gid=f"chosen:{arm}")
+        if curve.confirmatory is not None:
+            mean, sd = curve.confirmatory
+            bars = ax.errorbar([curve.chosen], [mean], yerr=[sd], fmt="s", color="black", markersize=5, capsize=3)
+            bars.lines[0].set_gid(f"confirmatory:{arm}")
+
+
+def plot_lr(results: dict[str, Any], out: Path) -> Path:
+    """:func:`draw_lr` saved to ``out``."""
+    draw_lr(results).savefig(out)
     return out
 
 
@@ -151,6 +229,8 @@ def write_plots(comp_dir: Path, results: dict[str, Any], records: list[RunRecord
         plot_depth(results, files.depth_plot),
         plot_forest(results, files.forest_plot),
     ]
+    if results.get("tune"):
+        written.append(plot_lr(results, files.lr_plot))
     return written + plot_learned(files, list(results["arms"]), records)
 
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from dormouse.ab import tune
+from dormouse.ab import tune_report
 from dormouse.ab.looks import INVALID, UNDECIDED
 from dormouse.ab.plots import write_plots
 from dormouse.ab.records import RunRecord
@@ -113,7 +113,7 @@ def _verdict_table(r: dict[str, Any]) -> list[str]:
            "P(improvement) [95 %] | Hodges–Lehmann Δ | bad runs | kept |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, a in r["arms"].items():
-        label = f"`{name}`" + (" (A/A)" if a["role"] == "aa" else "")
+        label = f"`{name}`" + (" (A/A)" if a["role"] == "aa" else "") + tune_report.verdict_mark(r, name)
         d = a.get("decision") or {}
         poi = ("—" if a.get("poi") is None
                else f"{a['poi_k']}/{len(a['diffs'])} {_interval(a.get('poi_interval'), '.2f')}")
@@ -125,7 +125,7 @@ def _verdict_table(r: dict[str, Any]) -> list[str]:
             f"{_interval(d.get('interval'))} | **{a['verdict']}**"
             f"{' (smaller than the SESOI)' if d.get('smaller_than_sesoi') else ''} | {poi} | "
             f"{_f(a.get('hodges_lehmann'), '+.4f')} | {bad_text} | {a['kept'] or '—'} |")
-    return out
+    return out + tune_report.verdict_footnotes(r)
 
 
 def _sentences(r: dict[str, Any]) -> list[str]:
@@ -211,7 +211,7 @@ def render_report(results: dict[str, Any], plots: list[str]) -> str:
     r = results
     out = _header(r) + _verdict_table(r) + _sentences(r)
     if r.get("tune"):
-        out += [""] + tune.markdown(r["tune"])
+        out += [""] + tune_report.markdown(r, plots)
     card = r.get("design_card")
     if card:
         out += ["", "## Design card (simulated at registration from the registered pilot spread)", "", "```",

@@ -15,8 +15,9 @@ A run, ``<run.dir>/<run.name>/``::
 
 A comparison, ``<root>/<name>/`` (root ``runs/ab`` unless ``--root``): one run directory per (arm,
 replicate) pair, named ``<arm>-s<init seed>``, plus ``registration.json``, ``design.json`` (the design card),
-``results.json``, ``report.md`` and the plots (bpb vs tokens, bpb by depth, the forest plot, and each arm's
-learned values averaged over its seeds: ``<plot name>_<arm>.png``), and how the pairs were launched::
+``results.json``, ``report.md`` and the plots (bpb vs tokens, bpb by depth, the forest plot, with a tune stage
+bpb vs lr, and each arm's learned values averaged over its seeds: ``<plot name>_<arm>.png``), and how the
+pairs were launched::
 
     ab.lock           held by the running `dormouse ab` (dormouse.ab.lock); names its pid and host
     locks/PAIR.lock   held by whichever process trains the pair
@@ -48,6 +49,7 @@ REPORT = "report.md"
 CURVES_PLOT = "bpb_vs_tokens.png"
 DEPTH_PLOT = "bpb_by_depth.png"
 FOREST_PLOT = "forest.png"
+LR_PLOT = "bpb_vs_lr.png"  # only for a comparison with a tune stage: each arm's final bpb against its tune lrs
 LOCK = "ab.lock"
 PAIR_LOCKS = "locks"
 LAUNCH = "launch"
@@ -142,6 +144,10 @@ class ComparisonFiles:
     @property
     def forest_plot(self) -> Path:
         return self.dir / FOREST_PLOT
+
+    @property
+    def lr_plot(self) -> Path:
+        return self.dir / LR_PLOT
 
     def arm_plot(self, plot_name: str, arm: str) -> Path:
         """An arm's learned-value plot averaged over its seeds: ``attnres_map.png`` -> ``attnres_map_<arm>.png``."""

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dormouse.ab.plots import plot_forest
+from dormouse.ab.plots import draw_forest, plot_forest
 
 
 def arm(role: str, diff: float | None, rci: list[float] | None, eq: list[float] | None, verdict: str) -> dict:
@@ -53,3 +53,18 @@ def test_rezero_alpha_is_averaged_over_seeds_as_a_magnitude():
     assert "probe/alpha" not in row  # the signed mean (0.003, 0, 0.05) is not what is plotted
     assert row["probe/alpha_abs"] == pytest.approx([0.366, 0.0002, 0.05], abs=1e-12)
     assert row["probe/alpha_abs_sd"] == pytest.approx([0.006 / 2**0.5, 0.0, 0.0], abs=1e-12)
+
+
+def test_forest_plot_names_an_unbracketed_arm_and_draws_its_mean_hollow():
+    """An arm the tune stage left at an edge of its lrs (results.json's tune.arms[arm].unbracketed) is named
+    so on the forest plot and its mean drawn hollow; the others stay as they were."""
+    results = {"name": "t", "baseline": "rezero", "looks": [3], "sesoi": 0.01, "arms": {
+        "rezero": arm("baseline", None, None, None, "baseline"),
+        "gr": arm("arm", -0.03, [-0.05, -0.01], [-0.04, -0.02], "better"),
+        "attnres": arm("arm", 0.02, [0.01, 0.03], [0.012, 0.028], "worse"),
+    }, "tune": {"arms": {"gr": {"unbracketed": "high"}, "attnres": {"unbracketed": None}}}}
+    fig = draw_forest(results)
+    (ax,) = fig.axes
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["gr (unbracketed: high)", "attnres"]
+    face = {line.get_gid(): line.get_markerfacecolor() for line in ax.get_lines() if line.get_gid()}
+    assert face["mean:gr"] == "none" and face["mean:attnres"] != "none"

@@ -156,10 +156,10 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "tune_report_does_not_mark_the_choice",
-        "file": _TUNE,
-        "function": "markdown",
-        "old": "            cells.append(f\"**{vals}** ←\" if chosen else vals)\n",
-        "new": "            cells.append(vals)\n",
+        "file": "dormouse/ab/tune_report.py",  # the report's tune section (issue 34 moved it from tune.markdown)
+        "function": "_cell",
+        "old": "    return f\"**{text}** ←\" if chosen is not None and lr_key(chosen) == lr_key(lr) else text\n",
+        "new": "    return text\n",
         "gates": [_G + "test_the_report_shows_the_tuning_table_and_the_rule"],
         "why": "the report's tuning table does not say which lr each arm ran at",
         "protects": "A/B rule",
