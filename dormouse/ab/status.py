@@ -304,11 +304,20 @@ _VERDICT_STYLE = {"better": "bold green", "worse": "bold red", "tie": "yellow", 
                   "undecided": "yellow", "baseline": "dim", "aa": "dim"}
 
 
+def assumption_caption(results: dict[str, Any]) -> Text | None:
+    """Beside the verdicts on the console: the A/A calibration check's sentence and the pooled skewness with
+    the design card's skew line it falls under (the report's words; None when neither was made)."""
+    cal, skew = results.get("aa_calibration"), results.get("skewness")
+    said = [f"A/A check: {cal['sentence']}" if cal else "", f"Skewness: {skew['sentence']}." if skew else ""]
+    return Text("\n".join(x for x in said if x)) if any(said) else None
+
+
 def verdict_table(results: dict[str, Any]) -> Table:
     """The verdicts of ``results.json`` as a rich table (the report's first table, abridged), each with its
     sentence."""
     table = Table(title=f"ab {results['name']}: SESOI ±{results['sesoi']:g} bpb, α {results['alpha']:g} over "
-                  f"{results['n_arms']} arm(s), looks {results['looks']}", title_justify="left")
+                  f"{results['n_arms']} arm(s), looks {results['looks']}", title_justify="left",
+                  caption=assumption_caption(results), caption_justify="left")
     for c in ("arm", "bpb mean", "Δ mean", "repeated interval", "look", "verdict", "kept", "what was tested"):
         table.add_column(c, overflow="fold")  # a narrow terminal wraps a value; it never cuts it to "…"
     for row in verdict_rows(results):
