@@ -18,11 +18,12 @@ increment α*(t_k) − α*(t_{k−1}); its critical value is t_{n_k−1}.isf(inc
 paired differences the marginal level of each look is exact at any n, and the union bound over looks (and
 arms) gives the family bound Σ_arms Σ_looks 2·increment = α. Skewed differences break it a little: the design
 card's skew lines (:func:`skew_lines`) state by how much, and a registered α hold-back
-(``Design.alpha_holdback``: boundaries at α × holdback, α still the claim) buys the margin back. (Carrying the group-sequential z boundaries to t by their
-nominal p, which exploits the correlation between looks, was measured anti-conservative at these n:
-P(better or worse | Δ = 0) 0.053–0.057 at α 0.05 for looks (3,6,9) to (3,...,8); the union bound costs
-little at the per-arm levels used, e.g. t 3.18 instead of 3.13 at the last of looks (4,8,12) with 5 arms.)
-The Monte-Carlo tests (tests/ab/test_ab_sequential.py) show the rates hold.
+(``Design.alpha_holdback``: boundaries at α × holdback, α still the claim) buys the margin back.
+(Carrying the group-sequential z boundaries to t by their nominal p, which exploits the correlation between
+looks, was measured anti-conservative at these n: P(better or worse | Δ = 0) 0.053–0.057 at α 0.05 for looks
+(3,6,9) to (3,...,8); the union bound costs little at the per-arm levels used, e.g. t 3.18 instead of 3.13 at
+the last of looks (4,8,12) with 5 arms.) The Monte-Carlo tests (tests/ab/test_ab_sequential.py,
+tests/ab/test_design_assumptions.py) show the rates hold, and by how much skew breaks them.
 
 **A significant effect smaller than the SESOI** is reported as ``better``/``worse`` (the superiority test
 decides the direction) with the flag ``smaller_than_sesoi`` set when the same look's TOST also shows

@@ -128,7 +128,8 @@ def test_the_holdback_computes_the_boundaries_at_the_held_back_alpha() -> None:
 
 @pytest.mark.parametrize("bad", [0.0, -0.5, 1.5, math.nan])
 def test_a_holdback_outside_zero_one_is_refused_naming_the_field(bad: float) -> None:
-    assert sq.Design(ALPHA, 0.03, (4,), 2, alpha_holdback=bad).problems()[0].startswith("alpha_holdback:")
+    problems = sq.Design(ALPHA, 0.03, (4,), 2, alpha_holdback=bad).problems()
+    assert [p.split(":")[0] for p in problems] == ["alpha_holdback"], problems
     text = SPEC.replace("alpha_holdback: 0.7", f"alpha_holdback: {bad}")
     lines = validate_spec(parse_spec(text, "t.yaml"), "t.yaml")
     assert [ln.split("'")[1] for ln in lines] == ["alpha_holdback"], lines
@@ -286,6 +287,7 @@ def test_the_report_and_console_print_the_assumptions_beside_the_verdicts(plante
     console.print(verdict_table(planted))
     text = console.export_text()
     assert "A/A check: The A/A paired sd" in text and "Skewness: pooled skewness" in text
+    assert "over 1 arm(s) (boundaries at α 0.035 = 0.05 × 0.7, held back for skew)" in text
 
 
 def test_a_published_results_json_with_the_old_aa_check_still_renders() -> None:
