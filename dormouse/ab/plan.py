@@ -127,7 +127,7 @@ class ComparisonPlan:
         if not isinstance(spec, ComparisonSpec):
             raise ComparisonError([f"{self.reg.source}: protocol 1 has no sequential design (read only)"])
         return Design(alpha=float(spec.alpha), sesoi=float(spec.sesoi), looks=tuple(int(n) for n in spec.looks),
-                      n_arms=len(spec.tested))
+                      n_arms=len(spec.tested), alpha_holdback=float(spec.alpha_holdback))
 
 
 def quote(value: str) -> str:

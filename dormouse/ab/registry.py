@@ -17,6 +17,8 @@ Protocol 2 (every new registration; :class:`ComparisonSpec`, every key, unknown 
                                    # stream: a calibration check, not a margin
     sesoi: 0.02                    # smallest effect of interest, bpb, argued in the file's comments
     alpha: 0.05                    # family-wise error rate, spent across the looks (dormouse.ab.sequential)
+    alpha_holdback: 1.0            # optional, in (0, 1]: boundaries at alpha × this, alpha stays the claim
+                                   # (a margin for skewed differences: 0.7 keeps |skew| 0.5 within alpha)
     looks: [2, 4, 6]               # cumulative replicates per arm at each look; the last is the maximum
     init_seed_base: 1              # replicate k (0-based) trains with train.seed = init_seed_base + k
     data_seed_base: 1              # ... and train.data_seed = data_seed_base + k (every arm but the A/A)
@@ -116,6 +118,7 @@ class ComparisonSpec:
     aa_arm: str | None = None
     sesoi: float = MISSING
     alpha: float = 0.05
+    alpha_holdback: float = 1.0
     looks: list[int] = MISSING
     init_seed_base: int = MISSING
     data_seed_base: int = MISSING
@@ -306,9 +309,10 @@ def _finite(x: Any) -> bool:
 
 def _v2_problems(spec: ComparisonSpec, bad: Any) -> None:
     """Protocol 2's own fields: the smallest effect, α, the looks, the seed streams, the design inputs."""
-    design = Design(alpha=spec.alpha, sesoi=spec.sesoi, looks=tuple(spec.looks), n_arms=len(spec.tested))
+    design = Design(alpha=spec.alpha, sesoi=spec.sesoi, looks=tuple(spec.looks), n_arms=len(spec.tested),
+                    alpha_holdback=spec.alpha_holdback)
     problems = dict(design.field_problems())
-    for name in ("sesoi", "alpha", "looks"):  # the family size is the arms' check (_common_problems)
+    for name in ("sesoi", "alpha", "alpha_holdback", "looks"):  # the family size is the arms' check (_common_problems)
         if name in problems:
             bad(name, problems[name])
     looks = list(spec.looks)

@@ -18,7 +18,7 @@ from dormouse.ab.looks import INVALID, UNDECIDED
 from dormouse.ab.plots import write_plots
 from dormouse.ab.records import RunRecord
 from dormouse.ab.results import ComparisonResults
-from dormouse.ab.sequential import BETTER, TIE, WORSE
+from dormouse.ab.sequential import BETTER, TIE, WORSE, holdback_words
 from dormouse.arms.registry import ARMS
 from dormouse.run.checkpoint import atomic_write_text
 from dormouse.run.files import ComparisonFiles
@@ -93,7 +93,8 @@ def _header(r: dict[str, Any]) -> list[str]:
         f"- Baseline: `{r['baseline']}`; metric: final eval bpb at the final depth (lower is better), read at "
         "the registered final step. Δ = bpb(arm) − bpb(baseline) per replicate (same init seed and data order).",
         f"- Rule: SESOI ±{r['sesoi']:g} bpb, α {r['alpha']:g} family-wise over the {r['n_arms']} registered arm(s) "
-        f"({', '.join(f'`{a}`' for a in r['family'])}); looks at {', '.join(map(str, r['looks']))} replicates per "
+        f"({', '.join(f'`{a}`' for a in r['family'])})"
+        f"{_held(r)}; looks at {', '.join(map(str, r['looks']))} replicates per "
         "arm. `better`/`worse`: the look's repeated confidence interval lies below/above 0; `tie`: the TOST "
         "interval lies inside ±SESOI; `undecided` otherwise; a decided arm stops. Each sentence below states "
         "the numbers the rule compared.",
@@ -104,6 +105,12 @@ def _header(r: dict[str, Any]) -> list[str]:
     if r["notes"]:
         out += ["> " + n for n in r["notes"]] + [""]
     return out
+
+
+def _held(r: dict[str, Any]) -> str:
+    """The registered α hold-back as the header states it ("" without one, or in an older results.json)."""
+    words = holdback_words(float(r["alpha"]), float(r.get("alpha_holdback", 1.0)))
+    return f" ({words})" if words else ""
 
 
 def _verdict_table(r: dict[str, Any]) -> list[str]:
@@ -136,11 +143,28 @@ def _sentences(r: dict[str, Any]) -> list[str]:
         what = meaning(a["verdict"])
         kept = f" Kept: `{a['kept']}`." if a["kept"] else ""
         out.append(f"- `{name}` — **{a['verdict']}**: {a['sentence']} So {what}{kept}")
+    return out + assumption_lines(r)
+
+
+def assumption_lines(r: dict[str, Any]) -> list[str]:
+    """What the report says of the design's assumptions beside the verdicts: the A/A calibration check and
+    the pooled skewness of the paired differences (docs/ab-protocol.md). Renders a results.json written
+    before either existed: an old A/A check (the F test of the arms' spreads) as it was, no skewness line."""
+    out: list[str] = []
     cal = r.get("aa_calibration")
-    if cal is not None:
+    if cal is not None and "pilot_sd" in cal:  # the A/A sd interval against the registered pilot sd
+        verdict = {True: "agrees with the registered pilot sd", False: "**does not agree** with the registered "
+                   "pilot sd", None: "could not be checked"}[cal.get("agrees")]
+        out += ["", f"**A/A calibration check** (`{r['aa_arm']}`: the baseline again on its own data-order "
+                f"stream): its paired sd {verdict}. {cal['sentence']}"]
+    elif cal is not None:  # results.json before issue 34: the F test of each arm's spread against the A/A's
         verdict = {True: "agrees", False: "**does not agree**", None: "could not be checked"}[cal.get("agrees")]
         out += ["", f"**A/A calibration check** (`{r['aa_arm']}`: the baseline again on its own data-order "
                 f"stream): its spread {verdict} with the compared arms'. {cal['sentence']}"]
+    skew = r.get("skewness")
+    if skew:
+        out += ["", f"**Skewness**: {skew['sentence']} (the bounds are exact for normal differences; the design "
+                "card's skew lines state what skew does to them)."]
     return out
 
 

@@ -30,7 +30,7 @@ from dormouse.ab.looks import INVALID, UNDECIDED, Progress, paired_differences
 from dormouse.ab.pairjob import Pair, recorded_fingerprints
 from dormouse.ab.plan import ComparisonPlan
 from dormouse.ab.records import RunRecord, is_finite_number
-from dormouse.ab.sequential import BETTER, TIE, WORSE
+from dormouse.ab.sequential import BETTER, TIE, WORSE, nearest_skew_line
 from dormouse.arms.registry import ARMS
 from dormouse.config.schema import arm_name
 from dormouse.run.plugins import PROVENANCE_KEY
@@ -106,6 +106,7 @@ class ComparisonResults:
     generated: str = ""
     launch: dict[str, Any] | None = None
     plots: list[str] | None = None
+    skewness: dict[str, Any] | None = None  # the pooled skewness of the paired differences (_skewness)
 
     @property
     def complete(self) -> bool:
@@ -118,6 +119,7 @@ class ComparisonResults:
         doc = {
             "protocol": 2, "name": spec.name, "description": spec.description, "metric": spec.metric,
             "baseline": spec.baseline, "aa_arm": spec.aa_arm, "sesoi": spec.sesoi, "alpha": spec.alpha,
+            "alpha_holdback": spec.alpha_holdback,
             "looks": list(plan.looks), "family": list(spec.tested), "n_arms": plan.design().n_arms,
             "replicates": [vars(r) for r in plan.replicates], "bad_run_ceiling": spec.bad_run_ceiling,
             "pilot_sd": spec.pilot_sd, "expected_effect": spec.expected_effect,
@@ -126,7 +128,7 @@ class ComparisonResults:
             "next_look": None if state.next_look is None else state.next_look + 1,
             "complete": self.complete, "overrides": list(plan.overrides), "fixed": list(spec.fixed),
             "registration": self.registration, "design_card": self.design_card,
-            "aa_calibration": self.aa_calibration, "code": self.code,
+            "aa_calibration": self.aa_calibration, "skewness": self.skewness, "code": self.code,
             "tune": None if state.tune is None else tune.to_dict(plan, state.tune),
             "notes": self.notes, "arms": {name: a.to_json() for name, a in self.arms.items()},
             "runs": self.runs, "generated": self.generated,
@@ -285,24 +287,42 @@ def analyze(plan: ComparisonPlan, state: Progress, read: Callable[[Pair], RunRec
     results = ComparisonResults(
         plan=plan, state=state, arms=arms,
         runs=[_run_json(r) for r in sorted(records, key=lambda r: (r.replicate, plan.arms.index(r.arm)))],
-        code=_code(records), aa_calibration=_calibration(arms, aa), notes=_notes(cpu, state),
+        code=_code(records), aa_calibration=_calibration(arms, aa, float(spec.pilot_sd)), notes=_notes(cpu, state),
         registration=registration or {}, design_card=design_card,
-        generated=datetime.now().isoformat(timespec="seconds"), launch=launch)
+        generated=datetime.now().isoformat(timespec="seconds"), launch=launch,
+        skewness=_skewness(arms, design_card))
     return results, records
 
 
-def _calibration(arms: dict[str, ArmResult], aa: str | None) -> dict[str, Any] | None:
-    """The A/A check (dormouse.ab.stats.aa_calibration): does the A/A arm's spread of paired differences
-    agree with each compared arm's? A check that can fail; it decides no verdict."""
+def _calibration(arms: dict[str, ArmResult], aa: str | None, pilot_sd: float) -> dict[str, Any] | None:
+    """The A/A check (dormouse.ab.stats.aa_calibration): does the A/A arm's paired sd agree with the
+    registered pilot sd the design card assumed? A check that can fail; it decides no verdict. The compared
+    arms' paired sds ride along as numbers."""
     if aa is None:
         return None
     a = arms[aa]
     compared = {n: r.diffs for n, r in arms.items() if r.role == "arm" and r.outcome.verdict != INVALID}
-    check = None if a.outcome.verdict == INVALID else stats.aa_calibration(a.diffs, compared)
+    check = None if a.outcome.verdict == INVALID else stats.aa_calibration(a.diffs, pilot_sd, compared)
     if check is None:
-        return {"agrees": None, "sentence": "The check could not be made: the A/A arm is invalid, or it or "
-                "every compared arm has fewer than 2 paired replicates."}
+        return {"agrees": None, "pilot_sd": pilot_sd, "sentence": "The check could not be made: the A/A arm is "
+                "invalid, or it has fewer than 2 paired replicates."}
     return {**asdict(check), "sentence": check.sentence()}
+
+
+def _skewness(arms: dict[str, ArmResult], design_card: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The pooled skewness of every valid arm's paired differences (the compared arms' and the A/A arm's:
+    dormouse.ab.stats.pooled_skewness) and the design card's skew line it falls under: the bounds are exact
+    for normal differences, and the card states what skew does to them. Reported, never decided on."""
+    diffs = {n: r.diffs for n, r in arms.items() if r.role != "baseline" and r.outcome.verdict != INVALID}
+    pooled = stats.pooled_skewness(diffs)
+    if pooled is None:
+        return None
+    line = nearest_skew_line(pooled.estimate, ((design_card or {}).get("card") or {}).get("skew_lines") or [])
+    sentence = (f"pooled skewness of the paired differences {pooled.estimate:+.2f} ({pooled.n} differences of "
+                f"{', '.join(pooled.arms)}, each arm centred and scaled by its own sd; se ≈ {pooled.se:.2f} for "
+                "normal data)" + (f": {line}" if line else ""))
+    return {**asdict(pooled), "estimator": "scipy.stats.skew(bias=False) of the pooled per-arm standardised "
+            "differences", "line": line, "sentence": sentence}
 
 
 def _code(records: list[RunRecord]) -> dict[str, Any]:

@@ -14,13 +14,16 @@ The procedure, per arm compared with the baseline, on the paired differences Δ_
 
 **Spending at each look, carried to t exactly.** The spread is estimated from 3–20 replicates, so each look
 runs a Student t test at n_k − 1 degrees of freedom whose nominal one-sided level is the spending function's
-increment α*(t_k) − α*(t_{k−1}); its critical value is t_{n_k−1}.isf(increment). The marginal level of each
-look is exact at any n, and the union bound over looks (and arms) gives the family bound with no
-approximation: Σ_arms Σ_looks 2·increment = α. (Carrying the group-sequential z boundaries to t by their
-nominal p, which exploits the correlation between looks, was measured anti-conservative at these n:
-P(better or worse | Δ = 0) 0.053–0.057 at α 0.05 for looks (3,6,9) to (3,...,8); the union bound costs
-little at the per-arm levels used, e.g. t 3.18 instead of 3.13 at the last of looks (4,8,12) with 5 arms.)
-The Monte-Carlo tests (tests/ab/test_ab_sequential.py) show the rates hold.
+increment α*(t_k) − α*(t_{k−1}); its critical value is t_{n_k−1}.isf(increment). For normally distributed
+paired differences the marginal level of each look is exact at any n, and the union bound over looks (and
+arms) gives the family bound Σ_arms Σ_looks 2·increment = α. Skewed differences break it a little: the design
+card's skew lines (:func:`skew_lines`) state by how much, and a registered α hold-back
+(``Design.alpha_holdback``: boundaries at α × holdback, α still the claim) buys the margin back.
+(Carrying the group-sequential z boundaries to t by their nominal p, which exploits the correlation between
+looks, was measured anti-conservative at these n: P(better or worse | Δ = 0) 0.053–0.057 at α 0.05 for looks
+(3,6,9) to (3,...,8); the union bound costs little at the per-arm levels used, e.g. t 3.18 instead of 3.13 at
+the last of looks (4,8,12) with 5 arms.) The Monte-Carlo tests (tests/ab/test_ab_sequential.py,
+tests/ab/test_design_assumptions.py) show the rates hold, and by how much skew breaks them.
 
 **A significant effect smaller than the SESOI** is reported as ``better``/``worse`` (the superiority test
 decides the direction) with the flag ``smaller_than_sesoi`` set when the same look's TOST also shows
@@ -52,6 +55,8 @@ class Design:
     sesoi: float  # smallest effect of interest, bpb, > 0
     looks: tuple[int, ...]  # cumulative replicates per arm at each look, strictly increasing; last = maximum
     n_arms: int  # arms compared with the baseline: the multiplicity family, fixed at registration
+    alpha_holdback: float = 1.0  # registered, in (0, 1]: the boundaries are computed at α × holdback while α
+    #                              stays the claim (a margin for skewed differences; docs/ab-protocol.md)
 
     def field_problems(self) -> list[tuple[str, str]]:
         """``(field, what is wrong)`` for each bad field; empty when the design is usable. The one check of a
@@ -71,6 +76,9 @@ class Design:
                         "first >= 2 (an interval needs two replicates)"))
         if not isinstance(self.n_arms, int) or isinstance(self.n_arms, bool) or self.n_arms < 1:
             out.append(("n_arms", f"{self.n_arms!r} must be an integer >= 1 (arms compared with the baseline)"))
+        if not _finite(self.alpha_holdback) or not 0.0 < self.alpha_holdback <= 1.0:
+            out.append(("alpha_holdback", f"{self.alpha_holdback} must lie in (0, 1]: the share of α the "
+                        "boundaries are computed at (1 = all of it)"))
         return out
 
     def problems(self) -> list[str]:
@@ -87,9 +95,25 @@ class Design:
     def n_max(self) -> int:
         return self.looks[-1]
 
+    @property
+    def boundary_alpha(self) -> float:
+        """The α the boundaries are computed at: the registered α times the registered hold-back."""
+        return self.alpha * self.alpha_holdback
+
+    def holdback_words(self) -> str:
+        """How the card and the verdict sentences state a hold-back ("" without one)."""
+        return holdback_words(self.alpha, self.alpha_holdback)
+
 
 def _finite(x: object) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def holdback_words(alpha: float, holdback: float) -> str:
+    """A registered α hold-back as the card and the sentences state it; "" without one (holdback 1)."""
+    if holdback == 1.0:
+        return ""
+    return f"boundaries at α {alpha * holdback:.4g} = {alpha:g} × {holdback:g}, held back for skew"
 
 
 def obf_spent(fraction: float | np.ndarray, level: float) -> np.ndarray:
@@ -135,7 +159,7 @@ def _boundaries(alpha: float, looks: tuple[int, ...], family: int) -> tuple[Look
 def boundaries(design: Design) -> tuple[LookBoundary, ...]:
     """The registered design's boundary table, one row per look (the family is the registered ``n_arms``)."""
     design.check()
-    return _boundaries(float(design.alpha), tuple(design.looks), int(design.n_arms))
+    return _boundaries(float(design.boundary_alpha), tuple(design.looks), int(design.n_arms))
 
 
 # Verdict codes of the vectorised rule: index into VERDICTS.
@@ -184,6 +208,7 @@ class ArmDecision:
     n_arms: int
     n_looks: int
     boundary: LookBoundary = field(repr=False)
+    alpha_holdback: float = 1.0  # the registered hold-back: the boundaries were computed at alpha × this
 
     @property
     def final(self) -> bool:
@@ -204,10 +229,14 @@ class ArmDecision:
         sig = "<" if self.verdict in (BETTER, WORSE) else "≥"
         sup = (f"two-sided p {self.p:.3g} {sig} this look's {b.sup_p:.3g}, family-wise α {self.alpha:g} over "
                f"{self.n_arms} arm(s) spent by {SPENDING} increments")
+        held = holdback_words(self.alpha, self.alpha_holdback)
+        if held:
+            sup += f"; {held}"
         eq_ok = -self.sesoi < self.eq_interval[0] and self.eq_interval[1] < self.sesoi
         eq = (f"the TOST interval [{self.eq_interval[0]:+.4f}, {self.eq_interval[1]:+.4f}] "
               f"{'lies' if eq_ok else 'does not lie'} inside (−{self.sesoi:g}, +{self.sesoi:g}) "
-              f"(TOST p {self.p_tost:.3g} {'<' if eq_ok else '≥'} this look's {b.eq_p:.3g})")
+              f"(TOST p {self.p_tost:.3g} {'<' if eq_ok else '≥'} this look's {b.eq_p:.3g}"
+              f"{'; ' + held if held else ''})")
         if self.verdict in (BETTER, WORSE):
             side, way = ("below", "lower") if self.verdict == BETTER else ("above", "higher")
             s = f"{arm} has {way} final bpb than {baseline}: {where}, {rci}, which lies {side} 0 ({sup})."
@@ -243,6 +272,7 @@ def _decide_one(design: Design, lb: LookBoundary, xs: Sequence[float]) -> ArmDec
         sd=sd, se=se, t=float(t), p=p, p_tost=max(p_lo, p_hi), eq_interval=(float(eq_lo), float(eq_hi)),
         smaller_than_sesoi=bool(small), last_look=lb.look == len(design.looks) - 1, alpha=design.alpha,
         sesoi=design.sesoi, n_arms=design.n_arms, n_looks=len(design.looks), boundary=lb,
+        alpha_holdback=design.alpha_holdback,
     )
 
 
@@ -272,7 +302,7 @@ def decide(design: Design, look: int, diffs: Mapping[str, Sequence[float]],
         if arm not in kept and not all(math.isfinite(float(v)) for v in xs):
             raise ValueError(f"diffs[{arm!r}]: a paired difference is not finite: {list(xs)}")
     family = design.n_arms  # registered, never len(diffs): a failed arm keeps its share of α
-    lb = _boundaries(float(design.alpha), tuple(design.looks), family)[look]
+    lb = _boundaries(float(design.boundary_alpha), tuple(design.looks), family)[look]
     out: dict[str, ArmDecision] = dict(decided or {})
     for arm, xs in diffs.items():
         if arm not in kept:
@@ -297,6 +327,7 @@ class SimulationResult:
     p_any_better_or_worse: float  # family: at least one arm better or worse
     expected_n_baseline: float  # expected replicates of the baseline: until the last arm stops
     max_n: int  # the registered maximum per arm
+    skew: float = 0.0  # skewness of the simulated paired differences (0: normal)
 
     def mc_se(self, p: float) -> float:
         """Monte-Carlo standard error of a probability estimated from ``n_sim`` runs: √(p(1 − p)/n_sim)."""
@@ -308,13 +339,27 @@ class SimulationResult:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
 
+def standard_draws(rng: np.random.Generator, shape: tuple[int, ...], skew: float) -> np.ndarray:
+    """Draws with mean 0, sd 1 and skewness ``skew``: standard normal at skew 0 (exactly the draws the card
+    always made), otherwise a standardised Pearson type III: G ~ Gamma(k = 4/g²), (G − k)/√k has mean 0, sd 1
+    and skewness 2/√k = |g|, negated for g < 0. (A skew-normal cannot reach |g| ≈ 1: its skewness is < 0.995.)"""
+    if skew == 0:
+        return rng.standard_normal(shape)
+    k = 4.0 / skew**2
+    z = (rng.standard_gamma(k, shape) - k) / math.sqrt(k)
+    return z if skew > 0 else -z
+
+
 def simulate(design: Design, deltas: Sequence[float], sd: float | Sequence[float], n_sim: int,
-             seed: int) -> SimulationResult:
+             seed: int, skew: float = 0.0) -> SimulationResult:
     """Run the exact procedure (:func:`_look_rule` at the registered boundaries, every look, every arm of the
     registered family, decided arms stopping) on ``n_sim`` simulated comparisons whose paired differences are
-    independent N(deltas[a], sd[a]²). Independence is the least favourable case for the Bonferroni family bound
-    (arms sharing a baseline are positively correlated, which lowers P(any arm significant))."""
+    independent with mean deltas[a], sd sd[a] and skewness ``skew`` (:func:`standard_draws`: normal at 0).
+    Independence is the least favourable case for the Bonferroni family bound (arms sharing a baseline are
+    positively correlated, which lowers P(any arm significant))."""
     design.check()
+    if not _finite(skew):
+        raise ValueError(f"skew: must be a finite number, got {skew!r}")
     delta = np.asarray(deltas, dtype=float)
     sds = np.broadcast_to(np.asarray(sd, dtype=float), delta.shape).copy()
     if delta.ndim != 1 or delta.size != design.n_arms:
@@ -324,7 +369,7 @@ def simulate(design: Design, deltas: Sequence[float], sd: float | Sequence[float
     if n_sim < 1:
         raise ValueError(f"n_sim: must be >= 1, got {n_sim}")
     rng = np.random.Generator(np.random.PCG64(seed))
-    x = delta[:, None, None] + sds[:, None, None] * rng.standard_normal((delta.size, n_sim, design.n_max))
+    x = delta[:, None, None] + sds[:, None, None] * standard_draws(rng, (delta.size, n_sim, design.n_max), skew)
     code = np.full((delta.size, n_sim), -1)
     n_used = np.full((delta.size, n_sim), design.n_max)
     for lb in boundaries(design):
@@ -339,12 +384,24 @@ def simulate(design: Design, deltas: Sequence[float], sd: float | Sequence[float
         seed=seed, p_better=share[0], p_worse=share[1], p_tie=share[2], p_undecided=share[3],
         expected_n=tuple(float(v) for v in n_used.mean(axis=1)),
         p_any_better_or_worse=float(((code == _B) | (code == _W)).any(axis=0).mean()),
-        expected_n_baseline=float(n_used.max(axis=0).mean()), max_n=design.n_max,
+        expected_n_baseline=float(n_used.max(axis=0).mean()), max_n=design.n_max, skew=float(skew),
     )
 
 
 CARD_N_SIM = 20_000  # per scenario; Monte-Carlo se of a rate near 0.05 is 0.0015
 CARD_SEED = 20261202
+CARD_SKEWS = (-1.0, -0.5, 0.5, 1.0)  # the card's lines for skewed paired differences (issue 34)
+
+
+@dataclass(frozen=True)
+class SkewLine:
+    """What the rule does when the paired differences are skewed (Pearson type III at the pilot sd): the
+    bounds are exact only for normal differences."""
+
+    skew: float
+    type_i: float  # P(any arm better or worse | every Δ = 0), family-wise
+    tie_at_sesoi: float  # P(tie | |Δ| = SESOI), mean over arms, the worse of Δ = +SESOI and Δ = −SESOI
+    tie_side: str  # which of "+SESOI" / "−SESOI" was the worse
 
 
 @dataclass(frozen=True)
@@ -367,6 +424,7 @@ class DesignCard:
     expected_n: dict[str, float]  # scenario -> expected replicates per arm
     expected_n_baseline: dict[str, float]  # scenario -> expected replicates of the baseline (until the last arm stops)
     max_n: int
+    skew_lines: tuple[SkewLine, ...] = ()  # the rates when the differences are skewed (CARD_SKEWS)
 
     def mc_se(self, p: float) -> float:
         return math.sqrt(max(p * (1 - p), 0.0) / self.n_sim)
@@ -376,7 +434,20 @@ class DesignCard:
         d["design"] = {**asdict(self.design), "looks": list(self.design.looks)}
         d["pilot_sd"] = list(self.pilot_sd)
         d["boundaries"] = [asdict(b) for b in boundaries(self.design)]
+        d["skew_lines"] = [{**asdict(x), "type_i_se": self.mc_se(x.type_i), "tie_se": self.mc_se(x.tie_at_sesoi)}
+                           for x in self.skew_lines]
         return d
+
+    def skew_text(self) -> list[str]:
+        """The card's skew lines: what happens when the normality the bounds assume fails."""
+        if not self.skew_lines:
+            return []
+        se = self.mc_se
+        return ["  if the paired differences are skewed (Pearson type III at the pilot sd; the bounds are exact "
+                "for normal differences):"] + [
+            f"    skew {x.skew:+.1f}: type-I (family) {x.type_i:.4f} ± {se(x.type_i):.4f}   "
+            f"P(tie | |Δ|=SESOI), the worse side ({x.tie_side}): {x.tie_at_sesoi:.4f} ± {se(x.tie_at_sesoi):.4f}"
+            for x in self.skew_lines]
 
     def to_text(self) -> str:
         dz = self.design
@@ -386,15 +457,17 @@ class DesignCard:
             f"   tie: both TOST t > {b.eq_t:7.3f} (p < {b.eq_p:.3g})"
             for b in boundaries(dz))
         sd = ", ".join(f"{v:.4g}" for v in self.pilot_sd)
+        held = dz.holdback_words()
         return "\n".join([
             f"Design card: α {dz.alpha:g} (family of {dz.n_arms} arm(s), Bonferroni; TOST α per arm), "
-            f"SESOI {dz.sesoi:g} bpb, looks {list(dz.looks)}, {SPENDING} spending",
+            f"SESOI {dz.sesoi:g} bpb, looks {list(dz.looks)}, {SPENDING} spending" + (f"; {held}" if held else ""),
             f"  pilot sd of paired differences: {sd}; expected effect {self.expected_effect:+g} bpb",
             rows,
             f"  type-I error P(better or worse | Δ=0), family: {self.type_i:.4f} ± {se(self.type_i):.4f}",
             f"  P(tie | Δ=0): {self.tie_at_zero:.3f}   P(tie | Δ=+SESOI): {self.tie_at_sesoi:.4f}",
             f"  power at the SESOI P(better | Δ=−{dz.sesoi:g}): {self.power_sesoi:.3f}",
             f"  power at the expected effect (Δ={self.expected_effect:+g}): {self.power_expected:.3f}",
+            *self.skew_text(),
             "  expected replicates per arm / of the baseline: " + "; ".join(
                 f"{k} {self.expected_n[k]:.1f} / {self.expected_n_baseline[k]:.1f}" for k in self.expected_n),
             f"  maximum replicates per arm: {self.max_n}   ({self.n_sim} simulated comparisons per scenario, "
@@ -426,4 +499,37 @@ def design_card(design: Design, pilot_sd: float | Sequence[float], expected_effe
         power_sesoi=float(np.mean(scen["Δ=−SESOI"].p_better)), power_expected=float(np.mean(right)),
         expected_n={k: float(np.mean(r.expected_n)) for k, r in scen.items()},
         expected_n_baseline={k: r.expected_n_baseline for k, r in scen.items()}, max_n=design.n_max,
+        skew_lines=skew_lines(design, sd, n_sim, seed + 10),
     )
+
+
+def skew_lines(design: Design, sd: Sequence[float], n_sim: int, seed: int,
+               skews: Sequence[float] = CARD_SKEWS) -> tuple[SkewLine, ...]:
+    """Type-I error and P(tie | |Δ| = SESOI) of the registered procedure when the paired differences have
+    skewness g (:func:`simulate`; three scenarios per g, each its own seed)."""
+    m, s = design.n_arms, design.sesoi
+    out = []
+    for i, g in enumerate(skews):
+        zero = simulate(design, [0.0] * m, sd, n_sim, seed + 3 * i, skew=g)
+        ties = {side: float(np.mean(simulate(design, [d] * m, sd, n_sim, seed + 3 * i + j, skew=g).p_tie))
+                for j, (side, d) in enumerate((("+SESOI", s), ("−SESOI", -s)), start=1)}
+        side = max(ties, key=lambda k: ties[k])
+        out.append(SkewLine(float(g), zero.p_any_better_or_worse, ties[side], side))
+    return tuple(out)
+
+
+def nearest_skew_line(skew: float, lines: Sequence[Mapping[str, float]]) -> str:
+    """Which of a card's skew lines (``DesignCard.to_dict()["skew_lines"]``) applies to a measured skewness:
+    the smallest |g| at or above |skew|, each rate the worse of +g and −g (the sample skewness's sign is
+    itself uncertain). "" without lines (a card made before they existed)."""
+    if not lines:
+        return ""
+    sizes = sorted({abs(float(x["skew"])) for x in lines})
+    size = next((g for g in sizes if abs(skew) <= g), sizes[-1])
+    at = [x for x in lines if abs(float(x["skew"])) == size]
+    type_i, tie = max(float(x["type_i"]) for x in at), max(float(x["tie_at_sesoi"]) for x in at)
+    if abs(skew) <= size:
+        return (f"the card's |skew| ≤ {size:g} line applies: type-I ≤ {type_i:.3f}, "
+                f"P(tie | |Δ| = SESOI) ≤ {tie:.3f}")
+    return (f"beyond the card's largest line (|skew| {size:g}: type-I {type_i:.3f}, P(tie | |Δ| = SESOI) "
+            f"{tie:.3f}): the error rates are larger than the card states")

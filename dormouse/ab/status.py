@@ -29,6 +29,7 @@ from dormouse.ab.looks import Progress
 from dormouse.ab.pairjob import Pair, pair_state, read_launch_record
 from dormouse.ab.plan import ComparisonPlan
 from dormouse.ab.report import verdict_rows
+from dormouse.ab.sequential import holdback_words
 from dormouse.model.flops import training_cost
 from dormouse.run.files import AB_ERROR, ComparisonFiles, RunFiles
 from dormouse.run.loglines import EVAL, RESUME, LogLineError, human, line_kind, parse_resume_line
@@ -304,11 +305,22 @@ _VERDICT_STYLE = {"better": "bold green", "worse": "bold red", "tie": "yellow", 
                   "undecided": "yellow", "baseline": "dim", "aa": "dim"}
 
 
+def assumption_caption(results: dict[str, Any]) -> Text | None:
+    """Beside the verdicts on the console: the A/A calibration check's sentence and the pooled skewness with
+    the design card's skew line it falls under (the report's words; None when neither was made)."""
+    cal, skew = results.get("aa_calibration"), results.get("skewness")
+    said = [f"A/A check: {cal['sentence']}" if cal else "", f"Skewness: {skew['sentence']}." if skew else ""]
+    return Text("\n".join(x for x in said if x)) if any(said) else None
+
+
 def verdict_table(results: dict[str, Any]) -> Table:
     """The verdicts of ``results.json`` as a rich table (the report's first table, abridged), each with its
     sentence."""
+    held = holdback_words(float(results["alpha"]), float(results.get("alpha_holdback", 1.0)))
     table = Table(title=f"ab {results['name']}: SESOI ±{results['sesoi']:g} bpb, α {results['alpha']:g} over "
-                  f"{results['n_arms']} arm(s), looks {results['looks']}", title_justify="left")
+                  f"{results['n_arms']} arm(s){f' ({held})' if held else ''}, looks {results['looks']}",
+                  title_justify="left",
+                  caption=assumption_caption(results), caption_justify="left")
     for c in ("arm", "bpb mean", "Δ mean", "repeated interval", "look", "verdict", "kept", "what was tested"):
         table.add_column(c, overflow="fold")  # a narrow terminal wraps a value; it never cuts it to "…"
     for row in verdict_rows(results):

@@ -4,7 +4,7 @@ format in perturbations_attnres.py, plus ``protects``).
 Each turns the registered rule into a plausible other one: the v1 margin back, α not spent across looks,
 the family taken from the arms present, `worse` without significance, TOST without spending; and the
 numbers reported beside the verdict (dormouse/ab/stats.py): probability of improvement, bad runs,
-Hodges–Lehmann interval, the A/A calibration check.
+Hodges–Lehmann interval (the A/A calibration check's are in perturbations_assumptions.py).
 """
 
 from __future__ import annotations
@@ -121,27 +121,6 @@ PERTURBATIONS: list[dict] = [
         "gates": [_S + "test_hodges_lehmann_is_the_median_of_walsh_averages_and_inverts_the_exact_wilcoxon_test"],
         "why": "the two-sided interval's ends use the whole 1 − confidence in each tail: a 90 % interval "
                "labelled 95 %",
-        "protects": "A/B rule",
-    },
-    {
-        "name": "calibration_without_bonferroni",
-        "file": _STATS,
-        "function": "aa_calibration",
-        "old": "    each = level / len(arms)\n",
-        "new": "    each = level\n",
-        "gates": [_S + "test_aa_calibration_false_alarms_at_most_its_level_and_detects_a_tripled_spread"],
-        "why": "each arm's F-test runs at the whole level: with four arms the check fails far more often "
-               "than its level when every spread is equal",
-        "protects": "A/B rule",
-    },
-    {
-        "name": "calibration_always_agrees",
-        "file": _STATS,
-        "function": "aa_calibration",
-        "old": "    return Calibration(not disagree, ",
-        "new": "    return Calibration(True, ",
-        "gates": [_S + "test_aa_calibration_can_fail_and_names_the_arm"],
-        "why": "the A/A check passes whatever the spreads: a check that cannot fail",
         "protects": "A/B rule",
     },
     {
