@@ -144,7 +144,7 @@ def _report(plan: ComparisonPlan, launcher: Launcher, errors: dict[str, str], st
 
 def _launch_record(plan: ComparisonPlan, launcher: Launcher, state: Progress) -> dict[str, Any]:
     """How this invocation launched, and how each pair the analysis uses ran (from its attempt records)."""
-    used = [p for p in plan.pairs if p.replicate <= state.used.get(p.arm, 0)]
+    used = [p for p in plan.pairs if state.ran(p)]
     return {"this_invocation": launcher.settings(),
             "pairs": {p.name: _pair_launch(plan.comp_dir, p.name) for p in used}}
 

@@ -28,7 +28,7 @@ from dormouse.ab.lock import is_locked, read_holder
 from dormouse.ab.looks import Progress
 from dormouse.ab.pairjob import Pair, pair_state, read_launch_record
 from dormouse.ab.plan import ComparisonPlan
-from dormouse.ab.report import verdict_rows
+from dormouse.ab.report import bad_run_lines, verdict_rows
 from dormouse.model.flops import training_cost
 from dormouse.run.files import AB_ERROR, ComparisonFiles, RunFiles
 from dormouse.run.loglines import EVAL, RESUME, LogLineError, human, line_kind, parse_resume_line
@@ -85,8 +85,7 @@ def render_schedule(plan: ComparisonPlan, console: Console) -> None:
     for col in ("replicate", "look", "init seed", "data seed", "A/A data seed"):
         table.add_column(col, no_wrap=True)
     for rep in plan.replicates:
-        look = next(i + 1 for i, n in enumerate(plan.looks) if rep.index <= n)
-        table.add_row(str(rep.index), str(look), str(rep.init_seed), str(rep.data_seed),
+        table.add_row(str(rep.index), plan.look_label(rep.index), str(rep.init_seed), str(rep.data_seed),
                       "—" if rep.aa_data_seed is None else str(rep.aa_data_seed))
     console.print(table)
 
@@ -127,9 +126,9 @@ def render_plan(plan: ComparisonPlan, *, launch: dict[str, Any], registration: s
             total_tokens += cost["tokens"]
             est = median(measured[p.arm]) if p.arm in measured else None
             remaining_s = None if est is None or remaining_s is None else remaining_s + est
-        look = next(i + 1 for i, n in enumerate(plan.looks) if p.replicate <= n)
-        table.add_row(p.name, str(look), "done" if state == "complete" else f"{state}: {why}" if state != "new"
-                      else "new", human(cost["tokens"]), human(cost["flops"]), _fmt_s(wall) if wall else "")
+        table.add_row(p.name, plan.look_label(p.replicate), "done" if state == "complete" else f"{state}: {why}"
+                      if state != "new" else "new", human(cost["tokens"]), human(cost["flops"]),
+                      _fmt_s(wall) if wall else "")
     console.print(table)
     jobs = int(launch.get("jobs") or 1)
     _say(console, f"left to run at most (every look, no arm decided early): {left} of {len(pairs)} pairs, "
@@ -308,7 +307,8 @@ def verdict_table(results: dict[str, Any]) -> Table:
     """The verdicts of ``results.json`` as a rich table (the report's first table, abridged), each with its
     sentence."""
     table = Table(title=f"ab {results['name']}: SESOI ±{results['sesoi']:g} bpb, α {results['alpha']:g} over "
-                  f"{results['n_arms']} arm(s), looks {results['looks']}", title_justify="left")
+                  f"{results['n_arms']} arm(s), looks {results['looks']}", title_justify="left",
+                  caption="\n".join(bad_run_lines(results)) or None, caption_justify="left")
     for c in ("arm", "bpb mean", "Δ mean", "repeated interval", "look", "verdict", "kept", "what was tested"):
         table.add_column(c, overflow="fold")  # a narrow terminal wraps a value; it never cuts it to "…"
     for row in verdict_rows(results):
