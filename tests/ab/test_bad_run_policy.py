@@ -188,8 +188,9 @@ def test_the_verdict_decides_on_the_spare_and_the_finding_names_the_replacement(
     assert "2" not in doc["arms"]["gr"]["final_bpb"] and "6" in doc["arms"]["gr"]["final_bpb"]
     assert any(r["arm"] == "gr" and r["replicate"] == 2 for r in doc["runs"]), "the replaced run is listed"
     report = render_report(doc, [])
-    line = next(ln for ln in report.splitlines() if ln.startswith("- gr:"))
-    assert "1 of" in line and "replicate 2 replaced by spare 6 (arm run bad)" in line
+    lines = [ln for ln in report.splitlines() if ln.startswith("- gr:")]
+    assert lines and "1 of" in lines[0] and "replicate 2 replaced by spare 6 (arm run bad)" in lines[0], \
+        "the report states the bad runs and the replacement"
 
 
 def test_without_bad_runs_the_policy_changes_nothing(plan: Any) -> None:
@@ -291,5 +292,5 @@ def test_the_policy_gives_back_the_power_outliers_take_and_keeps_the_type_one_er
     assert hit["power"] < 0.5, f"without the policy the outliers cost the power: {hit}"
     assert two["power"] > 0.85 and four["power"] > clean["power"] - 0.02, (two, four, clean)
     assert 1.0 < two["pairs"] / clean["pairs"] < 1.2, (two, clean)  # measured 1.11: the spares, ~1 per arm
-    null = simulate_policy(0.0, 2, 1 / 20)  # measured 0.037 (0.039 with 4 replacements)
+    null = simulate_policy(0.0, 2, 1 / 20)  # measured 0.039 (a clean comparison: 0.042)
     assert null["family"] <= MC_DESIGN.alpha + 3 * math.sqrt(0.05 * 0.95 / MC_SIMS), null
