@@ -27,6 +27,7 @@ from dormouse.ab.report import render_report
 from dormouse.ab.results import analyze
 from dormouse.ab.runner import run_comparison
 from dormouse.ab.sequential import _B, _U, _W, Design, _look_rule, boundaries
+from dormouse.ab.status import render_schedule
 from dormouse.config.schema import arm_name
 from dormouse.run.files import ComparisonFiles
 from tests.helpers.planted_run import append_eval, append_log, done_line, eval_rows, write_run_header
@@ -294,3 +295,11 @@ def test_the_policy_gives_back_the_power_outliers_take_and_keeps_the_type_one_er
     assert 1.0 < two["pairs"] / clean["pairs"] < 1.2, (two, clean)  # measured 1.11: the spares, ~1 per arm
     null = simulate_policy(0.0, 2, 1 / 20)  # measured 0.039 (a clean comparison: 0.042)
     assert null["family"] <= MC_DESIGN.alpha + 3 * math.sqrt(0.05 * 0.95 / MC_SIMS), null
+
+
+def test_the_plan_lists_the_spare_pairs_as_spares(plan: Any) -> None:
+    console = Console(record=True, width=200)
+    render_schedule(plan, console)
+    rows = [[c.strip() for c in ln.split("│")[1:3]] for ln in console.export_text().splitlines() if "│" in ln]
+    assert rows[-2:] == [["6", "spare"], ["7", "spare"]] and ["5", "2"] in rows, rows
+    assert [plan.look_label(k) for k in (1, 3, 4, 5, 6)] == ["1", "1", "2", "2", "spare"]
