@@ -28,7 +28,7 @@ from dormouse.ab.lock import is_locked, read_holder
 from dormouse.ab.looks import Progress
 from dormouse.ab.pairjob import Pair, pair_state, read_launch_record
 from dormouse.ab.plan import ComparisonPlan
-from dormouse.ab.report import bad_run_lines, verdict_rows
+from dormouse.ab.report import verdict_rows
 from dormouse.model.flops import training_cost
 from dormouse.run.files import AB_ERROR, ComparisonFiles, RunFiles
 from dormouse.run.loglines import EVAL, RESUME, LogLineError, human, line_kind, parse_resume_line
@@ -307,8 +307,7 @@ def verdict_table(results: dict[str, Any]) -> Table:
     """The verdicts of ``results.json`` as a rich table (the report's first table, abridged), each with its
     sentence."""
     table = Table(title=f"ab {results['name']}: SESOI ±{results['sesoi']:g} bpb, α {results['alpha']:g} over "
-                  f"{results['n_arms']} arm(s), looks {results['looks']}", title_justify="left",
-                  caption="\n".join(bad_run_lines(results)) or None, caption_justify="left")
+                  f"{results['n_arms']} arm(s), looks {results['looks']}", title_justify="left")
     for c in ("arm", "bpb mean", "Δ mean", "repeated interval", "look", "verdict", "kept", "what was tested"):
         table.add_column(c, overflow="fold")  # a narrow terminal wraps a value; it never cuts it to "…"
     for row in verdict_rows(results):
