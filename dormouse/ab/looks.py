@@ -6,7 +6,10 @@ run more), ``--status`` and the report all see the same looks, and a resumed com
 where it stood. At look i (``n = looks[i]`` replicates per arm) the baseline and the A/A arm run with every
 tested arm still undecided; an arm decided at an earlier look runs no more replicates. The decision is
 :func:`dormouse.ab.sequential.decide` on each undecided arm's paired differences over the first n
-replicates, with the family size fixed at registration (:meth:`ComparisonPlan.design`).
+replicates, with the family size fixed at registration (:meth:`ComparisonPlan.design`). Under a registered
+bad-run policy an arm's replicates are those :func:`dormouse.ab.bad_runs.assign` gives: a replicate whose
+arm or baseline run ended above the ceiling is replaced by the next spare replicate (at most the registered
+number per arm), and a look first runs the spare pairs the rule asks for.
 
 An arm whose runs failed, or whose counters show it did not run as asked, is ``invalid``: it takes no
 further part, and it *stays in the family* (the design's ``n_arms`` does not shrink), so a failed arm never
@@ -19,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dormouse.ab import tune
+from dormouse.ab import bad_runs, tune
 from dormouse.ab.pairjob import Pair
 from dormouse.ab.plan import ComparisonPlan
 from dormouse.ab.records import RunRecord, is_finite_number, load_record
@@ -52,8 +55,15 @@ class Progress:
     tune: Any = None  # the tune stage's tune.TuneOutcome (None: the registration has none)
     next_look: int | None = None  # the look the pending pairs are for (None with tune pairs pending)
     pending: list[Pair] = field(default_factory=list)  # pairs to run before the next look can be taken
-    used: dict[str, int] = field(default_factory=dict)  # arm -> replicates its analysis uses
+    used: dict[str, list[int]] = field(default_factory=dict)  # arm -> the replicates its analysis uses, in order
+    made: dict[str, list[int]] = field(default_factory=dict)  # arm -> every replicate it ran (replaced ones too)
+    replaced: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # arm -> (replicate, its spare)
     diffs: dict[str, list[float]] = field(default_factory=dict)  # arm -> Δ over the replicates it uses
+
+    def ran(self, pair: Pair) -> bool:
+        """The looks ran this pair for its arm: a replicate its analysis uses, or one the bad-run policy
+        replaced (reported, never decided on)."""
+        return pair.replicate in self.made.get(pair.arm, ())
 
     @property
     def finished(self) -> bool:
@@ -86,9 +96,17 @@ def paired_differences(recs: list[RunRecord], base: dict[int, RunRecord], key: s
     return out
 
 
-def _use(out: Progress, arm: str, n: int, by_arm: dict[str, list[RunRecord]], base: str) -> None:
-    """The arm's analysis uses its first ``n`` replicates: record that, and its Δ over them."""
-    out.used[arm] = n
+def _use(out: Progress, arm: str, n: int, made: dict[str, list[RunRecord]], chosen: dict[str, bad_runs.Assignment],
+         base: str) -> None:
+    """The arm's analysis uses the replicates the bad-run policy gives (``chosen``; without the policy, or for
+    the baseline, its first ``n``) of the runs it ``made``: record those, the replacements, and its Δ."""
+    pick = chosen.get(arm)
+    runs = {r.replicate: r for r in made[arm]}
+    used = list(pick.used) if pick is not None else list(range(1, n + 1))
+    by_arm = {base: made[base], arm: [runs[k] for k in used if k in runs]}
+    out.used[arm] = sorted({*out.used.get(arm, []), *runs}) if arm == base else used
+    out.made[arm] = sorted({*out.made.get(arm, []), *runs})
+    out.replaced[arm] = [] if pick is None else list(pick.replacements)
     if arm != base:
         out.diffs[arm] = paired_differences(by_arm[arm], {r.replicate: r for r in by_arm[base]})
 
@@ -113,14 +131,18 @@ def progress(plan: ComparisonPlan, read: ReadRecord, failed: set[str] | None = N
         pairs = plan.pairs_to(n, helpers + active)
         records = {p.name: read(p) for p in pairs}
         to_run = [p for p in pairs if not records[p.name].complete and p.name not in failed]
+        chosen: dict[str, bad_runs.Assignment] = {}
+        if not to_run:  # the spare pairs the bad-run policy asks for, once the look's own pairs are in
+            ruled = [a for a in helpers[1:] + active if a not in out.invalid]
+            chosen, to_run = _spares(plan, read, records, ruled, n, failed)
         if to_run:
             out.next_look, out.pending = index, to_run
             break
-        by_arm = {a: [records[p.name] for p in pairs if p.arm == a] for a in helpers + active}
+        by_arm = _made(plan, records, helpers + active, n, chosen)
         for arm in list(helpers + active):
             if arm not in out.invalid and not (all(r.complete for r in by_arm[arm]) and _finding_free(by_arm[arm])):
                 out.invalid[arm] = _why_invalid(by_arm[arm], n)
-                _use(out, arm, n, by_arm, base)
+                _use(out, arm, n, by_arm, chosen, base)
         if base in out.invalid:  # nothing can be decided against a baseline that did not run as asked
             for arm in active:
                 out.invalid.setdefault(arm, f"the baseline {base!r} is invalid: {out.invalid[base]}")
@@ -130,7 +152,7 @@ def progress(plan: ComparisonPlan, read: ReadRecord, failed: set[str] | None = N
             break
         for a in [*helpers, *active]:
             if a not in out.invalid:
-                _use(out, a, n, by_arm, base)
+                _use(out, a, n, by_arm, chosen, base)
         family = design  # the registered family (n_arms fixed at registration), whatever failed
         decided = decide(family, index, {a: out.diffs[a] for a in active}, decided=dict(out.decisions))
         out.looks.append(Look(index, n, list(active), {a: decided[a] for a in active}))
@@ -139,6 +161,49 @@ def progress(plan: ComparisonPlan, read: ReadRecord, failed: set[str] | None = N
         active = [a for a in active if decided[a].verdict == UNDECIDED]
         if not active:
             break
+    return out
+
+
+def _spares(plan: ComparisonPlan, read: ReadRecord, records: dict[str, RunRecord], arms: list[str], n: int,
+            failed: set[str]) -> tuple[dict[str, bad_runs.Assignment], list[Pair]]:
+    """Each of ``arms``' replicates at this look under the bad-run policy (dormouse/ab/bad_runs.py), reading
+    the spare pairs the rule asks for into ``records``; and the spare pairs still to run (the baseline's once
+    for every arm). A spare pair that failed stops its arm's assignment there (the arm is then invalid)."""
+    spec = plan.spec
+    base, ceiling, most = spec.baseline, spec.bad_run_ceiling, int(spec.bad_run_replacements)
+    chosen: dict[str, bad_runs.Assignment] = {}
+    to_run: dict[str, Pair] = {}
+    for arm in arms:
+        def bad(k: int, arm: str = arm) -> bool | None:
+            runs = [records.get(plan.pair_of(a, k).name) for a in (arm, base)]
+            if not all(r is not None and r.complete for r in runs):
+                return None
+            return any(bad_runs.is_bad(float(r.final["bpb"]), ceiling) for r in runs if r and r.final)
+
+        while True:
+            chosen[arm] = pick = bad_runs.assign(n, spec.max_replicates, most, bad)
+            if pick.needs is None:
+                break
+            spare = [plan.pair_of(a, pick.needs) for a in (arm, base)]
+            for p in spare:
+                records.setdefault(p.name, read(p))
+            waiting = [p for p in spare if not records[p.name].complete]
+            to_run.update({p.name: p for p in waiting if p.name not in failed})
+            if waiting:
+                break
+    return chosen, list(to_run.values())
+
+
+def _made(plan: ComparisonPlan, records: dict[str, RunRecord], arms: list[str], n: int,
+          chosen: dict[str, bad_runs.Assignment]) -> dict[str, list[RunRecord]]:
+    """The runs each arm made for this look: its first ``n`` replicates and the spares the policy asked of it
+    (the baseline: every arm's spares), in replicate order."""
+    base = plan.spec.baseline
+    out = {}
+    for arm in arms:
+        asked = [pick for a, pick in chosen.items() if arm in (a, base)]
+        spares = {k for pick in asked for k in (*pick.spares, *([pick.needs] if pick.needs else []))}
+        out[arm] = [records[plan.pair_of(arm, k).name] for k in [*range(1, n + 1), *sorted(spares)]]
     return out
 
 

@@ -13,6 +13,10 @@ are, and a longer schedule only adds replicates. A registration with a ``tune`` 
 (each tuned arm at each grid lr, on the tune seed streams: dormouse/ab/tune.py); the confirmatory pairs get
 their ``train.lr`` when the stage has chosen (:meth:`ComparisonPlan.choose_lrs`). A protocol-1
 registration (read only) plans its listed seeds as one look, with whatever data seed its arms set.
+
+A registered bad-run policy (``bad_run_replacements: R``) plans R spare replicates after the maximum, on the
+same streams (replicate n_max + j has seeds base + n_max + j − 1); their pairs run only when the policy asks
+for them (dormouse/ab/bad_runs.py).
 """
 
 from __future__ import annotations
@@ -118,6 +122,14 @@ class ComparisonPlan:
         keep = set(self.arms if arms is None else arms)
         return [p for p in self.pairs if p.replicate <= n_replicates and p.arm in keep]
 
+    def pair_of(self, arm: str, replicate: int) -> Pair:
+        """The confirmatory pair of ``arm`` at ``replicate`` (a spare's too)."""
+        return next(p for p in self.pairs if p.arm == arm and p.replicate == replicate)
+
+    def look_label(self, replicate: int) -> str:
+        """The look a replicate first belongs to (1-based), or ``spare`` for the bad-run policy's spares."""
+        return next((str(i + 1) for i, n in enumerate(self.looks) if replicate <= n), "spare")
+
     def design(self) -> Design:
         """The registered sequential design: α, SESOI, looks, and the family size fixed at registration
         (every tested arm, whether or not its runs later fail)."""
@@ -160,12 +172,12 @@ def check_cli_overrides(reg: Registered, overrides: list[str]) -> None:
 
 
 def replicates_of(spec: Any) -> list[Replicate]:
-    """The registered replicates up to the maximum (see the module docstring)."""
+    """The registered replicates up to the maximum, then the bad-run policy's spares (module docstring)."""
     if not isinstance(spec, ComparisonSpec):
         return [Replicate(i + 1, int(s), None, None) for i, s in enumerate(spec.seeds)]
     aa = spec.aa_data_seed_base
     return [Replicate(k + 1, spec.init_seed_base + k, spec.data_seed_base + k, None if aa is None else aa + k)
-            for k in range(spec.max_replicates)]
+            for k in range(spec.planned_replicates)]
 
 
 def looks_of(spec: Any) -> list[int]:

@@ -26,6 +26,9 @@ Protocol 2 (every new registration; :class:`ComparisonSpec`, every key, unknown 
     pilot_sd: 0.03                 # sd of paired differences the design card simulates (from a pilot)
     expected_effect: -0.05         # the effect the card states its power at (bpb, arm - baseline)
     bad_run_ceiling: 2.6           # optional: a run ending above this final bpb is a bad run (reported)
+    bad_run_replacements: 2        # optional (0: none): the most runs per arm a bad run's replicate may be
+                                   # replaced, by the spare replicates after the maximum (looks[-1] + 1, ...,
+                                   # the same seed streams); needs bad_run_ceiling (dormouse/ab/bad_runs.py)
     fixed: [preset=tiny, ...]      # overrides applied to every run (before the arm's own)
     arms:                          # arm name -> its overrides; the order is the registry's
       rezero: []
@@ -126,6 +129,7 @@ class ComparisonSpec:
     pilot_sd: float = MISSING
     expected_effect: float = MISSING
     bad_run_ceiling: float | None = None
+    bad_run_replacements: int = 0
     fixed: list[str] = field(default_factory=list)
     arms: dict[str, list[str]] = MISSING
     tune: TuneSpec | None = None
@@ -134,6 +138,11 @@ class ComparisonSpec:
     @property
     def max_replicates(self) -> int:
         return int(self.looks[-1])
+
+    @property
+    def planned_replicates(self) -> int:
+        """The replicates the seed streams may reach: the maximum, then the bad-run policy's spares."""
+        return self.max_replicates + max(0, int(self.bad_run_replacements))
 
     @property
     def tested(self) -> list[str]:
@@ -322,6 +331,11 @@ def _v2_problems(spec: ComparisonSpec, bad: Any) -> None:
         bad("expected_effect", f"{spec.expected_effect} must be a finite number (bpb)")
     if spec.bad_run_ceiling is not None and not (_finite(spec.bad_run_ceiling) and spec.bad_run_ceiling > 0):
         bad("bad_run_ceiling", f"{spec.bad_run_ceiling} must be a finite number > 0 (bpb) or null")
+    if spec.bad_run_replacements < 0:
+        bad("bad_run_replacements", f"{spec.bad_run_replacements} must be >= 0 (0: no bad-run policy)")
+    elif spec.bad_run_replacements and spec.bad_run_ceiling is None:
+        bad("bad_run_replacements", f"{spec.bad_run_replacements} needs a bad_run_ceiling: the policy replaces "
+            "runs that ended above it")
     for key in ("init_seed_base", "data_seed_base", "aa_data_seed_base"):
         value = getattr(spec, key)
         if value is not None and value < 0:
@@ -330,7 +344,7 @@ def _v2_problems(spec: ComparisonSpec, bad: Any) -> None:
         if spec.aa_data_seed_base is None:
             bad("aa_data_seed_base", f"required with aa_arm {spec.aa_arm!r}: the A/A arm's own data-order stream")
         elif looks:
-            n = looks[-1]
+            n = looks[-1] + max(0, spec.bad_run_replacements)  # the spares' streams too
             lo, hi = spec.aa_data_seed_base, spec.aa_data_seed_base + n - 1
             if lo <= spec.data_seed_base + n - 1 and spec.data_seed_base <= hi:
                 bad("aa_data_seed_base", f"the A/A data seeds {lo}..{hi} overlap the arms' data seeds "
@@ -364,7 +378,7 @@ def _tune_problems(spec: ComparisonSpec, tune: TuneSpec, bad: Any) -> None:
     for key in ("init_seed_base", "data_seed_base"):
         if getattr(tune, key) < 0:
             bad(f"tune.{key}", f"{getattr(tune, key)} must be >= 0")
-    n = int(spec.looks[-1]) if list(spec.looks) else 0
+    n = spec.planned_replicates if list(spec.looks) else 0
     confirmatory = {"init_seed_base": ("tune.init_seed_base", spec.init_seed_base),
                     "data_seed_base": ("tune.data_seed_base", spec.data_seed_base),
                     "aa_data_seed_base": ("tune.data_seed_base", spec.aa_data_seed_base)}

@@ -135,6 +135,27 @@ def _verdict_table(r: dict[str, Any]) -> list[str]:
     return out + tune_report.verdict_footnotes(r)
 
 
+def bad_run_lines(r: dict[str, Any]) -> list[str]:
+    """The registered bad-run policy's finding, one line per arm (docs/ab-protocol.md, "The bad-run policy"):
+    its bad runs over every run it made, the rate's interval, and each replicate the policy replaced. Empty
+    without the policy (a results.json from before it included)."""
+    most = r.get("bad_run_replacements") or 0
+    if not most:
+        return []
+    out = [f"Bad runs (final bpb above the ceiling {r['bad_run_ceiling']:g}; registered policy: at most {most} "
+           "per arm replaced by the next spare replicate):"]
+    for name, a in r["arms"].items():
+        bad = a.get("bad_runs")
+        if bad is None:
+            continue
+        lo, hi = bad["interval"]
+        swaps = "; ".join(f"replicate {x['replicate']} replaced by spare {x['spare']} ({' and '.join(x['bad'])} "
+                          "run bad)" for x in bad.get("replaced") or [])
+        out.append(f"- {name}: {bad['count']} of {bad['n']} runs bad ({100 * bad['rate']:.0f} %, 95 % "
+                   f"[{100 * lo:.0f}, {100 * hi:.0f}] %)" + (f"; {swaps}" if swaps else ""))
+    return out
+
+
 def _sentences(r: dict[str, Any]) -> list[str]:
     out = ["", "## What was tested", ""]
     for name, a in r["arms"].items():
@@ -233,7 +254,7 @@ def _runs_table(r: dict[str, Any]) -> list[str]:
 def render_report(results: dict[str, Any], plots: list[str]) -> str:
     """The report.md text."""
     r = results
-    out = _header(r) + _verdict_table(r) + _sentences(r)
+    out = _header(r) + _verdict_table(r) + ([""] + bad_run_lines(r) if bad_run_lines(r) else []) + _sentences(r)
     if r.get("tune"):
         out += [""] + tune_report.markdown(r, plots)
     card = r.get("design_card")

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from dormouse.ab import stats, tune
+from dormouse.ab.bad_runs import is_bad
 from dormouse.ab.looks import INVALID, UNDECIDED, Progress, paired_differences
 from dormouse.ab.pairjob import Pair, recorded_fingerprints
 from dormouse.ab.plan import ComparisonPlan
@@ -122,6 +123,7 @@ class ComparisonResults:
             "alpha_holdback": spec.alpha_holdback,
             "looks": list(plan.looks), "family": list(spec.tested), "n_arms": plan.design().n_arms,
             "replicates": [vars(r) for r in plan.replicates], "bad_run_ceiling": spec.bad_run_ceiling,
+            "bad_run_replacements": spec.bad_run_replacements,
             "pilot_sd": spec.pilot_sd, "expected_effect": spec.expected_effect,
             "looks_taken": [{"look": lk.index + 1, "n": lk.n, "arms": lk.arms,
                              "verdicts": {a: d.verdict for a, d in lk.decisions.items()}} for lk in state.looks],
@@ -203,12 +205,31 @@ def _beside(diffs: list[float]) -> dict[str, Any]:
             "hodges_lehmann_confidence": None if hl is None else hl.confidence}
 
 
-def _bad_runs(finals: list[float], ceiling: float | None) -> dict[str, Any] | None:
-    """Runs whose final bpb ended above the registered ceiling (a run that did not learn)."""
+def _bad_runs(finals: list[float], ceiling: float | None,
+              replaced: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+    """Runs whose final bpb ended above the registered ceiling (a run that did not learn): their count and
+    rate over every run the arm made (runs the bad-run policy replaced included, so an unstable arm cannot
+    hide behind its spares), and under the policy (``replaced`` not None) each replacement it made."""
     rate = None if ceiling is None else stats.bad_run_rate(finals, ceiling)
     if rate is None:
         return None
-    return {"count": rate.k, "n": rate.n, "rate": rate.estimate, "interval": rate.interval, "ceiling": ceiling}
+    out = {"count": rate.k, "n": rate.n, "rate": rate.estimate, "interval": rate.interval, "ceiling": ceiling}
+    if replaced is not None:
+        out["replaced"] = replaced
+    return out
+
+
+def _replacements(arm: str, recs: dict[int, RunRecord], base: dict[int, RunRecord], state: Progress,
+                  ceiling: float | None) -> list[dict[str, Any]]:
+    """Each replacement the bad-run policy made for the arm: the replicate, the spare that took its place,
+    and whose run was bad (the arm's, the baseline's, or both)."""
+    def bad(runs: dict[int, RunRecord], k: int) -> bool:
+        r = runs.get(k)
+        return r is not None and r.final is not None and is_bad(float(r.final["bpb"]), ceiling)
+
+    return [{"replicate": k, "spare": s, "bad": [who for who, runs in (("arm", recs), ("baseline", base))
+                                                 if bad(runs, k)]}
+            for k, s in state.replaced.get(arm, [])]
 
 
 def _kept(verdict: str, arm: str, base: str, kind: str, base_kind: str) -> str | None:
@@ -245,23 +266,27 @@ def _helper(arm: str, role: str, state: Progress) -> ArmVerdict:
     return ArmVerdict(role, sentence="the reference" if role == "baseline" else "the calibration check (below)")
 
 
-def _arm_result(arm: str, role: str, recs: list[RunRecord], state: Progress, base: dict[int, RunRecord],
+def _arm_result(arm: str, role: str, ran: list[RunRecord], state: Progress, base: dict[int, RunRecord],
                 spec: Any) -> dict[str, Any]:
     """One arm's numbers that do not depend on the decision: its runs, Δ (the looks'), and what is reported
-    beside (the fields of :class:`ArmResult` but its cost and verdict)."""
+    beside (the fields of :class:`ArmResult` but its cost and verdict). ``ran``: every run the arm made for
+    the looks; its numbers are over the runs its analysis uses, its bad runs over every run made."""
+    recs = [r for r in ran if r.replicate in state.used.get(arm, ())]
+    replaced = (_replacements(arm, {r.replicate: r for r in ran}, base, state, spec.bad_run_ceiling)
+                if spec.bad_run_replacements > 0 and role != "baseline" else None)
     finals = {r.replicate: float(r.final["bpb"]) for r in recs if r.final}
     diffs = list(state.diffs.get(arm, [])) if role != "baseline" else []
     beside = _beside(diffs) if role != "baseline" else {}
-    beside["bad_runs"] = _bad_runs(list(finals.values()), spec.bad_run_ceiling)
+    beside["bad_runs"] = _bad_runs([float(r.final["bpb"]) for r in ran if r.final], spec.bad_run_ceiling, replaced)
     return dict(
         role=role, kind=recs[0].kind if recs else None, overrides=list(spec.arms[arm]),
         replicates=[r.replicate for r in recs], init_seeds=[r.seed for r in recs],
         final_bpb={str(k): v for k, v in finals.items()}, bpb_mean=_mean_of(list(finals.values())),
         bpb_sd=stats.sd(list(finals.values())), diffs=diffs, beside=beside,
         bpb_by_depth=_by_depth(recs, base, role),
-        findings=[_finding_text(f, r.run_dir.parent) for r in recs for f in r.findings],
+        findings=[_finding_text(f, r.run_dir.parent) for r in ran for f in r.findings],
         incomplete=[f"{r.run_dir.name}: {r.error or 'no final eval at step ' + str(r.steps)}"
-                    for r in recs if not r.complete])
+                    for r in ran if not r.complete])
 
 
 def analyze(plan: ComparisonPlan, state: Progress, read: Callable[[Pair], RunRecord], *,
@@ -270,7 +295,7 @@ def analyze(plan: ComparisonPlan, state: Progress, read: Callable[[Pair], RunRec
     """Apply the protocol to the runs the looks used; returns (the results, the records read)."""
     spec = plan.spec
     base, aa = spec.baseline, spec.aa_arm
-    records = [read(p) for p in plan.pairs if p.replicate <= state.used.get(p.arm, 0)]
+    records = [read(p) for p in plan.pairs if state.ran(p)]
     by_arm = {a: [r for r in records if r.arm == a] for a in spec.arms}
     base_runs = {r.replicate: r for r in by_arm[base]}
     base_kind = arm_name(next(p.cfg for p in plan.pairs if p.arm == base))  # what the registration selects

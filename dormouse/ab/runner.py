@@ -54,7 +54,7 @@ from dormouse.ab.pairjob import (
 from dormouse.ab.plan import ComparisonPlan, build_plan
 from dormouse.ab.registration import bind_registration, check_same_code, refuse_protocol_1
 from dormouse.ab.registry import ComparisonError, Registered
-from dormouse.ab.report import write_outputs
+from dormouse.ab.report import bad_run_lines, write_outputs
 from dormouse.ab.results import analyze
 from dormouse.ab.status import verdict_table
 from dormouse.errors import Interrupted
@@ -123,6 +123,8 @@ def run_comparison(
         errors = _run_looks(plan, launcher, train_fn or _default_train_fn(), code.sha256, console)
         results = _report(plan, launcher, errors, {k: v for k, v in stamp.items() if k != "registered"}, card)
     console.print(verdict_table(results))
+    for line in bad_run_lines(results):  # the registered bad-run policy's finding, beside the verdicts
+        console.print(line, soft_wrap=True, highlight=False)
     console.print(f"report: {plan.files.report}")
     return plan.comp_dir
 
@@ -144,7 +146,7 @@ def _report(plan: ComparisonPlan, launcher: Launcher, errors: dict[str, str], st
 
 def _launch_record(plan: ComparisonPlan, launcher: Launcher, state: Progress) -> dict[str, Any]:
     """How this invocation launched, and how each pair the analysis uses ran (from its attempt records)."""
-    used = [p for p in plan.pairs if p.replicate <= state.used.get(p.arm, 0)]
+    used = [p for p in plan.pairs if state.ran(p)]
     return {"this_invocation": launcher.settings(),
             "pairs": {p.name: _pair_launch(plan.comp_dir, p.name) for p in used}}
 

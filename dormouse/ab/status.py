@@ -86,8 +86,7 @@ def render_schedule(plan: ComparisonPlan, console: Console) -> None:
     for col in ("replicate", "look", "init seed", "data seed", "A/A data seed"):
         table.add_column(col, no_wrap=True)
     for rep in plan.replicates:
-        look = next(i + 1 for i, n in enumerate(plan.looks) if rep.index <= n)
-        table.add_row(str(rep.index), str(look), str(rep.init_seed), str(rep.data_seed),
+        table.add_row(str(rep.index), plan.look_label(rep.index), str(rep.init_seed), str(rep.data_seed),
                       "—" if rep.aa_data_seed is None else str(rep.aa_data_seed))
     console.print(table)
 
@@ -128,9 +127,9 @@ def render_plan(plan: ComparisonPlan, *, launch: dict[str, Any], registration: s
             total_tokens += cost["tokens"]
             est = median(measured[p.arm]) if p.arm in measured else None
             remaining_s = None if est is None or remaining_s is None else remaining_s + est
-        look = next(i + 1 for i, n in enumerate(plan.looks) if p.replicate <= n)
-        table.add_row(p.name, str(look), "done" if state == "complete" else f"{state}: {why}" if state != "new"
-                      else "new", human(cost["tokens"]), human(cost["flops"]), _fmt_s(wall) if wall else "")
+        table.add_row(p.name, plan.look_label(p.replicate), "done" if state == "complete" else f"{state}: {why}"
+                      if state != "new" else "new", human(cost["tokens"]), human(cost["flops"]),
+                      _fmt_s(wall) if wall else "")
     console.print(table)
     jobs = int(launch.get("jobs") or 1)
     _say(console, f"left to run at most (every look, no arm decided early): {left} of {len(pairs)} pairs, "
