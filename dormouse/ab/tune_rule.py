@@ -183,11 +183,19 @@ def next_step(rule: Bracketing, values: Values) -> Step:
     means = {lr: fmean(vs) for lr, vs in finals.items()}
     ext = _extension(rule, tried, best)
     if ext is not None:
-        return Step(requests=tuple(Request(ext.lr, j) for j in range(rule.replicates)))
+        return _asking(values, [Request(ext.lr, j) for j in range(rule.replicates)])
     seconds = _second_seeds(rule, values, means, best)
     if seconds:
-        return Step(requests=tuple(seconds))
+        return _asking(values, seconds)
     return Step(choice=_choice(rule, values, finals, best))
+
+
+def _asking(values: Values, requests: list[Request]) -> Step:
+    """A round of requests; asking again for a run the arm has would replay forever: a bug, said at once."""
+    again = [q for q in requests if (q.lr, q.replicate) in values]
+    if again:
+        raise RuntimeError(f"the tune rule asked again for runs it has: {again}")
+    return Step(requests=tuple(requests))
 
 
 def _choice(rule: Bracketing, values: Values, finals: dict[float, list[float]], best: float) -> ArmChoice:

@@ -25,6 +25,7 @@ from omegaconf import DictConfig
 from rich.console import Console
 
 from dormouse.ab.command import ab_command
+from dormouse.ab.plan import build_plan
 from dormouse.ab.runner import run_comparison
 from dormouse.errors import TrainError
 from tests.helpers.planted_run import append_eval, append_log, done_line, eval_rows, write_run_header
@@ -166,3 +167,14 @@ def test_the_report_names_the_extension_lr(finished: tuple[Path, BracketFake, Pa
     assert "## The tune stage" in report
     if "0.016" in report:  # the report's tune section (dormouse/ab/tune_report.py) names extension lrs
         assert "0.008" in report
+
+
+def test_every_tune_pair_that_may_exist_is_in_the_plan(finished: tuple[Path, BracketFake, Path, str]) -> None:
+    """The runner's kept-run check, the code check and --status walk ``plan.all_pairs``: every tune pair the
+    budget allows (any extension lr, the second seed) must be there, not only the grid's."""
+    comp, fake, reg, _ = finished
+    plan = build_plan("tb", [], comp.parent, registry=reg)
+    names = {p.name for p in plan.all_pairs}
+    assert {c for c in fake.calls if c.startswith("tune-")} <= names
+    assert "tune-gr-lr0.00025-s9002" in names and "tune-gr-lr0.016-s9002" in names
+    assert len(names) == 4 * (3 + 2 * 2) * 2 + len(plan.pairs)
