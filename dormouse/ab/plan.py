@@ -10,8 +10,10 @@ Replicate k (1-based) of a protocol-2 comparison trains every arm with ``train.s
 (the shared initial weights) and ``train.data_seed = data_seed_base + k - 1`` (the data order); the A/A arm
 takes ``aa_data_seed_base + k - 1`` instead. So a replicate's streams never depend on how many looks there
 are, and a longer schedule only adds replicates. A registration with a ``tune`` stage also plans its tune pairs
-(each tuned arm at each grid lr, on the tune seed streams: dormouse/ab/tune.py); the confirmatory pairs get
-their ``train.lr`` when the stage has chosen (:meth:`ComparisonPlan.choose_lrs`). A protocol-1
+(each tuned arm at each grid lr, on the tune seed streams: dormouse/ab/tune.py) and makes any other tune pair
+its bracketing rule asks for on demand (:meth:`ComparisonPlan.tune_pair`: an extension lr, a second seed);
+the confirmatory pairs get their ``train.lr`` when the stage has chosen (:meth:`ComparisonPlan.choose_lrs`). A
+protocol-1
 registration (read only) plans its listed seeds as one look, with whatever data seed its arms set.
 
 A registered bad-run policy (``bad_run_replacements: R``) plans R spare replicates after the maximum, on the
@@ -40,7 +42,7 @@ from dormouse.ab.registry import (
     load_spec,
     override_key,
 )
-from dormouse.config.schema import ConfigError, arm_name
+from dormouse.config.schema import ConfigError, arm_name, validate
 from dormouse.run.files import ComparisonFiles, run_name
 from dormouse.train.preflight import environment_problems
 from dormouse.train.start import load_run_config
@@ -71,8 +73,32 @@ class ComparisonPlan:
     replicates: list[Replicate]
     looks: list[int]  # cumulative replicates per arm at each look
     pairs: list[Pair]  # the confirmatory pairs (with a tune stage: their train.lr set by choose_lrs)
-    tune_pairs: list[Pair] = field(default_factory=list)  # the tune stage's pairs, run first (tune.py)
+    tune_pairs: list[Pair] = field(default_factory=list)  # the tune pairs the grid needs, run first (tune.py)
     chosen_lrs: dict[str, float] | None = None  # arm -> train.lr, once the tune stage chose
+    arm_cfgs: dict[str, DictConfig] = field(default_factory=dict)  # each arm's composed config (the tune pairs')
+    _tune_made: dict[tuple[str, float, int], Pair] = field(default_factory=dict, repr=False)
+
+    def tune_pair(self, arm: str, lr: float, j: int) -> Pair:
+        """The tune pair of ``arm`` at ``lr`` and tune replicate ``j`` (0-based; j = replicates: the second
+        seed), made once and validated; the same object on every call."""
+        key = (arm, float(lr), int(j))
+        if key not in self._tune_made:
+            pair, lines = _make_tune_pair(self, *key)
+            if lines:
+                raise ComparisonError(lines)
+            self._tune_made[key] = pair
+        return self._tune_made[key]
+
+    def potential_tune_pairs(self) -> list[Pair]:
+        """Every tune pair the stage may run within its budget (any arm, any lr its extensions may reach,
+        every tune seed): what the runner, the code check and ``--status`` must know may exist on disk."""
+        tune = getattr(self.spec, "tune", None)
+        if tune is None:
+            return []
+        rule = tune.bracketing()
+        made = [self.tune_pair(a, lr, j) for j in range(rule.seeds) for a in self.tuned_arms
+                for lr in rule.potential_lrs()]
+        return list({p.name: p for p in [*self.tune_pairs, *made]}.values())
 
     @property
     def tuned_arms(self) -> list[str]:
@@ -99,7 +125,8 @@ class ComparisonPlan:
 
     @property
     def all_pairs(self) -> list[Pair]:
-        return [*self.tune_pairs, *self.pairs]
+        """Every pair that may exist on disk: the potential tune pairs (the grid's first), the confirmatory."""
+        return [*self.potential_tune_pairs(), *self.pairs]
 
     @property
     def spec(self) -> Any:
@@ -203,8 +230,8 @@ def build_plan(reg: Registered | str, overrides: list[str], root: Path, registry
                 cfg.train.data_seed = rep.aa_data_seed if arm == reg.spec.aa_arm else rep.data_seed
             cfg.run.name = run_name(arm, rep.init_seed)
             pairs.append(Pair(arm, rep.init_seed, cfg, comp_dir / cfg.run.name, replicate=rep.index))
-    plan = ComparisonPlan(reg, overrides, comp_dir, replicates, looks_of(reg.spec), pairs)
-    plan.tune_pairs = _tune_pairs(plan, arm_cfgs)
+    plan = ComparisonPlan(reg, overrides, comp_dir, replicates, looks_of(reg.spec), pairs, arm_cfgs=arm_cfgs)
+    plan.tune_pairs = _tune_pairs(plan)
     return plan
 
 
@@ -213,27 +240,31 @@ def tune_run_name(arm: str, lr: float, init_seed: int) -> str:
     return f"tune-{arm}-lr{lr:g}-s{init_seed}"
 
 
-def _tune_pairs(plan: ComparisonPlan, arm_cfgs: dict[str, DictConfig]) -> list[Pair]:
-    """The tune stage's pairs (dormouse/ab/tune.py), replicate-major, each arm at each grid lr, validated."""
-    from dormouse.config.schema import validate
-
+def _tune_pairs(plan: ComparisonPlan) -> list[Pair]:
+    """The tune pairs the grid needs (dormouse/ab/tune.py), replicate-major, each arm at each grid lr,
+    validated together (every problem said at once)."""
     tune = getattr(plan.spec, "tune", None)
     if tune is None:
         return []
-    pairs: list[Pair] = []
-    lines: list[str] = []
-    for j in range(int(tune.replicates)):
-        init_seed, data_seed = tune.init_seed_base + j, tune.data_seed_base + j
-        for arm in plan.tuned_arms:
-            for lr in tune.lrs:
-                cfg = copy.deepcopy(arm_cfgs[arm])
-                cfg.train.lr, cfg.train.seed, cfg.train.data_seed = float(lr), init_seed, data_seed
-                cfg.run.name = tune_run_name(arm, float(lr), init_seed)
-                lines += [f"{plan.reg.source}: tune pair {cfg.run.name}: {ln}" for ln in validate(cfg)]
-                pairs.append(Pair(arm, init_seed, cfg, plan.comp_dir / cfg.run.name, replicate=j + 1))
+    made = [_make_tune_pair(plan, arm, float(lr), j) for j in range(int(tune.replicates))
+            for arm in plan.tuned_arms for lr in tune.lrs]
+    lines = [ln for _, lns in made for ln in lns]
     if lines:
         raise ComparisonError(lines)
-    return pairs
+    for pair, _ in made:
+        plan._tune_made[(pair.arm, float(pair.cfg.train.lr), pair.replicate - 1)] = pair
+    return [pair for pair, _ in made]
+
+
+def _make_tune_pair(plan: ComparisonPlan, arm: str, lr: float, j: int) -> tuple[Pair, list[str]]:
+    """One tune pair (arm at ``lr``, tune replicate ``j``: seeds ``base + j``) and its config's problems."""
+    tune = plan.spec.tune
+    init_seed, data_seed = tune.init_seed_base + j, tune.data_seed_base + j
+    cfg = copy.deepcopy(plan.arm_cfgs[arm])
+    cfg.train.lr, cfg.train.seed, cfg.train.data_seed = float(lr), init_seed, data_seed
+    cfg.run.name = tune_run_name(arm, float(lr), init_seed)
+    lines = [f"{plan.reg.source}: tune pair {cfg.run.name}: {ln}" for ln in validate(cfg)]
+    return Pair(arm, init_seed, cfg, plan.comp_dir / cfg.run.name, replicate=j + 1), lines
 
 
 def _compose_arms(reg: Registered, overrides: list[str], comp_dir: Path, first: Replicate) -> dict[str, DictConfig]:

@@ -39,6 +39,10 @@ Protocol 2 (every new registration; :class:`ComparisonSpec`, every key, unknown 
       init_seed_base: 9001         # train.data_seed = data_seed_base + j; disjoint from the
       data_seed_base: 9001         # confirmatory streams (refused otherwise)
       rule: lowest_mean_final_bpb  # the choice rule, fixed here (tune_rule.RULES)
+      extensions: 3                # optional (default 0): grid points an arm may add beyond an edge its
+                                   # choice sits at (the grid must then be geometric, ascending)
+      second_seed_gap: 0.03        # optional (default none): bpb gap within which the best lr and a
+                                   # neighbour each get one more tune seed (j = replicates) first
     plugins: [my_arms.py]          # optional: the plugins defining arms outside dormouse (docs/arms.md):
                                    # files relative to this file, or module names; loaded before the
                                    # arms' overrides are composed, and covered by the code fingerprint
@@ -68,7 +72,7 @@ from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from dormouse.ab.sequential import Design
-from dormouse.ab.tune_rule import RULES
+from dormouse.ab.tune_rule import RULES, Bracketing, grid_ratio
 from dormouse.arms.plugins import PluginError, load_plugin
 from dormouse.errors import DormouseError
 
@@ -102,11 +106,20 @@ class TuneSpec:
     init_seed_base: int = MISSING
     data_seed_base: int = MISSING
     rule: str = "lowest_mean_final_bpb"
+    extensions: int = 0  # max grid points added per arm (0: the grid only, the rule of issue 25)
+    second_seed_gap: float | None = None  # bpb; None: no second tune seed
+
+    def bracketing(self) -> Bracketing:
+        """The registered stage as the rule reads it (dormouse/ab/tune_rule.py)."""
+        return Bracketing(grid=tuple(float(x) for x in self.lrs), replicates=int(self.replicates),
+                          extensions=int(self.extensions),
+                          second_seed_gap=None if self.second_seed_gap is None else float(self.second_seed_gap))
 
     def streams(self) -> dict[str, range]:
-        """Its seed streams: field -> the seeds it uses."""
-        return {"tune.init_seed_base": range(self.init_seed_base, self.init_seed_base + self.replicates),
-                "tune.data_seed_base": range(self.data_seed_base, self.data_seed_base + self.replicates)}
+        """Its seed streams: field -> the seeds it uses (a second seed is one more, tune replicate R)."""
+        n = self.replicates + (1 if self.second_seed_gap is not None else 0)
+        return {"tune.init_seed_base": range(self.init_seed_base, self.init_seed_base + n),
+                "tune.data_seed_base": range(self.data_seed_base, self.data_seed_base + n)}
 
 
 @dataclass
@@ -375,6 +388,7 @@ def _tune_problems(spec: ComparisonSpec, tune: TuneSpec, bad: Any) -> None:
         bad("tune.replicates", f"{tune.replicates} must be >= 1")
     if tune.rule not in RULES:
         bad("tune.rule", f"{tune.rule!r} is not a known rule ({', '.join(RULES)})")
+    _bracketing_problems(tune, bad)
     for key in ("init_seed_base", "data_seed_base"):
         if getattr(tune, key) < 0:
             bad(f"tune.{key}", f"{getattr(tune, key)} must be >= 0")
@@ -395,6 +409,19 @@ def _tune_problems(spec: ComparisonSpec, tune: TuneSpec, bad: Any) -> None:
     for where, o in setters:
         if override_key(o) == TUNED_KEY:
             bad(where, f"override {o!r} sets {TUNED_KEY}, which the tune stage chooses per arm")
+
+
+def _bracketing_problems(tune: TuneSpec, bad: Any) -> None:
+    """Extensions need a geometric grid (the next point beyond an edge is the grid's own next point); the
+    second-seed gap is a positive bpb."""
+    if tune.extensions < 0:
+        bad("tune.extensions", f"{tune.extensions} must be >= 0")
+    elif tune.extensions > 0 and grid_ratio([float(x) for x in tune.lrs]) is None:
+        bad("tune.lrs", f"{list(tune.lrs)} must be a geometric grid (>= 2 points, ascending, one constant ratio) "
+            f"for tune.extensions={tune.extensions}: an extension is the grid's next point beyond its edge")
+    gap = tune.second_seed_gap
+    if gap is not None and not (_finite(gap) and gap > 0):
+        bad("tune.second_seed_gap", f"{gap} must be a finite number > 0 (bpb), or null for no second seed")
 
 
 def _v1_problems(spec: ComparisonSpecV1, bad: Any) -> None:

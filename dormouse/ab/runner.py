@@ -173,7 +173,15 @@ def _stage_line(plan: ComparisonPlan, state: Progress) -> str:
     index = int(state.next_look or 0)
     arms = ", ".join(dict.fromkeys(p.arm for p in state.pending))
     if plan.lr_pending:
-        return f"the tune stage (arms {arms} × lrs {', '.join(f'{x:g}' for x in plan.spec.tune.lrs)})"
+        grid = {float(x) for x in plan.spec.tune.lrs}
+        lrs = sorted({float(p.cfg.train.lr) for p in state.pending})
+        extra = [lr for lr in lrs if lr not in grid]
+        seconds = sorted({p.name for p in state.pending if p.replicate > plan.spec.tune.replicates})
+        rule = plan.spec.tune.bracketing()
+        return (f"the tune stage (arms {arms} × lrs {', '.join(f'{x:g}' for x in lrs)}"
+                + (f"; extension lr(s) {', '.join(f'{x:g}' for x in extra)}" if extra else "")
+                + (f"; second seed(s) {', '.join(seconds)}" if seconds else "")
+                + f"; budget {rule.budget} runs per arm)")
     return f"look {index + 1} of {len(plan.looks)} ({plan.looks[index]} replicates per arm; arms {arms})"
 
 

@@ -37,13 +37,19 @@ from dormouse.run.reader import read_run
 
 
 def tune_cost_line(plan: ComparisonPlan) -> str:
-    """What the tune stage adds to the card's cost (the card counts confirmatory replicates only)."""
+    """What the tune stage adds to the card's cost (the card counts confirmatory replicates only): the grid's
+    pairs, and the maximum its bracketing may add (every arm's budget spent)."""
     costs = [training_cost(p.cfg) for p in plan.tune_pairs]
     confirmatory = [training_cost(p.cfg) for p in plan.pairs]
+    rule = plan.spec.tune.bracketing()
+    most = rule.budget * len(plan.tuned_arms)
+    per_run = sum(c["flops"] for c in costs) / max(1, len(costs))
+    beyond = (f"; at most {most} pairs with bracketing ({len(plan.tuned_arms)} arms × a budget of {rule.budget} "
+              f"runs), ~{human(per_run * most)} training FLOPs" if most > len(costs) else "")
     return (f"tune stage (runs first, not in the card above): {len(costs)} pairs ({len(plan.tuned_arms)} arms × "
             f"{len(plan.spec.tune.lrs)} lrs × {plan.spec.tune.replicates} replicate(s)), "
             f"{human(sum(c['tokens'] for c in costs))} tokens, {human(sum(c['flops'] for c in costs))} training "
-            f"FLOPs; the confirmatory pairs at the maximum: {len(confirmatory)} pairs, "
+            f"FLOPs{beyond}; the confirmatory pairs at the maximum: {len(confirmatory)} pairs, "
             f"{human(sum(c['flops'] for c in confirmatory))} FLOPs")
 
 
@@ -230,8 +236,10 @@ def comparison_status(plan: ComparisonPlan) -> dict[str, Any]:
     ones after them, over as many slots as pairs are running)."""
     now = time.time()
     comp_dir = plan.comp_dir
+    # the first look's pairs and the grid's tune pairs; a tune pair beyond the grid's once it started
+    first = {p.name for p in plan.tune_pairs} | {p.name for p in plan.pairs if p.replicate <= plan.looks[0]}
     pairs = [p for p in plan.all_pairs if p.run_dir.exists() or read_launch_record(comp_dir, p.name)["attempts"]
-             or p.replicate <= plan.looks[0]]
+             or p.name in first]
     rows = [pair_status(p, comp_dir, now) for p in pairs]
     lock_path = ComparisonFiles(Path(comp_dir)).lock
     driver = read_holder(lock_path) if is_locked(lock_path) else None

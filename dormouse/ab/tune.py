@@ -2,14 +2,17 @@
 streams of its own, before any confirmatory replicate runs (docs/ab-protocol.md, "The tune stage").
 
 Every arm but the A/A arm trains once per grid lr and tune replicate (ordinary pairs of the plan,
-:attr:`dormouse.ab.plan.ComparisonPlan.tune_pairs`); the A/A arm takes its baseline's choice, never its
-own, so it stays the baseline again. The choice is recomputed from the runs on disk every time (a resume
-recomputes the same choice and re-runs nothing), recorded in ``tune.json`` and checked against it;
-``tune.json`` holds each run's final bpb, ``"diverged"`` or null (not finished).
+:attr:`dormouse.ab.plan.ComparisonPlan.tune_pairs`), then whatever its bracketing rule asks for next (an
+extension lr beyond an edge, a second seed: :func:`dormouse.ab.tune_rule.next_step`, pairs made on demand by
+:meth:`dormouse.ab.plan.ComparisonPlan.tune_pair`), round by round; the A/A arm takes its baseline's choice,
+never its own, so it stays the baseline again. The rounds and the choice are replayed from the runs on disk
+every time (a resume recomputes the same choice and re-runs nothing), recorded in ``tune.json`` and checked
+against it; ``tune.json`` holds each run's final bpb, ``"diverged"`` or null (not finished), and each arm's
+runs, budget and flags (extended, second seed, stability-limited, unbracketed).
 
-The one rule (``lowest_mean_final_bpb``): the lr whose tune runs have the lowest mean final eval bpb; a run
-that diverged (training stopped on a non-finite loss, gradient or eval) counts as +inf; ties go to the
-smaller lr.
+The one rule (``lowest_mean_final_bpb``, dormouse/ab/tune_rule.py): the lr whose tune runs have the lowest
+mean final eval bpb; a run that diverged (training stopped on a non-finite loss, gradient or eval) counts as
++inf; ties go to the smaller lr; with registered extensions and a second-seed gap, the bracketing around it.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from dormouse.ab.pairjob import Pair, read_launch_record
 from dormouse.ab.records import RunRecord
 from dormouse.ab.registry import ComparisonError
-from dormouse.ab.tune_rule import RULES, choose
+from dormouse.ab.tune_rule import RULES, ArmChoice, Bracketing, Values, next_step
 from dormouse.run.checkpoint import atomic_write_text
 from dormouse.run.files import ComparisonFiles, RunFiles
 
@@ -64,12 +67,13 @@ def tune_value(rec: RunRecord) -> float | None:
 
 @dataclass
 class TuneOutcome:
-    """Where the tune stage stands: its table, the choice (once every tune pair settled), what is left."""
+    """Where the tune stage stands: its table, the choice (once every arm's rule is done), what is left."""
 
-    table: dict[str, dict[float, list[float | None]]] = field(default_factory=dict)  # arm -> lr -> per replicate
+    table: dict[str, dict[float, list[float | None]]] = field(default_factory=dict)  # arm -> lr -> per replicate j
     chosen: dict[str, float] = field(default_factory=dict)  # every arm, the A/A arm with its baseline's lr
     pending: list[Pair] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # pair -> why (failed without diverging)
+    arms: dict[str, ArmChoice] = field(default_factory=dict)  # each tuned arm whose rule is done: choice, flags
 
     @property
     def settled(self) -> bool:
@@ -77,35 +81,65 @@ class TuneOutcome:
 
 
 def settle(plan: ComparisonPlan, read: Callable[[Pair], RunRecord], failed: set[str]) -> TuneOutcome:
-    """Read every tune pair; choose each arm's lr once all have settled (see the module docstring)."""
+    """Replay each tuned arm's rule round by round from the runs on disk (tune_rule.next_step); choose once
+    every arm's rule is done (see the module docstring). Pending pairs come replicate-major, as the grid's."""
     out = TuneOutcome()
-    for pair in plan.tune_pairs:
-        rec = read(pair)
-        value = tune_value(rec)
-        lr = float(pair.cfg.train.lr)
-        out.table.setdefault(pair.arm, {}).setdefault(lr, []).append(value)
-        if value is None:
-            if pair.name in failed:
-                out.failed[pair.name] = rec.error or "failed"
-            else:
-                out.pending.append(pair)
-    if out.pending or out.failed:
+    rule = plan.spec.tune.bracketing()
+    for arm in plan.tuned_arms:
+        _settle_arm(plan, arm, rule, read, failed, out)
+    order = {a: i for i, a in enumerate(plan.arms)}
+    out.pending.sort(key=lambda p: (p.replicate, order[p.arm], float(p.cfg.train.lr)))
+    if out.pending or out.failed or len(out.arms) < len(plan.tuned_arms):
         return out
-    tuned = {arm: choose({lr: [float(v) for v in vs] for lr, vs in by_lr.items()})  # type: ignore[arg-type]
-             for arm, by_lr in out.table.items()}
+    tuned = {arm: choice.lr for arm, choice in out.arms.items()}
     out.chosen = {arm: tuned[plan.lr_source(arm)] for arm in plan.arms}
     return out
 
 
+def _settle_arm(plan: ComparisonPlan, arm: str, rule: Bracketing, read: Callable[[Pair], RunRecord],
+                failed: set[str], out: TuneOutcome) -> None:
+    """One arm's rounds: ask the rule, read what it asks for; stop at a round with runs not settled (pending,
+    or failed without diverging), or at the arm's choice."""
+    values: Values = {}
+    cells: dict[tuple[float, int], float | None] = {}
+    while True:
+        step = next_step(rule, values)
+        if step.choice is not None:
+            out.arms[arm] = step.choice
+            break
+        unsettled = False
+        for req in step.requests:
+            pair = plan.tune_pair(arm, req.lr, req.replicate)
+            rec = read(pair)
+            cells[(req.lr, req.replicate)] = value = tune_value(rec)
+            if value is not None:
+                values[(req.lr, req.replicate)] = value
+                continue
+            unsettled = True
+            if pair.name in failed:
+                out.failed[pair.name] = rec.error or "failed"
+            else:
+                out.pending.append(pair)
+        if unsettled:
+            break
+    table = out.table.setdefault(arm, {})
+    for lr, j in sorted(cells):
+        table.setdefault(lr, []).append(cells[(lr, j)])
+
+
 def to_dict(plan: ComparisonPlan, out: TuneOutcome) -> dict[str, Any]:
-    """The tune stage as results.json and tune.json hold it (a diverged run as null, listed in ``diverged``)."""
+    """The tune stage as results.json and tune.json hold it (the contract in docs/ab-protocol.md, "The tune
+    stage": a diverged run as "diverged", one not settled as null; ``arms``: each done arm's flags)."""
     tune = plan.spec.tune
+    rule = tune.bracketing()
     return {"rule": tune.rule, "rule_text": RULES[tune.rule], "lrs": [float(x) for x in tune.lrs],
             "replicates": int(tune.replicates), "init_seeds": list(tune.streams()["tune.init_seed_base"]),
             "data_seeds": list(tune.streams()["tune.data_seed_base"]),
+            "extensions": rule.extensions, "second_seed_gap": rule.second_seed_gap, "ratio": rule.ratio,
             "table": {arm: {repr(lr): [_cell(v) for v in vs]
                             for lr, vs in by_lr.items()} for arm, by_lr in out.table.items()},
-            "chosen": dict(out.chosen), "aa_arm_takes": plan.spec.baseline if plan.spec.aa_arm else None}
+            "chosen": dict(out.chosen), "aa_arm_takes": plan.spec.baseline if plan.spec.aa_arm else None,
+            "arms": {arm: choice.to_dict() for arm, choice in out.arms.items()}}
 
 
 def _cell(value: float | None) -> float | str | None:
@@ -132,7 +166,8 @@ def record(plan: ComparisonPlan, out: TuneOutcome) -> None:
 
 
 def plan_lines(plan: ComparisonPlan, out: TuneOutcome | None) -> list[str]:
-    """What ``--plan`` and ``--status`` say about the stage."""
+    """What ``--plan`` and ``--status`` say about the stage: the grid and seeds, the rule and its budget,
+    each arm's state, the confirmatory lrs, and every tune pair planned so far (extensions included)."""
     tune = plan.spec.tune
     if tune is None:
         return []
@@ -142,19 +177,66 @@ def plan_lines(plan: ComparisonPlan, out: TuneOutcome | None) -> list[str]:
              f"{streams['tune.init_seed_base'].start}.., data seeds {streams['tune.data_seed_base'].start}..); "
              f"rule: {RULES[tune.rule]}"
              + (f"; the A/A arm {plan.spec.aa_arm!r} takes the lr chosen for the baseline {plan.spec.baseline!r}"
-                if plan.spec.aa_arm else "")]
+                if plan.spec.aa_arm else ""), bracketing_line(tune.bracketing())]
+    lines += [arm_state_line(tune.bracketing(), arm, out) for arm in plan.tuned_arms]
     if out is not None and out.settled:
         lines.append("confirmatory train.lr (chosen by the tune stage): "
                      + ", ".join(f"{a}={lr:g}" for a, lr in out.chosen.items()))
     else:
-        done = 0 if out is None else len(plan.tune_pairs) - len(out.pending) - len(out.failed)
+        planned = _planned_pairs(plan, out)
+        done = 0 if out is None else len(planned) - len(out.pending) - len(out.failed)
         lines.append(f"confirmatory train.lr: chosen by the tune stage once its pairs finish ({done} of "
-                     f"{len(plan.tune_pairs)} settled" + (f"; failed: {', '.join(out.failed)}" if out and out.failed
-                                                          else "") + ")")
-    for p in plan.tune_pairs:
-        lines.append(f"  tune pair {p.name}: train.lr={float(p.cfg.train.lr):g} train.seed={p.cfg.train.seed} "
-                     f"train.data_seed={p.cfg.train.data_seed}")
+                     f"{len(planned)} settled" + (f"; failed: {', '.join(out.failed)}" if out and out.failed
+                                                  else "") + ")")
+    grid = {float(x) for x in tune.lrs}
+    for p in _planned_pairs(plan, out):
+        lr = float(p.cfg.train.lr)
+        why = (" (extension)" if lr not in grid else "") + (" (second seed)" if p.replicate > tune.replicates
+                                                             else "")
+        lines.append(f"  tune pair {p.name}: train.lr={lr:g} train.seed={p.cfg.train.seed} "
+                     f"train.data_seed={p.cfg.train.data_seed}{why}")
     return lines
+
+
+def bracketing_line(rule: Bracketing) -> str:
+    """The registered bracketing and the budget, in one line."""
+    ext = (f"up to {rule.extensions} grid point(s) added per arm beyond an edge its best lr sits at (×{rule.ratio:g} "
+           "above, ÷ below; a divergence stops that side)" if rule.extensions else "no extension (extensions 0)")
+    gap = (f"a second tune seed for the best lr and each neighbour within {rule.second_seed_gap:g} bpb of it"
+           if rule.second_seed_gap is not None else "no second seed")
+    return f"tune rule: {ext}; {gap}; budget {rule.budget} tune runs per arm at most, the same for every arm"
+
+
+def arm_state_line(rule: Bracketing, arm: str, out: TuneOutcome | None) -> str:
+    """One arm's tune state: runs used, extensions, second seeds, and once done its choice and flags."""
+    by_lr = {} if out is None else out.table.get(arm, {})
+    done = None if out is None else out.arms.get(arm)
+    runs = sum(v is not None for vs in by_lr.values() for v in vs)
+    extended = [lr for lr in by_lr if lr not in rule.grid]
+    seconds = [lr for lr, vs in by_lr.items() if len(vs) > rule.replicates]
+    parts = [f"{runs} of at most {rule.budget} runs settled"]
+    if extended:
+        parts.append("extended to " + ", ".join(f"{x:g}" for x in extended))
+    if seconds:
+        parts.append("second seed at " + ", ".join(f"{x:g}" for x in seconds))
+    if done is None:
+        parts.append("choosing")
+    else:
+        parts.append(f"chose {done.lr:g}")
+        parts += [f"stability-limited ({side}: its neighbour diverged)" for side in done.stability_limited]
+        if done.unbracketed:
+            parts.append(f"UNBRACKETED ({done.unbracketed}: the choice is the {done.unbracketed} edge of what "
+                         "it ran)")
+    return f"  tune arm {arm}: " + "; ".join(parts)
+
+
+def _planned_pairs(plan: ComparisonPlan, out: TuneOutcome | None) -> list[Pair]:
+    """The tune pairs planned so far: the grid's, then what the rule asked for beyond them."""
+    pairs = list(plan.tune_pairs)
+    if out is not None:
+        for arm, by_lr in out.table.items():
+            pairs += [plan.tune_pair(arm, lr, j) for lr, vs in by_lr.items() for j in range(len(vs))]
+    return list({p.name: p for p in pairs}.values())
 
 
 def markdown(tune: dict[str, Any]) -> list[str]:

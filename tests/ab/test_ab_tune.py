@@ -205,6 +205,12 @@ def test_the_choice_is_recorded_with_the_aa_arm_at_its_baselines_lr(finished: tu
     record = json.loads((comp / "tune.json").read_text())
     assert record["chosen"] == EXPECTED
     assert record["table"]["attnres_full"]["0.008"] == ["diverged", "diverged"]
+    # no bracketing registered (issue 34's fields at their defaults): the grid only, and each arm's flags
+    assert (record["extensions"], record["second_seed_gap"], record["ratio"]) == (0, None, 2.0)
+    assert set(record["arms"]) == {"rezero", "gr", "attnres_full"}
+    assert record["arms"]["attnres_full"] == {"runs": 8, "budget": 8, "extended": [], "second_seed": [],
+                                              "stability_limited": ["high"], "unbracketed": None}
+    assert all(a["unbracketed"] is None and a["runs"] == 8 for a in record["arms"].values())
 
 
 def test_confirmatory_pairs_run_at_their_arms_chosen_lr(finished: tuple[Path, TuneFake, Path]) -> None:
