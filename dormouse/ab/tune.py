@@ -239,28 +239,6 @@ def _planned_pairs(plan: ComparisonPlan, out: TuneOutcome | None) -> list[Pair]:
     return list({p.name: p for p in pairs}.values())
 
 
-def markdown(tune: dict[str, Any]) -> list[str]:
-    """The report's tuning table: arm × lr -> final bpb per tune replicate, the chosen lr marked."""
-    lrs = [repr(float(x)) for x in tune["lrs"]]
-    lines = ["## The tune stage", "",
-             f"Rule ({tune['rule']}, registered): {tune['rule_text']}. Tune seeds: init {tune['init_seeds']}, "
-             f"data order {tune['data_seeds']} (disjoint from the confirmatory streams)."
-             + (f" The A/A arm takes {tune['aa_arm_takes']!r}'s lr." if tune.get("aa_arm_takes") else ""), "",
-             "| arm | " + " | ".join(f"lr {float(x):g}" for x in lrs) + " | chosen lr |",
-             "|---|" + "---|" * (len(lrs) + 1)]
-    for arm, by_lr in tune["table"].items():
-        cells = []
-        for lr in lrs:
-            vals = ", ".join(v if isinstance(v, str) else "not run" if v is None else f"{v:.4f}"
-                             for v in by_lr.get(lr, []))
-            chosen = arm in tune["chosen"] and repr(float(tune["chosen"][arm])) == lr
-            cells.append(f"**{vals}** ←" if chosen else vals)
-        pick = tune["chosen"].get(arm)
-        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {'—' if pick is None else f'{pick:g}'} |")
-    lines.append("")
-    return lines
-
-
 def tune_path(comp_dir: Path) -> Path:
     return Path(comp_dir) / TUNE_RECORD
 

@@ -167,13 +167,13 @@ def markdown(results: dict[str, Any], plots: list[str]) -> list[str]:
 def _rule(tune: dict[str, Any]) -> str:
     text = (f"Rule ({tune['rule']}, registered): {tune['rule_text']}. Tune seeds: init {tune['init_seeds']}, "
             f"data order {tune['data_seeds']} (disjoint from the confirmatory streams).")
-    if tune.get("extensions"):
-        ratio = f" (the next point at ratio {tune['ratio']:g})" if tune.get("ratio") else ""
-        text += (f" Bracketing (registered): an arm whose choice lies at an edge of what it ran gets the next lr "
-                 f"beyond it{ratio}, at most {tune['extensions']} per arm.")
-    if tune.get("second_seed_gap") is not None:
-        text += (f" A best lr within {tune['second_seed_gap']:g} bpb of a neighbour gets a second tune seed at "
-                 "both before the choice.")
+    # the rule text says how bracketing works; this line gives the registered numbers it works with
+    registered = ([f"grid ratio {tune['ratio']:g}"] if tune.get("ratio") else []) \
+        + ([f"at most {tune['extensions']} added lr(s) per arm"] if tune.get("extensions") else []) \
+        + ([f"second seed within {tune['second_seed_gap']:g} bpb"] if tune.get("second_seed_gap") is not None
+           else [])
+    if tune.get("extensions") or tune.get("second_seed_gap") is not None:
+        text += " Registered: " + ", ".join(registered) + "."
     if tune.get("aa_arm_takes"):
         text += f" The A/A arm takes {tune['aa_arm_takes']!r}'s lr."
     return text

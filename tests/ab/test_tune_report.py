@@ -83,7 +83,7 @@ def test_the_table_has_every_lr_any_arm_ran_and_each_arms_spend_and_flags() -> N
     assert rows["down"][1] == "**2.3600** ←" and rows["down"][4] == "diverged" and rows["down"][10] == "**low** †"
     assert rows["div"][9] == "high" and rows["div"][3] == "diverged" and rows["div"][-1] == "0.001"
     assert all(sum("←" in c for c in r) == 1 for r in rows.values())
-    assert "at most 2 per arm" in lines[2] and "within 0.03 bpb" in lines[2]
+    assert "at most 2 added lr(s) per arm" in lines[2] and "within 0.03 bpb" in lines[2]
     assert f"[`{LR_PLOT}`]({LR_PLOT})" in "\n".join(lines)
 
 

@@ -164,9 +164,10 @@ def test_status_shows_each_arms_extension_and_flags(finished: tuple[Path, Bracke
 def test_the_report_names_the_extension_lr(finished: tuple[Path, BracketFake, Path, str]) -> None:
     comp, _, _, _ = finished
     report = (comp / "report.md").read_text()
-    assert "## The tune stage" in report
-    if "0.016" in report:  # the report's tune section (dormouse/ab/tune_report.py) names extension lrs
-        assert "0.008" in report
+    section = report.split("## The tune stage", 1)[1].split("\n## ", 1)[0]
+    # the table's columns are every lr any arm ran: the grid's and the extensions' (0.008, 0.016)
+    assert all(f"lr {lr:g}" in section for lr in (0.001, 0.002, 0.004, 0.008, 0.016)), section
+    assert "bpb_vs_lr.png" in section and "unbracketed" in section.lower()
 
 
 def test_every_tune_pair_that_may_exist_is_in_the_plan(finished: tuple[Path, BracketFake, Path, str]) -> None:
