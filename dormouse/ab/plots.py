@@ -7,6 +7,7 @@ the process's global backend or display.
 
 from __future__ import annotations
 
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -191,8 +192,10 @@ def draw_lr(results: dict[str, Any]) -> Figure:
         ax.set_ylabel("final eval bpb")
     for ax in axes[-ncols:]:
         ax.set_xlabel("lr")
-    fig.suptitle(f"ab {results['name']}: final bpb of each tune run by lr (diverged: red triangle at the top); "
-                 "chosen lr dashed, confirmatory mean ± sd there a square", fontsize=10)
+    title = (f"ab {results['name']}: final bpb of each tune run by lr (diverged: red triangle at the top); "
+             "chosen lr dashed, confirmatory mean ± sd there a square")
+    # ~13 characters per inch at fontsize 10: wrapped to the figure's width, so one panel shows it whole
+    fig.suptitle(textwrap.fill(title, width=int(13 * 4.2 * ncols)), fontsize=10)
     fig.tight_layout()
     return fig
 
