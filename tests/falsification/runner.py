@@ -66,7 +66,10 @@ REQUIRED_KEYS: tuple[str, ...] = ("name", "file", "function", "old", "new", "gat
 # What a gate protects, in the order docs/falsification.md lists the groups.
 PROTECTS: tuple[str, ...] = ("mechanism", "kernels", "training loop", "data/eval", "arms' set-up", "A/B rule",
                              "counters", "probes")
-RUN_TIMEOUT_S = 600
+RUN_TIMEOUT_S = 600  # one perturbation's gates
+# The restore runs every perturbation's gates in one pytest run (~11 min on 2 cores at 330 perturbations, and
+# growing with the record): its own limit, so a longer record is not reported as 330 failed restores.
+RESTORE_TIMEOUT_S = 3600
 
 # Runs inside TMP: pytest in-process, then report where the packages were imported from (the repo is
 # pip-installed editable, so a perturbed copy that is not the one imported would "pass" for nothing).
@@ -249,7 +252,8 @@ def by_how_much(message: str, text: str) -> str:
     return first[:100]
 
 
-def run_gates(tree: Path, gates: list[str], mutated: str, extra: list[str], tag: str) -> dict[str, Any]:
+def run_gates(tree: Path, gates: list[str], mutated: str, extra: list[str], tag: str,
+              timeout_s: int = RUN_TIMEOUT_S) -> dict[str, Any]:
     """Run pytest on ``gates`` inside ``tree``; return rc, the testcases and where modules came from."""
     junit = tree / f".falsify-{tag}.xml"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
@@ -270,9 +274,9 @@ def run_gates(tree: Path, gates: list[str], mutated: str, extra: list[str], tag:
         *gates,
     ]
     try:
-        proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return {"rc": None, "cases": [], "imports": {}, "output": f"timed out after {RUN_TIMEOUT_S} s"}
+        return {"rc": None, "cases": [], "imports": {}, "output": f"timed out after {timeout_s} s"}
     imports: dict[str, str | None] = {}
     for line in proc.stdout.splitlines():
         if line.startswith("FALSIFY_IMPORTS "):
@@ -339,8 +343,9 @@ def restore(results: list[Result], workdir: Path) -> None:
     tree = workdir / "_unperturbed"
     make_tree(tree)
     gates = list(dict.fromkeys(g for r in todo for g in r.gates))
-    run = run_gates(tree, gates, "", [], "restore")
-    problem = import_problem(tree, run["imports"], "", True)
+    run = run_gates(tree, gates, "", [], "restore", timeout_s=RESTORE_TIMEOUT_S)
+    # a run that timed out reported nothing: say so, not that it hid its imports
+    problem = run["output"] if run["rc"] is None else import_problem(tree, run["imports"], "", True)
     for r in todo:
         cases = [c for c in run["cases"] if any(_matches(c["nodeid"], g) for g in r.gates)]
         bad = [c for c in cases if c["outcome"] in ("failed", "error")]
