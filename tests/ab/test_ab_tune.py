@@ -21,12 +21,13 @@ from dormouse.ab import tune
 from dormouse.ab.command import ab_command
 from dormouse.ab.plan import build_plan
 from dormouse.ab.records import RunRecord
-from dormouse.ab.registry import ABSpecError, ComparisonError, load_spec
+from dormouse.ab.registry import ComparisonError, load_spec
 from dormouse.ab.runner import plan_pairs, run_comparison
 from dormouse.ab.tune_rule import choose
 from dormouse.errors import TrainError
 from dormouse.run.files import ComparisonFiles, RunFiles
 from tests.helpers.planted_run import append_eval, append_log, done_line, eval_rows, write_run_header
+from tests.helpers.registrations import refusal
 
 SPEC = """\
 protocol: 2
@@ -124,13 +125,7 @@ def test_a_diverged_run_counts_as_infinite_bpb() -> None:
 # --- the registration -----------------------------------------------------------------------------------
 
 def _refusal(tmp_path: Path, old: str, new: str) -> str:
-    reg = tmp_path / "bad"
-    reg.mkdir(exist_ok=True)
-    assert old in SPEC
-    (reg / "tt.yaml").write_text(SPEC.replace(old, new))
-    with pytest.raises(ABSpecError) as exc:
-        load_spec("tt", reg)
-    return str(exc.value)
+    return refusal(tmp_path, SPEC, "tt", old, new)
 
 
 def test_tune_init_seeds_overlapping_the_confirmatory_stream_are_refused(tmp_path: Path) -> None:

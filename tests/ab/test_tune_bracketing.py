@@ -19,6 +19,7 @@ import pytest
 
 from dormouse.ab.registry import ABSpecError, load_spec
 from dormouse.ab.tune_rule import Bracketing, Request, choose, next_step, replay
+from tests.helpers.registrations import refusal
 
 GRID = (1.0, 2.0, 4.0)
 
@@ -170,13 +171,7 @@ tune:
 
 
 def _refusal(tmp_path: Path, old: str, new: str) -> str:
-    reg = tmp_path / "bad"
-    reg.mkdir(exist_ok=True)
-    assert old in SPEC
-    (reg / "tb.yaml").write_text(SPEC.replace(old, new))
-    with pytest.raises(ABSpecError) as exc:
-        load_spec("tb", reg)
-    return str(exc.value)
+    return refusal(tmp_path, SPEC, "tb", old, new)
 
 
 def test_extensions_need_a_geometric_ascending_grid(tmp_path: Path) -> None:
