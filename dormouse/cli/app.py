@@ -147,7 +147,7 @@ def validate(overrides: list[str] = OVERRIDES, cfg_flag: str = CFG) -> None:
 @app.command(epilog="""[bold]Examples[/]\n
   dormouse ab --list                         # the registered comparisons and what each compares\n
   dormouse ab smoke                          # the whole flow on CPU: ~30 s on 2 idle cores\n
-  dormouse ab residual                       # the registered GPU comparison (3 seeds), one pair at a time\n
+  dormouse ab residual                       # the registered GPU comparison (looks at 3, 6, 9), one pair at a time\n
   dormouse ab residual --jobs 8              # 8 pairs at once: one GPU each (or a share of the CPU cores)\n
   dormouse ab residual --launcher slurm launcher.partition=gpu launcher.time_min=120\n
   dormouse ab residual --plan                # what would run, what is done, the cost; trains nothing\n
