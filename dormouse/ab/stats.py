@@ -21,6 +21,8 @@ from functools import lru_cache
 import numpy as np
 from scipy import stats as sps
 
+from dormouse.ab.bad_runs import is_bad
+
 
 def mean(xs: Sequence[float]) -> float:
     """Arithmetic mean; NaN for an empty sample."""
@@ -67,12 +69,13 @@ def prob_improvement(diffs: Sequence[float], confidence: float = 0.95) -> Propor
 
 def bad_run_rate(final_bpb: Sequence[float], ceiling: float, confidence: float = 0.95) -> Proportion | None:
     """The share of an arm's runs whose final bpb lies above the registered ceiling (a run that did not learn),
-    with its Clopper–Pearson interval. ``None`` without runs. A non-finite bpb (a diverged run) is bad."""
+    with its Clopper–Pearson interval. ``None`` without runs. What a bad run is, a non-finite bpb (a diverged
+    run) included, is the bad-run policy's rule (:func:`dormouse.ab.bad_runs.is_bad`): one owner for both."""
     x = np.asarray(final_bpb, dtype=float)
     if not x.size:
         return None
-    bad = ~np.isfinite(x) | (np.nan_to_num(x, nan=math.inf) > ceiling)
-    return _proportion(int(bad.sum()), int(x.size), confidence)
+    bad = sum(is_bad(float(v), ceiling) for v in x)
+    return _proportion(int(bad), int(x.size), confidence)
 
 
 def _signed_rank_counts(n: int) -> np.ndarray:

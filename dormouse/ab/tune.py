@@ -171,25 +171,25 @@ def plan_lines(plan: ComparisonPlan, out: TuneOutcome | None) -> list[str]:
     tune = plan.spec.tune
     if tune is None:
         return []
-    streams = tune.streams()
+    streams, rule = tune.streams(), tune.bracketing()
     lines = [f"tune stage: {len(plan.tune_pairs)} pairs first (arms {', '.join(plan.tuned_arms)} × lrs "
              f"{', '.join(f'{x:g}' for x in tune.lrs)} × {tune.replicates} replicate(s); init seeds "
              f"{streams['tune.init_seed_base'].start}.., data seeds {streams['tune.data_seed_base'].start}..); "
              f"rule: {RULES[tune.rule]}"
              + (f"; the A/A arm {plan.spec.aa_arm!r} takes the lr chosen for the baseline {plan.spec.baseline!r}"
-                if plan.spec.aa_arm else ""), bracketing_line(tune.bracketing())]
-    lines += [arm_state_line(tune.bracketing(), arm, out) for arm in plan.tuned_arms]
+                if plan.spec.aa_arm else ""), bracketing_line(rule)]
+    lines += [arm_state_line(rule, arm, out) for arm in plan.tuned_arms]
+    planned = _planned_pairs(plan, out)
     if out is not None and out.settled:
         lines.append("confirmatory train.lr (chosen by the tune stage): "
                      + ", ".join(f"{a}={lr:g}" for a, lr in out.chosen.items()))
     else:
-        planned = _planned_pairs(plan, out)
         done = 0 if out is None else len(planned) - len(out.pending) - len(out.failed)
         lines.append(f"confirmatory train.lr: chosen by the tune stage once its pairs finish ({done} of "
                      f"{len(planned)} settled" + (f"; failed: {', '.join(out.failed)}" if out and out.failed
                                                   else "") + ")")
     grid = {float(x) for x in tune.lrs}
-    for p in _planned_pairs(plan, out):
+    for p in planned:
         lr = float(p.cfg.train.lr)
         why = (" (extension)" if lr not in grid else "") + (" (second seed)" if p.replicate > tune.replicates
                                                              else "")
