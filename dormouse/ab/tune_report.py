@@ -13,11 +13,11 @@ says how much a verdict leans on each arm being run at its own lr; it decides no
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any
 
+from dormouse.ab.records import is_finite_number
 from dormouse.ab.sequential import BETTER, WORSE
 from dormouse.run.files import LR_PLOT
 
@@ -49,15 +49,11 @@ def unbracketed_side(results: dict[str, Any], arm: str) -> str | None:
     return arm_flags(results.get("tune") or {}, arm).get("unbracketed")
 
 
-def _finite(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def mean_at(tune: dict[str, Any], arm: str, lr: float) -> float | None:
     """The arm's mean final tune bpb at ``lr``; None when it never ran there or any run there diverged (or
     did not finish): a mean over a diverged run is +inf, no number to subtract."""
     values = (tune["table"].get(arm) or {}).get(lr_key(lr)) or []
-    if not values or not all(_finite(v) for v in values):
+    if not values or not all(is_finite_number(v) for v in values):
         return None
     return fmean(float(v) for v in values)
 
@@ -81,15 +77,15 @@ def lr_curves(results: dict[str, Any]) -> dict[str, LrCurve]:
         runs, diverged, means = [], [], []
         for key in sorted(by_lr, key=float):
             lr = float(key)
-            runs += [(lr, float(v)) for v in by_lr[key] if _finite(v)]
+            runs += [(lr, float(v)) for v in by_lr[key] if is_finite_number(v)]
             diverged += [lr for v in by_lr[key] if v == "diverged"]
             m = mean_at(tune, arm, lr)
             if m is not None:
                 means.append((lr, m))
         chosen = tune["chosen"].get(arm)
         a = (results.get("arms") or {}).get(arm) or {}
-        conf = ((float(a["bpb_mean"]), float(a["bpb_sd"]) if _finite(a.get("bpb_sd")) else 0.0)
-                if _finite(a.get("bpb_mean")) else None)
+        conf = ((float(a["bpb_mean"]), float(a["bpb_sd"]) if is_finite_number(a.get("bpb_sd")) else 0.0)
+                if is_finite_number(a.get("bpb_mean")) else None)
         out[arm] = LrCurve(runs, diverged, means, None if chosen is None else float(chosen), conf)
     return out
 
@@ -149,7 +145,7 @@ def _unmeasured(tune: dict[str, Any], arm: str, lr: float) -> str:
         return f"{arm} never ran there"
     if "diverged" in values:
         return f"{arm} diverged there"
-    return "" if all(_finite(v) for v in values) else f"{arm} did not finish there"
+    return "" if all(is_finite_number(v) for v in values) else f"{arm} did not finish there"
 
 
 # --- the markdown ---------------------------------------------------------------------------------------
