@@ -224,7 +224,7 @@ class ArmDecision:
         """Exactly what was tested at this look, and nothing more."""
         b = self.boundary
         where = f"at look {self.look + 1} of {self.n_looks} ({self.n} paired replicates)"
-        rci = (f"this look's {_pct(1 - b.sup_p)} confidence interval of the mean paired difference "
+        rci = (f"this look's {percent(1 - b.sup_p)} confidence interval of the mean paired difference "
                f"{self.mean:+.4f} is [{self.interval[0]:+.4f}, {self.interval[1]:+.4f}]")
         sig = "<" if self.verdict in (BETTER, WORSE) else "≥"
         sup = (f"two-sided p {self.p:.3g} {sig} this look's {b.sup_p:.3g}, family-wise α {self.alpha:g} over "
@@ -250,7 +250,8 @@ class ArmDecision:
         return f"{arm} vs {baseline} is undecided {where}: {rci}, which contains 0 ({sup}), and {eq}; {tail}"
 
 
-def _pct(c: float) -> str:
+def percent(c: float) -> str:
+    """A confidence level as the sentences print it: 0.95 -> "95 %"."""
     return f"{100 * c:.6g} %"
 
 

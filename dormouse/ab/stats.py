@@ -22,6 +22,7 @@ import numpy as np
 from scipy import stats as sps
 
 from dormouse.ab.bad_runs import is_bad
+from dormouse.ab.sequential import percent
 
 
 def mean(xs: Sequence[float]) -> float:
@@ -171,7 +172,7 @@ class Calibration:
 
     def sentence(self) -> str:
         lo, hi = self.interval
-        head = (f"The A/A paired sd is {self.aa_sd:.4g} ({self.aa_n} replicates); its {_pct(self.confidence)} "
+        head = (f"The A/A paired sd is {self.aa_sd:.4g} ({self.aa_n} replicates); its {percent(self.confidence)} "
                 f"interval [{lo:.4g}, {hi:.4g}] (chi-square, {self.df} df)")
         if self.agrees:
             said = f"contains the registered pilot sd {self.pilot_sd:g}: the design's assumption holds."
@@ -185,10 +186,6 @@ class Calibration:
         arms = ", ".join(f"{a.arm} {a.sd:.4g}" for a in self.arms)
         return (f"{head} {said} The check's power (P(the interval excludes the pilot sd) at {self.aa_n} "
                 f"replicates): {power}." + (f" The compared arms' paired sds: {arms}." if arms else ""))
-
-
-def _pct(c: float) -> str:
-    return f"{100 * c:.6g} %"
 
 
 def aa_calibration(aa_diffs: Sequence[float], pilot_sd: float, arm_diffs: Mapping[str, Sequence[float]] | None = None,
