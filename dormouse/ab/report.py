@@ -254,7 +254,8 @@ def _runs_table(r: dict[str, Any]) -> list[str]:
 def render_report(results: dict[str, Any], plots: list[str]) -> str:
     """The report.md text."""
     r = results
-    out = _header(r) + _verdict_table(r) + ([""] + bad_run_lines(r) if bad_run_lines(r) else []) + _sentences(r)
+    bad = bad_run_lines(r)
+    out = _header(r) + _verdict_table(r) + ([""] + bad if bad else []) + _sentences(r)
     if r.get("tune"):
         out += [""] + tune_report.markdown(r, plots)
     card = r.get("design_card")
