@@ -173,10 +173,9 @@ def _stage_line(plan: ComparisonPlan, state: Progress) -> str:
     index = int(state.next_look or 0)
     arms = ", ".join(dict.fromkeys(p.arm for p in state.pending))
     if plan.lr_pending:
-        grid = {float(x) for x in plan.spec.tune.lrs}
         lrs = sorted({float(p.cfg.train.lr) for p in state.pending})
-        extra = [lr for lr in lrs if lr not in grid]
-        seconds = sorted({p.name for p in state.pending if p.replicate > plan.spec.tune.replicates})
+        extra = sorted({float(p.cfg.train.lr) for p in state.pending if tune.is_extension(plan, p)})
+        seconds = sorted({p.name for p in state.pending if tune.is_second_seed(plan, p)})
         rule = plan.spec.tune.bracketing()
         return (f"the tune stage (arms {arms} × lrs {', '.join(f'{x:g}' for x in lrs)}"
                 + (f"; extension lr(s) {', '.join(f'{x:g}' for x in extra)}" if extra else "")

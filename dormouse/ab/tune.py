@@ -188,14 +188,22 @@ def plan_lines(plan: ComparisonPlan, out: TuneOutcome | None) -> list[str]:
         lines.append(f"confirmatory train.lr: chosen by the tune stage once its pairs finish ({done} of "
                      f"{len(planned)} settled" + (f"; failed: {', '.join(out.failed)}" if out and out.failed
                                                   else "") + ")")
-    grid = {float(x) for x in tune.lrs}
     for p in planned:
-        lr = float(p.cfg.train.lr)
-        why = (" (extension)" if lr not in grid else "") + (" (second seed)" if p.replicate > tune.replicates
-                                                             else "")
-        lines.append(f"  tune pair {p.name}: train.lr={lr:g} train.seed={p.cfg.train.seed} "
+        why = (" (extension)" if is_extension(plan, p) else "") + (" (second seed)" if is_second_seed(plan, p)
+                                                                   else "")
+        lines.append(f"  tune pair {p.name}: train.lr={float(p.cfg.train.lr):g} train.seed={p.cfg.train.seed} "
                      f"train.data_seed={p.cfg.train.data_seed}{why}")
     return lines
+
+
+def is_extension(plan: ComparisonPlan, pair: Pair) -> bool:
+    """A tune pair at an lr the bracketing added beyond the registered grid."""
+    return float(pair.cfg.train.lr) not in {float(x) for x in plan.spec.tune.lrs}
+
+
+def is_second_seed(plan: ComparisonPlan, pair: Pair) -> bool:
+    """A tune pair on the second tune seed (tune replicate R + 1, 1-based), the one a close call gets."""
+    return pair.replicate > int(plan.spec.tune.replicates)
 
 
 def bracketing_line(rule: Bracketing) -> str:
