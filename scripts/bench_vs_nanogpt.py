@@ -227,25 +227,28 @@ class TimedModel:
 
 
 def _nanogpt_timed(nanogpt: Path, mode: str, x: torch.Tensor, y: torch.Tensor) -> TimedModel:
-    """nanoGPT's model and step; ``mode="compile"``: ``torch.compile(model)``, as its train.py compiles."""
+    """nanoGPT's model and step; compiled (``mode`` "compile" or "regional"): ``torch.compile(model)``, as its
+    train.py compiles (its layers are not weight-shared, so it has no regional form)."""
     nano = _nanogpt_model(nanogpt)
-    run = torch.compile(nano) if mode == "compile" else nano
+    run = nano if mode == "eager" else torch.compile(nano)
     phases: dict[str, list[float]] = {p: [] for p in PHASES}
     step = _train_step(nano, lambda: run(x, y)[1], nano.configure_optimizers(0.1, 1e-3, (0.9, 0.99), "cpu"), phases)
     return TimedModel(nano, lambda: nano(x, y)[1], step, phases)
 
 
 def _dormouse_timed(extra: list[str], mode: str, x: torch.Tensor, y: torch.Tensor) -> TimedModel:
-    """A dormouse variant's model and step; ``mode="compile"``: ``LoopedByteLM.compile_whole()``, as
-    ``train.compile`` compiles."""
+    """A dormouse variant's model and step; ``mode="regional"``: ``LoopedByteLM.compile_regions()``, as
+    ``train.compile`` compiles; ``mode="compile"``: ``LoopedByteLM.compile_whole()`` (``train.compile_scope=whole``)."""
     model, readouts = _dormouse_model(extra)
-    run = model.compile_whole() if mode == "compile" else model
+    run = {"eager": model, "regional": model.compile_regions, "compile": model.compile_whole}[mode]
+    run = run if mode == "eager" else run()
     phases: dict[str, list[float]] = {p: [] for p in PHASES}
     opt = torch.optim.AdamW(model.param_groups(0.1), lr=1e-3, betas=(0.9, 0.99))
     step = _train_step(model, lambda: _dormouse_loss(run, readouts, x, y), opt, phases)
     return TimedModel(model, lambda: _dormouse_loss(model, readouts, x, y), step, phases)
 
-def model_step_times(nanogpt: Path, rounds: int, steps: int, modes: list[str]) -> dict[str, Any]:
+def model_step_times(nanogpt: Path, rounds: int, steps: int, modes: list[str],
+                     arms: list[str] | None = None) -> dict[str, Any]:
     """``--model-step``: one training step of each model, interleaved in this process, eager and (``--compile``)
     compiled: nanoGPT as its train.py compiles it (``torch.compile(model)``), dormouse as ``train.compile``
     does (``LoopedByteLM.compile_whole()``). Reported per variant: the step time, the FLOPs of the step, and
@@ -259,6 +262,8 @@ def model_step_times(nanogpt: Path, rounds: int, steps: int, modes: list[str]) -
     for mode in modes:
         timed[f"nanoGPT [{mode}]"] = _nanogpt_timed(nanogpt, mode, x, y)
         for arm, extra in DORMOUSE_ARMS.items():
+            if arms and arm not in arms:
+                continue
             timed[f"{arm} [{mode}]"] = _dormouse_timed(extra, mode, x, y)
     flops = {name: _flops_of(t.eager_loss) for name, t in timed.items()}
     variants = {name: t.step for name, t in timed.items()}
@@ -430,7 +435,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flops", action="store_true", help="print each step's arithmetic first")
     ap.add_argument("--model-step", action="store_true", help="time the models' steps in one process instead")
     ap.add_argument("--compile", action="store_true",
-                    help="--model-step: also time both models compiled; --profile: profile them compiled")
+                    help="--model-step: also time both models compiled (--modes eager regional compile); --profile: "
+                         "profile them compiled")
+    ap.add_argument("--modes", nargs="+", choices=["eager", "regional", "compile"],
+                    help="--model-step: the modes to time (dormouse's regional is train.compile's default scope, "
+                         "compile its whole-forward scope; nanoGPT compiled as its train.py does in both)")
+    ap.add_argument("--arms", nargs="+", choices=list(DORMOUSE_ARMS), help="--model-step: these dormouse variants only")
     ap.add_argument("--components", action="store_true", help="--model-step: also time the parts that differ")
     ap.add_argument("--profile", action="store_true",
                     help="profile nanoGPT's step and dormouse's like-for-like one, eager (--compile: compiled), "
@@ -446,9 +456,9 @@ def main(argv: list[str] | None = None) -> int:
         profile_like_for_like(args.nanogpt, args.steps, "compile" if args.compile else "eager")
         return 0
     if args.model_step:
-        modes = ["eager", "compile"] if args.compile else ["eager"]
+        modes = args.modes or (["eager", "regional", "compile"] if args.compile else ["eager"])
         out: dict[str, Any] = {"shape": SHAPE, "rounds": args.rounds, "steps": args.steps,
-                               "model_step": model_step_times(args.nanogpt, args.rounds, args.steps, modes)}
+                               "model_step": model_step_times(args.nanogpt, args.rounds, args.steps, modes, args.arms)}
         if args.components:
             out["components"] = component_times(args.rounds, max(args.steps, 20))
         if args.out:

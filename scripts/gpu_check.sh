@@ -3,8 +3,8 @@
 #   1. the kernel tests natively on CUDA (tests/arms/test_kernels.py, tests/arms/test_attnres.py);
 #   2. the kernel benchmark, reduced shape set (scripts/bench_kernels.py --quick);
 #   3. the 9m training step, pre-norm (the baseline), ReZero, GR and AttnRes with the fused read, each
-#      eager, with the whole forward
-#      compiled (train.compile) and compiled with CUDA graphs (mode=reduce-overhead), interleaved
+#      eager, with the repeated block compiled as regions (train.compile, the default scope), with the whole
+#      forward compiled (train.compile_scope=whole) and compiled with CUDA graphs (mode=reduce-overhead), interleaved
 #      (scripts/bench_model_step.py);
 # then a short summary table. Results (JSON, logs) go to $OUT (default runs/gpu_check/).
 #
@@ -21,9 +21,9 @@ cd "$ROOT"
 OUT="${OUT:-$ROOT/runs/gpu_check}"
 mkdir -p "$OUT"
 PY="${PYTHON:-python3}"
-T_TESTS="${T_TESTS:-150}"   # per-stage limits (s); the sum (460 s) stays under 8 minutes
-T_BENCH="${T_BENCH:-110}"
-T_MODEL="${T_MODEL:-200}"   # 6 variants, 4 of them compiled (inductor, ~20-40 s each on 16 cores)
+T_TESTS="${T_TESTS:-150}"   # per-stage limits (s); the sum (480 s) stays at 8 minutes
+T_BENCH="${T_BENCH:-90}"
+T_MODEL="${T_MODEL:-240}"   # 16 variants, 12 of them compiled (inductor, ~20-40 s each whole on 16 cores; regions share one)
 START=$(date +%s)
 
 # --- environment ---------------------------------------------------------------------------------
@@ -76,7 +76,7 @@ run_stage bench "$T_BENCH" "$PY" scripts/bench_kernels.py --quick --reps 10 --ou
 
 # --- 3. model step ------------------------------------------------------------------------------------
 run_stage model_step "$T_MODEL" "$PY" scripts/bench_model_step.py --preset 9m --arms prenorm rezero gr attnres_fused \
-    --modes eager compile reduce-overhead --rounds 3 --steps 5 --warmup 3 --out "$OUT/bench_model_step.json"
+    --modes eager regional compile reduce-overhead --rounds 3 --steps 5 --warmup 3 --out "$OUT/bench_model_step.json"
 
 # --- summary (last) -----------------------------------------------------------------------------------
 STAGES=""

@@ -35,6 +35,7 @@ from dormouse.errors import DormouseError
 
 KERNEL_CHOICES = ("auto", "triton", "torch")
 DTYPES = ("auto", "fp32", "bf16")  # train.dtype's values (dormouse.train.device.compute_dtype reads them)
+COMPILE_SCOPES = ("regional", "whole")  # train.compile_scope's values (dormouse.train.loop reads them)
 DEVICES = "auto, cpu, cuda or cuda:N"  # train.device's forms
 WANDB_MODES = ("disabled", "offline", "online")
 WANDB_TAG_MAX = 64  # wandb's own limit on a tag's length
@@ -137,7 +138,10 @@ class TrainConfig:
     # "bf16" = bf16 autocast on either (on CPU it is CPU autocast, the tests' stand-in for CUDA's)
     dtype: str = "auto"
     seed: int = 1337
-    compile: bool = False  # torch.compile the whole training forward, fullgraph (LoopedByteLM.compile_whole)
+    compile: bool = False  # torch.compile the training forward (eval and sampling stay eager)
+    # what train.compile compiles: "regional" = the sublayers and the final norm, each once, reused by every
+    # iteration (LoopedByteLM.compile_regions); "whole" = the whole forward unrolled as one graph (compile_whole)
+    compile_scope: str = "regional"
     readout: str = "all"  # "all": mean CE over every iteration's readout; "last": the final one only
     ckpt_every: int = 0  # 0 = only the final checkpoint
     keep_ckpts: int = 2
@@ -176,7 +180,8 @@ class TrainConfig:
             lines.append(invalid("train.ckpt_every", self.ckpt_every, "must be >= 0 (0 = final checkpoint only)"))
         if self.keep_ckpts < 1:
             lines.append(invalid("train.keep_ckpts", self.keep_ckpts, "must be >= 1"))
-        for key, allowed in (("readout", ("all", "last")), ("nonfinite", ("stop", "skip")), ("dtype", DTYPES)):
+        for key, allowed in (("readout", ("all", "last")), ("nonfinite", ("stop", "skip")), ("dtype", DTYPES),
+                             ("compile_scope", COMPILE_SCOPES)):
             if getattr(self, key) not in allowed:
                 lines.append(invalid(f"train.{key}", getattr(self, key), "one of " + ", ".join(allowed)))
         return lines + _batch_split_problems(self, world_size) + _device_form_problems(str(self.device), world_size)

@@ -10,6 +10,8 @@ can read out logits through the final RMSNorm and the LM head (tied to the embed
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -225,35 +227,60 @@ class LoopedByteLM(nn.Module):
                 module.weight.copy_(torch.randn(module.weight.shape, generator=shared) * 0.02)
 
     def compile_whole(self, backend: str = "inductor", mode: str | None = None) -> nn.Module:
-        """``train.compile``: the whole forward (embedding, loop, arm, readouts, probe counters) as one graph.
+        """``train.compile_scope=whole``: the whole forward (embedding, loop, arm, readouts, probe counters) as one
+        graph.
 
         ``fullgraph=True``: a graph break is an error, not a silent split (the counters are in-graph adds,
-        :mod:`dormouse.arms.probes`). Returns the compiled module; it shares this module's parameters. Each
-        distinct depth, readout choice and train/eval mode is its own graph (recompiled once, then cached).
+        :mod:`dormouse.arms.probes`). Returns the compiled module; it shares this module's parameters. The loop
+        is unrolled into the graph, so its compile time grows with the depth faster than linearly (Inductor's
+        scheduler over every iteration's ops), and each distinct depth, readout choice and train/eval mode is
+        its own graph.
         """
         self.counters.sync()  # every registered arm has its counter before the graph is traced
         return torch.compile(self, fullgraph=True, backend=backend, mode=mode)
 
-    def readout(self, x: Tensor) -> Tensor:
-        x = self.final_norm(x)
+    def compile_regions(self, backend: str = "inductor", mode: str | None = None) -> nn.Module:
+        """``train.compile_scope=regional`` (the default): the work the loop repeats compiled once, as regions.
+
+        The block is weight-shared: every iteration calls the same attention and MLP on a state of the same
+        shape. Each sublayer, and the readout's final norm, is compiled on its own (``fullgraph=True``: a
+        graph break is an error; ``dynamic=False``: the training shape is fixed), traced at its first call and
+        reused by every later iteration, slot, depth and readout, so the compile time does not grow with
+        ``model.max_iter`` (PyTorch's "regional compilation" recipe). The loop driver, the arm's hooks and the
+        probe counters run eagerly between the regions: they are the only code that knows the iteration and
+        the slot, and a Python int passed into a region would be a guarded constant, one graph per value.
+
+        Returns a module whose forward is this model's with the compiled regions; it shares this module's
+        parameters, and this module itself stays eager (evaluation and sampling run it).
+        """
+        return RegionCompiled(self, backend=backend, mode=mode)
+
+    def readout(self, x: Tensor, final_norm: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+        x = (self.final_norm if final_norm is None else final_norm)(x)
         weight = self.embed.weight if self.head is None else self.head.weight
         return F.linear(x, weight.to(x.dtype))
 
+    def eager_regions(self) -> LoopRegions:
+        """The loop's repeated work as this module's own (eager) modules."""
+        return LoopRegions(tuple(self.sublayers), self.final_norm)
+
     def forward(self, idx: Tensor, depth: int | None = None, readouts: str = "all",
-                trace: LoopTrace | None = None) -> list[Tensor]:
+                trace: LoopTrace | None = None, regions: LoopRegions | None = None) -> list[Tensor]:
         """The loop driver (:mod:`dormouse.arms`). ``trace``, when given, receives the embedding and every
         sublayer's input and output: what the learned-value probes read
-        (:func:`dormouse.arms.probes.learned_values`)."""
+        (:func:`dormouse.arms.probes.learned_values`). ``regions``: what runs the sublayers and the final norm
+        (:meth:`compile_regions`); by default this module's own."""
         depth = self.max_iter if depth is None else int(depth)
         if not 1 <= depth <= self.max_iter:
             raise ValueError(f"depth={depth} is outside 1..model.max_iter={self.max_iter}")
+        regions = self.eager_regions() if regions is None else regions
         embedding = self.embed(idx)
         state = self.arm.begin(embedding)
         if trace is not None:
             trace.embedding = embedding
         logits: list[Tensor] = []
         for k in range(depth):
-            for j, sublayer in enumerate(self.sublayers):
+            for j, sublayer in enumerate(regions.sublayers):
                 slot = 2 * k + j
                 h = self.arm.sublayer_input(state, slot)
                 out = sublayer(h)
@@ -263,7 +290,7 @@ class LoopedByteLM(nn.Module):
                     trace.outputs.append(out)
                 state = self.arm.absorb(state, slot, out)
             if readouts == "all" or k == depth - 1:
-                logits.append(self.readout(self.arm.readout_input(state, k)))
+                logits.append(self.readout(self.arm.readout_input(state, k), regions.final_norm))
         return logits
 
     def param_groups(self, weight_decay: float) -> list[dict[str, Any]]:
@@ -284,3 +311,31 @@ class LoopedByteLM(nn.Module):
         arm = sum(p.numel() for p in self.arm.parameters())
         total = sum(p.numel() for p in self.parameters())
         return {"params": total, "arm_params": arm}
+
+
+@dataclass(frozen=True)
+class LoopRegions:
+    """What the loop driver calls for the work every iteration repeats: each sublayer in slot order, and the
+    readouts' final norm. Eager, the model's own modules; compiled, :class:`RegionCompiled`'s."""
+
+    sublayers: tuple[Callable[[Tensor], Tensor], ...]
+    final_norm: Callable[[Tensor], Tensor]
+
+
+class RegionCompiled(nn.Module):
+    """A :class:`LoopedByteLM` whose sublayers and final norm run as compiled regions
+    (:meth:`LoopedByteLM.compile_regions`). It holds the model as its one child, so its parameters, state dict
+    (under ``model.``) and DDP wrapping are the model's."""
+
+    def __init__(self, model: LoopedByteLM, *, backend: str = "inductor", mode: str | None = None) -> None:
+        super().__init__()
+        self.model = model
+        compiled = {"fullgraph": True, "dynamic": False, "backend": backend, "mode": mode}
+        # torch.compile of a module wraps it (an OptimizedModule sharing its parameters); the model keeps its own
+        # eager modules, so evaluation, sampling and the probes never trace or recompile anything
+        self.regions = LoopRegions(tuple(torch.compile(m, **compiled) for m in model.sublayers),
+                                   torch.compile(model.final_norm, **compiled))
+
+    def forward(self, idx: Tensor, depth: int | None = None, readouts: str = "all",
+                trace: LoopTrace | None = None) -> list[Tensor]:
+        return self.model(idx, depth, readouts, trace, regions=self.regions)

@@ -354,8 +354,8 @@ def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: st
                       "nothing to resume", flush=True)
             return TrainResult(run.files.dir, _history(run, loop.step, source), [], 0.0, **run.counts,
                                kernel=kernel, device=str(device))
-    if t.compile:  # the whole training forward as one graph, probe counters inside it (eval stays eager)
-        run.train_model = model.compile_whole()
+    if t.compile:  # the training forward compiled (train.compile_scope); eval stays eager
+        run.train_model = model.compile_regions() if t.compile_scope == "regional" else model.compile_whole()
     if info.enabled:
         # Every parameter gets a gradient at every depth and readout choice: the per-slot arm parameters
         # are rows of one tensor each, so DDP's unused-parameter search is not needed.

@@ -165,9 +165,9 @@ def resolved_config(output: str) -> str:
 
 # Keys added to the schema since the record, each at the default that keeps the recorded behaviour (issue 24:
 # wandb as teams use it, gradient accumulation, the best checkpoint, HF datasets' configs and val splits,
-# the compute dtype).
+# the compute dtype; issue 35: what train.compile compiles, which changes nothing while train.compile=false).
 ADDED_SINCE = {"logging": {"wandb_entity": None, "wandb_tags": []},
-               "train": {"grad_accum": 1, "keep_best": False, "dtype": "auto"},
+               "train": {"grad_accum": 1, "keep_best": False, "dtype": "auto", "compile_scope": "regional"},
                "data": {"hf_config": None, "hf_val_split": "auto", "hf_streaming": False}}
 
 

@@ -150,8 +150,8 @@ PERTURBATIONS: list[dict] = [
         "name": "last_iteration_skips_its_mlp",
         "file": _MODEL,
         "function": "LoopedByteLM.forward",
-        "old": "            for j, sublayer in enumerate(self.sublayers):\n",
-        "new": "            for j, sublayer in enumerate(self.sublayers[: 1 if 0 < k == depth - 1 else 2]):\n",
+        "old": "            for j, sublayer in enumerate(regions.sublayers):\n",
+        "new": "            for j, sublayer in enumerate(regions.sublayers[: 1 if 0 < k == depth - 1 else 2]):\n",
         "gates": [_ASKED + "test_a_real_runs_asked_is_twice_the_depths_its_schedule_drew"],
         "why": "the loop skips a sublayer: ran and asked drop together (ran = asked passes); only asked = "
                "2 x the drawn depths sees it",
