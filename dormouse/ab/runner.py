@@ -203,7 +203,7 @@ def _run_batch(plan: ComparisonPlan, launcher: Launcher, train_fn: TrainFn, code
         outcomes = launcher.run(tasks, board.start, board.finish)
     errors.update({o.key: o.note for o in outcomes if o.status != DONE})
     if launcher.stopped_by is not None:
-        console.print(f"[yellow]interrupted[/]: rerun `dormouse ab {plan.name}` with the same overrides "
+        console.print(f"[yellow]interrupted[/]: rerun `dormouse ab {plan.reg.argument}` with the same overrides "
                       "to continue (finished pairs are kept, interrupted ones resume from their checkpoints)")
         raise Interrupted(launcher.stopped_by, "the comparison was interrupted")
     for pair in todo:  # never loop on a pair that came back done but is not complete on disk
