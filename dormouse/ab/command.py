@@ -77,7 +77,7 @@ def status_command(name: str, *, root: Path, registry: Path | None, console: Con
     stamp = read_stamp(comp_dir)
     if stamp is None:
         console.print(f"ab {reg.spec.name}: not started ({ComparisonFiles(comp_dir).registration} does not exist); "
-                      f"`dormouse ab {reg.spec.name} --plan` shows what it would run")
+                      f"`dormouse ab {reg.argument} --plan` shows what it would run")
         return 2
     if stamp.get("sha256") != reg.sha256:
         console.print(f"[yellow]note:[/] {reg.source} changed since the comparison started; the pairs below "

@@ -96,6 +96,9 @@ def plot_depth(results: dict[str, Any], out: Path) -> Path:
     return out
 
 
+FOREST_TITLE_PAD_PT = 20  # the forest legend's one row at fontsize 7 (about 15 pt) and a gap
+
+
 def plot_forest(results: dict[str, Any], out: Path) -> Path:
     """:func:`draw_forest` saved to ``out``."""
     draw_forest(results).savefig(out)
@@ -110,7 +113,7 @@ def draw_forest(results: dict[str, Any]) -> Figure:
     "no decision". An arm the tune stage left unbracketed is named so, its mean a hollow dot."""
     arms = [(name, a) for name, a in results["arms"].items() if a["role"] != "baseline"]
     sesoi = float(results["sesoi"])
-    fig = Figure(figsize=(8, 1.4 + 0.6 * max(1, len(arms))), dpi=110)
+    fig = Figure(figsize=(8, 1.8 + 0.6 * max(1, len(arms))), dpi=110)  # 1.8 in: title, legend, x label
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     ax.axvspan(-sesoi, sesoi, color="grey", alpha=0.18, label=f"±SESOI = {sesoi:g} bpb")
@@ -147,9 +150,12 @@ def draw_forest(results: dict[str, Any]) -> Figure:
     ax.set_yticks(ys, [_forest_label(results, name, a) for name, a in arms])
     ax.set_ylim(-0.8, len(arms) - 0.4)
     ax.set_xlabel(f"Δ bpb vs {results['baseline']} (arm − baseline; < 0 is better)")
-    ax.set_title(f"ab {results['name']}: paired differences, looks at {results['looks']} replicates", fontsize=10)
+    # The legend sits just above the axes and the title above the legend, both placed in points (a
+    # fraction of the axes' height put them on top of each other when one compared arm makes it short).
+    ax.set_title(f"ab {results['name']}: paired differences, looks at {results['looks']} replicates", fontsize=10,
+                 pad=FOREST_TITLE_PAD_PT)
     ax.grid(True, axis="x", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.08), ncol=4, frameon=False)
+    ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), borderaxespad=0.2, ncol=4, frameon=False)
     fig.tight_layout()
     return fig
 

@@ -83,7 +83,7 @@ def bind_registration(comp_dir: Path, reg: Registered, overrides: list[str], res
     """Bind the comparison directory to this registration, or refuse. Returns the stamp in force."""
     new = _stamp(reg, overrides)
     if comp_dir.exists() and restart:
-        _discard(comp_dir, reg.spec.name, console)
+        _discard(comp_dir, reg.argument, console)
     old = read_stamp(comp_dir)
     if old is not None:
         if old.get("hash") == new["hash"]:

@@ -64,6 +64,7 @@ import hashlib
 import importlib.resources
 import math
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -207,6 +208,13 @@ class Registered:
     spec: AnySpec
     text: str
     source: str  # a path or "dormouse.conf/ab/NAME.yaml"
+    given: str = ""  # what the user named it by: a registered name, or a file's path as typed
+
+    @property
+    def argument(self) -> str:
+        """How ``dormouse ab`` is told this comparison again (a rerun hint, the report's footer): the file's
+        path when it was given by path (its name is not registered), else its name; quoted for a shell."""
+        return shlex.quote(self.given if _looks_like_path(self.given) else self.spec.name)
 
     @property
     def sha256(self) -> str:
@@ -486,4 +494,4 @@ def load_spec(name: str, registry: Path | None = None) -> Registered:
     problems = validate_spec(spec, source, expected)
     if problems:
         raise ABSpecError(problems)
-    return Registered(spec=spec, text=text, source=source)
+    return Registered(spec=spec, text=text, source=source, given=name)

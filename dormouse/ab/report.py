@@ -270,7 +270,7 @@ def render_report(results: dict[str, Any], plots: list[str]) -> str:
             for name, a in r["arms"].items()]
     out += ["- Replicates (init seed / data seed / A/A data seed): " + "; ".join(
         f"{x['index']}: {x['init_seed']} / {x['data_seed']} / {x['aa_data_seed']}" for x in r["replicates"])]
-    out += ["", f"_Generated {r['generated']} by `dormouse ab {r['name']}`._", ""]
+    out += ["", f"_Generated {r['generated']} by `{r.get('command') or 'dormouse ab ' + r['name']}`._", ""]
     return "\n".join(out)
 
 

@@ -134,6 +134,7 @@ class ComparisonResults:
             "tune": None if state.tune is None else tune.to_dict(plan, state.tune),
             "notes": self.notes, "arms": {name: a.to_json() for name, a in self.arms.items()},
             "runs": self.runs, "generated": self.generated,
+            "command": f"dormouse ab {plan.reg.argument}",  # how it was run: the report's footer names it so
         }
         if self.launch is not None:
             doc["launch"] = self.launch
@@ -259,11 +260,16 @@ def _decided(arm: str, kind: str | None, state: Progress, base: str, base_kind: 
                       _kept(verdict, arm, base, kind or "?", base_kind))
 
 
+# The A/A row points at the check by the name the report's paragraph and the console's caption
+# (dormouse.ab.status.assumption_caption) both give it, and both print it below the verdict table.
+AA_ROW_SENTENCE = "the A/A calibration check, stated below the table"
+
+
 def _helper(arm: str, role: str, state: Progress) -> ArmVerdict:
     """The baseline's or the A/A arm's line: its role, or invalid with why."""
     if arm in state.invalid:
         return ArmVerdict(INVALID, sentence=state.invalid[arm])
-    return ArmVerdict(role, sentence="the reference" if role == "baseline" else "the calibration check (below)")
+    return ArmVerdict(role, sentence="the reference" if role == "baseline" else AA_ROW_SENTENCE)
 
 
 def _arm_result(arm: str, role: str, ran: list[RunRecord], state: Progress, base: dict[int, RunRecord],

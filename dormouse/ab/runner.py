@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from dormouse.ab import fingerprint, tune
 from dormouse.ab.card import ensure_design_card
@@ -203,8 +204,8 @@ def _run_batch(plan: ComparisonPlan, launcher: Launcher, train_fn: TrainFn, code
         outcomes = launcher.run(tasks, board.start, board.finish)
     errors.update({o.key: o.note for o in outcomes if o.status != DONE})
     if launcher.stopped_by is not None:
-        console.print(f"[yellow]interrupted[/]: rerun `dormouse ab {plan.name}` with the same overrides "
-                      "to continue (finished pairs are kept, interrupted ones resume from their checkpoints)")
+        console.print(f"[yellow]interrupted[/]: rerun `dormouse ab {escape(plan.reg.argument)}` with the same "
+                      "overrides to continue (finished pairs are kept, interrupted ones resume from their checkpoints)")
         raise Interrupted(launcher.stopped_by, "the comparison was interrupted")
     for pair in todo:  # never loop on a pair that came back done but is not complete on disk
         if pair.name not in errors and pair_state(pair)[0] != "complete":

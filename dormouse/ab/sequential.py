@@ -251,8 +251,20 @@ class ArmDecision:
 
 
 def percent(c: float) -> str:
-    """A confidence level as the sentences print it: 0.95 -> "95 %"."""
-    return f"{100 * c:.6g} %"
+    """A confidence level as every sentence prints it (the one owner): the level with its complement 1 − c
+    kept to two significant figures, trailing zeros dropped, so that the digits printed are the ones that
+    tell levels apart: 0.95 -> "95 %", 0.997866 -> "99.79 %", 0.99966 -> "99.966 %", 0.5 -> "50 %"."""
+    miss = 100.0 * (1.0 - c)
+    if not math.isfinite(miss) or miss <= 0.0:
+        return "100 %"
+    decimals = min(PERCENT_MAX_DECIMALS, max(0, 1 - math.floor(math.log10(miss))))
+    text = f"{100.0 * c:.{decimals}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return f"{text} %"
+
+
+PERCENT_MAX_DECIMALS = 6  # a level nearer 100 % than 10⁻⁶ % prints as its rounding (never in a real design)
 
 
 def _decide_one(design: Design, lb: LookBoundary, xs: Sequence[float]) -> ArmDecision:
@@ -450,6 +462,20 @@ class DesignCard:
             f"P(tie | |Δ|=SESOI), the worse side ({x.tie_side}): {x.tie_at_sesoi:.4f} ± {se(x.tie_at_sesoi):.4f}"
             for x in self.skew_lines]
 
+    @property
+    def expects_the_sesoi(self) -> bool:
+        """The expected effect is the SESOI in the arms' favour (Δ = −SESOI): one scenario, one power."""
+        return expects_the_sesoi(self.design, self.expected_effect)
+
+    def power_text(self) -> list[str]:
+        """The card's power lines: at the SESOI and at the expected effect, or one line when they are the same
+        effect (one simulation, not two whose Monte-Carlo noise would disagree in the third digit)."""
+        sesoi = f"P(better | Δ=−{self.design.sesoi:g})"
+        if self.expects_the_sesoi:
+            return [f"  power at the SESOI, which is the expected effect, {sesoi}: {self.power_sesoi:.3f}"]
+        return [f"  power at the SESOI {sesoi}: {self.power_sesoi:.3f}",
+                f"  power at the expected effect (Δ={self.expected_effect:+g}): {self.power_expected:.3f}"]
+
     def to_text(self) -> str:
         dz = self.design
         se = self.mc_se
@@ -466,8 +492,7 @@ class DesignCard:
             rows,
             f"  type-I error P(better or worse | Δ=0), family: {self.type_i:.4f} ± {se(self.type_i):.4f}",
             f"  P(tie | Δ=0): {self.tie_at_zero:.3f}   P(tie | Δ=+SESOI): {self.tie_at_sesoi:.4f}",
-            f"  power at the SESOI P(better | Δ=−{dz.sesoi:g}): {self.power_sesoi:.3f}",
-            f"  power at the expected effect (Δ={self.expected_effect:+g}): {self.power_expected:.3f}",
+            *self.power_text(),
             *self.skew_text(),
             "  expected replicates per arm / of the baseline: " + "; ".join(
                 f"{k} {self.expected_n[k]:.1f} / {self.expected_n_baseline[k]:.1f}" for k in self.expected_n),
@@ -479,7 +504,8 @@ class DesignCard:
 def design_card(design: Design, pilot_sd: float | Sequence[float], expected_effect: float,
                 n_sim: int = CARD_N_SIM, seed: int = CARD_SEED) -> DesignCard:
     """Simulate the registered procedure at the pilot's spread: type-I error, P(tie) at Δ = 0 and at the
-    SESOI, power at the SESOI and at the expected effect, expected and maximum replicates."""
+    SESOI, power at the SESOI and at the expected effect (one scenario when the expected effect is −SESOI:
+    :func:`expects_the_sesoi`), expected and maximum replicates."""
     design.check()
     sd = tuple(float(v) for v in np.broadcast_to(np.asarray(pilot_sd, dtype=float), (design.n_arms,)))
     if not math.isfinite(expected_effect) or expected_effect == 0:
@@ -489,9 +515,11 @@ def design_card(design: Design, pilot_sd: float | Sequence[float], expected_effe
         "Δ=0": simulate(design, [0.0] * m, sd, n_sim, seed),
         "Δ=+SESOI": simulate(design, [s] * m, sd, n_sim, seed + 1),
         "Δ=−SESOI": simulate(design, [-s] * m, sd, n_sim, seed + 2),
-        f"Δ={expected_effect:+g}": simulate(design, [expected_effect] * m, sd, n_sim, seed + 3),
     }
-    exp = scen[f"Δ={expected_effect:+g}"]
+    if expects_the_sesoi(design, expected_effect):  # the same effect: the same scenario, one power
+        exp = scen["Δ=−SESOI"]
+    else:
+        exp = scen[f"Δ={expected_effect:+g}"] = simulate(design, [expected_effect] * m, sd, n_sim, seed + 3)
     right = exp.p_better if expected_effect < 0 else exp.p_worse
     return DesignCard(
         design=design, pilot_sd=sd, expected_effect=float(expected_effect), n_sim=n_sim, seed=seed,
@@ -502,6 +530,12 @@ def design_card(design: Design, pilot_sd: float | Sequence[float], expected_effe
         expected_n_baseline={k: r.expected_n_baseline for k, r in scen.items()}, max_n=design.n_max,
         skew_lines=skew_lines(design, sd, n_sim, seed + 10),
     )
+
+
+def expects_the_sesoi(design: Design, expected_effect: float) -> bool:
+    """Is the registered expected effect the SESOI in the arms' favour (Δ = −SESOI, to rounding)? Then the
+    card's power at the SESOI and at the expected effect are one number from one scenario."""
+    return math.isclose(expected_effect, -design.sesoi, rel_tol=1e-12, abs_tol=0.0)
 
 
 def skew_lines(design: Design, sd: Sequence[float], n_sim: int, seed: int,

@@ -20,6 +20,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -258,20 +259,48 @@ def render_status(plan: ComparisonPlan, status: dict[str, Any], console: Console
            if driver else "no `dormouse ab` is running on it")
     counts = ", ".join(f"{n} {s}" for s, n in status["counts"].items() if n)
     console.print(f"[bold]status: ab {name}[/] ({comp_dir}): {counts}; {who}")
-    table = Table(title_justify="left")
-    for col in ("pair", "state", "step", "elapsed", "ETA", "where", "last eval line / note"):
-        table.add_column(col, no_wrap=col not in ("last eval line / note",))
-    style = {"done": "green", "running": "bold cyan", "failed": "bold red", "interrupted": "yellow",
-             "pending": "dim"}
-    for r in status["pairs"]:
-        table.add_row(r["pair"], f"[{style[r['state']]}]{r['state']}[/]", f"{r['step']}/{r['steps']}",
-                      _fmt_s(r["elapsed_s"]), _fmt_s(r["eta_s"]) if r["state"] == "running" else "",
-                      r["where"], r["note"] or _abridge(r["last_eval"]))
-    console.print(table)
+    console.print(status_table(status["pairs"]))
     if status["counts"]["done"] < len(status["pairs"]):
         console.print(f"comparison ETA: {_fmt_s(status['eta_s'])}"
                       + (f" ({status['slots']} pair(s) at once)" if status["eta_s"] is not None
                          else " (unknown until a pair has finished or evaluated)"))
+
+
+_STATE_STYLE = {"done": "green", "running": "bold cyan", "failed": "bold red", "interrupted": "yellow",
+                "pending": "dim"}
+
+
+STATUS_PAIR_WIDTH = len("attnres_full-s10")  # the widest pair name --status keeps on one line
+_STATUS_COLUMNS = ("pair", "state", "step", "elapsed", "ETA", "bpb", "last eval / note")
+
+
+def status_table(rows: list[dict[str, Any]]) -> Table:
+    """``--status``'s pair table, one row per pair (:func:`pair_status`), laid out to fit a terminal's 80
+    columns: the last eval's bpb, what a reader compares first, has its own column, never wrapped nor cut;
+    the last column holds the rest of the eval in brief (the step has its own column), a running pair's pid
+    and host, or the note, and takes the width left, folding rather than cutting. Every other column is as
+    wide as its widest value (a pair name longer than a confirmatory one, a tune pair's, folds)."""
+    cells = [_status_cells(r) for r in rows]
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    for i, col in enumerate(_STATUS_COLUMNS):
+        if col == _STATUS_COLUMNS[-1]:
+            table.add_column(col, overflow="fold", ratio=1)
+            continue
+        width = max([len(col), *(len(Text.from_markup(c[i]).plain) for c in cells)])
+        table.add_column(col, overflow="fold", no_wrap=col != "pair",
+                         width=min(width, max(STATUS_PAIR_WIDTH, len(col))) if col == "pair" else width)
+    for c in cells:
+        table.add_row(*c)
+    return table
+
+
+def _status_cells(r: dict[str, Any]) -> list[str]:
+    """One pair's cells of :func:`status_table`, in its column order."""
+    bpb, rest = _abridge(r["last_eval"])
+    where = f"({r['where']})" if r["where"] else ""
+    return [r["pair"], f"[{_STATE_STYLE[r['state']]}]{r['state']}[/]", f"{r['step']}/{r['steps']}",
+            _fmt_s(r["elapsed_s"]), _fmt_s(r["eta_s"]) if r["state"] == "running" else "", bpb,
+            r["note"] or " ".join(x for x in (rest, where) if x)]
 
 
 def render_looks(plan: ComparisonPlan, state: Progress, console: Console) -> None:
@@ -296,10 +325,15 @@ def render_looks(plan: ComparisonPlan, state: Progress, console: Console) -> Non
              "no further look can be taken until the invalid arms' runs are fixed (rerun to retry failed pairs)")
 
 
-def _abridge(line: str) -> str:
-    """The eval line's head (step, tokens, loss, bpb...) without the per-depth and counter fields."""
-    keep = [w for w in line.split() if w.split("=")[0] in ("step", "loss", "bpb", "tok/s", "depth")]
-    return " ".join(keep)
+_ABRIDGED = {"train_loss_nats": "loss", "loss": "loss"}  # line key -> shown as
+
+
+def _abridge(line: str) -> tuple[str, str]:
+    """The eval line in brief: its bpb ("" without one), and ``loss=…``, the training loss (``train_loss_nats``
+    on the line, ``loss`` on lines written before the label); the speed is in the ETA, the step in its column."""
+    fields = dict(w.partition("=")[::2] for w in line.split() if "=" in w)
+    return fields.get("bpb", ""), " ".join(f"{shown}={fields[key]}" for key, shown in _ABRIDGED.items()
+                                            if key in fields)
 
 
 def status_json(status: dict[str, Any]) -> str:
@@ -316,7 +350,8 @@ def assumption_caption(results: dict[str, Any]) -> Text | None:
     """Beside the verdicts on the console: the A/A calibration check's sentence and the pooled skewness with
     the design card's skew line it falls under (the report's words; None when neither was made)."""
     cal, skew = results.get("aa_calibration"), results.get("skewness")
-    said = [f"A/A check: {cal['sentence']}" if cal else "", f"Skewness: {skew['sentence']}." if skew else ""]
+    said = [f"A/A calibration check: {cal['sentence']}" if cal else "",
+            f"Skewness: {skew['sentence']}." if skew else ""]
     return Text("\n".join(x for x in said if x)) if any(said) else None
 
 

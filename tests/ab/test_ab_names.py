@@ -43,3 +43,18 @@ def test_a_mistyped_comparison_name_gets_the_closest_registered_names(tmp_path: 
     assert "did you mean" not in far and "registered: residual" in far, far
     result = runner.invoke(app, ["ab", "smok", "--root", str(tmp_path)])
     assert result.exit_code == 2 and "did you mean smoke?" in result.output, result.output
+
+
+def test_a_registration_given_by_path_is_named_again_by_its_path(tmp_path: Path) -> None:
+    """The rerun hint and the report's footer name a comparison the way ``dormouse ab`` was given it: a
+    file's path (quoted for a shell) when given by path, the name when given by name."""
+    from tests.flows.test_ab import SPEC
+
+    path = tmp_path / "my comps" / "t.yaml"
+    path.parent.mkdir()
+    path.write_text(SPEC)
+    assert load_spec(str(path)).argument == f"'{path}'"
+    (tmp_path / "reg").mkdir()
+    (tmp_path / "reg" / "t.yaml").write_text(SPEC)
+    assert load_spec("t", tmp_path / "reg").argument == "t"
+    assert load_spec("smoke").argument == "smoke"

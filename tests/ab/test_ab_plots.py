@@ -68,3 +68,26 @@ def test_forest_plot_names_an_unbracketed_arm_and_draws_its_mean_hollow():
     assert [t.get_text() for t in ax.get_yticklabels()] == ["gr (unbracketed: high)", "attnres"]
     face = {line.get_gid(): line.get_markerfacecolor() for line in ax.get_lines() if line.get_gid()}
     assert face["mean:gr"] == "none" and face["mean:attnres"] != "none"
+
+
+def _drawn_boxes(fig) -> dict:
+    """The figure drawn, and the display boxes of its title, legend, axes and the whole figure."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    return {"title": ax.title.get_window_extent(renderer), "legend": ax.get_legend().get_window_extent(renderer),
+            "axes": ax.get_window_extent(renderer), "figure": fig.bbox}
+
+
+@pytest.mark.parametrize("n_arms", [1, 2, 6])
+def test_the_forest_legend_never_covers_the_title_whatever_the_arms(n_arms: int):
+    """With one compared arm the figure is short; the legend must still sit between the axes and the title,
+    overlapping neither, and all of it inside the figure."""
+    arms = {"rezero": arm("baseline", None, None, None, "baseline")}
+    arms.update({f"a{i}": arm("arm", -0.03, [-0.05, -0.01], [-0.04, -0.02], "better") for i in range(n_arms)})
+    results = {"name": "smoke", "baseline": "rezero", "looks": [2, 4], "sesoi": 0.05, "arms": arms}
+    box = _drawn_boxes(draw_forest(results))
+    title, legend, axes, figure = box["title"], box["legend"], box["axes"], box["figure"]
+    assert legend.y0 >= axes.y1 - 0.5, "the legend dips into the axes"
+    assert title.y0 >= legend.y1 - 0.5, "the legend covers the title"
+    assert title.y1 <= figure.y1 + 0.5 and figure.y0 - 0.5 <= axes.y0

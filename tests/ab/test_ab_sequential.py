@@ -236,6 +236,38 @@ def test_design_card_reports_the_simulated_rates():
     assert "type-I error" in text and "look 2: n   8" in text
 
 
+def test_the_card_prints_one_power_line_when_the_expected_effect_is_the_sesoi():
+    """Expected effect −SESOI: one scenario, one power (two simulations of the same effect would disagree in
+    the third digit); another expected effect keeps both lines."""
+    design = sq.Design(ALPHA, 0.03, (4, 8), 2)
+    same = sq.design_card(design, 0.03, -0.03, n_sim=1000, seed=9)
+    assert same.power_expected == same.power_sesoi
+    assert set(same.expected_n) == {"Δ=0", "Δ=+SESOI", "Δ=−SESOI"}
+    power = [ln for ln in same.to_text().splitlines() if "power" in ln]
+    assert power == [f"  power at the SESOI, which is the expected effect, P(better | Δ=−0.03): {same.power_sesoi:.3f}"]
+    other = sq.design_card(design, 0.03, -0.06, n_sim=1000, seed=9)
+    assert [ln.split(":")[0] for ln in other.to_text().splitlines() if "power" in ln] == [
+        "  power at the SESOI P(better | Δ=−0.03)", "  power at the expected effect (Δ=-0.06)"]
+
+
+@pytest.mark.parametrize("level, printed", [
+    (0.95, "95 %"), (0.997866, "99.79 %"), (0.99966, "99.966 %"), (0.975, "97.5 %"), (0.5, "50 %"),
+    (0.999, "99.9 %"), (1.0, "100 %")])
+def test_a_confidence_level_prints_its_complement_to_two_significant_figures(level: float, printed: str):
+    assert sq.percent(level) == printed
+
+
+def test_a_looks_sentence_prints_its_confidence_level_with_few_digits():
+    """The per-look interval's level (1 − the look's p, e.g. 0.997866...) is printed by sequential.percent,
+    never with all six significant digits ("99.7866 %")."""
+    design = sq.Design(ALPHA, 0.03, (4, 8), 2)
+    d = sq.decide(design, 0, {"a": [-0.02, -0.01, -0.03, -0.02]})["a"]
+    text = d.sentence("arm", "base")
+    assert f"this look's {sq.percent(1 - d.boundary.sup_p)} confidence interval" in text
+    level = text.split("this look's ")[1].split(" %")[0]
+    assert len(level.split(".")[-1]) <= 4 and len(level) < 8, level
+
+
 def test_a_significant_effect_inside_the_sesoi_is_better_or_worse_flagged_never_tie():
     design = sq.Design(ALPHA, 0.03, (5,), 3)
     small = [-0.011, -0.012, -0.010, -0.013, -0.0115]  # significant, and shown within ±0.03

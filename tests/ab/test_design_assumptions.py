@@ -286,8 +286,20 @@ def test_the_report_and_console_print_the_assumptions_beside_the_verdicts(plante
     console = Console(width=400, record=True, color_system=None)
     console.print(verdict_table(planted))
     text = console.export_text()
-    assert "A/A check: The A/A paired sd" in text and "Skewness: pooled skewness" in text
+    assert "A/A calibration check: The A/A paired sd" in text and "Skewness: pooled skewness" in text
     assert "over 1 arm(s) (boundaries at α 0.035 = 0.05 × 0.7, held back for skew)" in text
+
+
+def test_the_console_prints_the_aa_check_its_aa_row_points_at(planted: dict[str, Any]) -> None:
+    """The A/A row's sentence names the check and where it is; the console prints that check, under that
+    name, below the table, at a terminal's 80 columns too (the report prints it under the verdicts)."""
+    aa = planted["aa_arm"]
+    said = planted["arms"][aa]["sentence"]
+    assert "A/A calibration check" in said and "below the table" in said
+    console = Console(width=80, record=True, color_system=None)
+    console.print(verdict_table(planted))
+    text = console.export_text()
+    assert text.index("A/A calibration check: The A/A paired sd") > text.rindex("└")
 
 
 def test_a_published_results_json_with_the_old_aa_check_still_renders() -> None:
@@ -298,4 +310,4 @@ def test_a_published_results_json_with_the_old_aa_check_still_renders() -> None:
     assert "**Skewness**" not in report and "held back" not in report
     console = Console(width=400, record=True, color_system=None)
     console.print(verdict_table(old))
-    assert "A/A check: The A/A spread agrees" in console.export_text()
+    assert "A/A calibration check: The A/A spread agrees" in console.export_text()
