@@ -22,8 +22,7 @@ from rich.text import Text
 from dormouse.cli.completion import complete_comparison, complete_override
 from dormouse.cli.exits import ExitOnError, err
 from dormouse.cli.sample_options import SampleOptions
-from dormouse.config.schema import ConfigError
-from dormouse.run.files import AB_ROOT
+from dormouse.run.files import AB_ROOT, RUNS_ROOT
 
 app = typer.Typer(
     name="dormouse",
@@ -57,9 +56,16 @@ def _root(
                                           "Also DORMOUSE_PLUGINS and the `dormouse.arms` entry points."),
 ) -> None:
     """Train a looped byte-level LM and A/B-compare residual mechanisms (ReZero, GR, AttnRes)."""
+    # The plugins load when a command starts (_load_plugins), not here: Click calls this before it reads a
+    # command's --help, and loading the arms imports torch (seconds) for a help text that needs none of it.
+
+
+def _load_plugins(ctx: typer.Context) -> None:
+    """Load the entry points, DORMOUSE_PLUGINS and the root's ``--plugin`` values: the first thing every
+    command that reads arms does, before it reads a config (a plugin arm's switch is in the schema)."""
     from dormouse.arms.plugins import activate
 
-    activate(plugin or [])  # before the command reads its config: a plugin arm's switch is in the schema
+    activate(ctx.find_root().params.get("plugin") or [])
 
 
 CFG = typer.Option(None, "--cfg", show_default=False,
@@ -69,7 +75,7 @@ CFG = typer.Option(None, "--cfg", show_default=False,
 def _print_job_config(cfg_flag: str, overrides: list[str] | None) -> None:
     """``--cfg job``: the composed config (schema, preset, overrides) as YAML, like Hydra's own flag; the
     values are not checked (that is `validate`). Hydra's ``hydra`` and ``all`` have no meaning here."""
-    from dormouse.config.schema import compose_config
+    from dormouse.config.schema import ConfigError, compose_config
 
     if cfg_flag != "job":
         raise ConfigError([f"--cfg {cfg_flag}: only --cfg job is supported (dormouse has no Hydra runtime config "
@@ -94,7 +100,7 @@ def _run_config(overrides: list[str] | None):
   dormouse train run.name=myrun train.resume=auto      # continue an interrupted run\n
   dormouse train -m train.lr=1e-3,3e-3 run.name=lrs    # a sweep: runs/lrs/0, runs/lrs/1\n
   torchrun --nproc_per_node=2 -m dormouse train train.device=cpu""")
-def train(overrides: list[str] = OVERRIDES, cfg_flag: str = CFG,
+def train(ctx: typer.Context, overrides: list[str] = OVERRIDES, cfg_flag: str = CFG,
           multirun: bool = typer.Option(False, "--multirun", "-m",
                                         help="A sweep (Hydra's -m): one run per setting of a,b values, one after "
                                              "another, in run.dir/<run.name>/<n>. A sweep explores; a registered "
@@ -102,6 +108,7 @@ def train(overrides: list[str] = OVERRIDES, cfg_flag: str = CFG,
     """Train one model (no arguments: the CPU default on the embedded Shakespeare corpus).
 
     A sweep explores; a registered comparison decides: `-m` runs settings, `dormouse ab` gives a verdict."""
+    _load_plugins(ctx)
     if cfg_flag is not None:
         _print_job_config(cfg_flag, overrides)
         return
@@ -125,14 +132,16 @@ def train(overrides: list[str] = OVERRIDES, cfg_flag: str = CFG,
   dormouse validate preset=9m model.use_attnres=true\n
   dormouse validate model.use_attnres=true model.use_gr=true   # refused: exit 2, names both fields\n
   dormouse validate data.path=notes.txt run.name=myrun       # the data and the run directory, too""")
-def validate(overrides: list[str] = OVERRIDES, cfg_flag: str = CFG) -> None:
+def validate(ctx: typer.Context, overrides: list[str] = OVERRIDES, cfg_flag: str = CFG) -> None:
     """A dry run of `train`: the config, the data source and the run directory; prints the resolved config.
 
     Exit 2 on anything `train` would refuse before step 0, like `train`. Creates nothing, trains nothing."""
+    _load_plugins(ctx)
     if cfg_flag is not None:
         _print_job_config(cfg_flag, overrides)
         return
     cfg = _run_config(overrides)
+    from dormouse.config.schema import ConfigError
     from dormouse.train.preflight import preflight
 
     checked = preflight(cfg)
@@ -156,6 +165,7 @@ def validate(overrides: list[str] = OVERRIDES, cfg_flag: str = CFG) -> None:
   dormouse ab my_comparison.yaml             # your own registration file (same fields as conf/ab/*.yaml)\n
   dormouse ab smoke train.steps=40 --restart""")
 def ab(
+    ctx: typer.Context,
     name: str = typer.Argument(None, help="A registered comparison (conf/ab/NAME.yaml) or the path of a "
                                "registration file PATH.yaml.", show_default=False,
                                autocompletion=complete_comparison),
@@ -180,6 +190,7 @@ def ab(
     """Run a registered A/B comparison to a verdict (resumable: rerun to continue).
 
     A sweep explores; a registered comparison decides: `dormouse train -m` runs settings, `ab` gives a verdict."""
+    _load_plugins(ctx)
     if list_:
         _list_comparisons()
         return
@@ -216,33 +227,42 @@ def _list_comparisons() -> None:
 
 
 @app.command(epilog="""[bold]Examples[/]\n
+  dormouse logs                                     # every run under runs/\n
   dormouse logs runs/attnres-20261129-101500-000000\n
-  dormouse logs runs/ab/smoke --check\n
+  dormouse logs runs/ab/smoke                       # a comparison: one row per arm\n
+  dormouse logs runs/ab/smoke --runs --check        # and every run's table\n
   dormouse logs runs/a/train.log runs/b/train.log\n
   dormouse logs runs/myrun > evals.tsv              # not a terminal: tab-separated rows, every value\n
   dormouse logs runs/ab/smoke --format json | jq '.runs[].findings'""")
 def logs(
-    paths: list[Path] = typer.Argument(..., help="Run directories, A/B directories or train.log files."),
+    ctx: typer.Context,
+    paths: list[Path] = typer.Argument(None, help=f"Run directories, A/B directories or train.log files "
+                                       f"(default: {RUNS_ROOT}/).", show_default=False),
     check: bool = typer.Option(False, "--check", help="Exit 1 when there is any finding."),
     fmt: str = typer.Option(None, "--format", help="table | tsv | json (default: table on a terminal, else tsv). "
                             "tsv and json hold every value, from metrics.jsonl.", show_default=False),
+    runs: bool = typer.Option(False, "--runs", help="A comparison's table: each run's evals too, after the "
+                              "row per arm."),
 ) -> None:
     """Show each run's evals (a table fitted to the terminal, tab-separated rows or JSON) and report findings
-    (dead or leaking arms, NaNs, malformed or missing lines)."""
+    (dead or leaking arms, NaNs, malformed or missing lines); a comparison as one row per arm."""
+    _load_plugins(ctx)
     from dormouse.cli.logs import logs_command
 
-    raise typer.Exit(logs_command(paths, check, Console(), fmt=fmt, err_console=err))
+    raise typer.Exit(logs_command(list(paths or []), check, Console(), fmt=fmt, err_console=err, per_run=runs))
 
 
 @app.command(epilog="""[bold]Examples[/]\n
   dormouse arms                                        # the built-in arms: switch, options, description\n
   dormouse arms --plugin docs/examples/scalar_gate.py  # with a plugin's arms, and where each came from\n
   dormouse arms --format json | jq '.arms[].name'""")
-def arms(fmt: str = typer.Option(None, "--format", help="table | text | json (default: table on a terminal, "
+def arms(ctx: typer.Context,
+         fmt: str = typer.Option(None, "--format", help="table | text | json (default: table on a terminal, "
                                  "else text: a tab-separated line per arm, an indented line per option).",
                                  show_default=False)) -> None:
     """List the arms this command knows, built-in and plugin, in registry order: each one's switch, options
     and their defaults, where it came from and what it does."""
+    _load_plugins(ctx)
     from dormouse.cli.arms import arms_command
 
     raise typer.Exit(arms_command(Console(), fmt=fmt, err_console=err))
@@ -252,6 +272,7 @@ def arms(fmt: str = typer.Option(None, "--format", help="table | text | json (de
   dormouse eval runs/myrun                                   # the newest checkpoint\n
   dormouse eval runs/myrun --checkpoint runs/myrun/checkpoints/best.pt""")
 def eval_(
+    ctx: typer.Context,
     run_dir: Path = typer.Argument(..., help="A run directory written by `dormouse train`."),
     checkpoint: Path = typer.Option(None, "--checkpoint", help="A checkpoint file (default: the run's newest).",
                                     show_default=False),
@@ -260,6 +281,7 @@ def eval_(
     """Evaluate a checkpoint on its run's fixed eval set and print the eval line (bpb at every depth).
 
     Writes nothing, to the run or anywhere else."""
+    _load_plugins(ctx)
     from dormouse.cli.eval import eval_checkpoint
     from dormouse.run.loglines import format_eval_line
 
@@ -278,6 +300,7 @@ _SAMPLE = SampleOptions()  # the defaults' one owner (dormouse/cli/sample_option
   dormouse sample runs/myrun --depth 1 --temperature 0          # greedy, read out after iteration 1\n
   dormouse sample runs/myrun --checkpoint runs/myrun/checkpoints/step_00001200.pt --top-k 20""")
 def sample(
+    ctx: typer.Context,
     run_dir: Path = typer.Argument(..., help="A run directory written by `dormouse train`."),
     prompt: str = typer.Option(None, "--prompt", show_default=False,
                                help=f"Bytes the sample continues, as typed (any bytes; default "
@@ -298,6 +321,7 @@ def sample(
     device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
 ) -> None:
     """Generate bytes from a run's checkpoint, at one depth or at every depth of the loop."""
+    _load_plugins(ctx)
     from dormouse.cli.sample import sample_run
 
     def loaded(path: Path, step: int) -> None:

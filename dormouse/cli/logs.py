@@ -18,11 +18,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from dormouse.cli.comparison_table import comparison_notes, comparison_table, is_comparison
 from dormouse.errors import print_error
 from dormouse.run.checks import checked_runs, counter_fault, non_finite
-from dormouse.run.files import SWEEP
+from dormouse.run.files import RUNS_ROOT, SWEEP, RunFiles
 from dormouse.run.loglines import LEARNED, cell, eval_fields
-from dormouse.run.reader import EvalRow, RunReading
+from dormouse.run.reader import EvalRow, RunReading, find_runs
 
 # --- display -------------------------------------------------------------------------------------------
 #
@@ -185,14 +186,66 @@ def sweep_table(folder: Path, runs: list[RunReading]) -> Table:
     return table
 
 
+def _holds_runs(path: Path) -> bool:
+    """``path`` is a train.log, a run directory, or a folder with a run below it (dormouse.run.reader.find_runs
+    stands a folder with none for itself, so that a comparison's pair that never started is a finding)."""
+    files = RunFiles(path)
+    return path.is_file() or files.log.is_file() or files.config.is_file() or find_runs(path) != [path]
+
+
+def _path_problems(paths: list[Path]) -> list[str]:
+    """One line per path that holds nothing to show: it does not exist, or it is a folder with no run."""
+    if paths == [RUNS_ROOT] and not RUNS_ROOT.exists():
+        return [f"no path given and no {RUNS_ROOT}/ folder here: name a run directory, a comparison or a "
+                "train.log (e.g. dormouse logs runs/NAME), or train one first (dormouse train)"]
+    return [f"{p}: no such file or directory" if not p.exists() else
+            f"{p}: no runs in this folder (no train.log or config.yaml in it or below it); give a run "
+            f"directory, a comparison (runs/ab/NAME) or a train.log" for p in paths if not p.exists()
+            or not _holds_runs(p)]
+
+
+def _print_tables(paths: list[Path], runs: list[RunReading], console: Console, per_run: bool) -> None:
+    """The table view: a sweep's table, a comparison's row per arm (its runs' tables only with ``per_run``,
+    their findings always), then each other run's table and findings."""
+    width = console.width if console.is_terminal else None
+    if not console.is_terminal:  # a table in a file: wide enough for every column, never "…"
+        console.width = max(console.width, 1000)
+    summarized: set[Path] = set()
+    for path in paths:  # a sweep (dormouse train -m) or a comparison (dormouse ab): one table of it first
+        if (path / SWEEP).is_file():
+            console.print(sweep_table(path, runs))
+            console.print()
+        elif is_comparison(path):
+            console.print(comparison_table(path, runs))
+            console.print(Text("; ".join(comparison_notes(path, runs)), style="dim"), soft_wrap=True)
+            console.print()
+            summarized |= {run.run_dir.resolve() for run in runs if path.resolve() in run.run_dir.resolve().parents}
+    for run in runs:
+        if run.run_dir.resolve() in summarized and not per_run:
+            for f in run.findings:  # a finding is never hidden behind the summary
+                console.print(Text(f"{run.name}: {f}", style="red"), soft_wrap=True)
+            continue
+        if run.evals:
+            console.print(run_table(run, width))
+        else:
+            console.print(Text(f"{run.name}: no eval lines", style="bold"))
+        for f in run.findings:
+            console.print(Text(f"  {f}", style="red"), soft_wrap=True)
+        if not run.findings:
+            console.print(Text(f"  {run.path}: ok", style="green"))
+        console.print()
+
+
 def logs_command(paths: list[Path], check: bool = False, console: Console | None = None,
-                 fmt: str | None = None, err_console: Console | None = None) -> int:
-    """``dormouse logs PATH... [--check] [--format table|tsv|json]``: every run's eval rows and findings.
+                 fmt: str | None = None, err_console: Console | None = None, per_run: bool = False) -> int:
+    """``dormouse logs [PATH...] [--check] [--format table|tsv|json] [--runs]``: every run's eval rows and
+    findings; no path reads ``runs/``. A comparison's folder shows one row per arm in the table view
+    (:mod:`dormouse.cli.comparison_table`), its runs' tables only with ``per_run``.
 
     ``fmt`` None = a table on a terminal, tab-separated rows otherwise (a rich table in a file or a pipe is
     cut to 80 columns). In tsv and json the rows go to stdout and the findings to stderr (json also holds
-    them). Returns the exit code: 2 when a path does not exist or the format is unknown; with ``check``, 1
-    on any finding; else 0.
+    them). Returns the exit code: 2 when a path does not exist or holds no run, or the format is unknown;
+    with ``check``, 1 on any finding; else 0.
     """
     console = console or Console()
     err = err_console or Console(stderr=True, highlight=False)
@@ -200,12 +253,13 @@ def logs_command(paths: list[Path], check: bool = False, console: Console | None
     if fmt not in FORMATS:
         print_error(err, f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
         return 2
-    missing = [p for p in paths if not Path(p).exists()]
-    for p in missing:
-        print_error(err, f"{p}: no such file or directory")
-    if missing:
+    paths = [Path(p) for p in paths] or [RUNS_ROOT]
+    problems = _path_problems(paths)
+    for line in problems:
+        print_error(err, line)
+    if problems:
         return 2
-    runs = checked_runs([Path(p) for p in paths])
+    runs = checked_runs(paths)
     total = sum(len(run.findings) for run in runs)
     verdict = "no findings" if not total else f"{total} finding(s)"
     if fmt == "json":
@@ -216,24 +270,7 @@ def logs_command(paths: list[Path], check: bool = False, console: Console | None
             for f in run.findings:
                 err.print(Text(str(f)), soft_wrap=True)
     else:
-        # On a terminal the table fits its width (columns chosen by priority); in a file every column.
-        width = console.width if console.is_terminal else None
-        if not console.is_terminal:  # a table in a file: wide enough for every column, never "…"
-            console.width = max(console.width, 1000)
-        for path in paths:  # a sweep (dormouse train -m): one table of its settings first
-            if (Path(path) / SWEEP).is_file():
-                console.print(sweep_table(Path(path), runs))
-                console.print()
-        for run in runs:
-            if run.evals:
-                console.print(run_table(run, width))
-            else:
-                console.print(Text(f"{run.name}: no eval lines", style="bold"))
-            for f in run.findings:
-                console.print(Text(f"  {f}", style="red"), soft_wrap=True)
-            if not run.findings:
-                console.print(Text(f"  {run.path}: ok", style="green"))
-            console.print()
+        _print_tables(paths, runs, console, per_run)
         console.print(f"{len(runs)} run(s), {verdict}", style="green" if not total else "bold red")
         return 1 if check and total else 0
     err.print(f"{len(runs)} run(s), {verdict}", style="green" if not total else "bold red")

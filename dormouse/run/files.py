@@ -41,6 +41,7 @@ AB_ERROR = "ab_error.txt"
 WANDB_ID = "wandb_id.txt"
 RUN_LOCK = "run.lock"
 
+RUNS_ROOT = Path("runs")  # run.dir's default (conf/config.yaml): where `dormouse logs` looks when given no path
 AB_ROOT = Path("runs/ab")  # where `dormouse ab` writes comparisons unless --root says otherwise
 REGISTRATION = "registration.json"
 DESIGN = "design.json"

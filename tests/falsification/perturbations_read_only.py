@@ -1,0 +1,93 @@
+"""Perturbations of the read-only commands' rules (issue 36): help and --version answer without importing
+torch, `dormouse logs` with no path reads runs/ and refuses a folder with no run, and a comparison's folder
+is one table, a row per arm, from results.json when the comparison wrote it (tests/falsification; format in
+perturbations_attnres.py, plus ``protects``).
+"""
+
+from __future__ import annotations
+
+_FAST = "tests/flows/test_read_only_commands.py::"
+_CMP = "tests/flows/test_logs_comparison.py::"
+_LOGS = "dormouse/cli/logs.py"
+_TABLE = "dormouse/cli/comparison_table.py"
+
+PERTURBATIONS: list[dict] = [
+    {
+        "name": "help_loads_the_plugins_and_torch",
+        "file": "dormouse/cli/app.py",
+        "function": "_root",
+        "old": '    """Train a looped byte-level LM and A/B-compare residual mechanisms (ReZero, GR, AttnRes)."""\n',
+        "new": '    """Train a looped byte-level LM and A/B-compare residual mechanisms (ReZero, GR, AttnRes)."""\n'
+               "    from dormouse.arms.plugins import activate\n\n    activate(plugin or [])\n",
+        "gates": [_FAST + "test_help_and_version_do_not_import_torch"],
+        "why": "the root callback loads the arms again (Click runs it before a command reads its --help): every "
+               "`dormouse X --help` imports torch and takes seconds for a text that needs none of it",
+        "protects": "training loop",
+    },
+    {
+        "name": "logs_without_a_path_reads_nothing",
+        "file": _LOGS,
+        "function": "logs_command",
+        "old": "    paths = [Path(p) for p in paths] or [RUNS_ROOT]\n",
+        "new": "    paths = [Path(p) for p in paths]\n",
+        "gates": [_CMP + "test_logs_without_a_path_reads_runs"],
+        "why": "`dormouse logs` with no path reads no run and says '0 run(s), no findings' where runs/ holds "
+               "the user's runs",
+        "protects": "counters",
+    },
+    {
+        "name": "logs_reads_a_folder_with_no_run_as_one",
+        "file": _LOGS,
+        "function": "_holds_runs",
+        "old": "    return path.is_file() or files.log.is_file()",
+        "new": "    return True or path.is_file() or files.log.is_file()",
+        "gates": [_CMP + "test_logs_of_a_folder_with_no_run_is_an_error"],
+        "why": "`dormouse logs /etc` prints a finding and exits 0, as if a folder with no run were a run that "
+               "never started: a typo'd path passes a script's check",
+        "protects": "counters",
+    },
+    {
+        "name": "comparison_table_recomputes_past_results_json",
+        "file": _TABLE,
+        "function": "arm_rows",
+        "old": "        if said is not None:",
+        "new": "        if False:",
+        "gates": [_CMP + "test_a_comparison_takes_its_numbers_and_verdicts_from_results_json"],
+        "why": "the summary recomputes the means from every finished run and shows no verdict: a bad run the "
+               "analysis replaced would count, and the table would disagree with the report",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "comparison_table_delta_sign_flipped",
+        "file": _TABLE,
+        "function": "arm_rows",
+        "old": "paired = [b - base_bpb[k] for k",
+        "new": "paired = [base_bpb[k] - b for k",
+        "gates": [_CMP + "test_a_comparison_is_one_row_per_arm_with_mean_and_delta_from_its_runs"],
+        "why": "Δ read as baseline − arm: an arm with lower bpb shows a positive Δ, the opposite of results.json "
+               "and the report",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "comparison_summary_hides_the_runs_findings",
+        "file": _LOGS,
+        "function": "_print_tables",
+        "old": "            for f in run.findings:  # a finding is never hidden behind the summary\n",
+        "new": "            for f in []:\n",
+        "gates": [_CMP + "test_a_comparison_summary_still_lists_every_finding"],
+        "why": "behind the row per arm a leaking arm or a NaN in one run is no longer printed: only the exit "
+               "code of --check would say there is something",
+        "protects": "counters",
+    },
+    {
+        "name": "comparison_prints_every_runs_table_anyway",
+        "file": _LOGS,
+        "function": "_print_tables",
+        "old": "        if run.run_dir.resolve() in summarized and not per_run:\n",
+        "new": "        if False:\n",
+        "gates": [_CMP + "test_a_comparison_shows_each_runs_table_only_with_runs"],
+        "why": "issue 36: a comparison printed one table per run (12 for a small one) under the summary; the "
+               "runs are on request (--runs)",
+        "protects": "counters",
+    },
+]
