@@ -4,7 +4,9 @@
 SLURM options of :class:`SlurmLauncherConfig` (defaults in ``conf/launcher/slurm.yaml``, each overridable
 on the command line as ``launcher.KEY=VALUE``). ``launcher.cluster=local`` runs the very same path on
 submitit's local executor (real processes, no SLURM): the tests use it, and so can a user who wants to
-see the requeue path work before queueing on a cluster.
+see the requeue path work before queueing on a cluster. On this machine the jobs share its cores as
+``--jobs`` pairs do (:func:`dormouse.ab.launch.cluster_share`: waves of at most one job per core, each with
+the cores left to it), never more threads than cores.
 
 - A pair that wants several GPUs (``gpus_per_pair > 1``) runs as a DDP job inside its allocation: one
   task per GPU, and submitit's ``TorchDistributedEnvironment`` exports the ``RANK``/``WORLD_SIZE``/
@@ -76,7 +78,7 @@ class SlurmLauncherConfig:
     constraint: str | None = None
     time_min: int = 240  # wall-clock limit of one job; a job that reaches it is requeued and resumes
     gpus_per_pair: int = 1  # 0 = a CPU job; > 1 = the pair runs as a DDP job, one task per GPU
-    cpus_per_task: int = 8  # per task (per GPU); also the job's torch.set_num_threads
+    cpus_per_task: int = 8  # per task (per GPU); also the job's torch.set_num_threads (local: at most; launch.py)
     mem_gb: int | None = None
     max_requeues: int = 3  # time-outs a pair may be requeued after (submitit's max_num_timeout)
     signal_delay_s: int = 120  # USR2 this long before the time limit: time to checkpoint
