@@ -11,8 +11,9 @@ Sources (:func:`load_corpus`):
 * the embedded corpus (``data.path`` and ``data.hf_dataset`` both null): the Shakespeare plays in
   ``dormouse/corpus/shakespeare.txt.gz``, built by ``scripts/extract_corpus.py`` and checked against
   the sha256 in ``PROVENANCE.json``;
-* ``data.path``: one file's bytes, or every regular, non-hidden text file under a folder (a file with NUL
-  bytes is not text: skipped, and named in the source with the files the val split reads);
+* ``data.path``: one text file's bytes, or every regular, non-hidden text file under a folder (a file with NUL
+  bytes is not text: refused when it is ``data.path`` itself; in a folder skipped, and named in the source
+  with the files the val split reads);
 * ``data.hf_dataset``: a Hugging Face dataset's text column, through ``datasets``.
 """
 
@@ -205,6 +206,9 @@ def _load_path(path_str: str) -> tuple[bytes, str, str, list[tuple[str, int]]]:
     data = _read_file(path, label)
     if not data:
         raise DataError(f"{label} is an empty file; point data.path at a file that holds text")
+    if not _is_text(data):  # the rule a folder's files are skipped by: one rule, file or folder
+        raise DataError(f"{label} is not text (a NUL byte in its first 8000 bytes: an image, archive, checkpoint "
+                        "or compiled file); point data.path at a text file or a folder of text files")
     return data, f"file:{path} ({len(data)} bytes)", label, []
 
 

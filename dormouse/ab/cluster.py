@@ -4,7 +4,9 @@
 SLURM options of :class:`SlurmLauncherConfig` (defaults in ``conf/launcher/slurm.yaml``, each overridable
 on the command line as ``launcher.KEY=VALUE``). ``launcher.cluster=local`` runs the very same path on
 submitit's local executor (real processes, no SLURM): the tests use it, and so can a user who wants to
-see the requeue path work before queueing on a cluster.
+see the requeue path work before queueing on a cluster. On this machine the jobs share its cores as
+``--jobs`` pairs do (:func:`dormouse.ab.launch.cluster_share`: waves of at most one job per core, each with
+the cores left to it), never more threads than cores.
 
 - A pair that wants several GPUs (``gpus_per_pair > 1``) runs as a DDP job inside its allocation: one
   task per GPU, and submitit's ``TorchDistributedEnvironment`` exports the ``RANK``/``WORLD_SIZE``/
@@ -53,6 +55,7 @@ from dormouse.ab.launch import (
     Outcome,
     Slot,
     StartFn,
+    cluster_share,
     run_in_slot,
 )
 from dormouse.run.files import ComparisonFiles
@@ -75,7 +78,7 @@ class SlurmLauncherConfig:
     constraint: str | None = None
     time_min: int = 240  # wall-clock limit of one job; a job that reaches it is requeued and resumes
     gpus_per_pair: int = 1  # 0 = a CPU job; > 1 = the pair runs as a DDP job, one task per GPU
-    cpus_per_task: int = 8  # per task (per GPU); also the job's torch.set_num_threads
+    cpus_per_task: int = 8  # per task (per GPU); also the job's torch.set_num_threads (local: at most; launch.py)
     mem_gb: int | None = None
     max_requeues: int = 3  # time-outs a pair may be requeued after (submitit's max_num_timeout)
     signal_delay_s: int = 120  # USR2 this long before the time limit: time to checkpoint
@@ -422,24 +425,36 @@ class SubmititLauncher:
         self.folder, self.job_name = Path(folder), job_name
         self.name = "slurm" if config.cluster == "slurm" else "submitit-local"
         self.stopped_by: int | None = None
+        # On SLURM every job is submitted at once (the scheduler runs them as nodes free up, with the
+        # threads it allocated); on this machine, a share of its cores (:func:`local_cluster_share`).
+        self.at_once, self.threads = cluster_share(config)
 
     def settings(self) -> dict[str, Any]:
         c = asdict(self.config)
-        return {"launcher": self.name, "threads_per_pair": self.config.cpus_per_task,
+        return {"launcher": self.name, "threads_per_pair": self.threads,
+                **({"jobs": self.at_once} if self.at_once is not None else {}),
                 **{k: c[k] for k in ("partition", "time_min", "gpus_per_pair", "cpus_per_task", "max_requeues")}}
 
     def run(self, jobs: Sequence[Job], on_start: StartFn, on_finish: FinishFn) -> list[Outcome]:
+        """Submit the jobs and wait for them: all at once on SLURM; on this machine in waves of
+        ``at_once`` jobs (submitit's local executor has no queue of its own). After a stop no wave starts."""
         if not jobs:
             return []
         # The executor (and its folder) only now: after the comparison's lock and registration check.
         executor = make_executor(self.config, self.folder, self.job_name)
-        submitted: list[tuple[Job, Any]] = []
-        with executor.batch():
-            for job in jobs:
-                submitted.append((job, executor.submit(PairJob(job.fn, job.args, self.config.cpus_per_task))))
-        for job, sj in submitted:
-            on_start(job.key, f"{self.name} job {sj.job_id}")
-        return self.wait(submitted, on_finish)
+        width = self.at_once or len(jobs)
+        outcomes: list[Outcome] = []
+        for first in range(0, len(jobs), width):
+            submitted: list[tuple[Job, Any]] = []
+            with executor.batch():
+                for job in jobs[first:first + width]:
+                    submitted.append((job, executor.submit(PairJob(job.fn, job.args, self.threads))))
+            for job, sj in submitted:
+                on_start(job.key, f"{self.name} job {sj.job_id}")
+            outcomes += self.wait(submitted, on_finish)
+            if self.stopped_by is not None:
+                break
+        return outcomes
 
     def wait(self, submitted: Sequence[tuple[Job, Any]], on_finish: FinishFn) -> list[Outcome]:
         """Poll the submitted jobs until each has an outcome (or Ctrl-C)."""

@@ -121,6 +121,30 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+def local_cluster_share(cores: int, *, tasks: int, most_jobs: int, most_threads: int) -> tuple[int, int]:
+    """``(jobs at once, threads per task)`` of submitit's local executor (``--launcher slurm
+    launcher.cluster=local``) on a machine with ``cores`` cores: at most one job per ``tasks`` cores (and at
+    most ``launcher.array_parallelism``), and each task the cores left to it (at most
+    ``launcher.cpus_per_task``), so the jobs never start more threads than there are cores.
+
+    Why: the local executor starts every job at once, each with ``cpus_per_task`` threads (a SLURM node's
+    allocation): 10 jobs x 8 threads on 2 cores ran 4x slower than ``--jobs 2`` (issue 36). Jobs before
+    threads, as :func:`plan_slots` splits the cores: a small model gains less from a second thread than
+    from a second job."""
+    width = max(1, min(most_jobs, cores // max(tasks, 1)))
+    return width, max(1, min(most_threads, cores // (width * max(tasks, 1))))
+
+
+def cluster_share(c: Any, cores: int | None = None) -> tuple[int | None, int]:
+    """``(jobs at once, threads per task)`` of a ``--launcher slurm`` config ``c`` (dormouse.ab.cluster's
+    SlurmLauncherConfig): on SLURM ``(None, cpus_per_task)``, every job submitted and the scheduler
+    deciding; with ``launcher.cluster=local``, this machine's share (:func:`local_cluster_share`)."""
+    if c.cluster == "slurm":
+        return None, int(c.cpus_per_task)
+    return local_cluster_share(available_cores() if cores is None else cores, tasks=max(1, c.gpus_per_pair),
+                               most_jobs=c.array_parallelism, most_threads=c.cpus_per_task)
+
+
 def visible_cuda_devices() -> list[int]:
     """Indices of the CUDA devices this process can use, as ``CUDA_VISIBLE_DEVICES`` numbers them."""
     import torch

@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dormouse.ab.launch import InProcessLauncher, Launcher, LaunchError, ProcessLauncher, Slot, plan_slots
+from dormouse.ab.launch import (
+    InProcessLauncher,
+    Launcher,
+    LaunchError,
+    ProcessLauncher,
+    Slot,
+    cluster_share,
+    plan_slots,
+)
 from dormouse.ab.pairjob import Pair
 
 if TYPE_CHECKING:  # only for the annotation: the cluster module (submitit) is loaded for --launcher slurm only
@@ -65,9 +73,10 @@ class ResolvedLaunch:
                     "threads_per_pair": self.slots[0].threads if r.jobs > 1 or r.threads else "torch default",
                     "cuda_devices": [s.cuda_devices for s in self.slots] if self.cuda else None}
         c = self.cluster
-        return {"launcher": r.launcher, "jobs": c.array_parallelism, "cluster": c.cluster,
-                "partition": c.partition, "time_min": c.time_min, "gpus_per_pair": c.gpus_per_pair,
-                "cpus_per_task": c.cpus_per_task}
+        jobs, threads = cluster_share(c)
+        return {"launcher": r.launcher, "jobs": jobs or c.array_parallelism, "threads_per_pair": threads,
+                "cluster": c.cluster, "partition": c.partition, "time_min": c.time_min,
+                "gpus_per_pair": c.gpus_per_pair, "cpus_per_task": c.cpus_per_task}
 
     def launcher(self, comp_dir: Path, name: str) -> Launcher:
         """The launcher itself: one pair after another in this process (``jobs`` 1), worker processes, or

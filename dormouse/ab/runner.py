@@ -58,6 +58,7 @@ from dormouse.ab.registry import ComparisonError, Registered
 from dormouse.ab.report import bad_run_lines, write_outputs
 from dormouse.ab.results import analyze
 from dormouse.ab.status import verdict_table
+from dormouse.ab.wandb_summary import log_verdict
 from dormouse.errors import Interrupted
 from dormouse.run.files import AB_ROOT, LAUNCH
 
@@ -123,6 +124,7 @@ def run_comparison(
         card = ensure_design_card(plan, console)
         errors = _run_looks(plan, launcher, train_fn or _default_train_fn(), code.sha256, console)
         results = _report(plan, launcher, errors, {k: v for k, v in stamp.items() if k != "registered"}, card)
+        log_verdict(plan.arm_cfgs[plan.reg.spec.baseline].logging, plan.comp_dir, results)  # wandb on: its summary run
     console.print(verdict_table(results))
     for line in bad_run_lines(results):  # the registered bad-run policy's finding, beside the verdicts
         console.print(line, soft_wrap=True, highlight=False)

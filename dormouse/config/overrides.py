@@ -87,6 +87,34 @@ def _expected(schema_cfg: Any, key: str) -> str:
     return words
 
 
+def quoted(parser: Any, text: str) -> str | None:
+    """``key='value'`` when Hydra's grammar takes ``text``'s value only inside quotes, else None.
+
+    Why: an unquoted value is Hydra's restricted word (ASCII letters, digits and a few signs), so
+    ``run.name=ромео_éè`` does not parse, though ``run.name='ромео_éè'`` does; telling a user it "is not
+    key=value" is true but leaves them without the fix."""
+    from hydra.errors import OverrideParseException
+
+    key, eq, value = text.partition("=")
+    if not eq or not key or "'" in value:
+        return None
+    try:
+        parser.parse_overrides([f"{key}='{value}'"])
+    except OverrideParseException:
+        return None
+    return f"{key}='{value}'"
+
+
+def _unparsed(parser: Any, text: str, exc: Exception) -> str:
+    """The line for an override Hydra's grammar does not parse: how to quote it when quoting is the fix."""
+    fix = quoted(parser, text)
+    if fix is not None:
+        return (f"override {text!r}: Hydra reads an unquoted value as ASCII letters, digits and a few signs; "
+                f"quote the value ({fix}), and in a shell quote the whole override: \"{fix}\"")
+    first = str(exc).splitlines()[1:2] or [str(exc)]
+    return f"override {text!r} is not key=value ({first[0].strip()}); e.g. model.d_model=128"
+
+
 def check_overrides(overrides: list[str], schema: type, extra_options: dict[str, list[str]] | None = None) -> list[str]:
     """Every problem with ``overrides`` against the dataclass ``schema``, one line each. Empty = fine.
     ``extra_options``: group options stored in Hydra's ConfigStore, not files (a user's own preset file)."""
@@ -102,8 +130,7 @@ def check_overrides(overrides: list[str], schema: type, extra_options: dict[str,
         try:
             (o,) = parser.parse_overrides([text])
         except OverrideParseException as exc:
-            first = str(exc).splitlines()[1:2] or [str(exc)]
-            lines.append(f"override {text!r} is not key=value ({first[0].strip()}); e.g. model.d_model=128")
+            lines.append(_unparsed(parser, text, exc))
             continue
         key = o.key_or_group
         if o.is_delete():

@@ -24,6 +24,7 @@ pairs were launched::
     launch/PAIR.json  the pair's attempts: where, with how many threads, by which launcher, how it ended
     launch/PAIR.out   a worker's or cluster job's own output (--jobs, --launcher slurm)
     submitit/         submitit's job pickles and logs (--launcher slurm; launcher.folder moves it)
+    wandb_id.txt      only when its runs log to wandb: the id of its verdict summary run (dormouse.ab.wandb_summary)
 """
 
 from __future__ import annotations

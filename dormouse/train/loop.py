@@ -75,8 +75,10 @@ from dormouse.train.metrics import (
     WandbSink,
     cut_torn_tail,
     settle_metrics,
+    wandb_dir,
 )
 from dormouse.train.preflight import WANDB_REFUSAL, KernelChoice, check_environment, config_warnings, start_refusals
+from dormouse.train.progress_line import PlainProgress
 from dormouse.train.schedule import lr_at
 from dormouse.train.start import (
     DISK_FULL,
@@ -177,10 +179,12 @@ def _in_main_thread() -> bool:
 
 
 class _Progress:
-    """A rich progress bar on a terminal (step, loss, tok/s, ETA); nothing otherwise."""
+    """A rich progress bar on a terminal (step, loss, tok/s, ETA); off a terminal a plain line now and then
+    (:mod:`dormouse.train.progress_line`); nothing with ``logging.progress=off``."""
 
     def __init__(self, mode: str, total: int, start: int, enabled: bool) -> None:
         self.bar = None
+        self.plain = PlainProgress(total, start) if enabled and mode == "auto" and not sys.stdout.isatty() else None
         if enabled and (mode == "on" or (mode == "auto" and sys.stdout.isatty())):
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -192,6 +196,8 @@ class _Progress:
     def update(self, step: int, loss: float, tok_s: float) -> None:
         if self.bar is not None:
             self.bar.update(self.task, completed=step, info=f"loss {loss:.3f} {tok_s:,.0f} tok/s")
+        elif self.plain is not None and (line := self.plain.line(step, loss, tok_s)) is not None:
+            print(line, flush=True)
 
     def print(self, line: str) -> None:
         if self.bar is not None:
@@ -204,9 +210,10 @@ class _Progress:
             self.bar.stop()
 
 
-def _wandb_run(cfg: DictConfig, files: RunFiles, resumed: bool) -> Any:
-    """The wandb run (or None when off). Its id is kept in the run directory: a resumed run continues the
-    same wandb run (``resume="allow"``) instead of starting a new one; a fresh start gets a fresh id."""
+def _wandb_run(cfg: DictConfig, files: RunFiles, resumed: bool) -> WandbSink | None:
+    """The wandb run's sink (or None when off); wandb's files go under ``WANDB_DIR`` when the user set it
+    (:func:`dormouse.train.metrics.wandb_dir`). Its id is kept in the run directory: a resumed run continues
+    the same wandb run (``resume="allow"``) instead of starting a new one; a fresh start gets a fresh id."""
     mode = str(cfg.logging.wandb)
     if mode == "disabled":
         return None
@@ -219,10 +226,11 @@ def _wandb_run(cfg: DictConfig, files: RunFiles, resumed: bool) -> Any:
         run_id = secrets.token_hex(6)  # wandb ids are [a-z0-9]; 48 random bits never collide in a project
         atomic_write_text(files.wandb_id, run_id + "\n")
     lg = cfg.logging
-    return wandb.init(mode=mode, entity=lg.wandb_entity, project=lg.wandb_project, group=lg.wandb_group,
-                      job_type=lg.wandb_job_type, tags=[str(tag) for tag in lg.wandb_tags],
-                      name=str(cfg.run.name), dir=str(files.dir), id=run_id, resume="allow",
-                      config=OmegaConf.to_container(cfg, resolve=True), settings=wandb.Settings(silent=True))
+    run = wandb.init(mode=mode, entity=lg.wandb_entity, project=lg.wandb_project, group=lg.wandb_group,
+                     job_type=lg.wandb_job_type, tags=[str(tag) for tag in lg.wandb_tags],
+                     name=str(cfg.run.name), dir=wandb_dir(files.dir), id=run_id, resume="allow",
+                     config=OmegaConf.to_container(cfg, resolve=True), settings=wandb.Settings(silent=True))
+    return WandbSink(run, image=wandb.Image)
 
 
 def _run_config(cfg: DictConfig, run_name: str) -> DictConfig:
@@ -429,7 +437,7 @@ def _open_run_dir(run: _Run, loop: LoopState, resumed_from: Path | None) -> None
           + (f"  (resumed at step {loop.step} from {resumed_from})" if resumed_from else ""), flush=True)
     wandb = _wandb_run(cfg, files, resumed=resumed_from is not None)
     run.metrics = Metrics([TerminalSink(run.show), TrainLogSink(files.log), JsonlSink(files.metrics),
-                           *([WandbSink(wandb)] if wandb is not None else [])], history)
+                           *([wandb] if wandb is not None else [])], history)
 
 
 def _history(run: _Run, step: int, source: Path | None) -> list[dict[str, Any]]:
@@ -463,6 +471,7 @@ def _loop(run: _Run, loop: LoopState, stop_at_step: int | None) -> TrainResult:
                                              label="second step" if losses else "first step"))
                 losses.append(loss)
                 run.progress.update(loop.step, loss, loop.window.tokens / max(loop.window.time, 1e-9))
+                run.metrics.train_loss(loop.step, loss)
                 last_step = loop.step == t.steps
                 if last_step or loop.step % t.eval_every == 0:
                     eval_and_log(run, loop)
@@ -482,7 +491,8 @@ def _loop(run: _Run, loop: LoopState, stop_at_step: int | None) -> TrainResult:
         # What the arm learned, drawn from the final eval's probes (matplotlib: imported on rank 0 only).
         from dormouse.arms.plots import write_probe_plots
 
-        write_probe_plots(run.files.dir, run.metrics.rows[-1], label=f"{run.cfg.run.name}, step {loop.step}")
+        run.metrics.images(write_probe_plots(run.files.dir, run.metrics.rows[-1],
+                                             label=f"{run.cfg.run.name}, step {loop.step}"), loop.step)
         run.metrics.close()
     barrier(info)
     return run.result(loop, losses, wall)

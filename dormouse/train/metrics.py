@@ -8,7 +8,9 @@ shape (one logger, several backends):
 * :class:`TerminalSink`: the eval line on the terminal (above the progress bar when there is one);
 * :class:`TrainLogSink`: the same line appended to ``train.log``;
 * :class:`JsonlSink`: the row, every digit, appended to ``metrics.jsonl``;
-* :class:`WandbSink`: the row's numbers (and the probes as named scalars) to a wandb run.
+* :class:`WandbSink`: the row's numbers (and the probes as named scalars) to a wandb run; between evals each
+  step's training loss (``train/loss``), and at the run's end its plots as images, so a wandb user finds the
+  loss curve and the pictures where they look for them.
 
 No sink knows a field's position: the line is rendered by name (:func:`dormouse.run.loglines.format_eval_line`),
 metrics.jsonl and wandb are keyed by name, and ``dormouse logs`` selects its columns by name, so a field
@@ -44,15 +46,34 @@ Row = dict[str, Any]
 
 
 class Sink(Protocol):
-    """Where an eval's row goes. ``write`` gets every row in step order; ``close`` ends a finished run."""
+    """Where an eval's row goes. ``write`` gets every row in step order; ``train_loss`` each step's training
+    loss between them; ``images`` the run's plots once, at its end; ``close`` ends a finished run."""
 
     def write(self, row: Row) -> None: ...
+
+    def train_loss(self, step: int, loss: float) -> None: ...
+
+    def images(self, paths: list[Path], step: int) -> None: ...
 
     def close(self) -> None: ...
 
 
+class RowSink:
+    """A sink of eval rows only: the per-step loss, the plots and the end are not its business (the files
+    and the terminal keep one line per eval; the plots are files already)."""
+
+    def train_loss(self, step: int, loss: float) -> None:
+        pass
+
+    def images(self, paths: list[Path], step: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 @dataclass
-class TerminalSink:
+class TerminalSink(RowSink):
     """The eval line, through ``show`` (a print that keeps a progress bar below the lines)."""
 
     show: Callable[[str], None]
@@ -60,12 +81,9 @@ class TerminalSink:
     def write(self, row: Row) -> None:
         self.show(format_eval_line(row))
 
-    def close(self) -> None:
-        pass
-
 
 @dataclass
-class TrainLogSink:
+class TrainLogSink(RowSink):
     """The eval line appended to ``train.log``."""
 
     path: Path
@@ -74,12 +92,9 @@ class TrainLogSink:
         with self.path.open("a") as f:
             f.write(format_eval_line(row) + "\n")
 
-    def close(self) -> None:
-        pass
-
 
 @dataclass
-class JsonlSink:
+class JsonlSink(RowSink):
     """The row appended to ``metrics.jsonl``: the one source of every number (dormouse.run.loglines)."""
 
     path: Path
@@ -87,9 +102,6 @@ class JsonlSink:
     def write(self, row: Row) -> None:
         with self.path.open("a") as f:
             f.write(format_metrics_row(row))
-
-    def close(self) -> None:
-        pass
 
 
 def wandb_scalars(row: Row) -> dict[str, float]:
@@ -99,14 +111,35 @@ def wandb_scalars(row: Row) -> dict[str, float]:
     return {**numbers, **probe_scalars(row)}
 
 
+TRAIN_LOSS = "train/loss"  # wandb's key of the per-step training loss (the rows' ``loss`` is a window's mean)
+
+
+def wandb_dir(run_dir: Path) -> str:
+    """Where wandb writes its files: ``WANDB_DIR`` when the user set it (wandb's own setting, which a wandb
+    user keeps off a small home or a synced disk), else the run directory."""
+    return os.environ.get("WANDB_DIR") or str(run_dir)
+
+
 @dataclass
 class WandbSink:
-    """The row's numbers logged to a wandb run at the row's step; ``close`` finishes the run."""
+    """The row's numbers logged to a wandb run at the row's step, each step's training loss between them
+    (``train/loss``), the run's plots as ``wandb.Image`` (``plots/<file stem>``); ``close`` finishes the run.
+
+    Every step's loss rather than every N: one small dict per step is nothing beside a step's compute, and
+    a wandb user smooths the curve in the UI rather than choosing N in advance."""
 
     run: Any  # a wandb Run (or anything with ``log(dict, step=)`` and ``finish()``)
+    image: Callable[[str], Any] | None = None  # wandb.Image (the caller's wandb); None: no plots logged
 
     def write(self, row: Row) -> None:
         self.run.log(wandb_scalars(row), step=int(row["step"]))
+
+    def train_loss(self, step: int, loss: float) -> None:
+        self.run.log({TRAIN_LOSS: loss}, step=step)
+
+    def images(self, paths: list[Path], step: int) -> None:
+        if self.image is not None and paths:
+            self.run.log({f"plots/{p.stem}": self.image(str(p)) for p in paths}, step=step)
 
     def close(self) -> None:
         self.run.finish()
@@ -126,6 +159,16 @@ class Metrics:
         self.rows.append(row)
         for sink in self.sinks:
             sink.write(row)
+
+    def train_loss(self, step: int, loss: float) -> None:
+        """Hand one step's training loss to every sink (wandb draws the curve between evals)."""
+        for sink in self.sinks:
+            sink.train_loss(step, loss)
+
+    def images(self, paths: list[Path], step: int) -> None:
+        """Hand the run's plots (written at its end) to every sink; returns nothing, keeps nothing."""
+        for sink in self.sinks:
+            sink.images(paths, step)
 
     @property
     def last(self) -> Row | None:

@@ -97,3 +97,11 @@ def test_schema_keys_cover_nested_fields():
 @pytest.mark.parametrize("override", ["train.stepz=3", "data.seqlen=64", "model.attnres.blok_size=2"])
 def test_one_typo_is_recovered(override: str):
     assert "did you mean" in refused(override)
+
+
+def test_a_value_the_grammar_takes_only_quoted_says_how_to_quote_it():
+    out = refused("run.name=ромео_éè")
+    assert "is not key=value" not in out
+    assert "quote the value (run.name='ромео_éè')" in out and "\"run.name='ромео_éè'\"" in out
+    assert check_overrides(["run.name='ромео_éè'"], DormouseConfig) == []  # the quoted form is taken
+    assert "is not key=value" in refused("model.d_model")  # no '=': quoting is not the fix

@@ -15,6 +15,17 @@ _KERNEL_ONCE = _P + "test_the_kernel_is_decided_once_and_the_run_reads_with_it"
 
 PERTURBATIONS: list[dict] = [
     {
+        "name": "unquoted_non_ascii_value_not_told_to_quote",
+        "file": "dormouse/config/overrides.py",
+        "function": "_unparsed",
+        "old": "    fix = quoted(parser, text)\n",
+        "new": "    fix = None\n",
+        "gates": ["tests/config/test_overrides.py::test_a_value_the_grammar_takes_only_quoted_says_how_to_quote_it"],
+        "why": "run.name=ромео_éè is refused as 'not key=value', and nothing says that quoting the value is "
+               "the fix",
+        "protects": "training loop",
+    },
+    {
         "name": "override_completion_misses_the_preset_group",
         "file": _COMPLETION,
         "function": "complete_override",

@@ -66,6 +66,18 @@ PERTURBATIONS: list[dict] = [
         "protects": "data/eval",
     },
     {
+        "name": "file_reads_binary_bytes",
+        "file": _DATA,
+        "function": "_load_path",
+        "old": "    if not _is_text(data):  # the rule a folder's files are skipped by: one rule, file or folder\n",
+        "new": "    if False:  # the rule a folder's files are skipped by: one rule, file or folder\n",
+        "gates": ["tests/train/test_data.py::test_a_binary_file_as_data_path_is_refused_by_the_rule_a_folder_skips_it_"
+                  "by"],
+        "why": "data.path= a checkpoint or an image trains on its bytes without a word, while a folder holding "
+               "the same file refuses it as not text",
+        "protects": "data/eval",
+    },
+    {
         "name": "eval_only_reads_the_train_split",
         "file": _EVAL_ONLY,
         "function": "eval_checkpoint",

@@ -340,3 +340,52 @@ def test_slurm_off_a_cluster_is_refused_even_on_a_machine_with_slurm_installed(
     text = err.export_text()
     assert code == 2 and "srun" in text and "launcher.cluster=local" in text
     assert not (tmp_path / "ab").exists()
+
+
+# --- launcher.cluster=local on a small machine (issue 36) -----------------------------------------------
+
+def test_local_cluster_jobs_never_start_more_threads_than_cores() -> None:
+    from dormouse.ab.launch import cluster_share, local_cluster_share
+
+    for cores in (1, 2, 3, 8, 16):
+        for cpus, most_jobs in ((8, 64), (1, 64), (4, 2)):
+            width, threads = local_cluster_share(cores, tasks=1, most_jobs=most_jobs, most_threads=cpus)
+            assert 1 <= width <= most_jobs and 1 <= threads <= cpus and width * threads <= cores
+    assert local_cluster_share(2, tasks=1, most_jobs=64, most_threads=8) == (2, 1)  # like --jobs 2
+    assert local_cluster_share(16, tasks=1, most_jobs=2, most_threads=8) == (2, 8)
+    assert cluster_share(SlurmLauncherConfig(cluster="slurm"), cores=2) == (None, 8)  # SLURM allocates
+
+
+def test_local_cluster_jobs_run_in_waves_of_the_machines_share_and_a_stop_starts_no_wave(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("dormouse.ab.launch.available_cores", lambda: 2)
+    launcher = SubmititLauncher(SlurmLauncherConfig(cluster="local", gpus_per_pair=0), tmp_path, "ab-t")
+    assert (launcher.at_once, launcher.threads) == (2, 1)
+    assert launcher.settings()["threads_per_pair"] == 1 and launcher.settings()["jobs"] == 2
+
+    class Executor:
+        submitted: list[Any] = []
+
+        def batch(self) -> Any:
+            import contextlib
+
+            return contextlib.nullcontext()
+
+        def submit(self, job: PairJob) -> Any:
+            self.submitted.append(job)
+            return type("Submitted", (), {"job_id": str(len(self.submitted))})()
+
+    waves: list[list[str]] = []
+
+    def wait(submitted: Any, on_finish: Any) -> list[Outcome]:
+        waves.append([job.key for job, _ in submitted])
+        if len(waves) == 2:
+            launcher.stopped_by = 130  # Ctrl-C during the second wave
+        return [Outcome(job.key, DONE) for job, _ in submitted]
+
+    monkeypatch.setattr(cluster, "make_executor", lambda *a: Executor())
+    monkeypatch.setattr(launcher, "wait", wait)
+    jobs = [Job(f"p{i}", print, ()) for i in range(7)]
+    outcomes = launcher.run(jobs, lambda key, where: None, lambda o: None)
+    assert waves == [["p0", "p1"], ["p2", "p3"]] and len(outcomes) == 4
+    assert {job.threads for job in Executor.submitted} == {1}

@@ -45,3 +45,25 @@ def test_online_without_credentials_is_refused_instead_of_prompting(tmp_path: Pa
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
     result = CliRunner().invoke(app, ["train", *TINY, "logging.wandb=online", f"run.dir={tmp_path}", "run.name=o"])
     assert result.exit_code != 0 and "needs credentials" in result.output and fake.inits == []
+
+
+def test_wandb_writes_under_wandb_dir_when_the_user_set_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    fake = FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "elsewhere"))
+    train(load_config([*TINY, "train.steps=2", "logging.wandb=offline", f"run.dir={tmp_path}", "run.name=a"]))
+    monkeypatch.delenv("WANDB_DIR")
+    train(load_config([*TINY, "train.steps=2", "logging.wandb=offline", f"run.dir={tmp_path}", "run.name=b"]))
+    assert [init["dir"] for init in fake.inits] == [str(tmp_path / "elsewhere"), str(tmp_path / "b")]
+
+
+def test_wandb_gets_the_training_loss_every_step_and_the_plots_as_images(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch):
+    fake = FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    result = train(load_config([*TINY, "logging.wandb=offline", f"run.dir={tmp_path}", "run.name=w"]))
+    losses = [(step, data["train/loss"]) for step, data in fake.logged if "train/loss" in data]
+    assert losses == list(enumerate(result.losses, start=1))  # steps 1..4, between and at the evals
+    assert [step for step, data in fake.logged if "bpb" in data] == [2, 4]
+    (plots,) = [data for _, data in fake.logged if any(k.startswith("plots/") for k in data)]
+    assert plots == {"plots/rezero_alpha": ("image", str(tmp_path / "w" / "rezero_alpha.png"))}

@@ -71,7 +71,7 @@ def test_embedded_corpus_is_plain_text_without_markdown(embedded: ByteCorpus) ->
 
 
 def test_split_is_deterministic_and_val_is_the_disjoint_tail(tmp_path: Path) -> None:
-    data = bytes(range(256)) * 4
+    data = bytes(range(1, 256)) * 4  # every byte value but NUL (a NUL byte would make it not text)
     f = tmp_path / "c.bin"
     f.write_bytes(data)
     a = load_corpus(_cfg(path=str(f)))
@@ -115,6 +115,16 @@ def test_a_folder_skips_files_that_are_not_text_and_says_which_files_and_which_s
     (only_binary / "x.bin").write_bytes(b"\x00" * 40)
     with pytest.raises(DataError, match="no readable non-empty text files .*not text: x.bin"):
         load_corpus(_cfg(path=str(only_binary)))
+
+
+def test_a_binary_file_as_data_path_is_refused_by_the_rule_a_folder_skips_it_by(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "model.pt"
+    checkpoint.write_bytes(b"PK\x03\x04\x00\x00" + b"\x00" * 50)  # a zip: NUL bytes
+    with pytest.raises(DataError, match=r"data.path='.*model.pt' is not text \(a NUL byte.*point data.path at a text"):
+        load_corpus(_cfg(path=str(checkpoint)))
+    late_nul = tmp_path / "late.txt"  # git's rule: only the first 8000 bytes are looked at
+    late_nul.write_bytes(b"a" * 9000 + b"\x00")
+    assert load_corpus(_cfg(path=str(late_nul))).source.startswith(f"file:{late_nul}")
 
 
 # -------------------------------------------------------------------------------------- batches

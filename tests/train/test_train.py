@@ -144,12 +144,13 @@ def test_bad_data_is_one_line_before_the_model_is_built(tmp_path: Path):
 
 
 def test_wandb_offline_logs_without_prompting(tmp_path: Path, monkeypatch):
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb_dir"))  # the user's own setting wins
     monkeypatch.setenv("WANDB_SILENT", "true")
     result = runner.invoke(app, ["train", *TINY, "train.steps=6", "logging.wandb=offline",
                                  f"run.dir={tmp_path}", "run.name=w"], input="")
     assert result.exit_code == 0, result.output
-    assert list((tmp_path / "w").rglob("*.wandb")), "wandb offline wrote no run file"
+    assert list((tmp_path / "wandb_dir").rglob("*.wandb")), "wandb offline wrote no run file under WANDB_DIR"
+    assert not list((tmp_path / "w").rglob("*.wandb"))
 
 
 def test_unwritable_run_dir_is_a_clear_error(tmp_path: Path):

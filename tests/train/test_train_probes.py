@@ -36,19 +36,25 @@ def test_each_eval_logs_what_the_arm_learned_and_the_run_ends_with_its_plot(tmp_
 
 
 class FakeWandb(types.ModuleType):
-    """Stands in for wandb: records every init's keyword arguments."""
+    """Stands in for wandb: records every init's keyword arguments and every log call ``(step, data)``."""
 
     def __init__(self) -> None:
         super().__init__("wandb")
         self.inits: list[dict] = []
+        self.logged: list[tuple[int | None, dict]] = []
 
     def init(self, **kwargs):  # noqa: D401 - the wandb API
         self.inits.append(kwargs)
-        return types.SimpleNamespace(log=lambda *a, **k: None, finish=lambda: None)
+        return types.SimpleNamespace(log=lambda data, step=None: self.logged.append((step, dict(data))),
+                                     finish=lambda: None)
 
     @staticmethod
     def Settings(**kwargs):  # noqa: N802 - the wandb API
         return kwargs
+
+    @staticmethod
+    def Image(path: str):  # noqa: N802 - the wandb API
+        return ("image", path)
 
 
 def test_a_resumed_run_continues_the_same_wandb_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
