@@ -29,7 +29,8 @@ tests/ab/test_design_assumptions.py) show the rates hold, and by how much skew b
 decides the direction) with the flag ``smaller_than_sesoi`` set when the same look's TOST also shows
 |Δ| < SESOI; it is never a ``tie``.
 
-Pure numpy/scipy; no torch.
+Pure numpy/scipy; no torch. scipy is imported by the functions that compute with it: the registry validates a
+:class:`Design` for `dormouse ab --list`, which computes nothing, and need not import it (a third of a second).
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
 import numpy as np
-from scipy import stats as sps
 
 BETTER, WORSE, TIE, UNDECIDED = "better", "worse", "tie", "undecided"
 VERDICTS = (BETTER, WORSE, TIE, UNDECIDED)
@@ -119,6 +119,8 @@ def holdback_words(alpha: float, holdback: float) -> str:
 def obf_spent(fraction: float | np.ndarray, level: float) -> np.ndarray:
     """Cumulative one-sided error spent by information fraction t: α*(t) = 2·(1 − Φ(z_{1−a/2}/√t)) (Lan–DeMets
     O'Brien–Fleming type; α*(1) = a)."""
+    from scipy import stats as sps  # here, not at the top: `dormouse ab --list` validates a Design, computes nothing
+
     t = np.asarray(fraction, dtype=float)
     return 2.0 * sps.norm.sf(sps.norm.isf(level / 2.0) / np.sqrt(t))
 
@@ -140,6 +142,8 @@ class LookBoundary:
 
 @lru_cache(maxsize=256)
 def _boundaries(alpha: float, looks: tuple[int, ...], family: int) -> tuple[LookBoundary, ...]:
+    from scipy import stats as sps  # here, not at the top: `dormouse ab --list` validates a Design, computes nothing
+
     frac = np.asarray(looks, dtype=float) / looks[-1]
     sup_level = alpha / (2 * family)  # Bonferroni over the registered family, per direction
     sup_cum = obf_spent(frac, sup_level)
@@ -268,6 +272,8 @@ PERCENT_MAX_DECIMALS = 6  # a level nearer 100 % than 10⁻⁶ % prints as its r
 
 
 def _decide_one(design: Design, lb: LookBoundary, xs: Sequence[float]) -> ArmDecision:
+    from scipy import stats as sps  # here, not at the top: `dormouse ab --list` validates a Design, computes nothing
+
     x = np.asarray(xs, dtype=float)
     n = x.size
     mean = float(x.mean())

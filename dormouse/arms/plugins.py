@@ -34,7 +34,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from dormouse.arms.registry import arm_classes, unregister_arm
+from dormouse.arms.registry import defined_arm_classes, unregister_arm
 from dormouse.errors import DormouseError
 
 ENTRY_POINT_GROUP = "dormouse.arms"
@@ -95,7 +95,7 @@ def source_sha256(module_file: Path) -> str:
 
 
 def _arms_of(module_name: str) -> tuple[str, ...]:
-    return tuple(name for name, cls in arm_classes().items()
+    return tuple(name for name, cls in defined_arm_classes().items()
                  if cls.__module__ == module_name or cls.__module__.startswith(module_name + "."))
 
 
@@ -115,7 +115,7 @@ def _finish(module: Any, origin: str, label: str, spec: str = "") -> Plugin:
 def _import(label: str, origin: str, do_import: Any, module_name: str) -> Any:
     """Run ``do_import()``; any failure (an import error, a clash in the registry) is one PluginError line,
     and the arms a half-imported module registered are removed again."""
-    before = set(arm_classes())
+    before = set(defined_arm_classes())
     try:
         return do_import()
     except PluginError:
@@ -123,7 +123,7 @@ def _import(label: str, origin: str, do_import: Any, module_name: str) -> Any:
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
-        for name in set(arm_classes()) - before:
+        for name in set(defined_arm_classes()) - before:
             unregister_arm(name)
         sys.modules.pop(module_name, None)
         why = str(exc).splitlines()[0] if str(exc) else ""

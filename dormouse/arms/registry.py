@@ -1,15 +1,19 @@
 """The residual-arm registry: every arm by name, in registry order (docs/model.md, "The arms").
 
-An arm registers itself by being defined: a subclass of :class:`dormouse.arms.base.ResidualArm` that sets its own
-``name`` is entered here, in the order the classes are defined (``dormouse.arms`` defines the built-in arms
-simplest first; an arm defined elsewhere, e.g. in a test, comes after them). Everything else follows from
-the class: its config switch ``model.use_<name>`` (none for the default arm), its options at
+The built-in arms are declared here by name (:data:`BUILTIN_ARMS`, simplest first, and :data:`DEFAULT_ARM`),
+so what needs only their names reads them without importing the classes: the classes need torch, and
+``dormouse logs`` and ``dormouse ab --list`` read names only (a second of start-up, not several).
+The classes register themselves by being defined: a subclass of :class:`dormouse.arms.base.ResidualArm`
+that sets its own ``name`` is entered here when its module is imported (:mod:`dormouse.arms.builtin`
+imports the built-in ones; a plugin's, or a test's, when its file is loaded). Registering checks the class
+against the declaration (a built-in arm not declared, a default other than :data:`DEFAULT_ARM`, are refused)
+and reading the classes checks every declared arm is defined, so the two cannot drift. Everything else
+follows from the class: its config switch ``model.use_<name>`` (none for the default arm), its options at
 ``model.<name>``, its counter on the eval line, its probes, its plot.
 
-The order is the eval line's counter order and the order in which an A/B tie keeps the simpler mechanism
-(docs/ab-protocol.md). This module imports no torch: the config schema is built from it, and
-``dormouse logs`` reads eval lines with it; the built-in arms (which need torch) are imported the first
-time the registry is read.
+The order (the declared built-in arms, then the others in the order they were defined) is the eval line's
+counter order and the order in which an A/B tie keeps the simpler mechanism (docs/ab-protocol.md). This
+module imports no torch.
 """
 
 from __future__ import annotations
@@ -19,17 +23,29 @@ from typing import Any, overload
 
 from dormouse.errors import DormouseError
 
+# The built-in arms (defined in dormouse.arms.<name>, imported by dormouse.arms.builtin), simplest first: the
+# registry's order starts with them, not sorted.
+BUILTIN_ARMS: tuple[str, ...] = ("prenorm", "rezero", "gr", "attnres")
+DEFAULT_ARM = "rezero"  # the arm no switch selects; its class declares default=True
+BUILTIN_PACKAGE = "dormouse.arms"  # a class defined in a module under it is a built-in arm
+
 _REGISTRY: dict[str, Any] = {}  # name -> ResidualArm subclass, in definition order
 
 
 def register_arm(cls: Any) -> None:
-    """Enter ``cls`` (a ResidualArm subclass with its own ``name``) in the registry; called when it is defined."""
+    """Enter ``cls`` (a ResidualArm subclass with its own ``name``) in the registry; called when it is defined.
+    Refused: a name another class has, a default arm other than :data:`DEFAULT_ARM`, a built-in arm (defined
+    under ``dormouse.arms``) that :data:`BUILTIN_ARMS` does not declare."""
     name = cls.name
     if name in _REGISTRY and _REGISTRY[name] is not cls:
         raise ValueError(f"arm name {name!r} is already registered by {_REGISTRY[name].__qualname__}: "
                          f"choose another name for {cls.__qualname__}")
-    if cls.default and any(c.default for c in _REGISTRY.values() if c is not cls):
-        raise ValueError(f"{cls.__qualname__} declares default=True but {default_arm()} is the default arm")
+    if bool(cls.default) != (name == DEFAULT_ARM):
+        raise ValueError(f"{cls.__qualname__} declares default={bool(cls.default)} but {DEFAULT_ARM} is the "
+                         "default arm (dormouse.arms.registry.DEFAULT_ARM)")
+    if cls.__module__.startswith(BUILTIN_PACKAGE + ".") and name not in BUILTIN_ARMS:
+        raise ValueError(f"{cls.__qualname__} ({cls.__module__}) is a built-in arm named {name!r} that "
+                         "dormouse.arms.registry.BUILTIN_ARMS does not declare: add it there, in its place")
     _REGISTRY[name] = cls
 
 
@@ -38,9 +54,28 @@ def unregister_arm(name: str) -> None:
     _REGISTRY.pop(name, None)
 
 
+def arm_names() -> tuple[str, ...]:
+    """Every arm's name in registry order: the declared built-in arms, then the others as they were defined.
+    Needs no class: the built-in arms are named here even where their modules are not imported."""
+    return (*BUILTIN_ARMS, *(name for name in _REGISTRY if name not in BUILTIN_ARMS))
+
+
+def defined_arm_classes() -> dict[str, Any]:
+    """The arm classes defined so far in this process, in registry order: the built-in ones only once
+    dormouse.arms.builtin is imported. What the plugin loader compares before and after a load."""
+    return {name: _REGISTRY[name] for name in arm_names() if name in _REGISTRY}
+
+
 def arm_classes() -> dict[str, Any]:
-    """Every registered arm class by name, in registry order (imports the built-in arms once)."""
-    return dict(_REGISTRY)
+    """Every registered arm class by name, in registry order. A declared built-in arm that no class defines
+    (dormouse.arms.builtin not imported, or a name declared and never defined) is a RuntimeError: reading
+    classes without the built-in ones would drop arms silently."""
+    missing = [name for name in BUILTIN_ARMS if name not in _REGISTRY]
+    if missing:
+        raise RuntimeError(f"the built-in arms {', '.join(missing)} are declared "
+                           "(dormouse.arms.registry.BUILTIN_ARMS) but not defined: import dormouse.arms.builtin "
+                           "before reading arm classes")
+    return defined_arm_classes()
 
 
 def arm_class(name: str) -> Any:
@@ -53,11 +88,11 @@ def arm_class(name: str) -> Any:
 
 def default_arm() -> str:
     """The arm a config selects when no switch is on."""
-    return next(name for name, cls in arm_classes().items() if cls.default)
+    return DEFAULT_ARM
 
 
 class _ArmNames(Sequence[str]):
-    """The registered arm names, read live: an arm registered later (a test's) is in every later read."""
+    """The arm names (:func:`arm_names`), read live: an arm registered later (a test's) is in every later read."""
 
     @overload
     def __getitem__(self, index: int) -> str: ...
@@ -66,16 +101,16 @@ class _ArmNames(Sequence[str]):
     def __getitem__(self, index: slice) -> tuple[str, ...]: ...
 
     def __getitem__(self, index: int | slice) -> str | tuple[str, ...]:
-        return tuple(arm_classes())[index]
+        return arm_names()[index]
 
     def __len__(self) -> int:
-        return len(arm_classes())
+        return len(arm_names())
 
     def __iter__(self) -> Iterator[str]:
-        return iter(tuple(arm_classes()))
+        return iter(arm_names())
 
     def __contains__(self, name: object) -> bool:
-        return name in arm_classes()
+        return name in arm_names()
 
     def __eq__(self, other: object) -> bool:
         return tuple(self) == (tuple(other) if isinstance(other, (tuple, list, _ArmNames)) else other)
@@ -100,8 +135,8 @@ def selected_arms(model_cfg: Any) -> list[str]:
 
     A switch absent from ``model_cfg`` (a config.yaml written before that arm existed) is off.
     """
-    return [name for name, cls in arm_classes().items()
-            if not cls.default and bool(getattr(model_cfg, arm_switch(name), False))]
+    return [name for name in arm_names()
+            if name != DEFAULT_ARM and bool(getattr(model_cfg, arm_switch(name), False))]
 
 
 class UnknownArmError(DormouseError, ValueError, exit_code=2):
@@ -112,7 +147,7 @@ class UnknownArmError(DormouseError, ValueError, exit_code=2):
 
 def unknown_switches(model_cfg: Any) -> list[str]:
     """The ``use_<name>`` keys of ``model_cfg`` that are on but select no registered arm."""
-    known = {arm_switch(name) for name in arm_classes()}
+    known = {arm_switch(name) for name in arm_names()}
     keys = model_cfg.keys() if hasattr(model_cfg, "keys") else vars(model_cfg).keys()
     return [str(k) for k in keys
             if str(k).startswith("use_") and str(k) not in known and bool(getattr(model_cfg, str(k), False))]

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from dormouse.arms import builtin  # noqa: F401  (the arms this command lists)
 from dormouse.arms.plugins import plugin_of_arm
 from dormouse.arms.registry import arm_classes
 from dormouse.errors import print_error

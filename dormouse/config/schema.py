@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 # The arm registry owns the arm names, their order and their switches; re-exported for the modules that
 # import them from the config.
+from dormouse.arms import builtin  # noqa: F401  (the arm classes the schema is built from)
 from dormouse.arms.registry import ARMS, arm_switch, model_arm, selected_arms  # noqa: F401
 from dormouse.errors import DormouseError
 

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
+from dormouse.arms import builtin  # noqa: F401  (the arm classes build_arm builds)
 from dormouse.arms.base import ResidualArm
 from dormouse.arms.probes import LoopTrace, ProbeCounters
 from dormouse.arms.registry import build_arm

@@ -28,7 +28,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from dormouse.arms.plugins import PluginError
-from dormouse.config.schema import arm_name
+from dormouse.arms.registry import model_arm
 from dormouse.run.files import CONFIG, LOG, RunFiles
 from dormouse.run.loglines import (
     DONE,
@@ -148,7 +148,7 @@ def _read_config(run: RunReading) -> None:
         cfg = OmegaConf.load(cfg_path)
         run.config_steps = int(cfg.train.steps)
         run.config_eval_every = int(cfg.train.eval_every)
-        run.config_arm = arm_name(cfg)
+        run.config_arm = model_arm(cfg.model)
     except Exception as exc:  # a config we cannot read must not hide the log's own findings
         run.add(None, "config", f"{cfg_path} could not be read ({type(exc).__name__}: {exc}); "
                 "the step checks against train.steps are skipped")

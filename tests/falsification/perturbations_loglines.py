@@ -49,9 +49,9 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "arm_order_swapped",
         "file": "dormouse/arms/registry.py",
-        "function": "arm_classes",
-        "old": "    return dict(_REGISTRY)\n",
-        "new": "    return dict(sorted(_REGISTRY.items()))\n",
+        "function": "arm_names",
+        "old": "    return (*BUILTIN_ARMS, *(name for name in _REGISTRY if name not in BUILTIN_ARMS))\n",
+        "new": "    return tuple(sorted((*BUILTIN_ARMS, *(name for name in _REGISTRY if name not in BUILTIN_ARMS))))\n",
         "gates": [_T + "test_eval_line_round_trips_the_trainers_line_to_the_byte"],
         "why": "the registry's order is the eval line's counter order (and the tie-break simplicity order): "
         "reordering it changes every line a run writes",

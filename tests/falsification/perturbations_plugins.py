@@ -24,7 +24,7 @@ PERTURBATIONS: list[dict] = [
         "name": "failed_plugin_leaves_its_arms_registered",
         "file": _PLUGINS,
         "function": "_import",
-        "old": "        for name in set(arm_classes()) - before:\n            unregister_arm(name)\n",
+        "old": "        for name in set(defined_arm_classes()) - before:\n            unregister_arm(name)\n",
         "new": "",
         "gates": [_T + "test_a_plugin_that_fails_after_defining_an_arm_leaves_no_arm_behind"],
         "why": "a plugin that raises after defining its arm keeps that arm registered: a broken module's arm can "

@@ -1,7 +1,8 @@
 """Perturbations of the read-only commands' rules (issue 36): help and --version answer without importing
 torch, `dormouse logs` with no path reads runs/ and refuses a folder with no run, and a comparison's folder
-is one table, a row per arm, from results.json when the comparison wrote it (tests/falsification; format in
-perturbations_attnres.py, plus ``protects``).
+is one table, a row per arm, from results.json when the comparison wrote it; `logs` and `ab --list` import
+no torch (the registry declares the built-in arm names, checked against their classes) and `ab --list` no
+scipy (tests/falsification; format in perturbations_attnres.py, plus ``protects``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ _FAST = "tests/flows/test_read_only_commands.py::"
 _CMP = "tests/flows/test_logs_comparison.py::"
 _LOGS = "dormouse/cli/logs.py"
 _TABLE = "dormouse/cli/comparison_table.py"
+_ARM_REGISTRY = "dormouse/arms/registry.py"
+_NAMES = "tests/arms/test_arm_names.py::"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -89,5 +92,75 @@ PERTURBATIONS: list[dict] = [
         "why": "issue 36: a comparison printed one table per run (12 for a small one) under the summary; the "
                "runs are on request (--runs)",
         "protects": "counters",
+    },
+    # --- the arm names without the arm classes: logs and ab --list import no torch -----------------------
+    {
+        "name": "arms_package_defines_the_builtin_arms",
+        "file": "dormouse/arms/__init__.py",
+        "function": "<module>",
+        "old": "dormouse.model.looped).\n\"\"\"\n",
+        "new": "dormouse.model.looped).\n\"\"\"\n\nfrom dormouse.arms import builtin  # noqa: F401\n",
+        "gates": [_FAST + "test_logs_of_runs_and_a_comparison_does_not_import_torch",
+                  _FAST + "test_ab_list_imports_neither_torch_nor_scipy",
+                  _NAMES + "test_the_arm_names_and_a_configs_arm_are_read_without_importing_torch"],
+        "why": "importing any dormouse.arms module (the registry, the plugin loader) defines the built-in arms "
+               "again, so `dormouse logs` and `ab --list` import torch: seconds for commands that read files",
+        "protects": "training loop",
+    },
+    {
+        "name": "reader_works_out_the_arm_through_the_schema",
+        "file": "dormouse/run/reader.py",
+        "function": "_read_config",
+        "old": "        run.config_arm = model_arm(cfg.model)\n",
+        "new": "        run.config_arm = __import__(\"dormouse.config.schema\", fromlist=[\"arm_name\"]).arm_name(cfg)\n",
+        "gates": [_FAST + "test_logs_of_runs_and_a_comparison_does_not_import_torch"],
+        "why": "the reader asks the config schema (built from the arm classes) which arm a run trained: every "
+               "`dormouse logs` of a run with a config.yaml imports torch",
+        "protects": "training loop",
+    },
+    {
+        "name": "ab_list_computes_the_boundaries_to_validate",
+        "file": "dormouse/ab/registry.py",
+        "function": "_v2_problems",
+        "old": "    problems = dict(design.field_problems())\n",
+        "new": "    problems = dict(design.field_problems())\n    if not problems:\n"
+               "        __import__(\"dormouse.ab.sequential\", fromlist=[\"boundaries\"]).boundaries(design)\n",
+        "gates": [_FAST + "test_ab_list_imports_neither_torch_nor_scipy"],
+        "why": "validating a registration computes the design's boundaries (scipy): `dormouse ab --list` "
+               "imports scipy for numbers it never prints",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "undeclared_builtin_arm_accepted",
+        "file": _ARM_REGISTRY,
+        "function": "register_arm",
+        "old": "    if cls.__module__.startswith(BUILTIN_PACKAGE + \".\") and name not in BUILTIN_ARMS:\n",
+        "new": "    if False:\n",
+        "gates": [_NAMES + "test_a_builtin_arm_the_registry_does_not_declare_is_refused"],
+        "why": "a new built-in arm defined without its name in BUILTIN_ARMS registers after the plugins' arms "
+               "and is missing from every name read without the classes (`dormouse logs`' counters, checks)",
+        "protects": "arms' set-up",
+    },
+    {
+        "name": "second_default_arm_accepted",
+        "file": _ARM_REGISTRY,
+        "function": "register_arm",
+        "old": "    if bool(cls.default) != (name == DEFAULT_ARM):\n",
+        "new": "    if False:\n",
+        "gates": [_NAMES + "test_a_second_default_arm_is_refused"],
+        "why": "an arm declaring default=True registers while DEFAULT_ARM names another: the schema gives it "
+               "no switch, yet a config with every switch off selects DEFAULT_ARM",
+        "protects": "arms' set-up",
+    },
+    {
+        "name": "declared_arm_without_a_class_read_silently",
+        "file": _ARM_REGISTRY,
+        "function": "arm_classes",
+        "old": "    if missing:\n",
+        "new": "    if False:\n",
+        "gates": [_NAMES + "test_a_declared_arm_no_class_defines_is_refused_when_the_classes_are_read"],
+        "why": "reading the arm classes without dormouse.arms.builtin imported (or with a declared arm no class "
+               "defines) returns fewer arms than the names say: a schema without their switches, silently",
+        "protects": "arms' set-up",
     },
 ]

@@ -1,13 +1,18 @@
-"""Commands that only print (help, the version) answer without importing torch: importing it is most of the
-seconds a command takes to start, and these compute nothing with it."""
+"""Commands that only print or read (help, the version, `logs`, `ab --list`) answer without importing torch:
+importing it is most of the seconds a command takes to start, and these compute nothing with it. `logs`
+reads the arm names from the registry's declaration (dormouse.arms.registry.BUILTIN_ARMS), not from the
+arm classes; `ab --list` validates each registration's design without scipy, which only computing does."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
-# Every command's --help, the app's and --version, run in one fresh interpreter: afterwards torch must not
-# be among its modules.
+from tests.flows.test_logs import healthy, plant
+from tests.flows.test_logs_comparison import plant_comparison
+
+# The commands, run in one fresh interpreter: afterwards none of the named packages may be among its modules.
 PROBE = """
 import sys
 from typer.testing import CliRunner
@@ -16,14 +21,31 @@ runner = CliRunner()
 for args in {commands!r}:
     result = runner.invoke(app, args)
     assert result.exit_code == 0, (args, result.output)
-print(sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.")))
+print(sorted(m for m in sys.modules if m.split(".")[0] in {packages!r}))
 """
 COMMANDS = [["--help"], ["--version"], *[[c, "--help"] for c in
                                         ("train", "validate", "ab", "logs", "arms", "eval", "sample")]]
 
 
-def test_help_and_version_do_not_import_torch() -> None:
-    done = subprocess.run([sys.executable, "-c", PROBE.format(commands=COMMANDS)], capture_output=True, text=True,
-                          timeout=120)
+def imported(commands: list[list[str]], packages: set[str], cwd: Path | None = None) -> str:
+    """The modules of ``packages`` that running ``commands`` in one fresh interpreter imported ("[]": none)."""
+    done = subprocess.run([sys.executable, "-c", PROBE.format(commands=commands, packages=packages)],
+                          capture_output=True, text=True, timeout=120, cwd=cwd)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]", f"torch imported by help or --version: {done.stdout}"
+    return done.stdout.strip()
+
+
+def test_help_and_version_do_not_import_torch() -> None:
+    assert imported(COMMANDS, {"torch"}) == "[]", "torch imported by help or --version"
+
+
+def test_logs_of_runs_and_a_comparison_does_not_import_torch(tmp_path: Path) -> None:
+    plant_comparison(tmp_path / "runs")  # runs with a config.yaml each: the reader works out their arm
+    plant(tmp_path / "runs", healthy("attnres"), arm="attnres", name="solo")
+    commands = [["logs"], ["logs", "runs/ab/tiny", "--format", "table", "--runs"],
+                ["logs", "runs/ab/tiny", "--format", "json"], ["logs", "runs/solo", "--format", "tsv"]]
+    assert imported(commands, {"torch"}, cwd=tmp_path) == "[]", "torch imported by dormouse logs"
+
+
+def test_ab_list_imports_neither_torch_nor_scipy() -> None:
+    assert imported([["ab", "--list"]], {"torch", "scipy"}) == "[]", "torch or scipy imported by ab --list"
