@@ -4,10 +4,10 @@ restore it on a fresh machine.
 
 A comparison that spans sessions may find a fresh machine next time, and ``runs/`` is git-ignored. What
 ``dormouse ab NAME`` needs to go on without redoing finished work is small: the registration stamp, the
-design and tune records, each pair's launch record (its code fingerprint, its attempts) and each **finished**
-pair's run files (``config.yaml``, ``provenance.json``, ``train.log``, ``metrics.jsonl``: what
-:func:`dormouse.ab.pairjob.pair_state` reads to call a pair complete, and what the report reads). Checkpoints,
-compile caches, locks and the pairs still running are left out: an unfinished pair restarts.
+design and tune records, each run's launch record (its code fingerprint, its attempts) and each **finished**
+run's files (``config.yaml``, ``provenance.json``, ``train.log``, ``metrics.jsonl``: what
+:func:`dormouse.ab.pairjob.pair_state` reads to call a run complete, and what the report reads). Checkpoints,
+compile caches, locks and the runs still in progress are left out: an unfinished run restarts.
 
     python scripts/carry_comparison.py save residual_cpu2      # runs/ab/NAME -> docs/results/NAME/carry
     python scripts/carry_comparison.py restore residual_cpu2   # and back; then `dormouse ab residual_cpu2`
@@ -65,7 +65,7 @@ def save(name: str, root: Path, carry: Path, registry: Path | None = None) -> in
         dest.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(dest, (comp / rel).read_text())
     pairs = len({rel.parts[0] for rel in files if len(rel.parts) == 2 and rel.parts[0] != LAUNCH})
-    print(f"saved {len(files)} files ({pairs} finished pairs) from {comp} to {carry}")
+    print(f"saved {len(files)} files ({pairs} finished runs) from {comp} to {carry}")
     return 0
 
 

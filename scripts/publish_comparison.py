@@ -3,14 +3,14 @@
     python scripts/publish_comparison.py residual_cpu --command "dormouse ab residual_cpu --jobs 2"
 
 From ``runs/ab/NAME/`` (what ``dormouse ab NAME`` wrote) to ``docs/results/NAME/``: ``report.md``,
-``results.json``, the plots, ``registration.json``, ``design.json`` (protocol 2) and each pair's launch
+``results.json``, the plots, ``registration.json``, ``design.json`` (protocol 2) and each run's launch
 record (where and with how many threads it ran, when, how long). ``provenance.json`` adds what the report
-does not hold: the exact command, the commit the pairs ran on (from their provenance files; refused if they
+does not hold: the exact command, the commit the runs ran on (from their provenance files; refused if they
 differ), the machine (cores, torch and Python versions, platform) and the comparison's time, from the launch
 records' attempts (interrupted ones included: they took the machine too):
 
-- ``wall_s``: first pair started to last pair finished, pauses between sittings included;
-- ``sittings``: the stretches in which pairs ran, a pause longer than ``SITTING_GAP_S`` ending one, and
+- ``wall_s``: first run started to last run finished, pauses between sittings included;
+- ``sittings``: the stretches in which runs trained, a pause longer than ``SITTING_GAP_S`` ending one, and
   ``running_s``, their summed length: what a comparison that spans sessions cost the machine.
 
 The prose README of the results folder is written by hand.
@@ -85,7 +85,7 @@ def main() -> int:
         prov = json.loads((Path(run["run_dir"]) / "provenance.json").read_text())
         commits.add(str(prov.get("commit")))
     if len(commits) != 1 or any(c.endswith("+dirty") for c in commits):
-        print(f"the pairs ran on {sorted(commits)}: a published comparison runs on one clean commit")
+        print(f"the runs ran on {sorted(commits)}: a published comparison runs on one clean commit")
         return 2
     t0, t1 = min(starts), max(ends)
     wall = (datetime.fromisoformat(t1) - datetime.fromisoformat(t0)).total_seconds()

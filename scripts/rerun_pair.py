@@ -1,15 +1,15 @@
-"""Re-run one (arm, seed) pair of a published comparison and check it reproduces the published final bpb.
+"""Re-run one training run (arm, seed) of a published comparison and check it reproduces the published final bpb.
 
     python scripts/rerun_pair.py residual_cpu gr 3            # trains into runs/rerun/residual_cpu/gr-s3
     python scripts/rerun_pair.py residual_cpu gr 3 --print    # only print the equivalent `dormouse train`
 
-The pair is composed exactly as `dormouse ab` composes it (``runner.plan_pairs`` on the registered file:
+The run is composed exactly as `dormouse ab` composes it (``runner.plan_pairs`` on the registered file:
 fixed values, the arm's overrides, ``train.seed`` and, under protocol 2, ``train.data_seed``; with a tune stage,
-the arm's chosen ``train.lr`` from the published results; ``seed`` is the pair's init seed, which names its
+the arm's chosen ``train.lr`` from the published results; ``seed`` is the run's init seed, which names its
 directory), into a fresh directory, and trained by the same trainer.
 CPU training is deterministic at a given thread count (fixed RNG objects; the thread count fixes the order
 of the CPU reductions: in the pilot, seed 101 at 2 threads differed from 1 thread by 6.7e-6 bpb at step 700),
-so the pair is re-run with the thread count its launch record says it used, and on the same kind of machine
+so the run is re-run with the thread count its launch record says it used, and on the same kind of machine
 the final bpb must be *equal*, not close: the check is bit-for-bit on the float that results.json stores. That
 holds at the commit the comparison ran at (provenance.json); a later commit that computes the same model with
 other roundings (a fused multiply-add, another summation order) is only close, and the script says so. Exit 0 when it
@@ -46,14 +46,14 @@ def _say_cpu(provenance: Path) -> None:
 
     here = cpu_description()
     if not provenance.is_file():
-        print(f"note: no {provenance}: cannot tell whether this CPU ({here['model']}) is the pair's")
+        print(f"note: no {provenance}: cannot tell whether this CPU ({here['model']}) is the run's")
         return
     ran = json.loads(provenance.read_text())
     if "cpu" not in ran:
-        print(f"note: the published pair did not record its CPU (platform {ran.get('platform')}); this one is "
-              f"{here}: a difference may be the machine's rounding, not the pair's")
+        print(f"note: the published run did not record its CPU (platform {ran.get('platform')}); this one is "
+              f"{here}: a difference may be the machine's rounding, not the run's")
     elif ran["cpu"] != here:
-        print(f"note: the pair ran on {ran['cpu']}, this CPU is {here}: bit-equality is promised on the same CPU "
+        print(f"note: the run ran on {ran['cpu']}, this CPU is {here}: bit-equality is promised on the same CPU "
               "only; expect a close number, not the same one")
 
 
@@ -66,7 +66,7 @@ def main() -> int:
                     help="published results.json (default docs/results/NAME/results.json)")
     ap.add_argument("--root", type=Path, default=REPO / "runs" / "rerun", help="where the re-run goes")
     ap.add_argument("--threads", type=int, default=None,
-                    help="torch threads (default: what the published pair ran with, from its launch record)")
+                    help="torch threads (default: what the published run ran with, from its launch record)")
     ap.add_argument("--print", dest="print_only", action="store_true", help="print the command and stop")
     args = ap.parse_args()
 
@@ -81,7 +81,7 @@ def main() -> int:
     comp_dir = (args.root / args.name).resolve()
     pairs = {(p.arm, p.seed): p for p in plan_pairs(reg, list(published.get("overrides", [])), comp_dir)}
     if (args.arm, args.seed) not in pairs:
-        print(f"no pair {args.arm}-s{args.seed} in {args.name}: arms {list(reg.spec.arms)}, "
+        print(f"no run {args.arm}-s{args.seed} in {args.name}: arms {list(reg.spec.arms)}, "
               f"init seeds {sorted({seed for _, seed in pairs})}")
         return 2
     pair = pairs[(args.arm, args.seed)]
@@ -114,12 +114,12 @@ def main() -> int:
     if threads is None and record.is_file():
         used = {a.get("threads") for a in json.loads(record.read_text())["attempts"]}
         if len(used) != 1:
-            print(f"{record}: the published pair ran with several thread counts {sorted(map(str, used))}: "
+            print(f"{record}: the published run ran with several thread counts {sorted(map(str, used))}: "
                   "it cannot be reproduced bit for bit; pass --threads to re-run anyway")
             return 2
         threads = used.pop()
     if threads is None:
-        print(f"no launch record {record} says the pair's thread count; pass --threads")
+        print(f"no launch record {record} says the run's thread count; pass --threads")
         return 2
     print(f"threads: {threads} (the thread count fixes the order of CPU reductions)")
     if pair.run_dir.exists():

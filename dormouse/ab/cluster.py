@@ -401,7 +401,7 @@ class PairJob(submitit.helpers.Checkpointable):
                 and requeued_by_slurm(_restarts_at_start(), job_info_in_job(env.job_id))):
             # SIGTERM was SLURM's requeue, not a cancel: end without a result, as submitit's own requeue
             # does (SystemExit writes none), so the driver waits for the requeued job, which resumes.
-            print(f"job {env.job_id}: SIGTERM was SLURM's requeue; the requeued job resumes the pair", flush=True)
+            print(f"job {env.job_id}: SIGTERM was SLURM's requeue; the requeued job resumes the run", flush=True)
             sys.exit(-1)
         return outcome
 

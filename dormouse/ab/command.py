@@ -80,7 +80,7 @@ def status_command(name: str, *, root: Path, registry: Path | None, console: Con
                       f"`dormouse ab {reg.argument} --plan` shows what it would run")
         return 2
     if stamp.get("sha256") != reg.sha256:
-        console.print(f"[yellow]note:[/] {reg.source} changed since the comparison started; the pairs below "
+        console.print(f"[yellow]note:[/] {reg.source} changed since the comparison started; the runs below "
                       "follow the file as it is now")
     plan = build_plan(reg, list(stamp.get("overrides", [])), root)
     status = comparison_status(plan)

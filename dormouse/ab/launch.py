@@ -169,7 +169,7 @@ def plan_slots(jobs: int, *, cuda: bool, threads: int | None = None, cores: int 
         lines.append(f"--threads {threads}: must be >= 1")
     per_job = threads if threads is not None else max(1, cores // max(jobs, 1))
     if jobs >= 1 and threads is None and jobs > cores and not cuda:
-        lines.append(f"--jobs {jobs} on a CPU with {cores} core(s): each pair would get a fraction of a core; "
+        lines.append(f"--jobs {jobs} on a CPU with {cores} core(s): each run would get a fraction of a core; "
                      f"use --jobs {cores} or fewer (or --threads 1 to oversubscribe on purpose)")
     slots: list[Slot] = []
     if cuda:

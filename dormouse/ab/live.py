@@ -110,13 +110,13 @@ class PairBoard:
             return None
         eta = self.eta_s()
         if eta is None:
-            return "ETA unknown until a pair has finished or evaluated"
-        return f"ETA {_fmt_s(eta)} ({max(1, at_once)} pair(s) at once)"
+            return "ETA unknown until a run has finished or evaluated"
+        return f"ETA {_fmt_s(eta)} ({max(1, at_once)} run(s) at once)"
 
     def table(self) -> Table:
         table = Table(title=f"ab {self.name}", title_justify="left", caption=self.caption(),
                       caption_justify="left")
-        for col in ("pair", "status", "step", "bpb", "elapsed", "where"):
+        for col in ("run", "status", "step", "bpb", "elapsed", "where"):
             table.add_column(col, no_wrap=True)
         now = time.time()
         for key, pair in self.pairs.items():

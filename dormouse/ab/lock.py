@@ -19,7 +19,7 @@ from dormouse.run.lock import Holder, HolderLock, LockHeld, is_locked, read_hold
 
 __all__ = ["Holder", "HolderLock", "LockHeld", "is_locked", "read_holder", "comparison_lock", "pair_lock"]
 
-COMPARISON_ADVICE = ("wait for it to finish, or stop it (Ctrl-C checkpoints its running pairs) and rerun; "
+COMPARISON_ADVICE = ("wait for it to finish, or stop it (Ctrl-C checkpoints its runs in progress) and rerun; "
                      "`dormouse ab NAME --status` is safe meanwhile")
 _WHERE = "the comparison (--root)"
 
@@ -33,4 +33,4 @@ def comparison_lock(comp_dir: Path) -> HolderLock:
 def pair_lock(comp_dir: Path, pair: str) -> HolderLock:
     """A pair's lock, held by the process that trains it (in-process, a worker or a cluster job): a
     job left running by a dead driver and a new driver's job can never train the same pair at once."""
-    return HolderLock(ComparisonFiles(Path(comp_dir)).pair_lock(pair), f"pair {pair}", COMPARISON_ADVICE, _WHERE)
+    return HolderLock(ComparisonFiles(Path(comp_dir)).pair_lock(pair), f"run {pair}", COMPARISON_ADVICE, _WHERE)

@@ -1,4 +1,4 @@
-"""One pair of a comparison brought to completion, wherever it runs (this process, a pool worker, a
+"""One run of a comparison brought to completion, wherever it runs (this process, a pool worker, a
 cluster job): keep it, resume it from its checkpoint, or (re)start it.
 
 :func:`run_pair` is the function every launcher runs (dormouse/ab/launch.py). It holds the pair's own
@@ -6,6 +6,12 @@ lock while it works (a second process can never train the same pair), records ea
 ``<comparison>/launch/<pair>.json`` (where it ran: host, pid, threads, CUDA devices, launcher; when; how
 it ended) for ``--status`` and the report, and never lets an exception cross a process boundary: it
 returns an :class:`~dormouse.ab.launch.Outcome`. Only ``SystemExit`` passes through (submitit's requeue).
+
+Words: the user-facing text says *run* for one training run of a comparison (one arm at one replicate) and
+keeps *pair* for what is paired: an arm's run with the baseline's run of the same replicate, and their
+difference. The code's :class:`Pair`, ``pair_*`` names, ``launch/<pair>.json`` and the ``"pair"``/``"pairs"``
+keys of the JSON records are the historical name of one run; published results and resumes read them, so
+they stay.
 
 No path deletes a finished run (issue 31: a pair at its final eval got USR2 during its final plots,
 submitit's handler raised, and the pair was deleted and retrained from step 0):
@@ -64,7 +70,8 @@ SET_ASIDE_REASON = "SET_ASIDE.txt"
 
 @dataclass
 class Pair:
-    """One (arm, replicate) run of the comparison; ``seed`` is the replicate's init seed (``train.seed``)."""
+    """One (arm, replicate) run of the comparison (a *run* in what users read; ``Pair`` is the historical
+    name, see the module docstring); ``seed`` is the replicate's init seed (``train.seed``)."""
 
     arm: str
     seed: int
@@ -268,7 +275,7 @@ def _finish_log(pair: Pair, note: str) -> str:
     wall = float(final.get("time_s") or 0.0)
     with pair.files.log.open("a", encoding="utf-8") as log:
         log.write(f"# dormouse ab: the run stopped after its final eval (step {pair.steps}), "
-                  f"before its done line; the pair job wrote it\n")
+                  f"before its done line; the run's job wrote it\n")
         log.write(format_done_line(pair.steps, wall if math.isfinite(wall) else 0.0) + "\n")
     note = "; ".join(filter(None, [note, "wrote its done line"]))
     try:
@@ -329,7 +336,7 @@ def set_aside(pair: Pair, comp_dir: Path, reason: str) -> Path:
         n += 1
         dest = root / f"{pair.name}.{stamp}-{n}"
     atomic_write_text(pair.run_dir / SET_ASIDE_REASON,
-                      f"set aside {datetime.now().isoformat(timespec='seconds')} by dormouse ab so that pair "
+                      f"set aside {datetime.now().isoformat(timespec='seconds')} by dormouse ab so that run "
                       f"{pair.name} could start over:\n{reason}\n")
     os.replace(pair.run_dir, dest)  # same filesystem: one rename, nothing copied or lost
     return dest
@@ -342,7 +349,7 @@ def _clear_for_restart(pair: Pair) -> None:
     directory holding either is refused here rather than deleted, whatever the caller thought."""
     if final_row(read_metrics(pair.files.metrics), pair.steps) is not None or list_checkpoints(pair.files.checkpoints):
         raise RuntimeError(f"{pair.run_dir} holds a final eval or a checkpoint; refusing to delete it to restart "
-                           "the pair (move it away by hand if it is not wanted)")
+                           "the run (move it away by hand if it is not wanted)")
     shutil.rmtree(pair.run_dir)
 
 

@@ -187,7 +187,7 @@ def check_cli_overrides(reg: Registered, overrides: list[str]) -> None:
         if "=" not in o:
             lines.append(f"override {o!r} is not key=value")
         elif key in RUNNER_KEYS:
-            lines.append(f"override {o!r} sets {key}, which `dormouse ab` sets for every pair "
+            lines.append(f"override {o!r} sets {key}, which `dormouse ab` sets for every run "
                          f"({', '.join(RUNNER_KEYS)})")
         elif key == tuned:
             lines.append(f"override {o!r} sets {key}, which this registration's tune stage chooses per arm")
@@ -263,7 +263,7 @@ def _make_tune_pair(plan: ComparisonPlan, arm: str, lr: float, j: int) -> tuple[
     cfg = copy.deepcopy(plan.arm_cfgs[arm])
     cfg.train.lr, cfg.train.seed, cfg.train.data_seed = float(lr), init_seed, data_seed
     cfg.run.name = tune_run_name(arm, float(lr), init_seed)
-    lines = [f"{plan.reg.source}: tune pair {cfg.run.name}: {ln}" for ln in validate(cfg)]
+    lines = [f"{plan.reg.source}: tune run {cfg.run.name}: {ln}" for ln in validate(cfg)]
     return Pair(arm, init_seed, cfg, plan.comp_dir / cfg.run.name, replicate=j + 1), lines
 
 

@@ -63,7 +63,7 @@ def _discard(comp_dir: Path, name: str, console: Console) -> None:
     is still being trained by another process."""
     busy = [p.name[: -len(".lock")] for p in ComparisonFiles(comp_dir).pair_locks.glob("*.lock") if is_locked(p)]
     if busy:
-        raise ComparisonError([f"--restart: pair(s) {', '.join(busy)} are still being trained by another "
+        raise ComparisonError([f"--restart: run(s) {', '.join(busy)} are still being trained by another "
                                f"process (see `dormouse ab {name} --status`); stop them first"])
     console.print(f"[yellow]--restart:[/] discarding {comp_dir}")
     for entry in comp_dir.iterdir():
@@ -135,7 +135,7 @@ def check_same_code(plan: ComparisonPlan, code: fingerprint.Fingerprint) -> None
     names = list(differing)
     commit, what = differing[names[0]]
     raise ComparisonError([
-        f"{plan.comp_dir}: {len(names)} pair(s) ({', '.join(names[:4])}{' …' if len(names) > 4 else ''}) were "
+        f"{plan.comp_dir}: {len(names)} run(s) ({', '.join(names[:4])}{' …' if len(names) > 4 else ''}) were "
         f"computed by other code than this checkout (fingerprint {code.sha256[:12]}, commit {code.commit}); a "
         "comparison runs on one version of the code that computes it, so no run is added",
         f"what differs for {names[0]}: " + "; ".join(what),

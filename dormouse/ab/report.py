@@ -246,7 +246,7 @@ def _runs_table(r: dict[str, Any]) -> list[str]:
     if launch.get("this_invocation"):
         inv = launch["this_invocation"]
         out += ["", "This report's invocation: " + ", ".join(f"{k}={v}" for k, v in inv.items() if v is not None)
-                + ". Threads and launcher above are per pair, over all its attempts (a pair resumed under "
+                + ". Threads and launcher above are per run, over all its attempts (a run resumed under "
                 "another setting lists both)."]
     return out
 

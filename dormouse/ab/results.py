@@ -373,10 +373,10 @@ def _code(records: list[RunRecord]) -> dict[str, Any]:
 def _notes(cpu: bool, state: Progress) -> list[str]:
     notes = []
     if state.tune is not None and not state.tune.settled and state.pending:
-        notes.append(f"The tune stage is not finished: {len(state.pending)} tune pair(s) to run; rerun "
+        notes.append(f"The tune stage is not finished: {len(state.pending)} tune run(s) to train; rerun "
                      "`dormouse ab` to continue.")
     elif state.pending:
-        notes.append(f"Look {int(state.next_look or 0) + 1} is not taken yet: {len(state.pending)} pair(s) to run; "
+        notes.append(f"Look {int(state.next_look or 0) + 1} is not taken yet: {len(state.pending)} run(s) to train; "
                      "rerun `dormouse ab` to continue the schedule.")
     if cpu:
         notes.append("Peak memory on CPU is the process's max RSS, which only grows across the runs of one "

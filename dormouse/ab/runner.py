@@ -167,7 +167,7 @@ def _run_looks(plan: ComparisonPlan, launcher: Launcher, train_fn: TrainFn, code
         if state.finished:
             return errors
         if plan.lr_pending and any(p in plan.pairs for p in state.pending):  # a confirmatory pair, unchosen lr
-            raise ComparisonError([f"ab {plan.name}: confirmatory pairs scheduled before the tune stage chose"])
+            raise ComparisonError([f"ab {plan.name}: confirmatory runs scheduled before the tune stage chose"])
         _run_batch(plan, launcher, train_fn, code, state, errors, console)
 
 
@@ -200,18 +200,18 @@ def _run_batch(plan: ComparisonPlan, launcher: Launcher, train_fn: TrainFn, code
     tasks = [Job(p.name, run_pair, (PairTask(p, plan.comp_dir, train_fn, launcher.name, output_to_file=workers,
                                              fingerprint=code),)) for p in todo]
     settings = ", ".join(f"{k}={v}" for k, v in launcher.settings().items() if v is not None)
-    console.print(f"ab {plan.name}: {_stage_line(plan, state)}: {len(tasks)} pairs to run ({settings})"
+    console.print(f"ab {plan.name}: {_stage_line(plan, state)}: {len(tasks)} runs to train ({settings})"
                   + (f"; workers' output in {plan.comp_dir / LAUNCH}" if workers else ""))
     with PairBoard(plan.name, todo, console) as board:
         outcomes = launcher.run(tasks, board.start, board.finish)
     errors.update({o.key: o.note for o in outcomes if o.status != DONE})
     if launcher.stopped_by is not None:
         console.print(f"[yellow]interrupted[/]: rerun `dormouse ab {escape(plan.reg.argument)}` with the same "
-                      "overrides to continue (finished pairs are kept, interrupted ones resume from their checkpoints)")
+                      "overrides to continue (finished runs are kept, interrupted ones resume from their checkpoints)")
         raise Interrupted(launcher.stopped_by, "the comparison was interrupted")
     for pair in todo:  # never loop on a pair that came back done but is not complete on disk
         if pair.name not in errors and pair_state(pair)[0] != "complete":
-            errors[pair.name] = "the launcher returned without the pair's final eval"
+            errors[pair.name] = "the launcher returned without the run's final eval"
 
 
 def _pair_launch(comp_dir: Path, pair: str) -> dict[str, Any]:

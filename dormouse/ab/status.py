@@ -45,12 +45,12 @@ def tune_cost_line(plan: ComparisonPlan) -> str:
     rule = plan.spec.tune.bracketing()
     most = rule.budget * len(plan.tuned_arms)
     per_run = sum(c["flops"] for c in costs) / max(1, len(costs))
-    beyond = (f"; at most {most} pairs with bracketing ({len(plan.tuned_arms)} arms × a budget of {rule.budget} "
+    beyond = (f"; at most {most} runs with bracketing ({len(plan.tuned_arms)} arms × a budget of {rule.budget} "
               f"runs), ~{human(per_run * most)} training FLOPs" if most > len(costs) else "")
-    return (f"tune stage (runs first, not in the card above): {len(costs)} pairs ({len(plan.tuned_arms)} arms × "
+    return (f"tune stage (runs first, not in the card above): {len(costs)} runs ({len(plan.tuned_arms)} arms × "
             f"{len(plan.spec.tune.lrs)} lrs × {plan.spec.tune.replicates} replicate(s)), "
             f"{human(sum(c['tokens'] for c in costs))} tokens, {human(sum(c['flops'] for c in costs))} training "
-            f"FLOPs{beyond}; the confirmatory pairs at the maximum: {len(confirmatory)} pairs, "
+            f"FLOPs{beyond}; the confirmatory runs at the maximum: {len(confirmatory)} runs, "
             f"{human(sum(c['flops'] for c in confirmatory))} FLOPs")
 
 
@@ -105,7 +105,7 @@ def render_plan(plan: ComparisonPlan, *, launch: dict[str, Any], registration: s
     _say(console, f"registration: {registration}")
     render_schedule(plan, console)
     _say(console, "launch: " + ", ".join(f"{k}={v}" for k, v in launch.items() if v is not None))
-    _say(console, "each pair runs the Hydra overrides, in order: fixed, the arm's, the CLI's, then "
+    _say(console, "each run gets the Hydra overrides, in order: fixed, the arm's, the CLI's, then "
          "train.seed=<init seed> train.data_seed=<data seed> run.name=<arm>-s<init seed> run.dir=<comparison dir>")
     _say(console, f"  fixed: {' '.join(spec.fixed) or '(none)'}")
     width = max(len(a) for a in spec.arms)
@@ -113,7 +113,7 @@ def render_plan(plan: ComparisonPlan, *, launch: dict[str, Any], registration: s
         _say(console, f"  arm {arm:<{width}}: {' '.join(ovs) or '(none)'}")
     _say(console, f"  CLI:   {' '.join(plan.overrides) or '(none)'}")
     table = Table(title_justify="left")
-    for col in ("pair", "look", "state", "tokens", "est. FLOPs", "wall"):
+    for col in ("run", "look", "state", "tokens", "est. FLOPs", "wall"):
         table.add_column(col, no_wrap=True)
     states = {p.name: pair_state(p) for p in pairs}
     measured: dict[str, list[float]] = {}
@@ -139,14 +139,14 @@ def render_plan(plan: ComparisonPlan, *, launch: dict[str, Any], registration: s
                       _fmt_s(wall) if wall else "")
     console.print(table)
     jobs = int(launch.get("jobs") or 1)
-    _say(console, f"left to run at most (every look, no arm decided early): {left} of {len(pairs)} pairs, "
+    _say(console, f"left to run at most (every look, no arm decided early): {left} of {len(pairs)} runs, "
          f"{human(total_tokens)} training tokens, ≈{human(total_flops)} FLOPs (matmuls only, ×3 for backward; "
          "eval excluded)")
     if left and remaining_s is not None:
-        _say(console, f"estimated wall time: ≈{_fmt_s(remaining_s / max(1, jobs))} at {jobs} pair(s) at once "
-             "(from this comparison's finished pairs, per arm)")
+        _say(console, f"estimated wall time: ≈{_fmt_s(remaining_s / max(1, jobs))} at {jobs} run(s) at once "
+             "(from this comparison's finished runs, per arm)")
     elif left:
-        _say(console, "estimated wall time: unknown until a pair of each arm has finished on this machine "
+        _say(console, "estimated wall time: unknown until a run of each arm has finished on this machine "
              "(then --plan and --status use the measured time)")
 
 
@@ -262,8 +262,8 @@ def render_status(plan: ComparisonPlan, status: dict[str, Any], console: Console
     console.print(status_table(status["pairs"]))
     if status["counts"]["done"] < len(status["pairs"]):
         console.print(f"comparison ETA: {_fmt_s(status['eta_s'])}"
-                      + (f" ({status['slots']} pair(s) at once)" if status["eta_s"] is not None
-                         else " (unknown until a pair has finished or evaluated)"))
+                      + (f" ({status['slots']} run(s) at once)" if status["eta_s"] is not None
+                         else " (unknown until a run has finished or evaluated)"))
 
 
 _STATE_STYLE = {"done": "green", "running": "bold cyan", "failed": "bold red", "interrupted": "yellow",
@@ -271,7 +271,7 @@ _STATE_STYLE = {"done": "green", "running": "bold cyan", "failed": "bold red", "
 
 
 STATUS_PAIR_WIDTH = len("attnres_full-s10")  # the widest pair name --status keeps on one line
-_STATUS_COLUMNS = ("pair", "state", "step", "elapsed", "ETA", "bpb", "last eval / note")
+_STATUS_COLUMNS = ("run", "state", "step", "elapsed", "ETA", "bpb", "last eval / note")
 
 
 def status_table(rows: list[dict[str, Any]]) -> Table:
@@ -287,8 +287,8 @@ def status_table(rows: list[dict[str, Any]]) -> Table:
             table.add_column(col, overflow="fold", ratio=1)
             continue
         width = max([len(col), *(len(Text.from_markup(c[i]).plain) for c in cells)])
-        table.add_column(col, overflow="fold", no_wrap=col != "pair",
-                         width=min(width, max(STATUS_PAIR_WIDTH, len(col))) if col == "pair" else width)
+        table.add_column(col, overflow="fold", no_wrap=col != "run",
+                         width=min(width, max(STATUS_PAIR_WIDTH, len(col))) if col == "run" else width)
     for c in cells:
         table.add_row(*c)
     return table
@@ -319,10 +319,10 @@ def render_looks(plan: ComparisonPlan, state: Progress, console: Console) -> Non
     if state.pending:
         arms = ", ".join(dict.fromkeys(p.arm for p in state.pending))
         what = "the tune stage" if plan.lr_pending else f"look {int(state.next_look or 0) + 1}"
-        _say(console, f"next: {what} needs {len(state.pending)} pair(s) ({arms})")
+        _say(console, f"next: {what} needs {len(state.pending)} run(s) ({arms})")
     else:
         _say(console, "every look this comparison needs is taken" if not state.invalid else
-             "no further look can be taken until the invalid arms' runs are fixed (rerun to retry failed pairs)")
+             "no further look can be taken until the invalid arms' runs are fixed (rerun to retry failed runs)")
 
 
 _ABRIDGED = {"train_loss_nats": "loss", "loss": "loss"}  # line key -> shown as

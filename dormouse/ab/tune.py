@@ -172,7 +172,7 @@ def plan_lines(plan: ComparisonPlan, out: TuneOutcome | None) -> list[str]:
     if tune is None:
         return []
     streams, rule = tune.streams(), tune.bracketing()
-    lines = [f"tune stage: {len(plan.tune_pairs)} pairs first (arms {', '.join(plan.tuned_arms)} × lrs "
+    lines = [f"tune stage: {len(plan.tune_pairs)} runs first (arms {', '.join(plan.tuned_arms)} × lrs "
              f"{', '.join(f'{x:g}' for x in tune.lrs)} × {tune.replicates} replicate(s); init seeds "
              f"{streams['tune.init_seed_base'].start}.., data seeds {streams['tune.data_seed_base'].start}..); "
              f"rule: {RULES[tune.rule]}"
@@ -185,13 +185,13 @@ def plan_lines(plan: ComparisonPlan, out: TuneOutcome | None) -> list[str]:
                      + ", ".join(f"{a}={lr:g}" for a, lr in out.chosen.items()))
     else:
         done = 0 if out is None else len(planned) - len(out.pending) - len(out.failed)
-        lines.append(f"confirmatory train.lr: chosen by the tune stage once its pairs finish ({done} of "
+        lines.append(f"confirmatory train.lr: chosen by the tune stage once its runs finish ({done} of "
                      f"{len(planned)} settled" + (f"; failed: {', '.join(out.failed)}" if out and out.failed
                                                   else "") + ")")
     for p in planned:
         why = (" (extension)" if is_extension(plan, p) else "") + (" (second seed)" if is_second_seed(plan, p)
                                                                    else "")
-        lines.append(f"  tune pair {p.name}: train.lr={float(p.cfg.train.lr):g} train.seed={p.cfg.train.seed} "
+        lines.append(f"  tune run {p.name}: train.lr={float(p.cfg.train.lr):g} train.seed={p.cfg.train.seed} "
                      f"train.data_seed={p.cfg.train.data_seed}{why}")
     return lines
 

@@ -156,11 +156,11 @@ def validate(ctx: typer.Context, overrides: list[str] = OVERRIDES, cfg_flag: str
 @app.command(epilog="""[bold]Examples[/]\n
   dormouse ab --list                         # the registered comparisons and what each compares\n
   dormouse ab smoke                          # the whole flow on CPU: ~30 s on 2 idle cores\n
-  dormouse ab residual                       # the registered GPU comparison (looks at 3, 6, 9), one pair at a time\n
-  dormouse ab residual --jobs 8              # 8 pairs at once: one GPU each (or a share of the CPU cores)\n
+  dormouse ab residual                       # the registered GPU comparison (looks at 3, 6, 9), one run at a time\n
+  dormouse ab residual --jobs 8              # 8 runs at once: one GPU each (or a share of the CPU cores)\n
   dormouse ab residual --launcher slurm launcher.partition=gpu launcher.time_min=120\n
   dormouse ab residual --plan                # what would run, what is done, the cost; trains nothing\n
-  dormouse ab residual --status              # looks taken and what they decided, pairs, ETA; safe during a run\n
+  dormouse ab residual --status              # looks taken and what they decided, runs, ETA; safe during a run\n
   dormouse ab smoke --design                 # the design card: type-I error, power, expected replicates\n
   dormouse ab my_comparison.yaml             # your own registration file (same fields as conf/ab/*.yaml)\n
   dormouse ab smoke train.steps=40 --restart""")
@@ -171,17 +171,17 @@ def ab(
                                autocompletion=complete_comparison),
     overrides: list[str] = typer.Argument(
         None, show_default=False,
-        help="Hydra overrides for every pair (key=value), and launcher.KEY=VALUE for --launcher slurm."),
+        help="Hydra overrides for every run (key=value), and launcher.KEY=VALUE for --launcher slurm."),
     restart: bool = typer.Option(False, "--restart", help="Discard earlier results and start over."),
     root: Path = typer.Option(AB_ROOT, help="Where comparisons are written."),
     list_: bool = typer.Option(False, "--list", help="List the registered comparisons and exit."),
-    jobs: int = typer.Option(1, "--jobs", "-j", help="Pairs at once on this machine, each in its own process "
+    jobs: int = typer.Option(1, "--jobs", "-j", help="Training runs at once on this machine, each in its own process "
                              "(one GPU each on CUDA, an equal share of the cores on CPU)."),
     threads: int = typer.Option(None, "--threads", show_default=False,
-                                help="CPU threads per pair (default: the cores divided by --jobs)."),
+                                help="CPU threads per run (default: the cores divided by --jobs)."),
     launcher: str = typer.Option("local", "--launcher",
                                  help="local (this machine; see --jobs) or slurm (conf/launcher/slurm.yaml)."),
-    plan: bool = typer.Option(False, "--plan", help="Print the pairs, their overrides, what is done and the "
+    plan: bool = typer.Option(False, "--plan", help="Print the runs, their overrides, what is done and the "
                               "estimated cost; train nothing."),
     status: bool = typer.Option(False, "--status", help="Show where the comparison stands (read-only)."),
     design: bool = typer.Option(False, "--design", help="Simulate the registered design and print its card "
@@ -204,7 +204,7 @@ def ab(
 
     hydra_overrides, launcher_overrides = split_overrides(list(overrides or []))
     request = LaunchRequest(jobs=jobs, threads=threads, launcher=launcher, launcher_overrides=launcher_overrides)
-    # 0 all pairs finished; 1 a pair failed (marked in the report); 2 refused before any run; 130/143 interrupted
+    # 0 all runs finished; 1 a run failed (marked in the report); 2 refused before any run; 130/143 interrupted
     raise typer.Exit(ab_command(name, hydra_overrides, restart=restart, root=root, launch=request, plan=plan,
                                 status=status, design=design))
 

@@ -42,11 +42,11 @@ def test_the_live_board_shows_the_eta_for_the_slots_running_at_once(tmp_path: Pa
     board = PairBoard("t", _pairs(tmp_path, 4), Console(record=True, width=200))
     board.start("a-s1", "slot 0")
     board.start("a-s2", "slot 1")
-    assert board.caption() == "ETA unknown until a pair has finished or evaluated"
+    assert board.caption() == "ETA unknown until a run has finished or evaluated"
     board.started["a-s1"] = time.time() - 40.0
     board.finish(Outcome("a-s1", DONE))  # took 40 s
     board.start("a-s3", "slot 0")
     board.started["a-s2"] = time.time() - 30.0
     # a pair takes 40 s; running: a-s2 (30 s in, 10 left), a-s3 (0 s in, 40 left); a-s4 after a-s2: 10+40=50
     assert board.eta_s() == pytest.approx(50.0, abs=1.0)
-    assert re.fullmatch(r"ETA 0:(49|50) \(2 pair\(s\) at once\)", board.caption() or ""), board.caption()
+    assert re.fullmatch(r"ETA 0:(49|50) \(2 run\(s\) at once\)", board.caption() or ""), board.caption()

@@ -65,7 +65,7 @@ def test_a_second_lock_in_the_same_process_is_refused_and_a_released_one_is_not_
     with comparison_lock(tmp_path) as again:
         assert again.stale_message() is None
     with pair_lock(tmp_path, "gr-s1") as a:
-        with pytest.raises(LockHeld, match="pair gr-s1"):
+        with pytest.raises(LockHeld, match="run gr-s1"):
             pair_lock(tmp_path, "gr-s1").acquire()
         with pair_lock(tmp_path, "gr-s2"):  # another pair: independent
             assert a.took_over is None

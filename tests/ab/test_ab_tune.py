@@ -174,10 +174,10 @@ def test_plan_shows_the_tune_pairs_and_says_the_lrs_are_chosen_by_the_stage(regi
     console = Console(record=True, width=250)
     assert ab_command("tt", [], root=tmp_path / "ab", registry=registry, console=console, plan=True) == 0
     out = console.export_text()
-    assert "tune stage: 24 pairs first" in out and "tune stage (runs first, not in the card above): 24 pairs" in out
+    assert "tune stage: 24 runs first" in out and "tune stage (runs first, not in the card above): 24 runs" in out
     assert "takes the lr chosen for the baseline 'rezero'" in out
-    assert "confirmatory train.lr: chosen by the tune stage once its pairs finish (0 of 24 settled)" in out
-    assert "tune pair tune-gr-lr0.004-s9002: train.lr=0.004 train.seed=9002 train.data_seed=9102" in out
+    assert "confirmatory train.lr: chosen by the tune stage once its runs finish (0 of 24 settled)" in out
+    assert "tune run tune-gr-lr0.004-s9002: train.lr=0.004 train.seed=9002 train.data_seed=9102" in out
 
 
 def test_a_registration_without_tune_plans_no_tune_pair(registry: Path, tmp_path: Path) -> None:
@@ -301,7 +301,7 @@ def test_design_says_the_tune_stages_cost_beside_the_card(registry: Path, tmp_pa
     console = Console(record=True, width=250)
     assert ab_command("tt", [], root=tmp_path / "ab", registry=registry, console=console, design=True) == 0
     out = console.export_text()
-    assert "tune stage (runs first, not in the card above): 24 pairs (3 arms × 4 lrs × 2 replicate(s))" in out
+    assert "tune stage (runs first, not in the card above): 24 runs (3 arms × 4 lrs × 2 replicate(s))" in out
 
 
 def test_plan_pairs_carries_the_recorded_choice(finished: tuple[Path, TuneFake, Path]) -> None:

@@ -440,17 +440,17 @@ def test_plan_trains_nothing_writes_nothing_and_shows_pairs_overrides_state_and_
     assert "CLI:   train.lr=0.002" in text and "jobs=2" in text and "threads_per_pair=1" in text
     # tokens = steps x batch x seq_len = 20 x 4 x 32 (the tiny preset, train.steps=20)
     assert text.count("2.56k") == 15
-    assert "left to run at most (every look, no arm decided early): 15 of 15 pairs" in text
+    assert "left to run at most (every look, no arm decided early): 15 of 15 runs" in text
     assert "looks at 3 replicates per arm" in text and "SESOI 0.01 bpb" in text
     assert "│ 3         │ 1    │ 3         │ 103       │ 203" in text  # replicate 3: init seed, data seeds
-    assert "unknown until a pair of each arm has finished" in text
+    assert "unknown until a run of each arm has finished" in text
 
     run_comparison("t", ["train.lr=0.002"], root=tmp_path / "ab", registry=reg, console=_console(),
                    train_fn=FakeTrain(stop_at={"gr-s2": 10}))
     console = _console()
     ab_command("t", ["train.lr=0.002"], root=tmp_path / "ab", registry=reg, console=console, plan=True)
     text = console.export_text()
-    assert "15 pairs" in text and ": 1 of 15 pairs" in text and "resume: interrupted (last eval at step 10" in text
+    assert "15 runs" in text and ": 1 of 15 runs" in text and "resume: interrupted (last eval at step 10" in text
     assert "continues" in text and "estimated wall time: ≈" in text
     console = _console()
     ab_command("t", [], root=tmp_path / "ab", registry=reg, console=console, plan=True)
@@ -491,7 +491,7 @@ def test_the_board_is_plain_lines_off_a_terminal_and_a_live_table_on_one(tmp_pat
     run_comparison("t", [], root=tmp_path / "a", registry=reg, console=plain, train_fn=FakeTrain())
     text = plain.export_text()
     assert text.count("start ") == 15 and text.count("done ") >= 15
-    assert text.count("┃ pair") == 1  # the progress table once, at the end: never reprinted per pair
+    assert text.count("┃ run ") == 1  # the progress table once, at the end: never reprinted per pair
     buf = io.StringIO()
     term = Console(file=buf, force_terminal=True, width=200)
     run_comparison("t", [], root=tmp_path / "b", registry=reg, console=term, train_fn=FakeTrain())

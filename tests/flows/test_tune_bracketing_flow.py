@@ -139,13 +139,13 @@ def test_plan_says_the_rule_and_budget_before_and_the_extension_after(
     assert "tune rule: up to 2 grid point(s) added per arm" in before
     assert "a second tune seed for the best lr and each neighbour within 0.03 bpb" in before
     assert "budget 10 tune runs per arm at most, the same for every arm" in before
-    assert "at most 40 pairs with bracketing" in before
+    assert "at most 40 runs with bracketing" in before
     assert "; extension lr(s) 0.008" in before  # the runner's stage line for the extension round
     console = Console(record=True, width=250)
     assert ab_command("tb", [], root=comp.parent, registry=reg, console=console, plan=True) == 0
     after = console.export_text()
     assert "tune arm gr: 5 of at most 10 runs settled; extended to 0.008, 0.016; chose 0.008" in after
-    assert "tune pair tune-gr-lr0.016-s9001: train.lr=0.016 train.seed=9001 train.data_seed=9101 (extension)" in after
+    assert "tune run tune-gr-lr0.016-s9001: train.lr=0.016 train.seed=9001 train.data_seed=9101 (extension)" in after
 
 
 def test_status_shows_each_arms_extension_and_flags(finished: tuple[Path, BracketFake, Path, str]) -> None:
