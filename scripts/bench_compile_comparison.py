@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", type=Path, required=True, help="where the comparisons and registrations go")
     ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
-    ap.add_argument("--steps", type=int, help="shorter pairs (default: the registered 2800)")
+    ap.add_argument("--steps", type=int, help="shorter runs (default: the registered 2800)")
     ap.add_argument("--out", type=Path, help="write the measurements here as JSON")
     args = ap.parse_args(argv)
     root = args.root.resolve()
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"compile-warm needs compile-cold's cache ({cold_cache}); run compile-cold first", file=sys.stderr)
             return 2
         results.append(measure(mode, root, args.steps, cache))
-    print("\none replicate of residual_cpu's five pairs, dormouse ab --jobs 2 (first start to fifth end):")
+    print("\none replicate of residual_cpu's five runs, dormouse ab --jobs 2 (first start to fifth end):")
     eager = next((r["wall_s"] for r in results if r["mode"] == "eager"), None)
     for r in results:
         rel = f"  x{r['wall_s'] / eager:.3f} of eager" if eager else ""

@@ -47,6 +47,11 @@ class ResidualArm(nn.Module):
     options: ClassVar[type | None] = None  # a dataclass of the arm's options, composed at model.<name>
     plot_file: ClassVar[str | None] = None  # the run's plot of what the arm learned (dormouse.arms.plots)
     slot_fields: ClassVar[tuple[str, ...]] = ()  # probe fields holding one number per slot
+    # train.compile (regional scope, dormouse.model.looped.RegionCompiled) compiles this arm's absorb as its own
+    # region: True only for an absorb that is tensor arithmetic whose slot is no more than an index (a handful of
+    # graphs whatever the depth); an arm whose state is a Python structure growing per slot (AttnRes's source
+    # lists) would be one graph per slot, so the default is to run it eagerly between the regions
+    compiled_absorb: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -30,6 +30,7 @@ class GatedResidual(ResidualArm):
     name = "gr"
     plot_file = "gr_gates.png"
     slot_fields = ("gate_mean", "gate_spread")
+    compiled_absorb = True  # tensor arithmetic, the slot an index: its own region under train.compile
 
     def __init__(self, d_model: int, max_iter: int) -> None:
         super().__init__(d_model, max_iter)

@@ -26,6 +26,7 @@ class PreNormResidual(ResidualArm):
     name = "prenorm"
     plot_file = "prenorm_update_ratio.png"
     slot_fields = ("update_ratio",)
+    compiled_absorb = True  # tensor arithmetic, the slot an index: its own region under train.compile
 
     def begin(self, embedding: Tensor) -> Tensor:
         return embedding

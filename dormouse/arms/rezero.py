@@ -20,6 +20,7 @@ class ReZero(ResidualArm):
     default = True
     plot_file = "rezero_alpha.png"
     slot_fields = ("alpha",)
+    compiled_absorb = True  # tensor arithmetic, the slot an index: its own region under train.compile
 
     def __init__(self, d_model: int, max_iter: int) -> None:
         super().__init__(d_model, max_iter)

@@ -247,9 +247,10 @@ class LoopedByteLM(nn.Module):
         shape. Each sublayer, and the readout's final norm, is compiled on its own (``fullgraph=True``: a
         graph break is an error; ``dynamic=False``: the training shape is fixed), traced at its first call and
         reused by every later iteration, slot, depth and readout, so the compile time does not grow with
-        ``model.max_iter`` (PyTorch's "regional compilation" recipe). The loop driver, the arm's hooks and the
-        probe counters run eagerly between the regions: they are the only code that knows the iteration and
-        the slot, and a Python int passed into a region would be a guarded constant, one graph per value.
+        ``model.max_iter`` (PyTorch's "regional compilation" recipe). An arm whose absorb is tensor arithmetic
+        with the slot as an index (``ResidualArm.compiled_absorb``: pre-norm, ReZero, GR) has it compiled as a
+        region too, the slot a symbol (a Python int seen as a constant would be one graph per slot); the loop
+        driver, the other arm hooks and the ``asked`` counter run eagerly between the regions.
 
         Returns a module whose forward is this model's with the compiled regions; it shares this module's
         parameters, and this module itself stays eager (evaluation and sampling run it).
@@ -262,8 +263,8 @@ class LoopedByteLM(nn.Module):
         return F.linear(x, weight.to(x.dtype))
 
     def eager_regions(self) -> LoopRegions:
-        """The loop's repeated work as this module's own (eager) modules."""
-        return LoopRegions(tuple(self.sublayers), self.final_norm)
+        """The loop's repeated work as this module's own (eager) modules and its arm's own absorb."""
+        return LoopRegions(tuple(self.sublayers), self.final_norm, self.arm.absorb)
 
     def forward(self, idx: Tensor, depth: int | None = None, readouts: str = "all",
                 trace: LoopTrace | None = None, regions: LoopRegions | None = None) -> list[Tensor]:
@@ -289,7 +290,7 @@ class LoopedByteLM(nn.Module):
                 if trace is not None:
                     trace.inputs.append(h)
                     trace.outputs.append(out)
-                state = self.arm.absorb(state, slot, out)
+                state = regions.absorb(state, slot, out)
             if readouts == "all" or k == depth - 1:
                 logits.append(self.readout(self.arm.readout_input(state, k), regions.final_norm))
         return logits
@@ -316,11 +317,12 @@ class LoopedByteLM(nn.Module):
 
 @dataclass(frozen=True)
 class LoopRegions:
-    """What the loop driver calls for the work every iteration repeats: each sublayer in slot order, and the
-    readouts' final norm. Eager, the model's own modules; compiled, :class:`RegionCompiled`'s."""
+    """What the loop driver calls for the work every iteration repeats: each sublayer in slot order, the
+    readouts' final norm, and the arm's absorb. Eager, the model's own; compiled, :class:`RegionCompiled`'s."""
 
     sublayers: tuple[Callable[[Tensor], Tensor], ...]
     final_norm: Callable[[Tensor], Tensor]
+    absorb: Callable[[Any, int, Tensor], Any]
 
 
 class RegionCompiled(nn.Module):
@@ -334,8 +336,14 @@ class RegionCompiled(nn.Module):
         compiled = {"fullgraph": True, "dynamic": False, "backend": backend, "mode": mode}
         # torch.compile of a module wraps it (an OptimizedModule sharing its parameters); the model keeps its own
         # eager modules, so evaluation, sampling and the probes never trace or recompile anything
-        self.regions = LoopRegions(tuple(torch.compile(m, **compiled) for m in model.sublayers),
-                                   torch.compile(model.final_norm, **compiled))
+        sublayers = tuple(torch.compile(m, **compiled) for m in model.sublayers)
+        absorb = model.arm.absorb
+        if model.arm.compiled_absorb:
+            # the slot is an int argument: Dynamo's automatic dynamic turns it into a symbol at its second value
+            # (dynamic=None), so the whole loop is 1-3 graphs (one per branch the arm takes on it), not one per slot
+            model.counters.sync()  # the arm's counter exists before the region that adds to it is traced
+            absorb = torch.compile(absorb, fullgraph=True, dynamic=None, backend=backend, mode=mode)
+        self.regions = LoopRegions(sublayers, torch.compile(model.final_norm, **compiled), absorb)
 
     def forward(self, idx: Tensor, depth: int | None = None, readouts: str = "all",
                 trace: LoopTrace | None = None) -> list[Tensor]:

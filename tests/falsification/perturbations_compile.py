@@ -33,6 +33,17 @@ PERTURBATIONS: list[dict] = [
         "protects": "training loop",
     },
     {
+        "name": "absorb_region_recompiles_per_slot",
+        "file": _MODEL,
+        "function": "RegionCompiled.__init__",
+        "old": "absorb = torch.compile(absorb, fullgraph=True, dynamic=None, backend=backend, mode=mode)",
+        "new": "absorb = torch.compile(absorb, fullgraph=True, dynamic=False, backend=backend, mode=mode)",
+        "gates": _ONCE,
+        "why": "the slot reaches the arm's region as a constant: one graph per slot, a compile that grows with the "
+               "loop again, and past Dynamo's recompile limit (8) a hard error at 5 iterations",
+        "protects": "training loop",
+    },
+    {
         "name": "regions_ignored_by_the_loop",
         "file": _MODEL,
         "function": "LoopedByteLM.forward",

@@ -225,7 +225,8 @@ PERTURBATIONS: list[dict] = [
                "            slot = self._slot(arm)  # first: a sync replaces the tensor\n",
         "new": "        if not self._paused and not torch.compiler.is_compiling():\n"
                "            slot = self._slot(arm)  # first: a sync replaces the tensor\n",
-        "gates": [_TARMS + "test_counters_keep_counting_under_torch_compile"],
+        "gates": [_TARMS + "test_counters_keep_counting_under_torch_compile",
+                  "tests/model/test_compile_regions.py::test_regions_give_eager_losses_gradients_and_counts[gr]"],
         "why": "a side effect kept out of the compiled graph: a compiled model's arms then count nothing",
         "protects": "counters",
     },

@@ -13,7 +13,10 @@ from dormouse.model.looped import LoopedByteLM
 
 ARMS = {"rezero": [], "gr": ["model.use_gr=true"],
         "attnres_block": ["model.use_attnres=true", "model.attnres.block_size=2"]}
-REGIONS = 3  # the attention sublayer, the MLP sublayer and the readouts' final norm
+# The graphs of a training step: the attention sublayer, the MLP sublayer and the readouts' final norm, plus the
+# arm's absorb where the arm compiles it (ResidualArm.compiled_absorb): GR's at slot 0, then with the slot as a
+# symbol, once per branch of its gate's parity (attention or MLP gate); AttnRes runs its absorb eagerly.
+GRAPHS = {"gr": 3 + 3, "attnres_block": 3}
 
 
 def model_of(arm: str, max_iter: int) -> LoopedByteLM:
@@ -43,28 +46,29 @@ def train_step(fn, model: LoopedByteLM, opt: torch.optim.Optimizer, seed: int, *
 
 @pytest.mark.parametrize(("arm", "max_iter"), [("gr", 2), ("gr", 6), ("attnres_block", 4)])
 def test_regions_compile_once_for_every_iteration_slot_depth_and_lr(arm: str, max_iter: int):
-    """Three graphs at the first step, whatever the depth of the loop; then no recompile at other depths, readout
-    choices and learning rates (Dynamo's ``error_on_recompile`` turns a recompile into an error)."""
+    """The same few graphs at the first step, whatever the depth of the loop; then no recompile at other depths,
+    readout choices and learning rates (Dynamo's ``error_on_recompile`` turns a recompile into an error)."""
     torch._dynamo.reset()
     model = model_of(arm, max_iter)
     compiled = model.compile_regions(backend="aot_eager")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     before = graphs_compiled()
     train_step(compiled, model, opt, 0)
-    first = graphs_compiled() - before
-    assert first == REGIONS, f"{first} graphs at the first step of a {max_iter}-iteration loop (want {REGIONS})"
+    first, want = graphs_compiled() - before, GRAPHS[arm]
+    assert first == want, f"{first} graphs at the first step of a {max_iter}-iteration loop (want {want})"
     with torch._dynamo.config.patch(error_on_recompile=True):
         for i, (depth, readouts, lr) in enumerate([(1, "all", 3e-3), (max_iter, "last", 1e-2), (2, "all", 7e-4)]):
             for group in opt.param_groups:
                 group["lr"] = lr
             train_step(compiled, model, opt, i + 1, depth=min(depth, max_iter), readouts=readouts)
-    assert graphs_compiled() - before == REGIONS
+    assert graphs_compiled() - before == want
 
 
 @pytest.mark.parametrize("arm", list(ARMS))
 def test_regions_give_eager_losses_gradients_and_counts(arm: str):
     """The compiled regions compute what the eager modules do (Dynamo's graphs run through AOTAutograd's
-    decompositions, ``aot_eager``), share the model's parameters, and the arm counts every aggregation."""
+    decompositions, ``aot_eager``), share the model's parameters, and the arm counts every aggregation (inside
+    its compiled absorb, for ReZero and GR)."""
     torch._dynamo.reset()
     model = model_of(arm, 3)
     with torch.no_grad():
