@@ -270,8 +270,8 @@ class LoopedByteLM(nn.Module):
                 trace: LoopTrace | None = None, regions: LoopRegions | None = None) -> list[Tensor]:
         """The loop driver (:mod:`dormouse.arms`). ``trace``, when given, receives the embedding and every
         sublayer's input and output: what the learned-value probes read
-        (:func:`dormouse.arms.probes.learned_values`). ``regions``: what runs the sublayers and the final norm
-        (:meth:`compile_regions`); by default this module's own."""
+        (:func:`dormouse.arms.probes.learned_values`). ``regions``: what runs the sublayers, the final norm and the
+        arm's absorb (:meth:`compile_regions`); by default this module's own."""
         depth = self.max_iter if depth is None else int(depth)
         if not 1 <= depth <= self.max_iter:
             raise ValueError(f"depth={depth} is outside 1..model.max_iter={self.max_iter}")
@@ -326,7 +326,7 @@ class LoopRegions:
 
 
 class RegionCompiled(nn.Module):
-    """A :class:`LoopedByteLM` whose sublayers and final norm run as compiled regions
+    """A :class:`LoopedByteLM` whose sublayers, final norm and (where the arm allows) absorb run as compiled regions
     (:meth:`LoopedByteLM.compile_regions`). It holds the model as its one child, so its parameters, state dict
     (under ``model.``) and DDP wrapping are the model's."""
 
