@@ -21,9 +21,9 @@ PERTURBATIONS: list[dict] = [
         "function": "_root",
         "old": '    """Train a looped byte-level LM and A/B-compare residual mechanisms (ReZero, GR, AttnRes)."""\n',
         "new": '    """Train a looped byte-level LM and A/B-compare residual mechanisms (ReZero, GR, AttnRes)."""\n'
-               "    from dormouse.arms.plugins import activate\n\n    activate(plugin or [])\n",
+               "    from dormouse.arms import builtin  # noqa: F401\n",
         "gates": [_FAST + "test_help_and_version_do_not_import_torch"],
-        "why": "the root callback loads the arms again (Click runs it before a command reads its --help): every "
+        "why": "the root callback loads the arm classes (Click runs it before a command reads its --help): every "
                "`dormouse X --help` imports torch and takes seconds for a text that needs none of it",
         "protects": "training loop",
     },
