@@ -27,6 +27,7 @@ import numpy as np
 
 from dormouse.ab import stats, tune
 from dormouse.ab.bad_runs import is_bad
+from dormouse.ab.jsonable import jsonable
 from dormouse.ab.looks import INVALID, UNDECIDED, Progress, paired_differences
 from dormouse.ab.pairjob import Pair, recorded_fingerprints
 from dormouse.ab.plan import ComparisonPlan
@@ -140,7 +141,7 @@ class ComparisonResults:
             doc["launch"] = self.launch
         if self.plots is not None:
             doc["plots"] = self.plots
-        return _jsonable(doc)
+        return jsonable(doc)
 
 
 # --- analysis -------------------------------------------------------------------------------------------
@@ -401,18 +402,3 @@ def _run_json(r: RunRecord) -> dict[str, Any]:
         "final": r.final, "findings": [f.to_dict() for f in r.findings],
         "curve": [{"step": x.get("step"), "tokens": x.get("tokens"), "bpb": x.get("bpb")} for x in r.rows],
     }
-
-
-def _jsonable(x: Any) -> Any:
-    """NaN/inf become null (JSON has no NaN), tuples lists, Paths strings."""
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, Path):
-        return str(x)
-    if isinstance(x, np.generic):
-        return _jsonable(x.item())
-    return x
