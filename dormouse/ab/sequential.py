@@ -369,13 +369,23 @@ def standard_draws(rng: np.random.Generator, shape: tuple[int, ...], skew: float
     return z if skew > 0 else -z
 
 
-def simulate(design: Design, deltas: Sequence[float], sd: float | Sequence[float], n_sim: int,
-             seed: int, skew: float = 0.0) -> SimulationResult:
+@dataclass(frozen=True)
+class SimulatedDecisions:
+    """Every simulated comparison's final decision per arm, with the data it used (:func:`simulate_decisions`):
+    arrays of shape (arms, n_sim). A study's rule is computed on exactly these (dormouse/ab/interaction.py)."""
+
+    code: np.ndarray  # index into VERDICTS
+    n: np.ndarray  # replicates the decision used: the look it was decided at, or the maximum
+    mean: np.ndarray  # mean of those n paired differences
+    sd: np.ndarray  # their sample sd (ddof 1)
+
+
+def simulate_decisions(design: Design, deltas: Sequence[float], sd: float | Sequence[float], n_sim: int,
+                       seed: int, skew: float = 0.0) -> SimulatedDecisions:
     """Run the exact procedure (:func:`_look_rule` at the registered boundaries, every look, every arm of the
     registered family, decided arms stopping) on ``n_sim`` simulated comparisons whose paired differences are
-    independent with mean deltas[a], sd sd[a] and skewness ``skew`` (:func:`standard_draws`: normal at 0).
-    Independence is the least favourable case for the Bonferroni family bound (arms sharing a baseline are
-    positively correlated, which lowers P(any arm significant))."""
+    independent with mean deltas[a], sd sd[a] and skewness ``skew`` (:func:`standard_draws`: normal at 0), and
+    return each final decision with the n, mean and sd it used (the one owner of the simulated procedure)."""
     design.check()
     if not _finite(skew):
         raise ValueError(f"skew: must be a finite number, got {skew!r}")
@@ -391,13 +401,26 @@ def simulate(design: Design, deltas: Sequence[float], sd: float | Sequence[float
     x = delta[:, None, None] + sds[:, None, None] * standard_draws(rng, (delta.size, n_sim, design.n_max), skew)
     code = np.full((delta.size, n_sim), -1)
     n_used = np.full((delta.size, n_sim), design.n_max)
+    mean_used, sd_used = np.zeros(code.shape), np.zeros(code.shape)
     for lb in boundaries(design):
         xs = x[:, :, : lb.n]
-        c = _look_rule(xs.mean(axis=2), xs.std(axis=2, ddof=1) / math.sqrt(lb.n), lb, design.sesoi)[0]
-        now = (code == -1) & (c != _U)
-        code[now], n_used[now] = c[now], lb.n
-    code[code == -1] = _U
+        mean, s = xs.mean(axis=2), xs.std(axis=2, ddof=1)
+        c = _look_rule(mean, s / math.sqrt(lb.n), lb, design.sesoi)[0]
+        now = (code == -1) & ((c != _U) | (lb.n == design.n_max))  # decided here, or undecided at the maximum
+        code[now], n_used[now], mean_used[now], sd_used[now] = c[now], lb.n, mean[now], s[now]
+    return SimulatedDecisions(code=code, n=n_used, mean=mean_used, sd=sd_used)
+
+
+def simulate(design: Design, deltas: Sequence[float], sd: float | Sequence[float], n_sim: int,
+             seed: int, skew: float = 0.0) -> SimulationResult:
+    """The operating characteristics of :func:`simulate_decisions`' comparisons. Independence is the least
+    favourable case for the Bonferroni family bound (arms sharing a baseline are positively correlated, which
+    lowers P(any arm significant))."""
+    sim = simulate_decisions(design, deltas, sd, n_sim, seed, skew)
+    code, n_used = sim.code, sim.n
     share = [tuple(float(v) for v in (code == k).mean(axis=1)) for k in (_B, _W, _T, _U)]
+    delta = np.asarray(deltas, dtype=float)
+    sds = np.broadcast_to(np.asarray(sd, dtype=float), delta.shape)
     return SimulationResult(
         design=design, deltas=tuple(float(v) for v in delta), sds=tuple(float(v) for v in sds), n_sim=n_sim,
         seed=seed, p_better=share[0], p_worse=share[1], p_tie=share[2], p_undecided=share[3],
