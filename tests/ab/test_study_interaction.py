@@ -1,0 +1,145 @@
+"""A registered study's primary rule, the arm × axis interaction (dormouse/ab/interaction.py): hand-checkable
+cases against scipy/statsmodels computed here (independent oracles), the contract (invalid cases, the design's
+validation, JSON), and the whole study's error rates by Monte Carlo (each gate's perturbation is in
+tests/falsification/perturbations_study_rule.py).
+
+Monte-Carlo bound: a rate estimated from n_sim independent studies has standard error √(p(1 − p)/n_sim); a
+rate whose true value is ≤ α is accepted up to α + 3·√(α(1 − α)/n_sim) (one-sided, a false red at ~1.3e-3 per
+assertion; the seeds are fixed, so a run is reproducible).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from dormouse.ab import interaction as ia
+
+ALPHA = 0.05
+TAU = 0.02
+
+
+def _mc_bound(alpha: float, n_sim: int) -> float:
+    return alpha + 3.0 * math.sqrt(alpha * (1 - alpha) / n_sim)
+
+
+# ---- the design's validation ---------------------------------------------------------------------------
+
+def test_design_problems_name_each_bad_field():
+    assert ia.InteractionDesign(ALPHA, TAU, (3, 6, 12), 4).problems() == []
+    bad = ia.InteractionDesign(0.7, 0.0, (6, 3), 0).problems()
+    assert [line.split(":")[0] for line in bad] == ["alpha", "smallest_change", "points", "n_arms"]
+    assert ia.InteractionDesign(ALPHA, TAU, (4,), 1).problems()[0].startswith("points:")
+    assert ia.InteractionDesign(ALPHA, TAU, (0, 4), 1).problems()[0].startswith("points:")
+    assert ia.InteractionDesign(ALPHA, TAU, (2, math.nan), 1).problems()[0].startswith("points:")
+    with pytest.raises(ValueError, match="smallest_change"):
+        ia.decide_interaction(ia.InteractionDesign(ALPHA, -1.0, (2, 4), 1), [[0.0, 1.0], [0.0, 1.0]])
+
+
+# ---- hand-checkable cases ------------------------------------------------------------------------------
+
+def test_contrast_weights_are_the_polyfit_slope_times_the_log2_range():
+    """Σ c_p·y_p equals numpy's least-squares slope of y on log2(value) times log2(last/first), for any y."""
+    rng = np.random.default_rng(3)
+    for points in [(2, 4), (3, 6, 12), (2, 3, 8, 16), (1.5, 2, 10)]:
+        u = np.log2(points)
+        c = ia.contrast_weights(points)
+        for _ in range(20):
+            y = rng.normal(size=len(points))
+            assert float(c @ y) == pytest.approx(np.polyfit(u, y, 1)[0] * (u[-1] - u[0]), abs=1e-12)
+    assert list(ia.contrast_weights((3, 6, 12))) == [-1.0, 0.0, 1.0]  # the middle point weighs exactly 0
+    assert list(ia.contrast_weights((2, 4))) == [-1.0, 1.0]
+
+
+def test_two_points_are_welchs_t_test_and_the_tost():
+    """With 2 points L = m_2 − m_1: the interval and p are scipy's Welch test (ttest_ind, equal_var=False) at
+    level 1 − α/n_arms, and flat is statsmodels' TOST (ttost_ind, usevar='unequal') at α (both computed here)."""
+    from statsmodels.stats.weightstats import ttost_ind
+
+    m = 3
+    design = ia.InteractionDesign(ALPHA, TAU, (2, 4), m)
+    rng = np.random.default_rng(11)
+    seen = set()
+    for i in range(300):
+        n1, n2 = (6, 6) if i % 2 else (int(rng.integers(3, 10)), int(rng.integers(3, 10)))
+        x1 = rng.normal(0.0, rng.uniform(0.003, 0.02), n1)
+        x2 = rng.normal(rng.uniform(-0.04, 0.04), rng.uniform(0.003, 0.02), n2)
+        d = ia.decide_interaction(design, [list(x1), list(x2)])
+        res = sps.ttest_ind(x2, x1, equal_var=False)
+        ci = res.confidence_interval(confidence_level=1 - ALPHA / m)
+        assert d.estimate == pytest.approx(x2.mean() - x1.mean(), abs=1e-12)
+        assert d.df == pytest.approx(res.df, rel=1e-9)
+        assert d.interval == pytest.approx((ci.low, ci.high), rel=1e-9, abs=1e-12)
+        assert d.p == pytest.approx(res.pvalue, rel=1e-9, abs=1e-15)
+        p_tost = ttost_ind(x2, x1, -TAU, TAU, usevar="unequal")[0]
+        assert d.p_tost == pytest.approx(p_tost, rel=1e-9, abs=1e-15)
+        if res.pvalue < ALPHA / m:
+            want = ia.GROWS if d.estimate < 0 else ia.SHRINKS
+        else:
+            want = ia.FLAT if p_tost < ALPHA else ia.UNDECIDED
+        assert d.verdict == want, (d.verdict, res.pvalue, p_tost)
+        seen.add(d.verdict)
+    assert seen == {ia.GROWS, ia.SHRINKS, ia.FLAT, ia.UNDECIDED}
+
+
+def test_three_points_weigh_the_middle_zero_and_report_the_curvature():
+    """(3, 6, 12): L = m_12 − m_3 whatever the middle holds; the curvature m_6 − (m_3 + m_12)/2 is reported."""
+    design = ia.InteractionDesign(ALPHA, TAU, (3, 6, 12), 1)
+    a, b, c = [0.01, 0.02, 0.03], [5.0], [0.04, 0.05, 0.09]
+    d = ia.decide_interaction(design, [a, b, c])  # one difference at the middle: not weighed, not invalid
+    assert d.verdict != ia.INVALID
+    assert d.estimate == pytest.approx(np.mean(c) - np.mean(a))
+    assert [r.weight for r in d.points] == [-1.0, 0.0, 1.0]
+    assert math.isnan(d.curvature)  # descriptive: needs a spread at every point
+    d = ia.decide_interaction(design, [a, [0.0, 0.1], c])
+    assert d.curvature == pytest.approx(0.05 - (np.mean(a) + np.mean(c)) / 2)
+
+
+# ---- the contract --------------------------------------------------------------------------------------
+
+def test_invalid_cases_are_refused_or_reported():
+    design = ia.InteractionDesign(ALPHA, TAU, (2, 4), 2)
+    short = ia.decide_interaction(design, [[0.01], [0.0, 0.02]])
+    assert short.verdict == ia.INVALID and "fewer than 2" in short.reason and math.isnan(short.estimate)
+    bad_point = ia.decide_interaction(design, [[0.0, 0.01], [0.0, 0.02]], point_invalid=True)
+    assert bad_point.verdict == ia.INVALID and "invalid" in bad_point.reason
+    with pytest.raises(ValueError, match="diffs_by_point"):
+        ia.decide_interaction(design, [[0.0, 0.01]])
+    with pytest.raises(ValueError, match="not finite"):
+        ia.decide_interaction(design, [[0.0, math.nan], [0.0, 0.02]])
+    out = ia.decide_all(design, {"a": [[0.0, 0.01], [0.0, 0.02]]}, invalid={"b"})
+    assert out["b"].verdict == ia.INVALID and out["a"].verdict != ia.INVALID
+    with pytest.raises(ValueError, match="n_arms"):
+        ia.decide_all(design, {"a": [[0.0, 0.01]] * 2, "b": [[0.0, 0.01]] * 2, "c": [[0.0, 0.01]] * 2})
+
+
+def test_a_failed_arm_stays_in_the_family():
+    """The levels are the registered n_arms', never the arms present: one arm alone gets α/(2·n_arms)."""
+    design = ia.InteractionDesign(ALPHA, TAU, (2, 4), 4)
+    xs = [[0.0, 0.01, -0.01], [0.03, 0.05, 0.04]]
+    alone = ia.decide_all(design, {"a": xs})["a"]
+    assert alone.t_sup == pytest.approx(sps.t.isf(ALPHA / 8, alone.df))
+    assert alone == ia.decide_all(design, {"a": xs, "b": xs}, invalid={"c"})["a"]
+
+
+def test_decisions_round_trip_through_json_and_say_what_was_tested():
+    design = ia.InteractionDesign(ALPHA, TAU, (3, 6, 12), 2)
+    rng = np.random.default_rng(5)
+    diffs = {"a": [list(rng.normal(mu, 0.01, 6)) for mu in (0.0, -0.02, -0.05)],
+             "b": [[0.0, 0.001], [0.3], [0.0, 0.001]]}
+    for arm, d in {**ia.decide_all(design, diffs), "c": ia.decide_interaction(design, [[0.1]] * 3)}.items():
+        doc = json.loads(json.dumps(d.to_dict(), allow_nan=False))
+        back = ia.InteractionDecision.from_dict(doc)
+        assert json.dumps(back.to_dict()) == json.dumps(d.to_dict())
+        text = d.sentence(arm, "prenorm", "model.max_iter")
+        assert text.startswith(f"{arm} vs prenorm") and d.verdict in text
+    a = ia.decide_all(design, diffs)["a"]
+    assert a.verdict == ia.GROWS
+    s = a.sentence("a", "prenorm", "model.max_iter")
+    assert f"{a.estimate:+.4f}" in s and f"[{a.interval[0]:+.4f}, {a.interval[1]:+.4f}]" in s and "97.5 %" in s
+    cal = ia.decide_calibration(design, diffs["a"])
+    assert cal.calibration and "not in the family" in cal.sentence("aa", "prenorm", "model.max_iter")
