@@ -8,8 +8,9 @@ look it was decided at, or the maximum), with mean m_p and sd s_p (ddof 1). With
 * **the contrast** c_p = (u_p − ū)·(u_P − u_1)/Σ_q (u_q − ū)², so L = Σ_p c_p·m_p is the OLS slope of Δ on
   log2(value) times the log2 range: the change of Δ from the first to the last point along the fitted line, in
   bpb (:func:`contrast_weights`; three log-equally spaced points give c = (−1, 0, 1): the middle gets weight 0);
-* se² = Σ_p c_p²·s_p²/n_p (the points are independent: each has its own seed streams), on the
-  Welch–Satterthwaite df = (Σ v_p)²/Σ v_p²/(n_p − 1), v_p = c_p²·s_p²/n_p, over the points with c_p ≠ 0;
+* se² = Σ_p c_p²·s_p²/n_p (the points are independent: each has its own seed streams), on the conservative
+  df = min(n_p − 1) over the points with c_p ≠ 0 (not Welch–Satterthwaite's: a point's n_p is where its
+  sequential rule stopped, and the selection that brings breaks Welch's df; :func:`_contrast`);
 * **grows** if L + t*·se < 0 (Δ falls as the axis grows: the arm gains on the baseline), **shrinks** if
   L − t*·se > 0, t* = t_df.isf(α/(2·n_arms)): Bonferroni over the registered family, one-sided per direction,
   checked first; a significant change whose TOST also shows |L| < τ is flagged ``smaller_than_change``;
@@ -51,6 +52,8 @@ class InteractionDesign:
     smallest_change: float  # τ, bpb > 0: the smallest change of Δ from the first to the last point of interest
     points: tuple[float, ...]  # the axis values, > 0, strictly ascending, at least 2
     n_arms: int  # the tested arms: the family, fixed at registration (a failed arm stays in it)
+    alpha_holdback: float = 1.0  # registered, in (0, 1]: the tests run at α × holdback while α stays the claim
+    #                              (the margin the study card shows the points' early stopping needs)
 
     def field_problems(self) -> list[tuple[str, str]]:
         """``(field, what is wrong)`` for each bad field; empty when the design is usable (the one check)."""
@@ -69,6 +72,9 @@ class InteractionDesign:
             out.append(("points", f"{list(pts)} must be > 0 and strictly ascending (the contrast is in log2)"))
         if not isinstance(self.n_arms, int) or isinstance(self.n_arms, bool) or self.n_arms < 1:
             out.append(("n_arms", f"{self.n_arms!r} must be an integer >= 1 (arms compared with the baseline)"))
+        if not sq._finite(self.alpha_holdback) or not 0.0 < self.alpha_holdback <= 1.0:
+            out.append(("alpha_holdback", f"{self.alpha_holdback} must lie in (0, 1]: the share of α the tests "
+                        "run at (1 = all of it)"))
         return out
 
     def problems(self) -> list[str]:
@@ -82,9 +88,15 @@ class InteractionDesign:
             raise ValueError("bad interaction design: " + "; ".join(bad))
 
     @property
+    def test_alpha(self) -> float:
+        """The α the tests run at: the registered α times the registered hold-back (α stays the claim)."""
+        return self.alpha * self.alpha_holdback
+
+    @property
     def sup_level(self) -> float:
-        """One-sided level of grows (and of shrinks): α/(2·n_arms), Bonferroni over the registered family."""
-        return self.alpha / (2 * self.n_arms)
+        """One-sided level of grows (and of shrinks): α/(2·n_arms), Bonferroni over the registered family (at
+        α × hold-back, :attr:`test_alpha`)."""
+        return self.test_alpha / (2 * self.n_arms)
 
     @property
     def point_alpha(self) -> float:
@@ -128,25 +140,27 @@ def curvature_weights(points: Sequence[float]) -> np.ndarray | None:
 
 
 def _contrast(c: np.ndarray, mean: np.ndarray, sd: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, ...]:
-    """L = Σ c_p·m_p, se = √Σ c_p²·s_p²/n_p and the Welch–Satterthwaite df over the points with c_p ≠ 0, on arrays
-    whose last axis is the points (used by :func:`decide_interaction` and :func:`study_card` alike). Where every
-    v_p is 0 (no spread) the df is Σ(n_p − 1), the limit of equal shares."""
+    """L = Σ c_p·m_p, se = √Σ c_p²·s_p²/n_p and the conservative df min(n_p − 1) over the points with c_p ≠ 0,
+    on arrays whose last axis is the points (used by :func:`decide_interaction` and :func:`study_card` alike).
+
+    Why not Welch–Satterthwaite: each point's n_p is a stopping time of its sequential rule (an arm stops at
+    the look it is decided), and the mean and sd at a stop are selected (a decision comes early when the mean is
+    far out and the sd small). With the Welch df the study's type-I error was measured at 0.07 for α 0.05 (one
+    arm, points (3, 6, 12), looks (4, 8, 12), sd 0.75·SESOI, Δ −0.5·SESOI at every point, 20 000 studies); the
+    smallest point's df (Welch's df is never below it: the classical conservative Behrens–Fisher choice) puts a
+    heavy tail exactly where a point stopped early, and the card's scenarios hold (docs/ab-protocol.md)."""
     used = c != 0
-    v = np.where(used, c * c * sd * sd / n, 0.0)
     est = np.sum(np.where(used, c * mean, 0.0), axis=-1)
-    var = v.sum(axis=-1)
-    denom = np.sum(np.where(used, v * v / np.maximum(n - 1, 1), 0.0), axis=-1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        df = np.where(denom > 0, var * var / np.where(denom > 0, denom, 1.0),
-                      np.sum(np.where(used, n - 1, 0), axis=-1))
+    var = np.sum(np.where(used, c * c * sd * sd / n, 0.0), axis=-1)
+    df = np.min(np.where(used, n - 1, np.inf), axis=-1)  # conservative: the fewest replicates a weighed point has
     return est, np.sqrt(var), df
 
 
 def _critical(design: InteractionDesign, df: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """t* = t_df.isf(α/(2·n_arms)) (grows/shrinks) and t_eq = t_df.isf(α) (each TOST test)."""
+    """t* = t_df.isf(α/(2·n_arms)) (grows/shrinks) and t_eq = t_df.isf(α) (each TOST test), α × hold-back."""
     from scipy import stats as sps  # here, not at the top: a registry validating a design computes nothing
 
-    return sps.t.isf(design.sup_level, df), sps.t.isf(design.alpha, df)
+    return sps.t.isf(design.sup_level, df), sps.t.isf(design.test_alpha, df)
 
 
 def _rule(design: InteractionDesign, est: np.ndarray, se: np.ndarray, df: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -180,7 +194,7 @@ class InteractionDecision:
     verdict: str  # grows | shrinks | flat | undecided | invalid
     estimate: float  # L, bpb: the change of Δ from the first to the last point along the fitted line
     se: float
-    df: float  # Welch–Satterthwaite over the points with c_p ≠ 0
+    df: float  # min(n_p − 1) over the points with c_p ≠ 0 (conservative; :func:`_contrast` says why)
     interval: tuple[float, float]  # L ∓ t*·se, t* = t_df.isf(α/(2·n_arms)): level 1 − α/n_arms
     eq_interval: tuple[float, float]  # L ∓ t_eq·se, t_eq = t_df.isf(α): flat needs it inside (−τ, +τ)
     t_sup: float
@@ -194,6 +208,7 @@ class InteractionDecision:
     alpha: float
     smallest_change: float
     n_arms: int
+    alpha_holdback: float = 1.0  # the registered hold-back: the tests ran at alpha × this
     calibration: bool = False  # the A/A arm's change: reported beside, never in the family
     reason: str = ""  # why the decision is invalid ("" otherwise)
 
@@ -228,16 +243,18 @@ def interaction_sentence(d: InteractionDecision, arm: str, baseline: str, axis: 
         return f"{who}: the change of the paired difference over {axis} is invalid: {d.reason}."
     weights = ", ".join(f"{r.value:g}: {r.weight:+.3g}" for r in d.points)
     what = (f"the change of the mean paired difference from {axis} = {first:g} to {last:g} along the line fitted "
-            f"on log2 {axis} is L {d.estimate:+.4f} bpb (weights {weights}; se {d.se:.4f}, Welch–Satterthwaite "
-            f"df {d.df:.1f})")
-    conf = sq.percent(1 - d.alpha / d.n_arms)  # two-sided, 2·α/(2·n_arms) outside
+            f"on log2 {axis} is L {d.estimate:+.4f} bpb (weights {weights}; se {d.se:.4f}, df {d.df:g}, the fewest "
+            "replicates of a weighed point less one)")
+    conf = sq.percent(1 - d.alpha * d.alpha_holdback / d.n_arms)  # two-sided: 2·α/(2·n_arms) outside
+    held = sq.holdback_words(d.alpha, d.alpha_holdback)
+    level = d.alpha * d.alpha_holdback
     sup = (f"its {conf} interval [{d.interval[0]:+.4f}, {d.interval[1]:+.4f}] (two-sided p {d.p:.3g} "
-           f"{'<' if d.verdict in (GROWS, SHRINKS) else '≥'} {d.alpha / d.n_arms:.3g}, family-wise α {d.alpha:g} "
-           f"over {d.n_arms} arm(s), Bonferroni)")
+           f"{'<' if d.verdict in (GROWS, SHRINKS) else '≥'} {level / d.n_arms:.3g}, family-wise α {d.alpha:g} "
+           f"over {d.n_arms} arm(s), Bonferroni{'; ' + held if held else ''})")
     eq_ok = -d.smallest_change < d.eq_interval[0] and d.eq_interval[1] < d.smallest_change
     tau = f"(−{d.smallest_change:g}, +{d.smallest_change:g})"
     eq = (f"the TOST interval [{d.eq_interval[0]:+.4f}, {d.eq_interval[1]:+.4f}] {'lies' if eq_ok else 'does not lie'}"
-          f" inside {tau} (TOST p {d.p_tost:.3g} {'<' if eq_ok else '≥'} α {d.alpha:g})")
+          f" inside {tau} (TOST p {d.p_tost:.3g} {'<' if eq_ok else '≥'} {level:g})")
     if d.verdict in (GROWS, SHRINKS):
         side, way = ("below", "falls") if d.verdict == GROWS else ("above", "rises")
         s = f"{who}: the paired difference {way} as {axis} grows ({d.verdict}): {what}; {sup} lies {side} 0."
@@ -288,7 +305,8 @@ def decide_interaction(design: InteractionDesign, diffs_by_point: Sequence[Seque
     rows = _point_rows(design, diffs_by_point)
     curv, curv_se = _curvature(design, rows)
     common = dict(points=rows, curvature=curv, curvature_se=curv_se, alpha=design.alpha,
-                  smallest_change=design.smallest_change, n_arms=design.n_arms, calibration=calibration)
+                  smallest_change=design.smallest_change, n_arms=design.n_arms,
+                  alpha_holdback=design.alpha_holdback, calibration=calibration)
     short = [r.value for r in rows if r.weight != 0 and r.n < 2]
     if point_invalid or short:
         reason = ("a point decision of the arm is invalid" if point_invalid else
@@ -335,3 +353,207 @@ def decide_calibration(design: InteractionDesign, diffs_by_point: Sequence[Seque
     calibration: it is reported beside the family, never in it (with no effect anywhere it should be flat or
     undecided; grows/shrinks here says the points' noise is not what the rule assumes)."""
     return decide_interaction(design, diffs_by_point, point_invalid=point_invalid, calibration=True)
+
+
+# --- the study's design card: the error-rate proof, by simulating the whole study ------------------------
+
+STUDY_CARD_N_SIM = 20_000  # studies per scenario; Monte-Carlo se of a rate near 0.05 is 0.0015
+STUDY_CARD_SEED = 20261204
+STUDY_CARD_SKEWS = (-1.0, 1.0)  # the skew lines, as the comparison card's largest (sequential.CARD_SKEWS)
+
+
+@dataclass(frozen=True)
+class StudySkewLine:
+    """Scenarios 1 and 3 when the paired differences are skewed (Pearson type III, sequential.standard_draws)."""
+
+    skew: float
+    type_i: float  # P(any arm grows or shrinks | Δ = 0 at every point), family-wise
+    flat_at_change: float  # P(flat | change ±τ), mean over arms, the worse side
+    flat_side: str  # "+τ" or "−τ"
+
+
+@dataclass(frozen=True)
+class StudyCard:
+    """What a study's registration promises for its primary question, simulated (docs/ab-protocol.md, "A
+    registered study: the primary question"): every point runs its exact sequential procedure
+    (:func:`dormouse.ab.sequential.simulate_decisions`: every look, every arm, decided arms stopping) and the
+    rule (:func:`_contrast`, :func:`_rule`) is applied to what each point's final decision used; every arm has
+    the same true Δ at a point."""
+
+    design: InteractionDesign
+    point_design: sq.Design
+    pilot_sd: tuple[float, ...]  # sd of the paired differences at each point, from the pilot
+    expected_effect: float  # the expected Δ at a point (negative = the arms better)
+    expected_change: float  # the expected change of Δ from the first to the last point (negative = grows)
+    n_sim: int
+    seed: int
+    type_i: float  # scenario 1, Δ = 0 everywhere: P(any arm grows or shrinks); must be ≤ α
+    type_i_constant: float  # scenario 2, Δ = expected effect everywhere (stopping differs by chance); ≤ α
+    point_type_i: float  # scenario 1: P(any arm better or worse at any point): the point family, ≤ α
+    flat_at_change: float  # scenario 3: P(flat | change ±τ), mean over arms, the worse side; must be ≤ α
+    flat_side: str
+    power: float  # scenario 4: P(the right direction | the expected change), mean over arms
+    flat_at_no_change: float  # scenario 2: P(flat), mean over arms
+    expected_n: dict[str, tuple[float, ...]]  # scenario -> expected replicates per arm, per point
+    expected_n_baseline: dict[str, tuple[float, ...]]  # scenario -> expected baseline replicates, per point
+    skew_lines: tuple[StudySkewLine, ...] = ()
+
+    def mc_se(self, p: float) -> float:
+        """Monte-Carlo standard error of a rate from ``n_sim`` studies: √(p(1 − p)/n_sim)."""
+        return math.sqrt(max(p * (1 - p), 0.0) / self.n_sim)
+
+    def to_dict(self) -> dict:
+        """The card as JSON holds it (the ± are the Monte-Carlo se's)."""
+        d = asdict(self)
+        d["skew_lines"] = [{**asdict(x), "type_i_se": self.mc_se(x.type_i), "flat_se": self.mc_se(x.flat_at_change)}
+                           for x in self.skew_lines]
+        d["weights"] = list(contrast_weights(self.design.points))
+        return jsonable(d)
+
+    def to_text(self) -> str:
+        """The card as the registration prints it."""
+        return study_card_text(self)
+
+
+def study_card_text(card: StudyCard) -> str:
+    """The card's lines (:meth:`StudyCard.to_text`), in the comparison card's manner."""
+    dz, pd, se, tau = card.design, card.point_design, card.mc_se, card.design.smallest_change
+    w = ", ".join(f"{v:g}: {c:+.3g}" for v, c in zip(dz.points, contrast_weights(dz.points)))
+    sd = ", ".join(f"{v:g}: {s:.4g}" for v, s in zip(dz.points, card.pilot_sd))
+    runs = "; ".join(f"{k} " + " ".join(f"{a:.1f}/{b:.1f}" for a, b in zip(card.expected_n[k],
+                                                                       card.expected_n_baseline[k]))
+                     for k in card.expected_n)
+    lines = [
+        f"Study card: change of Δ over {list(dz.points)} (weights {w}), α {dz.alpha:g} (family of {dz.n_arms} "
+        f"arm(s), Bonferroni; TOST α per arm), smallest change τ {tau:g} bpb"
+        + (f"; {sq.holdback_words(dz.alpha, dz.alpha_holdback)}" if dz.alpha_holdback != 1.0 else ""),
+        f"  each point: α {pd.alpha:.4g} = α/{len(dz.points)}, SESOI {pd.sesoi:g}, looks {list(pd.looks)}"
+        + (f"; {pd.holdback_words()}" if pd.holdback_words() else ""),
+        f"  pilot sd per point: {sd}; expected effect {card.expected_effect:+g} bpb, expected change "
+        f"{card.expected_change:+g} bpb",
+        f"  type-I P(grows or shrinks | Δ=0 everywhere), family: {card.type_i:.4f} ± {se(card.type_i):.4f}"
+        f"{against_alpha(card.type_i, dz.alpha, se(card.type_i))}",
+        f"  type-I P(grows or shrinks | Δ={card.expected_effect:+g} everywhere), family: "
+        f"{card.type_i_constant:.4f} ± {se(card.type_i_constant):.4f}"
+        f"{against_alpha(card.type_i_constant, dz.alpha, se(card.type_i_constant))}",
+        f"  per-point verdicts P(any better or worse at any point | Δ=0): {card.point_type_i:.4f}",
+        f"  P(flat | change ±τ), the worse side ({card.flat_side}): {card.flat_at_change:.4f} ± "
+        f"{se(card.flat_at_change):.4f}{against_alpha(card.flat_at_change, dz.alpha, se(card.flat_at_change))}",
+        f"  power P(the right direction | change {card.expected_change:+g}): {card.power:.3f}   "
+        f"P(flat | no change): {card.flat_at_no_change:.3f}",
+        *[f"  skew {x.skew:+.1f}: type-I {x.type_i:.4f} ± {se(x.type_i):.4f}   P(flat | ±τ), the worse side "
+          f"({x.flat_side}): {x.flat_at_change:.4f} ± {se(x.flat_at_change):.4f}" for x in card.skew_lines],
+        f"  expected replicates per arm/of the baseline at each point: {runs}",
+        f"  ({card.n_sim} simulated studies per scenario, seed {card.seed})",
+    ]
+    return "\n".join(lines)
+
+
+def against_alpha(rate: float, alpha: float, mc_se: float) -> str:
+    """What the card says of an error rate beside its α: nothing when it is ≤ α; within Monte-Carlo error when
+    ≤ α + 3·se; otherwise that the registration needs a hold-back (the rate is above its claim)."""
+    if rate <= alpha:
+        return ""
+    if rate <= alpha + 3 * mc_se:
+        return f"   (above α {alpha:g} by less than 3 Monte-Carlo se)"
+    return f"   ABOVE α {alpha:g}: register alpha_holdback < 1 and check the card again"
+
+
+def line_through(design: InteractionDesign, at_middle: float, change: float) -> np.ndarray:
+    """Δ_p on the line in log2(value) through ``at_middle`` at the centre of the log2 range whose change from the
+    first to the last point is ``change``: Σ c_p·Δ_p = change exactly (the contrast's true value)."""
+    u = np.log2(np.asarray(design.points, dtype=float))
+    return at_middle + change * (u - (u[0] + u[-1]) / 2) / (u[-1] - u[0])
+
+
+def simulate_study(design: InteractionDesign, point_design: sq.Design, deltas: Sequence[float],
+                   sd: Sequence[float], n_sim: int, seed: int, skew: float = 0.0) -> tuple[np.ndarray, ...]:
+    """The whole study ``n_sim`` times: at each point p every arm's paired differences have mean deltas[p] and sd
+    sd[p]; the point runs its exact sequential procedure (own seed stream, seed + p) and the rule is applied to
+    what each final decision used. Returns the rule's codes (arms, n_sim), the point decisions' codes and the
+    replicates each used (arms, n_sim, P)."""
+    sims = [sq.simulate_decisions(point_design, [float(delta)] * design.n_arms, float(s), n_sim, seed + p, skew)
+            for p, (delta, s) in enumerate(zip(deltas, sd))]
+    mean, sds, n = (np.stack([getattr(x, k) for x in sims], axis=-1).astype(float) for k in ("mean", "sd", "n"))
+    est, se, df = _contrast(contrast_weights(design.points), mean, sds, n)
+    return _rule(design, est, se, df)[0], np.stack([x.code for x in sims], axis=-1), n
+
+
+def _scenario(design: InteractionDesign, point_design: sq.Design, deltas: np.ndarray, sd: Sequence[float],
+              n_sim: int, seed: int, skew: float = 0.0) -> dict:
+    code, point_code, n = simulate_study(design, point_design, deltas, sd, n_sim, seed, skew)
+    return {"code": code, "point_code": point_code, "n": tuple(float(v) for v in n.mean(axis=(0, 1))),
+            "n_baseline": tuple(float(v) for v in n.max(axis=0).mean(axis=0))}
+
+
+def _family_significant(code: np.ndarray) -> float:
+    return float(((code == _G) | (code == _S)).any(axis=0).mean())
+
+
+def _flat_worse_side(design: InteractionDesign, point_design: sq.Design, effect: float, sd: Sequence[float],
+                     n_sim: int, seed: int, skew: float = 0.0) -> tuple[float, str]:
+    """P(flat | change ±τ), mean over arms, the worse of the two sides (scenario 3)."""
+    rates = {side: float((_scenario(design, point_design, line_through(design, effect, sign * design.smallest_change),
+                                    sd, n_sim, seed + 50 * j, skew)["code"] == _F).mean())
+             for j, (side, sign) in enumerate((("+τ", 1.0), ("−τ", -1.0)))}
+    side = max(rates, key=lambda k: rates[k])
+    return rates[side], side
+
+
+def study_card(design: InteractionDesign, point_design: sq.Design, pilot_sd: float | Sequence[float],
+               expected_effect: float, expected_change: float, n_sim: int = STUDY_CARD_N_SIM,
+               seed: int = STUDY_CARD_SEED) -> StudyCard:
+    """Simulate the whole study (every point's procedure, then the rule) in the card's scenarios: 1. Δ = 0
+    everywhere; 2. Δ = the expected effect everywhere (no change, stopping differing by chance); 3. a change of
+    ±τ through the expected effect at the middle; 4. the expected change; 5. skew ±1 for 1 and 3."""
+    design.check()
+    point_design.check()
+    p = len(design.points)
+    sds = np.atleast_1d(np.asarray(pilot_sd, dtype=float))
+    if sds.shape not in ((1,), (p,)):
+        raise ValueError(f"pilot_sd: one sd per point ({p}) or one for all, got {list(sds)}")
+    sd = tuple(float(v) for v in np.broadcast_to(sds, (p,)))
+    bad = _card_problems(design, point_design, sd, expected_effect, expected_change, n_sim)
+    if bad:
+        raise ValueError("bad study card inputs: " + "; ".join(bad))
+    zero = _scenario(design, point_design, np.zeros(p), sd, n_sim, seed)
+    const = _scenario(design, point_design, np.full(p, expected_effect), sd, n_sim, seed + 100)
+    change = _scenario(design, point_design, line_through(design, expected_effect, expected_change), sd, n_sim,
+                       seed + 200)
+    flat, side = _flat_worse_side(design, point_design, expected_effect, sd, n_sim, seed + 300)
+    right = _G if expected_change < 0 else _S
+    skews = tuple(StudySkewLine(g, _family_significant(_scenario(design, point_design, np.zeros(p), sd, n_sim,
+                                                                 seed + 400 + 100 * i, g)["code"]),
+                                *_flat_worse_side(design, point_design, expected_effect, sd, n_sim,
+                                                  seed + 450 + 100 * i, g))
+                  for i, g in enumerate(STUDY_CARD_SKEWS))
+    scen = {"Δ=0": zero, f"Δ={expected_effect:+g}": const, f"change {expected_change:+g}": change}
+    return StudyCard(
+        design=design, point_design=point_design, pilot_sd=sd, expected_effect=float(expected_effect),
+        expected_change=float(expected_change), n_sim=n_sim, seed=seed, type_i=_family_significant(zero["code"]),
+        type_i_constant=_family_significant(const["code"]),
+        point_type_i=float(np.isin(zero["point_code"], (sq._B, sq._W)).any(axis=(0, 2)).mean()),
+        flat_at_change=flat, flat_side=side, power=float((change["code"] == right).mean()),
+        flat_at_no_change=float((const["code"] == _F).mean()),
+        expected_n={k: v["n"] for k, v in scen.items()},
+        expected_n_baseline={k: v["n_baseline"] for k, v in scen.items()},
+        skew_lines=skews)
+
+
+def _card_problems(design: InteractionDesign, point_design: sq.Design, sd: tuple[float, ...],
+                   expected_effect: float, expected_change: float, n_sim: int) -> list[str]:
+    """One line per bad input of :func:`study_card`, naming it."""
+    out = []
+    if point_design.n_arms != design.n_arms:
+        out.append(f"point_design: n_arms {point_design.n_arms} is not the study's {design.n_arms}")
+    if not math.isclose(point_design.alpha, design.point_alpha, rel_tol=1e-12):
+        out.append(f"point_design: alpha {point_design.alpha:g} must be α/P = {design.point_alpha:g}")
+    if not all(math.isfinite(v) and v > 0 for v in sd):
+        out.append(f"pilot_sd: {list(sd)} must be finite and > 0, one per point or one for all")
+    if not sq._finite(expected_effect):
+        out.append(f"expected_effect: {expected_effect!r} must be a finite number (bpb)")
+    if not sq._finite(expected_change) or expected_change == 0:
+        out.append(f"expected_change: {expected_change!r} must be a finite non-zero number (bpb; negative = grows)")
+    if not isinstance(n_sim, int) or n_sim < 1:
+        out.append(f"n_sim: {n_sim!r} must be an integer >= 1")
+    return out

@@ -55,9 +55,10 @@ def test_contrast_weights_are_the_polyfit_slope_times_the_log2_range():
     assert list(ia.contrast_weights((2, 4))) == [-1.0, 1.0]
 
 
-def test_two_points_are_welchs_t_test_and_the_tost():
-    """With 2 points L = m_2 − m_1: the interval and p are scipy's Welch test (ttest_ind, equal_var=False) at
-    level 1 − α/n_arms, and flat is statsmodels' TOST (ttost_ind, usevar='unequal') at α (both computed here)."""
+def test_two_points_are_welchs_statistic_on_the_fewest_replicates_df():
+    """With 2 points L = m_2 − m_1: its t is scipy's Welch statistic (ttest_ind, equal_var=False) and its TOST
+    t's are statsmodels' (ttost_ind, usevar='unequal'), all computed here; the levels are those statistics on
+    the conservative df min(n_1, n_2) − 1 (interval at 1 − α/n_arms, each TOST test at α)."""
     from statsmodels.stats.weightstats import ttost_ind
 
     m = 3
@@ -69,21 +70,37 @@ def test_two_points_are_welchs_t_test_and_the_tost():
         x1 = rng.normal(0.0, rng.uniform(0.003, 0.02), n1)
         x2 = rng.normal(rng.uniform(-0.04, 0.04), rng.uniform(0.003, 0.02), n2)
         d = ia.decide_interaction(design, [list(x1), list(x2)])
-        res = sps.ttest_ind(x2, x1, equal_var=False)
-        ci = res.confidence_interval(confidence_level=1 - ALPHA / m)
-        assert d.estimate == pytest.approx(x2.mean() - x1.mean(), abs=1e-12)
-        assert d.df == pytest.approx(res.df, rel=1e-9)
-        assert d.interval == pytest.approx((ci.low, ci.high), rel=1e-9, abs=1e-12)
-        assert d.p == pytest.approx(res.pvalue, rel=1e-9, abs=1e-15)
-        p_tost = ttost_ind(x2, x1, -TAU, TAU, usevar="unequal")[0]
+        welch = sps.ttest_ind(x2, x1, equal_var=False)
+        df = min(n1, n2) - 1
+        est = x2.mean() - x1.mean()
+        se = est / welch.statistic
+        half = sps.t.isf(ALPHA / (2 * m), df) * se
+        assert (d.estimate, d.se, d.df) == pytest.approx((est, se, df), rel=1e-9, abs=1e-15)
+        assert d.interval == pytest.approx((est - half, est + half), rel=1e-9, abs=1e-12)
+        p = 2 * sps.t.sf(abs(welch.statistic), df)
+        assert d.p == pytest.approx(p, rel=1e-9, abs=1e-15)
+        _, (t_lo, _, _), (t_hi, _, _) = ttost_ind(x2, x1, -TAU, TAU, usevar="unequal")
+        p_tost = max(sps.t.sf(t_lo, df), sps.t.cdf(t_hi, df))
         assert d.p_tost == pytest.approx(p_tost, rel=1e-9, abs=1e-15)
-        if res.pvalue < ALPHA / m:
-            want = ia.GROWS if d.estimate < 0 else ia.SHRINKS
+        if p < ALPHA / m:
+            want = ia.GROWS if est < 0 else ia.SHRINKS
         else:
             want = ia.FLAT if p_tost < ALPHA else ia.UNDECIDED
-        assert d.verdict == want, (d.verdict, res.pvalue, p_tost)
+        assert d.verdict == want, (d.verdict, p, p_tost)
         seen.add(d.verdict)
     assert seen == {ia.GROWS, ia.SHRINKS, ia.FLAT, ia.UNDECIDED}
+
+
+def test_the_df_is_welchs_lower_bound():
+    """Welch–Satterthwaite's df (scipy's, on the same data) lies between min(n_p − 1) and Σ(n_p − 1): the rule's
+    df is its lower end, never above it (the conservative choice; interaction._contrast says why)."""
+    rng = np.random.default_rng(2)
+    design = ia.InteractionDesign(ALPHA, TAU, (2, 4), 1)
+    for _ in range(100):
+        x1 = rng.normal(0, rng.uniform(0.001, 0.03), int(rng.integers(3, 12)))
+        x2 = rng.normal(0, rng.uniform(0.001, 0.03), int(rng.integers(3, 12)))
+        df = ia.decide_interaction(design, [x1, x2]).df
+        assert df == min(x1.size, x2.size) - 1 <= sps.ttest_ind(x2, x1, equal_var=False).df + 1e-9
 
 
 def test_three_points_weigh_the_middle_zero_and_report_the_curvature():
