@@ -402,10 +402,14 @@ class StudyCard:
         """Monte-Carlo standard error of a rate from ``n_sim`` studies: √(p(1 − p)/n_sim)."""
         return math.sqrt(max(p * (1 - p), 0.0) / self.n_sim)
 
+    def arm_se(self, p: float) -> float:
+        """Monte-Carlo se of a per-arm rate pooled over the arms (simulated independent): n_sim·n_arms studies."""
+        return math.sqrt(max(p * (1 - p), 0.0) / (self.n_sim * self.design.n_arms))
+
     def to_dict(self) -> dict:
         """The card as JSON holds it (the ± are the Monte-Carlo se's)."""
         d = asdict(self)
-        d["skew_lines"] = [{**asdict(x), "type_i_se": self.mc_se(x.type_i), "flat_se": self.mc_se(x.flat_at_change)}
+        d["skew_lines"] = [{**asdict(x), "type_i_se": self.mc_se(x.type_i), "flat_se": self.arm_se(x.flat_at_change)}
                            for x in self.skew_lines]
         d["weights"] = list(contrast_weights(self.design.points))
         return jsonable(d)
@@ -417,7 +421,7 @@ class StudyCard:
 
 def study_card_text(card: StudyCard) -> str:
     """The card's lines (:meth:`StudyCard.to_text`), in the comparison card's manner."""
-    dz, pd, se, tau = card.design, card.point_design, card.mc_se, card.design.smallest_change
+    dz, pd, se, arm, tau = card.design, card.point_design, card.mc_se, card.arm_se, card.design.smallest_change
     w = ", ".join(f"{v:g}: {c:+.3g}" for v, c in zip(dz.points, contrast_weights(dz.points)))
     sd = ", ".join(f"{v:g}: {s:.4g}" for v, s in zip(dz.points, card.pilot_sd))
     runs = "; ".join(f"{k} " + " ".join(f"{a:.1f}/{b:.1f}" for a, b in zip(card.expected_n[k],
@@ -438,11 +442,11 @@ def study_card_text(card: StudyCard) -> str:
         f"{against_alpha(card.type_i_constant, dz.alpha, se(card.type_i_constant))}",
         f"  per-point verdicts P(any better or worse at any point | Δ=0): {card.point_type_i:.4f}",
         f"  P(flat | change ±τ), the worse side ({card.flat_side}): {card.flat_at_change:.4f} ± "
-        f"{se(card.flat_at_change):.4f}{against_alpha(card.flat_at_change, dz.alpha, se(card.flat_at_change))}",
+        f"{arm(card.flat_at_change):.4f}{against_alpha(card.flat_at_change, dz.alpha, arm(card.flat_at_change))}",
         f"  power P(the right direction | change {card.expected_change:+g}): {card.power:.3f}   "
         f"P(flat | no change): {card.flat_at_no_change:.3f}",
         *[f"  skew {x.skew:+.1f}: type-I {x.type_i:.4f} ± {se(x.type_i):.4f}   P(flat | ±τ), the worse side "
-          f"({x.flat_side}): {x.flat_at_change:.4f} ± {se(x.flat_at_change):.4f}" for x in card.skew_lines],
+          f"({x.flat_side}): {x.flat_at_change:.4f} ± {arm(x.flat_at_change):.4f}" for x in card.skew_lines],
         f"  expected replicates per arm/of the baseline at each point: {runs}",
         f"  ({card.n_sim} simulated studies per scenario, seed {card.seed})",
     ]
@@ -553,7 +557,7 @@ def _card_problems(design: InteractionDesign, point_design: sq.Design, sd: tuple
     if not sq._finite(expected_effect):
         out.append(f"expected_effect: {expected_effect!r} must be a finite number (bpb)")
     if not sq._finite(expected_change) or expected_change == 0:
-        out.append(f"expected_change: {expected_change!r} must be a finite non-zero number (bpb; negative = grows)")
+        out.append(f"expected_change: {expected_change!r} must be a finite non-zero number (bpb, negative = grows)")
     if not isinstance(n_sim, int) or n_sim < 1:
         out.append(f"n_sim: {n_sim!r} must be an integer >= 1")
     return out

@@ -160,3 +160,106 @@ def test_decisions_round_trip_through_json_and_say_what_was_tested():
     assert f"{a.estimate:+.4f}" in s and f"[{a.interval[0]:+.4f}, {a.interval[1]:+.4f}]" in s and "97.5 %" in s
     cal = ia.decide_calibration(design, diffs["a"])
     assert cal.calibration and "not in the family" in cal.sentence("aa", "prenorm", "model.max_iter")
+
+
+# ---- the whole study's error rates, by Monte Carlo -------------------------------------------------------
+
+SESOI = 0.02  # the points' SESOI, = τ here
+N_SIM = 8000  # studies per case; se of a rate near 0.05: 0.0024, so the bound is α + 0.0073
+# (points, looks, n_arms): a 3-point and a 2-point study, 1 and 4 arms, 2 and 3 looks
+DESIGNS = [((3, 6, 12), (4, 8, 12), 1), ((2, 4), (3, 6, 9), 4), ((3, 6, 12), (3, 6, 9), 4)]
+
+
+def _designs(points, looks, n_arms, holdback=1.0):
+    design = ia.InteractionDesign(ALPHA, TAU, points, n_arms, alpha_holdback=holdback)
+    return design, ia.point_design(design, SESOI, looks)
+
+
+@pytest.mark.parametrize(("points", "looks", "n_arms"), DESIGNS)
+@pytest.mark.parametrize(("effect", "sd"), [(0.0, 0.5 * SESOI), (-0.5 * SESOI, 0.75 * SESOI)])
+def test_no_change_gives_grows_or_shrinks_at_most_alpha(points, looks, n_arms, effect, sd):
+    """Scenarios 1 and 2: Δ the same at every point (0, or an effect the points decide early about half the
+    time, so their stopping differs by chance): P(any arm grows or shrinks) ≤ α, family-wise. The spreads are
+    where the Welch df's rate peaked on a grid (sd 0.5–0.75·SESOI: ties or wins come early at some points)."""
+    design, pd = _designs(points, looks, n_arms)
+    code = ia.simulate_study(design, pd, [effect] * len(points), [sd] * len(points), N_SIM, seed=31 + n_arms)[0]
+    rate = float(((code == 0) | (code == 1)).any(axis=0).mean())
+    bound = _mc_bound(ALPHA, N_SIM)
+    assert rate <= bound, f"P(grows or shrinks | no change) deviation={rate:.4f} bound={bound:.4f} {points} {looks}"
+
+
+@pytest.mark.parametrize(("points", "looks", "n_arms"), [((3, 6, 12), (3, 6, 9), 1), ((3, 6, 12), (3, 6, 9), 4)])
+def test_flat_at_a_change_of_tau_is_at_most_alpha(points, looks, n_arms):
+    """Scenario 3: a change of +τ and of −τ (Δ linear in log2 value through 0 at the middle): P(flat) per arm,
+    pooled over the arms (simulated independent: n_sim·n_arms studies), the worse side, ≤ α. sd 0.75·τ is where
+    the rate peaked on a grid of sd 0.25–1·τ and middle effects 0 to −1.5·SESOI."""
+    design, pd = _designs(points, looks, n_arms)
+    rate, side = ia._flat_worse_side(design, pd, 0.0, [0.75 * TAU] * len(points), N_SIM, seed=41)
+    bound = _mc_bound(ALPHA, N_SIM * n_arms)
+    assert rate <= bound, f"P(flat | change {side}) deviation={rate:.4f} bound={bound:.4f} {points} {looks}"
+
+
+def test_the_card_flags_a_flat_error_above_alpha_and_a_holdback_mends_it():
+    """Where the points' tie stops pull the means toward 0 (2 points, looks (4, 8, 12), 4 arms, sd 0.75·τ),
+    P(flat | ±τ) exceeds α with the full α (measured 0.056): the card says so, and a hold-back of 0.9 brings it
+    within the bound."""
+    design, pd = _designs((2, 4), (4, 8, 12), 4)
+    full = ia.study_card(design, pd, 0.75 * TAU, 0.0, -2 * TAU, n_sim=N_SIM, seed=5)
+    assert full.flat_at_change > _mc_bound(ALPHA, N_SIM * 4)
+    assert "ABOVE α 0.05: register alpha_holdback" in full.to_text()
+    held, pd = _designs((2, 4), (4, 8, 12), 4, holdback=0.9)
+    rate, side = ia._flat_worse_side(held, pd, 0.0, [0.75 * TAU] * 2, N_SIM, seed=5 + 300)
+    assert rate <= _mc_bound(ALPHA, N_SIM * 4), f"P(flat | change {side}) with hold-back 0.9: {rate:.4f}"
+
+
+def test_the_point_verdicts_are_a_family_over_points_and_arms():
+    """Each point runs at α/P: P(any arm better or worse at any point | Δ = 0) ≤ α. Least favourable: a SESOI
+    far below the spread, so no arm stops early as a tie."""
+    design = ia.InteractionDesign(ALPHA, TAU, (3, 6, 12), 4)
+    pd = ia.point_design(design, 0.001, (3, 6, 9))
+    point_code = ia.simulate_study(design, pd, [0.0] * 3, [1.0] * 3, N_SIM, seed=51)[1]
+    rate = float(np.isin(point_code, (0, 1)).any(axis=(0, 2)).mean())  # sequential's BETTER, WORSE codes
+    bound = _mc_bound(ALPHA, N_SIM)
+    assert rate <= bound, f"P(any point verdict better or worse | Δ=0) deviation={rate:.4f} bound={bound:.4f}"
+
+
+def test_simulate_study_runs_the_rule_decide_all_applies():
+    """Replaying simulate_study's draws point by point through sequential.decide (decided arms stopping) and
+    the differences each final decision used through decide_all gives the same verdicts: the card simulates the
+    procedure, not a copy of it."""
+    from dormouse.ab import sequential as sq
+
+    design, pd = _designs((2, 4, 8), (3, 6), 2)
+    deltas, sds, n_sim, seed = [-0.01, -0.02, -0.03], [0.01, 0.015, 0.02], 120, 9
+    code = ia.simulate_study(design, pd, deltas, sds, n_sim, seed)[0]
+    draws = [delta + s * np.random.Generator(np.random.PCG64(seed + p)).standard_normal((2, n_sim, pd.n_max))
+             for p, (delta, s) in enumerate(zip(deltas, sds))]
+    for i in range(n_sim):
+        used: dict[str, list[list[float]]] = {"a0": [], "a1": []}
+        for x in draws:
+            decided: dict[str, sq.ArmDecision] = {}
+            for k, n in enumerate(pd.looks):
+                todo = {f"a{a}": list(x[a, i, :n]) for a in range(2) if f"a{a}" not in decided}
+                decided = {a: d for a, d in sq.decide(pd, k, todo, decided).items() if d.final}
+            for arm, d in decided.items():
+                used[arm].append(list(x[int(arm[1]), i, : d.n]))
+        got = ia.decide_all(design, used)
+        assert [got[f"a{a}"].verdict for a in range(2)] == [ia.VERDICTS[c] for c in code[:, i]], i
+
+
+# ---- the study card's contract ---------------------------------------------------------------------------
+
+def test_the_study_card_states_its_scenarios_and_refuses_bad_inputs():
+    design, pd = _designs((3, 6, 12), (4, 8), 2)
+    card = ia.study_card(design, pd, [0.02, 0.02, 0.03], -0.02, -0.04, n_sim=500, seed=3)
+    text = card.to_text()
+    for words in ("type-I P(grows or shrinks | Δ=0 everywhere)", "P(flat | change ±τ)", "power", "skew -1.0",
+                  "skew +1.0", "expected replicates", "α 0.01667 = α/3"):
+        assert words in text, words
+    doc = json.loads(json.dumps(card.to_dict(), allow_nan=False))
+    assert doc["weights"] == [-1.0, 0.0, 1.0] and doc["design"]["points"] == [3, 6, 12]
+    assert set(doc["expected_n"]) == {"Δ=0", "Δ=-0.02", "change -0.04"}
+    with pytest.raises(ValueError) as bad:
+        ia.study_card(design, ia.sq.Design(ALPHA, SESOI, (4, 8), 3), [0.02, -1.0, 0.02], math.inf, 0.0, n_sim=0)
+    named = [line.split(":")[0].strip() for line in str(bad.value).split(": ", 1)[1].split("; ")]
+    assert named == ["point_design", "point_design", "pilot_sd", "expected_effect", "expected_change", "n_sim"]
