@@ -17,7 +17,10 @@ look it was decided at, or the maximum), with mean m_p and sd s_p (ddof 1). With
 * **flat** if both TOST one-sided tests at α reject: L − t_eq·se > −τ and L + t_eq·se < τ, t_eq = t_df.isf(α)
   (an intersection–union test, no split over arms); **undecided** otherwise;
 * **invalid** (not a statistical verdict) when the arm has fewer than 2 differences at a point with c_p ≠ 0, or
-  a point decision of it is invalid.
+  a point decision of it is invalid;
+* a registered **α hold-back** (``alpha_holdback``, default 1) runs both tests at α × holdback, α still the
+  claim: the card shows where the points' stopping needs it (tie stops pull the stopped means toward 0, which
+  makes ``flat`` at a change of τ more likely than α at some designs).
 
 The curvature contrast (:func:`curvature_weights`, three points or more) is reported, never decided. The A/A
 arm's change is computed the same way as a calibration (:func:`decide_calibration`), never in the family.
@@ -42,6 +45,7 @@ GROWS, SHRINKS, FLAT, UNDECIDED = "grows", "shrinks", "flat", "undecided"
 INVALID = "invalid"  # the looks' word for an arm that did not run as asked (dormouse.ab.looks.INVALID)
 VERDICTS = (GROWS, SHRINKS, FLAT, UNDECIDED)  # the rule's codes index this; INVALID is no code of the rule
 _G, _S, _F, _U = 0, 1, 2, 3
+WEIGHT_ZERO = 1e-12  # |c_p| below this is rounding of a point at the log2 centre: that point is not weighed
 
 
 @dataclass(frozen=True)
@@ -122,8 +126,6 @@ def contrast_weights(points: Sequence[float]) -> np.ndarray:
     c = d * (u[-1] - u[0]) / float(np.sum(d * d))
     return np.where(np.abs(c) < WEIGHT_ZERO, 0.0, c)  # a point at the log2 centre weighs exactly 0, not 1e-17
 
-
-WEIGHT_ZERO = 1e-12  # |c_p| below this is rounding of a point at the log2 centre: that point is not weighed
 
 
 def curvature_weights(points: Sequence[float]) -> np.ndarray | None:
