@@ -277,6 +277,9 @@ def parse_spec(text: str, source: str) -> AnySpec:
         raise ABSpecError([f"{source}: not valid YAML: {exc}"]) from exc
     if not OmegaConf.is_dict(raw):
         raise ABSpecError([f"{source}: expected a mapping of the fields {', '.join(_fields(ComparisonSpec))}"])
+    if "study" in raw:  # the study's loader reads this block (dormouse/ab/study.py); a comparison has none
+        raise ABSpecError([f"{source} is a registered study (it has a 'study' block), not one comparison: run it "
+                           "as `dormouse ab NAME` (dormouse.ab.study.load_study reads it)"])
     protocol = raw.get("protocol", 1)
     schema: type = {1: ComparisonSpecV1, 2: ComparisonSpec}.get(protocol)  # type: ignore[assignment]
     if schema is None:

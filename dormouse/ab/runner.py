@@ -80,7 +80,7 @@ def plan_pairs(reg: Registered, overrides: list[str], comp_dir: Path) -> list[Pa
 
 
 def run_comparison(
-    name: str,
+    name: str | Registered,
     overrides: list[str],
     *,
     restart: bool = False,

@@ -212,9 +212,17 @@ def ab(
 def _list_comparisons() -> None:
     """One row per registered comparison: name, arms, seeds and its description."""
     from dormouse.ab.registry import ABSpecError, list_comparisons, load_spec
+    from dormouse.ab.study import is_study, load_study
 
     for cname in list_comparisons():
         try:
+            if is_study(cname):  # a registered study: its points and the comparison each holds
+                study = load_study(cname)
+                spec = study.template
+                print(f"{cname}\tstudy of {study.axis} at {', '.join(map(str, study.values))}: one comparison each "
+                      f"(looks at {', '.join(map(str, spec.looks))} replicates, SESOI {spec.sesoi:g} bpb); arms "
+                      f"{', '.join(spec.arms)}; baseline {spec.baseline}\n\t{' '.join(spec.description.split())}")
+                continue
             spec = load_spec(cname).spec
         except ABSpecError as exc:  # a broken registration is listed, not hidden
             print(f"{cname}\tINVALID: {exc.lines[0]}")

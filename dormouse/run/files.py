@@ -25,6 +25,10 @@ pairs were launched::
     launch/PAIR.out   a worker's or cluster job's own output (--jobs, --launcher slurm)
     submitit/         submitit's job pickles and logs (--launcher slurm; launcher.folder moves it)
     wandb_id.txt      only when its runs log to wandb: the id of its verdict summary run (dormouse.ab.wandb_summary)
+
+A study, ``<root>/<study>/`` (dormouse.ab.study): one comparison directory per point, named ``<axis leaf>-<value>``
+(``max_iter-4/``), plus the study's ``registration.json``, ``design.json`` (the study card), ``results.json``,
+``report.md``, ``ab.lock`` and its plots (each arm's Δ against the axis, bpb@k per point).
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ LOCK = "ab.lock"
 PAIR_LOCKS = "locks"
 LAUNCH = "launch"
 SUBMITIT = "submitit"
+DELTA_AXIS_PLOT = "delta_vs_axis.png"  # a study's: each arm's Δ against the baseline at every point of its axis
+POINTS_DEPTH_PLOT = "bpb_by_depth_points.png"  # a study's: bpb@k per arm, one panel per point
 COMPILE_CACHE = "compile_cache"  # torch's own compile caches (Inductor's FX graph and AOTAutograd), per comparison
 
 
@@ -183,6 +189,45 @@ class ComparisonFiles:
 
     def run(self, arm: str, seed: int) -> RunFiles:
         return RunFiles(self.dir / run_name(arm, seed))
+
+
+@dataclass(frozen=True)
+class StudyFiles:
+    """The paths of one study directory, ``<root>/<study>/``: one comparison directory per point
+    (``ComparisonFiles(study_dir / '<point>')``), and the study's own stamp, card, results, report and plots."""
+
+    dir: Path
+
+    @property
+    def registration(self) -> Path:
+        return self.dir / REGISTRATION
+
+    @property
+    def design(self) -> Path:
+        return self.dir / DESIGN
+
+    @property
+    def results(self) -> Path:
+        return self.dir / RESULTS
+
+    @property
+    def report(self) -> Path:
+        return self.dir / REPORT
+
+    @property
+    def lock(self) -> Path:
+        return self.dir / LOCK
+
+    @property
+    def delta_plot(self) -> Path:
+        return self.dir / DELTA_AXIS_PLOT
+
+    @property
+    def depth_plot(self) -> Path:
+        return self.dir / POINTS_DEPTH_PLOT
+
+    def point(self, point: str) -> ComparisonFiles:
+        return ComparisonFiles(self.dir / point)
 
 
 def run_name(arm: str, seed: int) -> str:

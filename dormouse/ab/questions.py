@@ -1,0 +1,86 @@
+"""The comparison's read-only questions: ``--plan`` (what a run would do), ``--status`` (where it stands) and
+``--design`` (the registered design's card, saved with the comparison). Each takes a registered name or a
+loaded registration (a study's point, dormouse/ab/study_command.py). Refusals raise; :mod:`dormouse.ab.command`
+turns them into ``error:`` lines and exit 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from dormouse.ab import tune
+from dormouse.ab.card import design_card_for, save_design_card
+from dormouse.ab.launch import LaunchError
+from dormouse.ab.launch_request import LaunchRequest, resolve_launch
+from dormouse.ab.looks import progress, read_pair
+from dormouse.ab.plan import build_plan
+from dormouse.ab.registration import read_stamp, refuse_protocol_1, registration_hash, registration_state
+from dormouse.ab.registry import PROTOCOL, ComparisonError, Registered, load_spec
+from dormouse.ab.status import comparison_status, render_looks, render_plan, render_status, tune_cost_line
+from dormouse.run.files import ComparisonFiles
+
+
+def _say(console: Console, line: str) -> None:
+    console.print(line, soft_wrap=True, highlight=False, markup=False)
+
+
+def plan_command(name: str | Registered, overrides: list[str], *, root: Path, registry: Path | None,
+                 launch: LaunchRequest, console: Console) -> None:
+    """``--plan``: compose and check everything a run would, print the plan and its looks, write nothing."""
+    plan = build_plan(name, overrides, root, registry)
+    try:
+        settings = resolve_launch(launch, plan.pairs).settings()
+    except LaunchError as exc:
+        raise ComparisonError(exc.lines) from exc
+    render_plan(plan, launch=settings, registration=registration_state(plan.comp_dir, plan.reg, plan.overrides),
+                console=console)
+    if plan.tune_pairs:
+        outcome = tune.settle(plan, read_pair, set())
+        _say(console, tune_cost_line(plan))
+        for line in tune.plan_lines(plan, outcome):
+            _say(console, line)
+
+
+def design_command(name: str | Registered, overrides: list[str], *, root: Path, registry: Path | None,
+                   console: Console) -> None:
+    """``--design``: simulate the registered design, print its card and save it with the comparison (unless
+    the comparison directory holds another registration's runs). Trains nothing."""
+    plan = build_plan(name, overrides, root, registry)
+    refuse_protocol_1(plan.reg)
+    card = design_card_for(plan)
+    _say(console, card.to_text())
+    if plan.tune_pairs:
+        _say(console, tune_cost_line(plan))
+    stamp = read_stamp(plan.comp_dir)
+    if stamp is not None and stamp.get("hash") != registration_hash(plan.reg, plan.overrides):
+        console.print(f"not saved: {plan.comp_dir} holds a comparison started under another registration")
+        return
+    save_design_card(plan, card)
+    console.print(f"saved: {plan.files.design} (the report shows it)")
+
+
+def status_command(name: str | Registered, *, root: Path, registry: Path | None, console: Console) -> int:
+    """``--status``: where a comparison stands, pair by pair and look by look (read-only; safe while it
+    runs). Exit 0; 2 if never started."""
+    reg = name if isinstance(name, Registered) else load_spec(name, registry)
+    comp_dir = (Path(root) / reg.spec.name).resolve()
+    stamp = read_stamp(comp_dir)
+    if stamp is None:
+        console.print(f"ab {reg.spec.name}: not started ({ComparisonFiles(comp_dir).registration} does not exist); "
+                      f"`dormouse ab {reg.argument} --plan` shows what it would run")
+        return 2
+    if stamp.get("sha256") != reg.sha256:
+        console.print(f"[yellow]note:[/] {reg.source} changed since the comparison started; the runs below "
+                      "follow the file as it is now")
+    plan = build_plan(reg, list(stamp.get("overrides", [])), root)
+    status = comparison_status(plan)
+    render_status(plan, status, console)
+    if plan.reg.protocol == PROTOCOL:
+        failed = {r["pair"] for r in status["pairs"] if r["state"] == "failed"}
+        state = progress(plan, read_pair, failed=failed)
+        for line in tune.plan_lines(plan, state.tune):
+            _say(console, line)
+        render_looks(plan, state, console)
+    return 0

@@ -1,0 +1,125 @@
+"""``dormouse ab STUDY``'s questions: the comparison's questions asked of every point (dormouse/ab/questions.py),
+and the study's own answer above them.
+
+- a run: :func:`dormouse.ab.study_runner.run_study` (exit 0 when every point's schedule finished, 1 when a pair
+  of some point failed);
+- ``--plan``: each point's plan and tune stage, then the study's totals; writes nothing;
+- ``--design``: the study card (the whole study simulated), then the points' comparison card (the same design at
+  every point: α/P, the registered looks), saved with the study and each point;
+- ``--status``: each point's status (a point not started says so), then the study's verdicts so far (read only).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from dormouse.ab.card import design_card_for, save_design_card
+from dormouse.ab.launch_request import LaunchRequest
+from dormouse.ab.pairjob import TrainFn
+from dormouse.ab.questions import plan_command, status_command
+from dormouse.ab.registration import read_stamp, registration_hash
+from dormouse.ab.study import RegisteredStudy
+from dormouse.ab.study_runner import (
+    build_point_plans,
+    card_of,
+    run_study,
+    save_study_card,
+    study_dir,
+    study_registration,
+)
+from dormouse.run.files import StudyFiles
+
+
+def _say(console: Console, line: str) -> None:
+    console.print(line, soft_wrap=True, highlight=False, markup=False)
+
+
+def study_plan(study: RegisteredStudy, overrides: list[str], *, root: Path, launch: LaunchRequest,
+               console: Console) -> None:
+    """Every point's plan (each composed and checked), then what the whole study may cost."""
+    plans = build_point_plans(study, overrides, root)
+    sdir = study_dir(study, root)
+    _say(console, f"plan: study {study.name} -> {sdir}: {len(plans)} points of {study.axis} "
+         f"({', '.join(map(str, study.values))}), one registered comparison each, run in that order")
+    most = 0
+    for point, plan in zip(study.points(), plans):
+        _say(console, "")
+        _say(console, f"== point {point.index + 1} of {len(plans)}: {point.name} ({study.axis}={point.value}) ==")
+        plan_command(point.reg, overrides, root=sdir, registry=None, launch=launch, console=console)
+        tune_most = plan.spec.tune.bracketing().budget * len(plan.tuned_arms) if plan.tune_pairs else 0
+        most += tune_most + len(plan.pairs)
+    _say(console, "")
+    _say(console, f"study {study.name}: at most {most} runs over its {len(plans)} points (every tune budget spent, "
+         "every confirmatory replicate run); fewer when arms decide early")
+    _say(console, f"study {study.name}: the interaction is decided once every point is complete "
+         f"(`dormouse ab {study.argument} --design` shows its simulated error rates)")
+
+
+def study_design(study: RegisteredStudy, overrides: list[str], *, root: Path, console: Console) -> None:
+    """The study card, then the points' comparison card; each saved unless its directory holds runs of another
+    registration."""
+    plans = build_point_plans(study, overrides, root)
+    card = card_of(study)
+    _say(console, card.to_text())
+    sdir = study_dir(study, root)
+    stamp = read_stamp(sdir)
+    if stamp is not None and stamp.get("hash") != registration_hash(study_registration(study), overrides):
+        console.print(f"not saved: {sdir} holds a study started under another registration")
+        return
+    save_study_card(study, overrides, root, card)
+    console.print(f"saved: {StudyFiles(sdir).design} (the study report shows it)")
+    point_card = design_card_for(plans[0])  # the same design at every point (α/P, looks, pilot sd)
+    _say(console, "")
+    _say(console, f"Each point's comparison card (the same at {', '.join(p.name for p in plans)}):")
+    _say(console, point_card.to_text())
+    for plan in plans:
+        pstamp = read_stamp(plan.comp_dir)
+        if pstamp is None or pstamp.get("hash") == registration_hash(plan.reg, plan.overrides):
+            save_design_card(plan, point_card)
+
+
+def study_status(study: RegisteredStudy, overrides: list[str], *, root: Path, console: Console) -> int:
+    """Each point's status, then the study's verdicts so far. Exit 0; 2 if the study never started."""
+    from dormouse.ab.study_report import analyze_study, summary_lines
+
+    sdir = study_dir(study, root)
+    stamp = read_stamp(sdir)
+    if stamp is None:
+        console.print(f"study {study.name}: not started ({StudyFiles(sdir).registration} does not exist); "
+                      f"`dormouse ab {study.argument} --plan` shows what it would run")
+        return 2
+    if stamp.get("sha256") != study.sha256:
+        console.print(f"[yellow]note:[/] {study.source} changed since the study started; the points below "
+                      "follow the file as it is now")
+    for point in study.points():
+        _say(console, "")
+        _say(console, f"== point {point.index + 1}: {point.name} ({study.axis}={point.value}) ==")
+        if read_stamp(sdir / point.name) is None:
+            _say(console, f"{point.name}: not started")
+            continue
+        status_command(point.reg, root=sdir, registry=None, console=console)
+    _say(console, "")
+    card = json.loads(StudyFiles(sdir).design.read_text()) if StudyFiles(sdir).design.is_file() else None
+    for line in summary_lines(analyze_study(study, sdir, stamp, card)):
+        _say(console, f"study {study.name}: {line}")
+    return 0
+
+
+def study_answer(study: RegisteredStudy, overrides: list[str], *, restart: bool, root: Path, console: Console,
+                 train_fn: TrainFn | None, launch: LaunchRequest, plan: bool, status: bool, design: bool) -> int:
+    """The one question asked of a study: its exit code (refusals raise; dormouse.ab.command prints them)."""
+    if design:
+        study_design(study, overrides, root=root, console=console)
+        return 0
+    if status:
+        return study_status(study, overrides, root=root, console=console)
+    if plan:
+        study_plan(study, overrides, root=root, launch=launch, console=console)
+        return 0
+    sdir = run_study(study, overrides, restart=restart, root=root, console=console, train_fn=train_fn,
+                     launch=launch)
+    results = json.loads(StudyFiles(sdir).results.read_text())
+    return 0 if results["complete"] else 1

@@ -1,0 +1,137 @@
+"""``dormouse ab STUDY``: run a registered study point by point with the comparison machinery, then report.
+
+The flow (docs/ab-protocol.md, "A registered study"):
+
+1. Load and check the study (:func:`dormouse.ab.study.load_study`), and build every point's plan before any run
+   (:func:`dormouse.ab.plan.build_plan`: each point's configs composed and validated), so a bad point is refused
+   with the others, before any work; a CLI override may not set the axis.
+2. Take the study's lock (``<root>/<study>/ab.lock``) and bind the study directory to the study file's bytes
+   and the CLI overrides (:func:`dormouse.ab.registration.bind_registration`, the comparison's own stamp);
+   ``--restart`` discards every point.
+3. Save the study card (``design.json``, :func:`dormouse.ab.interaction.study_card`) if missing.
+4. Each point in the axis's order: :func:`dormouse.ab.runner.run_comparison` in ``<root>/<study>/<point>/``,
+   its own tune stage, looks, lock, stamp, code check and report; a point whose pairs failed is reported so and
+   the next point runs (rerun to retry). Nothing here trains: the study adds no engine.
+5. The study's analysis and report (:mod:`dormouse.ab.study_report`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from dormouse.ab.interaction import StudyCard, study_card
+from dormouse.ab.launch_request import LaunchRequest
+from dormouse.ab.lock import comparison_lock, is_locked
+from dormouse.ab.pairjob import TrainFn
+from dormouse.ab.plan import ComparisonPlan, build_plan
+from dormouse.ab.registration import bind_registration, read_stamp, registration_hash
+from dormouse.ab.registry import ComparisonError, Registered, override_key
+from dormouse.ab.runner import run_comparison
+from dormouse.ab.study import RegisteredStudy
+from dormouse.run.checkpoint import atomic_write_text
+from dormouse.run.files import AB_ROOT, ComparisonFiles, StudyFiles
+
+
+def study_registration(study: RegisteredStudy) -> Registered:
+    """The study file as a registration, for the study directory's stamp (the file's exact bytes)."""
+    return Registered(spec=study.template, text=study.text, source=study.source, given=study.given)
+
+
+def study_dir(study: RegisteredStudy, root: Path) -> Path:
+    return (Path(root) / study.name).resolve()
+
+
+def check_study_overrides(study: RegisteredStudy, overrides: list[str]) -> None:
+    """A CLI override may not set the study's axis: it would make every point the same point."""
+    bad = [o for o in overrides if override_key(o) == study.axis]
+    if bad:
+        raise ComparisonError([f"override {o!r} sets {study.axis}, the axis of study {study.name}: each point "
+                               "sets it (study.points)" for o in bad])
+
+
+def build_point_plans(study: RegisteredStudy, overrides: list[str], root: Path) -> list[ComparisonPlan]:
+    """Every point's plan, composed and checked; all problems of all points at once, before any run."""
+    check_study_overrides(study, overrides)
+    plans, lines = [], []
+    for point in study.points():
+        try:
+            plans.append(build_plan(point.reg, overrides, study_dir(study, root)))
+        except ComparisonError as exc:
+            lines += [f"point {point.name}: {line}" for line in exc.lines]
+    if lines:
+        raise ComparisonError(lines)
+    return plans
+
+
+def card_of(study: RegisteredStudy) -> StudyCard:
+    """The study card: the whole study simulated under its registered design and pilot spread."""
+    t = study.template
+    return study_card(study.interaction_design(), study.point_design(), float(t.pilot_sd),
+                      float(t.expected_effect), float(study.study.expected_change))
+
+
+def save_study_card(study: RegisteredStudy, overrides: list[str], root: Path, card: StudyCard) -> dict[str, Any]:
+    """Write the study's ``design.json``: the card, its text and the registration it was made for."""
+    files = StudyFiles(study_dir(study, root))
+    saved = {"registration_hash": registration_hash(study_registration(study), overrides),
+             "card": card.to_dict(), "text": card.to_text()}
+    files.dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(files.design, json.dumps(saved, indent=2, allow_nan=False) + "\n")
+    return saved
+
+
+def ensure_study_card(study: RegisteredStudy, overrides: list[str], root: Path, console: Console) -> dict[str, Any]:
+    """The saved study card for this registration, simulated and saved if missing or made for another."""
+    path = StudyFiles(study_dir(study, root)).design
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        if saved.get("registration_hash") == registration_hash(study_registration(study), overrides):
+            return saved
+    console.print(f"ab {study.name}: simulating the study card (every point's looks, then the interaction rule)")
+    return save_study_card(study, overrides, root, card_of(study))
+
+
+def _refuse_busy(plans: list[ComparisonPlan], study: RegisteredStudy) -> None:
+    """--restart must not delete a pair another process is still training, at any point."""
+    busy = [f"{plan.name}/{p.name[: -len('.lock')]}" for plan in plans
+            for p in ComparisonFiles(plan.comp_dir).pair_locks.glob("*.lock") if is_locked(p)]
+    if busy:
+        raise ComparisonError([f"--restart: run(s) {', '.join(busy)} are still being trained by another process "
+                               f"(see `dormouse ab {study.argument} --status`); stop them first"])
+
+
+def run_study(study: RegisteredStudy, overrides: list[str], *, restart: bool = False, root: Path = AB_ROOT,
+              console: Console | None = None, train_fn: TrainFn | None = None,
+              launch: LaunchRequest | None = None) -> Path:
+    """Run (or continue) a registered study point by point, then write its report; returns the study dir.
+    Refusals (:class:`ComparisonError`, :class:`~dormouse.ab.lock.LockHeld`) come before any run; a stop by
+    signal raises :class:`dormouse.errors.Interrupted` from the point that was running."""
+    from dormouse.ab.study_report import write_study_outputs  # matplotlib: only when a report is written
+
+    console = console or Console()
+    plans = build_point_plans(study, overrides, root)
+    sdir = study_dir(study, root)
+    with comparison_lock(sdir) as lock:
+        if lock.stale_message():
+            console.print(f"[yellow]note:[/] {lock.stale_message()}")
+        if restart and sdir.exists():
+            _refuse_busy(plans, study)
+        stamp = bind_registration(sdir, study_registration(study), overrides, restart, console)
+        card = ensure_study_card(study, overrides, root, console)
+        for point in study.points():
+            console.print(f"[bold]study {study.name}: point {point.index + 1} of {len(plans)}, {point.name} "
+                          f"({study.axis}={point.value})[/]")
+            run_comparison(point.reg, overrides, root=sdir, console=console, train_fn=train_fn, launch=launch)
+        results = write_study_outputs(study, sdir, {k: v for k, v in stamp.items() if k != "registered"}, card)
+    for line in results["summary"]:
+        console.print(line, soft_wrap=True, highlight=False, markup=False)
+    console.print(f"study report: {StudyFiles(sdir).report}")
+    return sdir
+
+
+def study_stamp(study: RegisteredStudy, root: Path) -> dict[str, Any] | None:
+    return read_stamp(study_dir(study, root))
