@@ -11,6 +11,7 @@ compile caches, locks and the runs still in progress are left out: an unfinished
 
     python scripts/carry_comparison.py save residual_cpu2      # runs/ab/NAME -> docs/results/NAME/carry
     python scripts/carry_comparison.py restore residual_cpu2   # and back; then `dormouse ab residual_cpu2`
+    python scripts/carry_comparison.py save depth_cpu          # a registered study: every point's, in its folder
 
 ``save`` replaces the carry folder's contents (atomically per file). ``restore`` copies into the comparison
 directory only what is missing there, and refuses (changing nothing) when a file there differs from the
@@ -28,7 +29,8 @@ from pathlib import Path
 
 from dormouse.ab.pairjob import pair_state
 from dormouse.ab.plan import build_plan
-from dormouse.ab.registry import load_spec
+from dormouse.ab.registry import Registered, load_spec
+from dormouse.ab.study import is_study, load_study
 from dormouse.run.checkpoint import atomic_write_text
 from dormouse.run.files import AB_ROOT, CONFIG, DESIGN, LAUNCH, LOG, METRICS, PROVENANCE, REGISTRATION
 
@@ -38,13 +40,24 @@ TOP_FILES = (REGISTRATION, DESIGN, "tune.json")
 
 
 def carried_files(comp: Path, name: str, registry: Path | None = None) -> list[Path]:
-    """The files of ``comp`` that resuming needs (relative paths): see the module docstring."""
+    """The files of ``comp`` that resuming needs (relative paths): see the module docstring. A registered
+    study's are its own stamp and card, then each started point's, under the point's folder."""
     stamp = comp / REGISTRATION
     if not stamp.is_file():
         raise SystemExit(f"{comp}: no {REGISTRATION}; not a comparison `dormouse ab {name}` started")
+    if is_study(name, registry):
+        out = [Path(f) for f in TOP_FILES if (comp / f).is_file()]
+        for point in load_study(name, registry).points():
+            if (comp / point.name / REGISTRATION).is_file():
+                out += [Path(point.name) / f for f in _comparison_files(comp / point.name, point.reg)]
+        return out
+    return _comparison_files(comp, load_spec(name, registry))
+
+
+def _comparison_files(comp: Path, reg: Registered) -> list[Path]:
     out = [Path(f) for f in TOP_FILES if (comp / f).is_file()]
     out += sorted(p.relative_to(comp) for p in (comp / LAUNCH).glob("*.json"))
-    plan = build_plan(load_spec(name, registry), _overrides(comp), comp.parent)
+    plan = build_plan(reg, _overrides(comp), comp.parent)
     for pair in plan.all_pairs:
         if pair.run_dir.is_dir() and pair_state(pair)[0] == "complete":
             out += [pair.run_dir.relative_to(comp) / f for f in RUN_FILES if (pair.run_dir / f).is_file()]
@@ -64,7 +77,7 @@ def save(name: str, root: Path, carry: Path, registry: Path | None = None) -> in
         dest = carry / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(dest, (comp / rel).read_text())
-    pairs = len({rel.parts[0] for rel in files if len(rel.parts) == 2 and rel.parts[0] != LAUNCH})
+    pairs = len({rel.parent for rel in files if rel.name == METRICS})
     print(f"saved {len(files)} files ({pairs} finished runs) from {comp} to {carry}")
     return 0
 

@@ -351,8 +351,8 @@ def _v2_problems(spec: ComparisonSpec, bad: Any) -> None:
     looks = list(spec.looks)
     if not (_finite(spec.pilot_sd) and spec.pilot_sd > 0):
         bad("pilot_sd", f"{spec.pilot_sd} must be a finite number > 0 (bpb; the sd of paired differences)")
-    if not _finite(spec.expected_effect):
-        bad("expected_effect", f"{spec.expected_effect} must be a finite number (bpb)")
+    if not _finite(spec.expected_effect) or spec.expected_effect == 0:  # the card states power at it
+        bad("expected_effect", f"{spec.expected_effect} must be a finite non-zero number (bpb)")
     if spec.bad_run_ceiling is not None and not (_finite(spec.bad_run_ceiling) and spec.bad_run_ceiling > 0):
         bad("bad_run_ceiling", f"{spec.bad_run_ceiling} must be a finite number > 0 (bpb) or null")
     if spec.bad_run_replacements < 0:

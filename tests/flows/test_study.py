@@ -1,0 +1,208 @@
+"""`dormouse ab STUDY`: a registered study's file checked field by field, its points derived (α/P, the axis, the
+seed streams), the points run by the comparison machinery with a fake train function writing planted runs, the
+interaction decided from what each point decision used, resumption, and refusal of a changed study file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from omegaconf import DictConfig
+from rich.console import Console
+
+from dormouse.ab.command import ab_command
+from dormouse.ab.registry import ABSpecError, load_spec
+from dormouse.ab.study import load_study
+from dormouse.ab.study_report import decision_diffs
+from tests.helpers.planted_run import append_eval, append_log, done_line, eval_rows, write_run_header
+
+STUDY = """\
+protocol: 2
+name: st
+description: a test study
+baseline: prenorm
+aa_arm: prenorm_aa
+sesoi: 0.02
+alpha: 0.05
+looks: [4]
+init_seed_base: 1
+data_seed_base: 101
+aa_data_seed_base: 201
+pilot_sd: 0.01
+expected_effect: 0.01
+fixed: [preset=tiny, train.steps=20, train.eval_every=10, train.device=cpu, logging.progress=off]
+arms:
+  prenorm: [model.use_prenorm=true]
+  gr: [model.use_gr=true]
+  attnres_full: [model.use_attnres=true]
+  prenorm_aa: [model.use_prenorm=true]
+study:
+  axis: model.max_iter
+  points: [1, 4]
+  seed_stride: 1000
+  smallest_change: 0.05
+  expected_change: -0.1
+"""
+
+# Planted Δ against the baseline at max_iter 1 and 4: gr gains 0.12 with depth (grows), attnres_full stays at
+# +0.01 (flat), the A/A repeat at 0.
+DELTA = {"prenorm": {1: 0.0, 4: 0.0}, "gr": {1: 0.0, 4: -0.12}, "attnres_full": {1: 0.01, 4: 0.01},
+         "prenorm_aa": {1: 0.0, 4: 0.0}}
+JITTER = (0.0015, -0.001, 0.0004, -0.0009, 0.0002)
+
+
+class FakeStudyTrain:
+    """Writes the run directory a real run writes, final bpb = 2 + the planted Δ at its max_iter + a jitter."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.configs: list[DictConfig] = []
+
+    def __call__(self, cfg: DictConfig) -> None:
+        name = str(cfg.run.name)
+        arm = name.rsplit("-s", 1)[0].removeprefix("tune-").split("-lr")[0]
+        seed, depth = int(cfg.train.seed), int(cfg.model.max_iter)
+        self.calls.append(f"{Path(cfg.run.dir).name}/{name}")
+        self.configs.append(cfg)
+        run_dir = Path(cfg.run.dir) / name
+        jitter = JITTER[seed % len(JITTER)] * (1 + list(DELTA).index(arm))
+        write_run_header(run_dir, cfg, {"params": 10_000, "arm_params": 100})
+        append_log(run_dir, "# dormouse: fake")
+        for row in eval_rows(cfg, 2.0 + DELTA[arm][depth] + jitter, params=10_000):
+            append_eval(run_dir, cfg, row)
+        append_log(run_dir, done_line(cfg))
+
+
+@pytest.fixture()
+def registry(tmp_path: Path) -> Path:
+    reg = tmp_path / "registry"
+    reg.mkdir()
+    (reg / "st.yaml").write_text(STUDY)
+    return reg
+
+
+def _ab(registry: Path, root: Path, fake: FakeStudyTrain | None = None, **kw) -> tuple[int, str]:
+    out, err = Console(record=True, width=200), Console(record=True, width=200)
+    code = ab_command("st", kw.pop("overrides", []), root=root, console=out, err_console=err, train_fn=fake,
+                      registry=registry, **kw)
+    return code, out.export_text() + err.export_text()
+
+
+def test_each_point_is_the_template_at_alpha_over_p_with_the_axis_and_its_own_seed_streams(registry: Path) -> None:
+    study = load_study("st", registry)
+    points = study.points()
+    assert [p.name for p in points] == ["max_iter-1", "max_iter-4"]
+    for i, p in enumerate(points):
+        spec = p.reg.spec
+        assert spec.alpha == pytest.approx(0.05 / 2)
+        assert spec.fixed[-1] == f"model.max_iter={p.value}"
+        assert (spec.init_seed_base, spec.data_seed_base, spec.aa_data_seed_base) == (1 + 1000 * i, 101 + 1000 * i,
+                                                                                       201 + 1000 * i)
+        assert study.sha256 in p.reg.text  # a point's stamp follows the study file's bytes
+
+
+def test_a_study_runs_every_point_then_decides_each_arms_change(registry: Path, tmp_path: Path) -> None:
+    fake = FakeStudyTrain()
+    code, text = _ab(registry, tmp_path / "ab", fake)
+    assert code == 0, text
+    sdir = tmp_path / "ab" / "st"
+    r = json.loads((sdir / "results.json").read_text())
+    assert r["complete"]
+    assert {k: v["verdict"] for k, v in r["interaction"].items()} == {"gr": "grows", "attnres_full": "flat"}
+    assert r["calibration"]["verdict"] in ("flat", "undecided")
+    assert r["interaction"]["gr"]["estimate"] == pytest.approx(-0.12, abs=0.01)
+    # every point ran in its own directory at its own depth, and no two points share a seed
+    depths = {(c.run.dir.rsplit("/", 1)[-1], int(c.model.max_iter)) for c in fake.configs}
+    assert depths == {("max_iter-1", 1), ("max_iter-4", 4)}
+    seeds = [(int(c.train.seed), c.run.dir) for c in fake.configs]
+    by_seed: dict[int, set[str]] = {}
+    for s, d in seeds:
+        by_seed.setdefault(s, set()).add(d)
+    assert all(len(d) == 1 for d in by_seed.values())
+    for name in ("report.md", "delta_vs_axis.png", "bpb_by_depth_points.png", "design.json"):
+        assert (sdir / name).is_file(), name
+    assert "**grows**" in (sdir / "report.md").read_text()
+
+
+def test_a_rerun_trains_nothing_and_a_changed_study_file_is_refused(registry: Path, tmp_path: Path) -> None:
+    fake = FakeStudyTrain()
+    assert _ab(registry, tmp_path / "ab", fake)[0] == 0
+    n = len(fake.calls)
+    assert _ab(registry, tmp_path / "ab", fake)[0] == 0
+    assert len(fake.calls) == n
+    (registry / "st.yaml").write_text(STUDY.replace("smallest_change: 0.05", "smallest_change: 0.04"))
+    code, text = _ab(registry, tmp_path / "ab", fake)
+    assert code == 2 and "changed since the first run" in text
+    assert len(fake.calls) == n
+
+
+def test_status_plan_and_design_answer_without_training(registry: Path, tmp_path: Path) -> None:
+    fake = FakeStudyTrain()
+    code, text = _ab(registry, tmp_path / "ab", fake, status=True)
+    assert code == 2 and "not started" in text
+    code, text = _ab(registry, tmp_path / "ab", fake, plan=True)
+    assert code == 0 and "max_iter-4" in text and not (tmp_path / "ab" / "st").exists()
+    code, text = _ab(registry, tmp_path / "ab", fake, design=True)
+    assert code == 0 and "Study card" in text and (tmp_path / "ab" / "st" / "design.json").is_file()
+    assert fake.calls == []
+
+
+@pytest.mark.parametrize("edit, field", [
+    (("train.device=cpu,", "train.device=cpu, model.max_iter=3,"), "fixed"),
+    (("axis: model.max_iter", "axis: train.seed"), "study.axis"),
+    (("axis: model.max_iter", "axis: train.lr"), "study.axis"),
+    (("points: [1, 4]", "points: [4, 1]"), "study.points"),
+    (("points: [1, 4]", "points: [4]"), "study.points"),
+    (("seed_stride: 1000", "seed_stride: 100"), "study.seed_stride"),
+    (("expected_change: -0.1", "expected_change: 0"), "study.expected_change"),
+    (("smallest_change: 0.05", "smallest_change: -0.05"), "study.smallest_change"),
+    (("  seed_stride: 1000\n", ""), "study.seed_stride"),
+])
+def test_a_bad_study_field_is_refused_naming_it(registry: Path, edit: tuple[str, str], field: str) -> None:
+    text = STUDY.replace(*edit)
+    assert text != STUDY
+    (registry / "st.yaml").write_text(text)
+    with pytest.raises(ABSpecError) as exc:
+        load_study("st", registry)
+    assert any(f"field '{field}'" in line for line in exc.value.lines), exc.value.lines
+
+
+def test_a_cli_override_of_the_axis_is_refused(registry: Path, tmp_path: Path) -> None:
+    code, text = _ab(registry, tmp_path / "ab", FakeStudyTrain(), overrides=["model.max_iter=2"])
+    assert code == 2 and "the axis of study st" in text
+
+
+def test_a_study_is_not_loaded_as_one_comparison(registry: Path) -> None:
+    with pytest.raises(ABSpecError, match="is a registered study"):
+        load_spec("st", registry)
+
+
+def test_the_interaction_reads_what_each_point_decision_used() -> None:
+    arm = {"diffs": [0.1, 0.2, 0.3, 0.4], "decision": {"n": 2}}
+    assert decision_diffs(arm) == [0.1, 0.2]
+    assert decision_diffs({"diffs": [0.1, 0.2]}) == [0.1, 0.2]  # the A/A arm: every difference it ran
+
+
+@pytest.mark.parametrize("name", ["smoke_study", "depth_cpu"])
+def test_the_registered_studies_load(name: str) -> None:
+    study = load_study(name)
+    assert len(study.points()) == len(study.values) >= 2
+
+
+def test_a_carried_study_resumes_elsewhere_without_redoing_a_finished_run(registry: Path, tmp_path: Path) -> None:
+    from tests.helpers.script_module import load_script
+
+    carry = load_script("carry_comparison")
+    first = FakeStudyTrain()
+    assert _ab(registry, tmp_path / "ab", first)[0] == 0
+    saved = tmp_path / "carry"
+    assert carry.save("st", tmp_path / "ab", saved, registry) == 0
+    names = {p.relative_to(saved).as_posix() for p in saved.rglob("*") if p.is_file()}
+    assert {"registration.json", "max_iter-1/registration.json", "max_iter-4/gr-s1001/metrics.jsonl"} <= names
+    assert not any("checkpoints" in n for n in names)
+    fresh = tmp_path / "fresh"  # another machine: nothing but what was committed
+    assert carry.restore("st", fresh, saved) == 0
+    second = FakeStudyTrain()
+    code, text = _ab(registry, fresh, second)
+    assert code == 0 and second.calls == [], text
