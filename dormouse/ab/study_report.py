@@ -216,6 +216,7 @@ def draw_points_depth(r: dict[str, Any]) -> Figure:
                 ax.plot([k for k, _ in pts], [v for _, v in pts], marker="o", ms=3, color=f"C{i % 10}", label=arm)
         ax.set_title(f"{p['name']}", fontsize=9)
         ax.set_xlabel("k (iterations read out)")
+        ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(True, alpha=0.3)
         if len(ax.get_lines()):
             tops = [v for a in p["arms"].values() for v in a["bpb_by_depth"].values() if v is not None]

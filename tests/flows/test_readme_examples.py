@@ -91,8 +91,8 @@ def skip_reason(text: str) -> str | None:
         return "needs a SLURM cluster; the local submitit executor runs the same jobs (tests/flows/test_ab_launch.py)"
     if "launcher.cluster=local" in text or "--jobs" in text:
         return "worker processes (each imports torch): tests/flows/test_ab_launch.py runs both launch paths"
-    if re.search(r"dormouse ab (residual|my_comparison)\b", text) and "--plan" not in text:
-        return ("the registered GPU comparison (or a placeholder file): hours of GPU, never started here, so "
+    if re.search(r"dormouse ab (residual|my_comparison|depth_cpu)\b", text) and "--plan" not in text:
+        return ("a registered comparison or study of many hours (or a placeholder file), never started here, so "
                 "its --status has nothing to read (exit 2); --plan runs")
     return None
 
