@@ -11,7 +11,7 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "carry_takes_unfinished_pairs",
         "file": _CARRY,
-        "function": "carried_files",
+        "function": "_comparison_files",
         "old": "        if pair.run_dir.is_dir() and pair_state(pair)[0] == \"complete\":\n",
         "new": "        if pair.run_dir.is_dir():\n",
         "gates": [_T + "test_a_carried_comparison_resumes_elsewhere_without_redoing_a_finished_pair"],
