@@ -28,7 +28,7 @@ from dormouse.ab.launch_request import LaunchRequest
 from dormouse.ab.lock import comparison_lock, is_locked
 from dormouse.ab.pairjob import TrainFn
 from dormouse.ab.plan import ComparisonPlan, build_plan
-from dormouse.ab.registration import bind_registration, read_stamp, registration_hash
+from dormouse.ab.registration import bind_registration, registration_hash
 from dormouse.ab.registry import ComparisonError, Registered, override_key
 from dormouse.ab.runner import run_comparison
 from dormouse.ab.study import RegisteredStudy
@@ -132,6 +132,3 @@ def run_study(study: RegisteredStudy, overrides: list[str], *, restart: bool = F
     console.print(f"study report: {StudyFiles(sdir).report}")
     return sdir
 
-
-def study_stamp(study: RegisteredStudy, root: Path) -> dict[str, Any] | None:
-    return read_stamp(study_dir(study, root))
