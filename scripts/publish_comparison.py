@@ -13,6 +13,10 @@ records' attempts (interrupted ones included: they took the machine too):
 - ``sittings``: the stretches in which runs trained, a pause longer than ``SITTING_GAP_S`` ending one, and
   ``running_s``, their summed length: what a comparison that spans sessions cost the machine.
 
+A registered study (``python scripts/publish_comparison.py depth_cpu --command ...``) is published point by point
+(``docs/results/STUDY/<point>/``, each as a comparison), then its own report, results, stamp, card and plots,
+with one provenance.json over the points (one clean commit for all of them).
+
 The prose README of the results folder is written by hand.
 """
 
@@ -30,7 +34,7 @@ from pathlib import Path
 import torch
 
 from dormouse.run.checkpoint import atomic_write_text
-from dormouse.run.files import ComparisonFiles
+from dormouse.run.files import ComparisonFiles, StudyFiles
 
 REPO = Path(__file__).resolve().parent.parent
 # Between two pairs of one sitting the driver takes seconds (a look's analysis, the next pair's start); a
@@ -50,25 +54,18 @@ def sittings(intervals: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("name")
-    ap.add_argument("--command", required=True, help="the exact command that produced the comparison")
-    ap.add_argument("--root", type=Path, default=REPO / "runs" / "ab")
-    ap.add_argument("--out", type=Path, default=None, help="default docs/results/NAME")
-    args = ap.parse_args()
-
-    comp = (args.root / args.name).resolve()
+def publish(comp: Path, out: Path, name: str, command: str) -> dict | None:
+    """Copy one finished comparison ``comp`` into ``out`` and write its provenance.json; returns the provenance,
+    or None (having said why) when it is not complete or its runs did not run on one clean commit."""
     files = ComparisonFiles(comp)
     results = json.loads(files.results.read_text())
     if not results.get("complete"):
-        print(f"{comp}: the comparison is not complete; finish it first (rerun `{args.command}`)")
-        return 2
-    out = args.out or REPO / "docs" / "results" / args.name
+        print(f"{comp}: the comparison is not complete; finish it first (rerun `{command}`)")
+        return None
     out.mkdir(parents=True, exist_ok=True)
     design = [files.design.name] if files.design.is_file() else []  # protocol 2: the design card
-    for name in [files.results.name, files.report.name, files.registration.name, *design, *results.get("plots", [])]:
-        shutil.copy2(comp / name, out / name)
+    for fname in [files.results.name, files.report.name, files.registration.name, *design, *results.get("plots", [])]:
+        shutil.copy2(comp / fname, out / fname)
     (out / "launch").mkdir(exist_ok=True)
     starts, ends, threads, spans = [], [], set(), []
     for record in sorted((comp / "launch").glob("*.json")):
@@ -86,30 +83,77 @@ def main() -> int:
         commits.add(str(prov.get("commit")))
     if len(commits) != 1 or any(c.endswith("+dirty") for c in commits):
         print(f"the runs ran on {sorted(commits)}: a published comparison runs on one clean commit")
-        return 2
+        return None
+    provenance = {"comparison": name, "command": command, "commit": commits.pop(),
+                  **timing(spans, starts, ends), "threads_per_pair": sorted(t for t in threads if t is not None),
+                  "machine": machine()}
+    atomic_write_text(out / "provenance.json", json.dumps(provenance, indent=2) + "\n")
+    return provenance
+
+
+def timing(spans: list[tuple[str, str]], starts: list[str], ends: list[str]) -> dict:
+    """First start to last end (pauses included), the sittings, and the time runs were training."""
     t0, t1 = min(starts), max(ends)
-    wall = (datetime.fromisoformat(t1) - datetime.fromisoformat(t0)).total_seconds()
     stretches = sittings(spans)
     running = sum((datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds() for a, b in stretches)
-    provenance = {
-        "comparison": args.name,
-        "command": args.command,
-        "commit": commits.pop(),
-        "started": t0,
-        "finished": t1,
-        "wall_s": wall,
-        "sittings": [list(x) for x in stretches],
-        "running_s": running,
-        "threads_per_pair": sorted(t for t in threads if t is not None),
-        "machine": {
-            "cores": os.cpu_count(),
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "processor": platform.processor() or platform.machine(),
-        },
-    }
+    return {"started": t0, "finished": t1,
+            "wall_s": (datetime.fromisoformat(t1) - datetime.fromisoformat(t0)).total_seconds(),
+            "sittings": [list(x) for x in stretches], "running_s": running}
+
+
+def machine() -> dict:
+    return {"cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
+            "platform": platform.platform(), "processor": platform.processor() or platform.machine()}
+
+
+def publish_study(sdir: Path, out: Path, name: str, command: str, registry: Path | None = None) -> dict | None:
+    """A registered study: every point as a comparison into ``out/<point>/``, then the study's own files and a
+    provenance.json over all points (refused unless every point ran on the same one clean commit)."""
+    from dormouse.ab.study import load_study
+
+    files = StudyFiles(sdir)
+    results = json.loads(files.results.read_text()) if files.results.is_file() else {}
+    if not results.get("complete"):
+        print(f"{sdir}: the study is not complete; finish it first (rerun `{command}`)")
+        return None
+    points = {}
+    for point in load_study(name, registry).points():
+        prov = publish(sdir / point.name, out / point.name, point.name, command)
+        if prov is None:
+            return None
+        points[point.name] = prov
+    commits = {p["commit"] for p in points.values()}
+    if len(commits) != 1:
+        print(f"the points ran on {sorted(commits)}: a published study runs on one clean commit")
+        return None
+    for fname in [files.results.name, files.report.name, files.registration.name, files.design.name,
+                  *results.get("plots", [])]:
+        shutil.copy2(sdir / fname, out / fname)
+    spans = [tuple(s) for p in points.values() for s in p["sittings"]]
+    provenance = {"study": name, "command": command, "commit": commits.pop(),
+                  **timing(spans, [p["started"] for p in points.values()], [p["finished"] for p in points.values()]),
+                  "points": {k: {f: v[f] for f in ("started", "finished", "wall_s", "running_s")}
+                             for k, v in points.items()},
+                  "machine": machine()}
     atomic_write_text(out / "provenance.json", json.dumps(provenance, indent=2) + "\n")
+    return provenance
+
+
+def main() -> int:
+    from dormouse.ab.study import is_study
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("name")
+    ap.add_argument("--command", required=True, help="the exact command that produced the comparison")
+    ap.add_argument("--root", type=Path, default=REPO / "runs" / "ab")
+    ap.add_argument("--out", type=Path, default=None, help="default docs/results/NAME")
+    args = ap.parse_args()
+    comp = (args.root / args.name).resolve()
+    out = args.out or REPO / "docs" / "results" / args.name
+    run = publish_study if is_study(args.name) else publish
+    provenance = run(comp, out, args.name, args.command)
+    if provenance is None:
+        return 2
     print(json.dumps(provenance, indent=2))
     return 0
 

@@ -2,6 +2,7 @@
 
     python scripts/rerun_pair.py residual_cpu gr 3            # trains into runs/rerun/residual_cpu/gr-s3
     python scripts/rerun_pair.py residual_cpu gr 3 --print    # only print the equivalent `dormouse train`
+    python scripts/rerun_pair.py depth_cpu/max_iter-4 gr 3101  # one point of a registered study
 
 The run is composed exactly as `dormouse ab` composes it (``runner.plan_pairs`` on the registered file:
 fixed values, the arm's overrides, ``train.seed`` and, under protocol 2, ``train.data_seed``; with a tune stage,
@@ -25,8 +26,9 @@ import time
 from pathlib import Path
 
 from dormouse.ab.records import final_row
-from dormouse.ab.registry import load_spec
+from dormouse.ab.registry import Registered, load_spec
 from dormouse.ab.runner import plan_pairs
+from dormouse.ab.study import load_study
 from dormouse.run.files import RunFiles
 from dormouse.run.loglines import read_metrics
 from dormouse.train.start import git_commit
@@ -57,9 +59,22 @@ def _say_cpu(provenance: Path) -> None:
               "only; expect a close number, not the same one")
 
 
+def _registration(name: str) -> tuple[Registered, Path, Path]:
+    """The registration of ``name``, where it is published and where its runs were carried: a comparison
+    (``residual_cpu2``), or one point of a registered study (``depth_cpu/max_iter-4``)."""
+    study, _, point = name.partition("/")
+    if not point:
+        return load_spec(name), REPO / "docs" / "results" / name, REPO / "docs" / "results" / name / "carry"
+    points = {p.name: p for p in load_study(study).points()}
+    if point not in points:
+        raise SystemExit(f"study {study} has no point {point!r}: its points are {', '.join(points)}")
+    return (points[point].reg, REPO / "docs" / "results" / study / point,
+            REPO / "docs" / "results" / study / "carry" / point)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("name", help="registered comparison (conf/ab/NAME.yaml)")
+    ap.add_argument("name", help="registered comparison (conf/ab/NAME.yaml), or STUDY/POINT for a study's point")
     ap.add_argument("arm")
     ap.add_argument("seed", type=int)
     ap.add_argument("--results", type=Path, default=None,
@@ -70,8 +85,8 @@ def main() -> int:
     ap.add_argument("--print", dest="print_only", action="store_true", help="print the command and stop")
     args = ap.parse_args()
 
-    reg = load_spec(args.name)
-    results_path = args.results or REPO / "docs" / "results" / args.name / "results.json"
+    reg, published_dir, carried = _registration(args.name)
+    results_path = args.results or published_dir / "results.json"
     published = json.loads(results_path.read_text())
     if published["registration"].get("sha256") != reg.sha256:
         print(f"{results_path} was produced under another registration "
@@ -106,7 +121,7 @@ def main() -> int:
         print(f"note: the comparison ran at commit {ran_at[:12]}, this tree is at {here}: "
               f"bit-equality is promised at {ran_at[:12]} only (git worktree add /tmp/at {ran_at[:12]}, "
               "then run this script there)")
-    _say_cpu(results_path.parent / "carry" / pair.run_dir.name / "provenance.json")
+    _say_cpu(carried / pair.run_dir.name / "provenance.json")
     if args.print_only:
         return 0
     threads = args.threads

@@ -206,3 +206,17 @@ def test_a_carried_study_resumes_elsewhere_without_redoing_a_finished_run(regist
     second = FakeStudyTrain()
     code, text = _ab(registry, fresh, second)
     assert code == 0 and second.calls == [], text
+
+
+def test_a_finished_study_is_published_point_by_point_with_one_provenance(registry: Path, tmp_path: Path) -> None:
+    from tests.helpers.script_module import load_script
+
+    publish = load_script("publish_comparison")
+    sdir = tmp_path / "ab" / "st"
+    assert publish.publish_study(sdir, tmp_path / "out", "st", "dormouse ab st", registry) is None  # not run yet
+    assert _ab(registry, tmp_path / "ab", FakeStudyTrain())[0] == 0
+    prov = publish.publish_study(sdir, tmp_path / "out", "st", "dormouse ab st", registry)
+    assert prov is not None and set(prov["points"]) == {"max_iter-1", "max_iter-4"}
+    for rel in ("report.md", "results.json", "registration.json", "design.json", "delta_vs_axis.png",
+                "provenance.json", "max_iter-4/report.md", "max_iter-4/provenance.json", "max_iter-1/launch"):
+        assert (tmp_path / "out" / rel).exists(), rel
