@@ -24,9 +24,12 @@ def test_version_is_the_installed_distribution_version():
 def test_ab_list_shows_every_registered_comparison_with_its_description():
     result = runner.invoke(app, ["ab", "--list"])
     assert result.exit_code == 0, result.output
-    assert result.output.startswith("residual\tlooks at 3, 6, 9 replicates, SESOI 0.02 bpb; arms rezero, gr, ")
+    assert "\nresidual\tlooks at 3, 6, 9 replicates, SESOI 0.02 bpb; arms rezero, gr, " in result.output
     assert "\nresidual_cpu\t5 seeds (protocol 1, read only)" in result.output
     assert "\nsmoke\t" in result.output and "Smoke test of the A/B machinery" in result.output
+    # a registered study is listed as one, with its axis and points
+    assert result.output.startswith("depth_cpu\tstudy of model.max_iter at 2, 4, 8: one comparison each ")
+    assert "\nsmoke_study\tstudy of model.max_iter at 1, 2" in result.output
 
 
 def test_ab_without_a_name_says_how_to_find_one():
