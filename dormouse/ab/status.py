@@ -37,13 +37,18 @@ from dormouse.run.loglines import EVAL, RESUME, LogLineError, human, line_kind, 
 from dormouse.run.reader import read_run
 
 
+def tune_most_runs(plan: ComparisonPlan) -> int:
+    """The most runs the tune stage may train: every tuned arm's bracketing budget spent (0 without a stage)."""
+    return plan.spec.tune.bracketing().budget * len(plan.tuned_arms) if plan.tune_pairs else 0
+
+
 def tune_cost_line(plan: ComparisonPlan) -> str:
     """What the tune stage adds to the card's cost (the card counts confirmatory replicates only): the grid's
     pairs, and the maximum its bracketing may add (every arm's budget spent)."""
     costs = [training_cost(p.cfg) for p in plan.tune_pairs]
     confirmatory = [training_cost(p.cfg) for p in plan.pairs]
     rule = plan.spec.tune.bracketing()
-    most = rule.budget * len(plan.tuned_arms)
+    most = tune_most_runs(plan)
     per_run = sum(c["flops"] for c in costs) / max(1, len(costs))
     beyond = (f"; at most {most} runs with bracketing ({len(plan.tuned_arms)} arms × a budget of {rule.budget} "
               f"runs), ~{human(per_run * most)} training FLOPs" if most > len(costs) else "")

@@ -169,11 +169,9 @@ def load_study(name: str, registry: Path | None = None) -> RegisteredStudy:
         msg = str(getattr(exc, "msg", None) or exc).splitlines()[0]
         raise ABSpecError([f"{source}: field 'study.{key}': {msg} (study fields: "
                            f"{', '.join(StudyBlock.__dataclass_fields__)})"]) from exc
-    except Exception as exc:
-        missing = [k for k in StudyBlock.__dataclass_fields__ if OmegaConf.is_dict(block_raw) and k not in block_raw
-                   and StudyBlock.__dataclass_fields__[k].default is MISSING]
-        lines = [f"{source}: field 'study.{k}' is required" for k in missing]
-        raise ABSpecError(lines or [f"{source}: field 'study': {exc}"]) from exc
+    except ValueError as exc:  # not a mapping (a number, null): OmegaConf refuses to merge it at all
+        raise ABSpecError([f"{source}: field 'study': {block_raw!r} must be a mapping of the study fields "
+                           f"({', '.join(StudyBlock.__dataclass_fields__)})"]) from exc
     template = parse_spec(OmegaConf.to_yaml(raw), source)
     if not isinstance(template, ComparisonSpec):
         raise ABSpecError([f"{source}: field 'protocol': a study is a protocol-2 registration (protocol: 2)"])

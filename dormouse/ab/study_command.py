@@ -21,6 +21,7 @@ from dormouse.ab.launch_request import LaunchRequest
 from dormouse.ab.pairjob import TrainFn
 from dormouse.ab.questions import plan_command, status_command
 from dormouse.ab.registration import read_stamp, registration_hash
+from dormouse.ab.status import tune_most_runs
 from dormouse.ab.study import RegisteredStudy
 from dormouse.ab.study_runner import (
     build_point_plans,
@@ -49,8 +50,7 @@ def study_plan(study: RegisteredStudy, overrides: list[str], *, root: Path, laun
         _say(console, "")
         _say(console, f"== point {point.index + 1} of {len(plans)}: {point.name} ({study.axis}={point.value}) ==")
         plan_command(point.reg, overrides, root=sdir, registry=None, launch=launch, console=console)
-        tune_most = plan.spec.tune.bracketing().budget * len(plan.tuned_arms) if plan.tune_pairs else 0
-        most += tune_most + len(plan.pairs)
+        most += tune_most_runs(plan) + len(plan.pairs)
     _say(console, "")
     _say(console, f"study {study.name}: at most {most} runs over its {len(plans)} points (every tune budget spent, "
          "every confirmatory replicate run); fewer when arms decide early")

@@ -60,7 +60,6 @@ def analyze_study(study: RegisteredStudy, study_dir: Path, stamp: dict[str, Any]
                                                      (a.get("bpb_by_depth") or {}).items()},
                                     "sentence": a.get("sentence")}
             row["looks_taken"] = len(r.get("looks_taken") or [])
-            row["code"] = (r.get("code") or {}).get("commit") if isinstance(r.get("code"), dict) else r.get("code")
         points.append(row)
     complete = all(row["complete"] for row in points)
     out: dict[str, Any] = {
