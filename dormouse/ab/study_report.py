@@ -48,7 +48,7 @@ def analyze_study(study: RegisteredStudy, study_dir: Path, stamp: dict[str, Any]
         r = read_point(study_dir, p.name)
         per_point.append(r)
         row: dict[str, Any] = {"name": p.name, "value": p.value, "complete": bool(r and r.get("complete")),
-                               "started": r is not None, "arms": {}}
+                               "decided": r is not None, "arms": {}}
         if r is not None:
             for arm, a in r["arms"].items():
                 d = a.get("decision") or {}
@@ -103,8 +103,8 @@ def summary_lines(r: dict[str, Any]) -> list[str]:
     """The console's summary: each point's verdicts, then the interaction (or what it waits for)."""
     lines = []
     for p in r["points"]:
-        if not p["started"]:
-            lines.append(f"{p['name']}: not started")
+        if not p["decided"]:
+            lines.append(f"{p['name']}: no look decided yet")
             continue
         verdicts = ", ".join(f"{a} {v['verdict']}" for a, v in p["arms"].items() if v["role"] == "arm")
         lines.append(f"{p['name']}: {verdicts}" + ("" if p["complete"] else " (not complete)"))
@@ -134,9 +134,10 @@ def render_study_report(r: dict[str, Any], plots: list[str]) -> str:
            f"{r['sesoi']:g} bpb at each point; smallest change τ {r['smallest_change']:g} bpb; looks {r['looks']}.",
            "", "## The primary question: does each arm's Δ change along the axis?", ""]
     if r["interaction"] is None:
-        out.append("Pending: decided once every point is complete (" + ", ".join(
-            f"{p['name']} {'complete' if p['complete'] else 'started' if p['started'] else 'not started'}"
-            for p in r["points"]) + ").")
+        state = {p["name"]: "complete" if p["complete"] else "decided in part" if p["decided"] else
+                 "no look decided yet" for p in r["points"]}
+        out.append("Pending: decided once every point is complete ("
+                   + ", ".join(f"{k} {v}" for k, v in state.items()) + ").")
     else:
         out += ["| arm | change L (bpb) | interval | TOST interval | df | verdict |", "|---|---|---|---|---|---|"]
         for arm, d in r["interaction"].items():
@@ -152,8 +153,8 @@ def render_study_report(r: dict[str, Any], plots: list[str]) -> str:
         for arm, a in p["arms"].items():
             out.append(f"| {p['name']} | {arm} | {_f(a['bpb_mean'])} | {_f(a['diff_mean'], '+.4f')} | {a['n']} | "
                        f"{_iv(a['interval'])} | {a['verdict']} | {_f(a['lr'], 'g')} |")
-        if not p["started"]:
-            out.append(f"| {p['name']} | — | — | — | — | — | not started | — |")
+        if not p["decided"]:
+            out.append(f"| {p['name']} | — | — | — | — | — | no look decided yet | — |")
     card = r.get("study_card")
     if card:
         out += ["", "## Study card (simulated at registration)", "", "```", card.get("text", "").rstrip(), "```"]
@@ -234,7 +235,7 @@ def write_study_outputs(study: RegisteredStudy, study_dir: Path, stamp: dict[str
     files = StudyFiles(study_dir)
     r = analyze_study(study, study_dir, stamp, card)
     plots = []
-    if any(p["started"] for p in r["points"]):
+    if any(p["decided"] for p in r["points"]):
         for name, draw in ((DELTA_AXIS_PLOT, draw_delta), (POINTS_DEPTH_PLOT, draw_points_depth)):
             draw(r).savefig(files.dir / name)
             plots.append(name)

@@ -148,6 +148,19 @@ def test_status_plan_and_design_answer_without_training(registry: Path, tmp_path
     assert fake.calls == []
 
 
+def test_status_of_a_started_point_with_no_look_decided_does_not_say_not_started(registry: Path,
+                                                                                  tmp_path: Path) -> None:
+    """A point whose comparison runs but has not decided a look yet (no results.json) is started: its summary
+    line says no look is decided, never "not started" (what a point without a stamp says)."""
+    fake = FakeStudyTrain()
+    assert _ab(registry, tmp_path / "ab", fake)[0] == 0
+    (tmp_path / "ab" / "st" / "max_iter-4" / "results.json").unlink()
+    code, text = _ab(registry, tmp_path / "ab", fake, status=True)
+    assert code == 0
+    assert "study st: max_iter-4: no look decided yet" in text
+    assert "max_iter-4: not started" not in text
+
+
 @pytest.mark.parametrize("edit, field", [
     (("train.device=cpu,", "train.device=cpu, model.max_iter=3,"), "fixed"),
     (("axis: model.max_iter", "axis: train.seed"), "study.axis"),
