@@ -135,6 +135,19 @@ def _obf_spent(t: float, a: float) -> float:
     return 2.0 * sps.norm.sf(sps.norm.isf(a / 2.0) / math.sqrt(t)) if t > 0 else 0.0
 
 
+def four_way(m: float, se: float, t_sup: float, t_eq: float, margin: float,
+             words: tuple[str, str, str, str] = ("better", "worse", "tie", "undecided")) -> str:
+    """The registered ladder (docs/ab-protocol.md): below 0 (m + t_sup se < 0), above 0, inside ±margin by both
+    TOST tests (−margin < m − t_eq se and m + t_eq se < margin), else undecided; the first that holds."""
+    if m + t_sup * se < 0:
+        return words[0]
+    if m - t_sup * se > 0:
+        return words[1]
+    if -margin < m - t_eq * se and m + t_eq * se < margin:
+        return words[2]
+    return words[3]
+
+
 def replay_looks(results: dict[str, Any]) -> dict[str, tuple[str, int]]:
     """Replay every look: the undecided arms' paired differences so far, this look's critical t for
     better/worse (two-sided, alpha/(2 n_arms) per direction) and for each TOST test (alpha), decided arms
@@ -158,14 +171,7 @@ def replay_looks(results: dict[str, Any]) -> dict[str, tuple[str, int]]:
             d = [final[(arm, i)] - final[(base, i)] for i in range(1, n + 1)]
             m = math.fsum(d) / n
             se = math.sqrt(math.fsum((x - m) ** 2 for x in d) / (n - 1)) / math.sqrt(n)
-            if m + t_sup * se < 0:
-                v = "better"
-            elif m - t_sup * se > 0:
-                v = "worse"
-            elif -sesoi < m - t_eq * se and m + t_eq * se < sesoi:
-                v = "tie"
-            else:
-                v = "undecided"
+            v = four_way(m, se, t_sup, t_eq, sesoi)
             verdict[arm] = (v, k + 1)
             published = results["arms"][arm]["decision"]
             if published["look"] == k:

@@ -63,14 +63,7 @@ def interaction(diffs: list[list[float]], values: list[float], alpha: float, n_a
     se = math.sqrt(math.fsum(cp**2 * s**2 / len(d) for cp, s, d in zip(c, sds, diffs)))
     df = min(len(d) - 1 for cp, d in zip(c, diffs) if cp != 0)
     t_sup, t_eq = sps.t.isf(alpha / (2 * n_arms), df), sps.t.isf(alpha, df)
-    if estimate + t_sup * se < 0:
-        verdict = "grows"
-    elif estimate - t_sup * se > 0:
-        verdict = "shrinks"
-    elif -tau < estimate - t_eq * se and estimate + t_eq * se < tau:
-        verdict = "flat"
-    else:
-        verdict = "undecided"
+    verdict = published.four_way(estimate, se, t_sup, t_eq, tau, ("grows", "shrinks", "flat", "undecided"))
     return {"verdict": verdict, "estimate": estimate, "se": se, "df": df,
             "interval": [estimate - t_sup * se, estimate + t_sup * se],
             "eq_interval": [estimate - t_eq * se, estimate + t_eq * se], "n": [len(d) for d in diffs]}
