@@ -135,6 +135,18 @@ def _obf_spent(t: float, a: float) -> float:
     return 2.0 * sps.norm.sf(sps.norm.isf(a / 2.0) / math.sqrt(t)) if t > 0 else 0.0
 
 
+def paired_diffs(results: dict[str, Any], arm: str, n: int) -> list[float]:
+    """The arm's first n paired differences bpb(arm) − bpb(baseline), by replicate, from the runs' final bpb."""
+    final = {(r["arm"], r["replicate"]): r["final"]["bpb"] for r in results["runs"]}
+    return [final[(arm, i)] - final[(results["baseline"], i)] for i in range(1, n + 1)]
+
+
+def mean_sd(xs: list[float]) -> tuple[float, float]:
+    """Mean and sd (ddof 1)."""
+    m = math.fsum(xs) / len(xs)
+    return m, math.sqrt(math.fsum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
 def four_way(m: float, se: float, t_sup: float, t_eq: float, margin: float,
              words: tuple[str, str, str, str] = ("better", "worse", "tie", "undecided")) -> str:
     """The registered ladder (docs/ab-protocol.md): below 0 (m + t_sup se < 0), above 0, inside ±margin by both
@@ -154,8 +166,7 @@ def replay_looks(results: dict[str, Any]) -> dict[str, tuple[str, int]]:
     stopping; asserts the published verdicts, intervals and looks, and returns arm -> (verdict, deciding look,
     1-based)."""
     assert results.get("alpha_holdback") in (None, 1.0), "this oracle has no hold-back; extend it first"
-    final = {(r["arm"], r["replicate"]): r["final"]["bpb"] for r in results["runs"]}
-    base, alpha, sesoi = results["baseline"], results["alpha"], results["sesoi"]
+    alpha, sesoi = results["alpha"], results["sesoi"]
     looks, family, n_arms = results["looks"], results["family"], results["n_arms"]
     verdict: dict[str, tuple[str, int]] = {}
     taken = []
@@ -168,9 +179,8 @@ def replay_looks(results: dict[str, Any]) -> dict[str, tuple[str, int]]:
         eq_p = _obf_spent(t_now, alpha) - _obf_spent(t_before, alpha)
         t_sup, t_eq = sps.t.isf(sup_p / 2, n - 1), sps.t.isf(eq_p, n - 1)
         for arm in todo:
-            d = [final[(arm, i)] - final[(base, i)] for i in range(1, n + 1)]
-            m = math.fsum(d) / n
-            se = math.sqrt(math.fsum((x - m) ** 2 for x in d) / (n - 1)) / math.sqrt(n)
+            m, sd = mean_sd(paired_diffs(results, arm, n))
+            se = sd / math.sqrt(n)
             v = four_way(m, se, t_sup, t_eq, sesoi)
             verdict[arm] = (v, k + 1)
             published = results["arms"][arm]["decision"]

@@ -57,8 +57,7 @@ def interaction(diffs: list[list[float]], values: list[float], alpha: float, n_a
     """One arm's change: L, se² = Σ c_p² s_p² / n_p, df = min(n_p − 1) over the weighed points; grows/shrinks
     by the Bonferroni t (α/(2 n_arms) per direction), flat by both TOST tests at α, else undecided."""
     c = _contrast_weights(values)
-    means = [math.fsum(d) / len(d) for d in diffs]
-    sds = [math.sqrt(math.fsum((x - m) ** 2 for x in d) / (len(d) - 1)) for d, m in zip(diffs, means)]
+    means, sds = zip(*(published.mean_sd(d) for d in diffs))
     estimate = math.fsum(cp * m for cp, m in zip(c, means))
     se = math.sqrt(math.fsum(cp**2 * s**2 / len(d) for cp, s, d in zip(c, sds, diffs)))
     df = min(len(d) - 1 for cp, d in zip(c, diffs) if cp != 0)
@@ -81,20 +80,16 @@ def check_interaction(study: Any, folder: Path) -> dict[str, dict[str, Any]]:
     for point in study.points():
         r = read_json(folder / point.name / "results.json")
         verdicts = published.replay_looks(r)
-        final = {(run["arm"], run["replicate"]): run["final"]["bpb"] for run in r["runs"]}
         n_all = r["looks_taken"][-1]["n"]
         for arm in [*r["family"], r["aa_arm"]]:
             n = r["looks"][verdicts[arm][1] - 1] if arm in verdicts else n_all
-            per_arm.setdefault(arm, []).append(
-                [final[(arm, i)] - final[(r["baseline"], i)] for i in range(1, n + 1)])
+            per_arm.setdefault(arm, []).append(published.paired_diffs(r, arm, n))
     mine = {arm: interaction(d, values, alpha, len(study.tested), tau) for arm, d in per_arm.items()}
     shown = {**results["interaction"], study.template.aa_arm: results["calibration"]}
     for arm, want in mine.items():
         got = shown[arm]
         assert got["verdict"] == want["verdict"], (arm, got["verdict"], want)
         assert got["df"] == want["df"] and [p["n"] for p in got["points"]] == want["n"], arm
-        for key in ("estimate", "se"):
-            assert got[key] == pytest.approx(want[key], rel=1e-9, abs=1e-12), (arm, key)
-        for key in ("interval", "eq_interval"):
+        for key in ("estimate", "se", "interval", "eq_interval"):
             assert got[key] == pytest.approx(want[key], rel=1e-9, abs=1e-12), (arm, key)
     return mine
