@@ -48,6 +48,7 @@ def analyze_study(study: RegisteredStudy, study_dir: Path, stamp: dict[str, Any]
         r = read_point(study_dir, p.name)
         per_point.append(r)
         row: dict[str, Any] = {"name": p.name, "value": p.value, "complete": bool(r and r.get("complete")),
+                               "started": StudyFiles(study_dir).point(p.name).registration.is_file(),
                                "decided": r is not None, "arms": {}}
         if r is not None:
             for arm, a in r["arms"].items():
@@ -99,12 +100,24 @@ def _decide(study: RegisteredStudy, per_point: list[dict[str, Any] | None]) -> t
     return inter, calib
 
 
+def point_state(p: dict[str, Any]) -> str:
+    """Where a point stands, in the words every summary uses. "Decided" reads the point's ``results.json``, which
+    the runner writes each time it passes the point: a point started in an earlier sitting (or restored from a
+    carry, which leaves the derived results out) has none until then, though its runs may have taken looks, so
+    it says only that it started; ``--status`` lists its looks in the point's own section."""
+    if p["complete"]:
+        return "complete"
+    if p["decided"]:
+        return "decided in part"
+    return "started, no results written yet" if p["started"] else "not started"
+
+
 def summary_lines(r: dict[str, Any]) -> list[str]:
     """The console's summary: each point's verdicts, then the interaction (or what it waits for)."""
     lines = []
     for p in r["points"]:
         if not p["decided"]:
-            lines.append(f"{p['name']}: no look decided yet")
+            lines.append(f"{p['name']}: {point_state(p)}")
             continue
         verdicts = ", ".join(f"{a} {v['verdict']}" for a, v in p["arms"].items() if v["role"] == "arm")
         lines.append(f"{p['name']}: {verdicts}" + ("" if p["complete"] else " (not complete)"))
@@ -134,10 +147,8 @@ def render_study_report(r: dict[str, Any], plots: list[str]) -> str:
            f"{r['sesoi']:g} bpb at each point; smallest change τ {r['smallest_change']:g} bpb; looks {r['looks']}.",
            "", "## The primary question: does each arm's Δ change along the axis?", ""]
     if r["interaction"] is None:
-        state = {p["name"]: "complete" if p["complete"] else "decided in part" if p["decided"] else
-                 "no look decided yet" for p in r["points"]}
         out.append("Pending: decided once every point is complete ("
-                   + ", ".join(f"{k} {v}" for k, v in state.items()) + ").")
+                   + ", ".join(f"{p['name']} {point_state(p)}" for p in r["points"]) + ").")
     else:
         out += ["| arm | change L (bpb) | interval | TOST interval | df | verdict |", "|---|---|---|---|---|---|"]
         for arm, d in r["interaction"].items():
@@ -154,7 +165,7 @@ def render_study_report(r: dict[str, Any], plots: list[str]) -> str:
             out.append(f"| {p['name']} | {arm} | {_f(a['bpb_mean'])} | {_f(a['diff_mean'], '+.4f')} | {a['n']} | "
                        f"{_iv(a['interval'])} | {a['verdict']} | {_f(a['lr'], 'g')} |")
         if not p["decided"]:
-            out.append(f"| {p['name']} | — | — | — | — | — | no look decided yet | — |")
+            out.append(f"| {p['name']} | — | — | — | — | — | {point_state(p)} | — |")
     card = r.get("study_card")
     if card:
         out += ["", "## Study card (simulated at registration)", "", "```", card.get("text", "").rstrip(), "```"]

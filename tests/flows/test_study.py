@@ -148,17 +148,21 @@ def test_status_plan_and_design_answer_without_training(registry: Path, tmp_path
     assert fake.calls == []
 
 
-def test_status_of_a_started_point_with_no_look_decided_does_not_say_not_started(registry: Path,
-                                                                                  tmp_path: Path) -> None:
-    """A point whose comparison runs but has not decided a look yet (no results.json) is started: its summary
-    line says no look is decided, never "not started" (what a point without a stamp says)."""
+def test_status_tells_a_started_point_without_results_from_a_point_not_started(registry: Path,
+                                                                                tmp_path: Path) -> None:
+    """A point whose comparison started but has no results.json (the runner has not passed it in this sitting,
+    or it was restored from a carry, which leaves derived files out) says it started, never "not started" nor
+    that no look was decided (its looks may have been); a point with no stamp says "not started"."""
     fake = FakeStudyTrain()
     assert _ab(registry, tmp_path / "ab", fake)[0] == 0
     (tmp_path / "ab" / "st" / "max_iter-4" / "results.json").unlink()
     code, text = _ab(registry, tmp_path / "ab", fake, status=True)
     assert code == 0
-    assert "study st: max_iter-4: no look decided yet" in text
-    assert "max_iter-4: not started" not in text
+    assert "study st: max_iter-4: started, no results written yet" in text
+    assert "max_iter-4: not started" not in text and "no look decided" not in text
+    (tmp_path / "ab" / "st" / "max_iter-4").rename(tmp_path / "elsewhere")
+    code, text = _ab(registry, tmp_path / "ab", fake, status=True)
+    assert code == 0 and "study st: max_iter-4: not started" in text
 
 
 @pytest.mark.parametrize("edit, field", [
