@@ -11,7 +11,11 @@ records' attempts (interrupted ones included: they took the machine too):
 
 - ``wall_s``: first run started to last run finished, pauses between sittings included;
 - ``sittings``: the stretches in which runs trained, a pause longer than ``SITTING_GAP_S`` ending one, and
-  ``running_s``, their summed length: what a comparison that spans sessions cost the machine.
+  ``running_s``, their summed length: what a comparison that spans sessions cost the machine;
+- ``run_cpus``: how many of the runs its results use computed on each CPU (each run's provenance.json): a
+  comparison carried across sessions may resume on a machine with another CPU, which sets both its speed (a
+  run's wall differed 3.4-fold between two such machines) and its roundings (a re-run is bit-equal on the
+  run's own CPU only); ``machine`` is the machine that published.
 
 A registered study (``python scripts/publish_comparison.py depth_cpu --command ...``) is published point by point
 (``docs/results/STUDY/<point>/``, each as a comparison), then its own report, results, stamp, card and plots,
@@ -28,6 +32,7 @@ import os
 import platform
 import shutil
 import sys
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
@@ -77,16 +82,17 @@ def publish(comp: Path, out: Path, name: str, command: str) -> dict | None:
                 spans.append((attempt["started"], attempt["finished"]))
             threads.add(attempt.get("threads"))
 
-    commits = set()
+    commits, provs = set(), []
     for run in results["runs"]:
         prov = json.loads((Path(run["run_dir"]) / "provenance.json").read_text())
         commits.add(str(prov.get("commit")))
+        provs.append(prov)
     if len(commits) != 1 or any(c.endswith("+dirty") for c in commits):
         print(f"the runs ran on {sorted(commits)}: a published comparison runs on one clean commit")
         return None
     provenance = {"comparison": name, "command": command, "commit": commits.pop(),
                   **timing(spans, starts, ends), "threads_per_pair": sorted(t for t in threads if t is not None),
-                  "machine": machine()}
+                  "run_cpus": run_cpus(provs), "machine": machine()}
     atomic_write_text(out / "provenance.json", json.dumps(provenance, indent=2) + "\n")
     return provenance
 
@@ -99,6 +105,14 @@ def timing(spans: list[tuple[str, str]], starts: list[str], ends: list[str]) -> 
     return {"started": t0, "finished": t1,
             "wall_s": (datetime.fromisoformat(t1) - datetime.fromisoformat(t0)).total_seconds(),
             "sittings": [list(x) for x in stretches], "running_s": running}
+
+
+def run_cpus(provenances: list[dict]) -> dict[str, int]:
+    """How many runs computed on each CPU, keyed "model (torch's dispatch level)" from each run's provenance
+    (dormouse.train.start.cpu_description); a run that recorded none counts under "not recorded"."""
+    counts = Counter(f"{cpu['model']} ({cpu['torch_capability']})" if (cpu := prov.get("cpu")) else "not recorded"
+                     for prov in provenances)
+    return dict(sorted(counts.items()))
 
 
 def machine() -> dict:
@@ -132,8 +146,9 @@ def publish_study(sdir: Path, out: Path, name: str, command: str, registry: Path
     spans = [tuple(s) for p in points.values() for s in p["sittings"]]
     provenance = {"study": name, "command": command, "commit": commits.pop(),
                   **timing(spans, [p["started"] for p in points.values()], [p["finished"] for p in points.values()]),
-                  "points": {k: {f: v[f] for f in ("started", "finished", "wall_s", "running_s")}
+                  "points": {k: {f: v[f] for f in ("started", "finished", "wall_s", "running_s", "run_cpus")}
                              for k, v in points.items()},
+                  "run_cpus": dict(sorted(sum((Counter(p["run_cpus"]) for p in points.values()), Counter()).items())),
                   "machine": machine()}
     atomic_write_text(out / "provenance.json", json.dumps(provenance, indent=2) + "\n")
     return provenance

@@ -42,4 +42,16 @@ PERTURBATIONS: list[dict] = [
                "its cost, which the next registration is sized from, is wrong by the pause",
         "protects": "A/B rule",
     },
+    {
+        "name": "run_cpus_counts_every_run_on_the_first_runs_cpu",
+        "file": "scripts/publish_comparison.py",
+        "function": "run_cpus",
+        "old": "if (cpu := prov.get(\"cpu\")) else",
+        "new": "if (cpu := provenances[0].get(\"cpu\")) else",
+        "gates": ["tests/flows/test_publish_comparison.py::"
+                  "test_run_cpus_counts_the_runs_on_each_cpu_and_those_that_recorded_none"],
+        "why": "a comparison resumed on a machine with another CPU is published as if it ran on one: its wall "
+               "time (3.4-fold apart between two such machines) and which runs re-run bit for bit are misread",
+        "protects": "A/B rule",
+    },
 ]

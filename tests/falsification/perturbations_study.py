@@ -70,4 +70,15 @@ PERTURBATIONS: list[dict] = [
                "A/A data orders, and the points are no longer independent",
         "protects": "data/eval",
     },
+    {
+        "name": "study_status_calls_a_started_point_undecided",
+        "file": _SR,
+        "function": "point_state",
+        "old": "    return \"started, no results written yet\" if p[\"started\"] else \"not started\"\n",
+        "new": "    return \"no look decided yet\"\n",
+        "gates": [_T + "test_status_tells_a_started_point_without_results_from_a_point_not_started"],
+        "why": "a point restored from a carry, whose looks were taken, is said to have decided none, and a point "
+               "never started reads the same: --status misleads whoever resumes the study",
+        "protects": "A/B rule",
+    },
 ]

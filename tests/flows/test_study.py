@@ -234,6 +234,9 @@ def test_a_finished_study_is_published_point_by_point_with_one_provenance(regist
     assert _ab(registry, tmp_path / "ab", FakeStudyTrain())[0] == 0
     prov = publish.publish_study(sdir, tmp_path / "out", "st", "dormouse ab st", registry)
     assert prov is not None and set(prov["points"]) == {"max_iter-1", "max_iter-4"}
+    runs = {p: len(json.loads((sdir / p / "results.json").read_text())["runs"]) for p in prov["points"]}
+    assert {p: sum(v["run_cpus"].values()) for p, v in prov["points"].items()} == runs
+    assert sum(prov["run_cpus"].values()) == sum(runs.values())
     for rel in ("report.md", "results.json", "registration.json", "design.json", "delta_vs_axis.png",
                 "provenance.json", "max_iter-4/report.md", "max_iter-4/provenance.json", "max_iter-1/launch"):
         assert (tmp_path / "out" / rel).exists(), rel
