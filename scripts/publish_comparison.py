@@ -14,7 +14,7 @@ records' attempts (interrupted ones included: they took the machine too):
   ``running_s``, their summed length: what a comparison that spans sessions cost the machine;
 - ``run_cpus``: how many of the runs its results use computed on each CPU (each run's provenance.json): a
   comparison carried across sessions may resume on a machine with another CPU, which sets both its speed (a
-  run's wall differed 3.4-fold between two such machines) and its roundings (a re-run is bit-equal on the
+  run's wall differed 3.7-fold between two such machines) and its roundings (a re-run is bit-equal on the
   run's own CPU only); ``machine`` is the machine that published.
 
 A registered study (``python scripts/publish_comparison.py depth_cpu --command ...``) is published point by point

@@ -12,6 +12,7 @@ is running, wherever it runs. The compute estimate is the model's (:mod:`dormous
 
 from __future__ import annotations
 
+import functools
 import heapq
 import json
 import time
@@ -64,6 +65,26 @@ def _fmt_s(seconds: float | None) -> str:
         return "—"
     s = int(round(seconds))
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+@functools.cache
+def _this_cpu() -> dict[str, Any]:
+    from dormouse.train.start import cpu_description  # torch: only once a run's CPU is asked about
+
+    return cpu_description()
+
+
+def timed_elsewhere(run_dir: Path) -> bool:
+    """Whether a run recorded that it computed on another CPU than this machine's (its provenance.json's ``cpu``,
+    :func:`dormouse.train.start.cpu_description`). A run's wall time is its CPU's as much as its own (the depth
+    study's AttnRes runs at 4 iterations took 3.7 times as long on the AMD EPYC (AVX2) it resumed on as on the
+    Intel Xeon (AVX512) it started on), so the time left here is estimated from the runs timed here; a run that
+    recorded no CPU counts as timed here."""
+    try:
+        cpu = json.loads(RunFiles(run_dir).provenance.read_text()).get("cpu")
+    except (OSError, ValueError):
+        return False
+    return cpu is not None and cpu != _this_cpu()
 
 
 def pair_wall_s(pair: Pair, comp_dir: Path) -> float | None:
@@ -124,7 +145,7 @@ def render_plan(plan: ComparisonPlan, *, launch: dict[str, Any], registration: s
     measured: dict[str, list[float]] = {}
     for p in pairs:
         w = pair_wall_s(p, comp_dir) if states[p.name][0] == "complete" else None
-        if w is not None:
+        if w is not None and not timed_elsewhere(p.run_dir):
             measured.setdefault(p.arm, []).append(w)
     total_flops = total_tokens = 0.0
     remaining_s: float | None = 0.0
@@ -149,9 +170,9 @@ def render_plan(plan: ComparisonPlan, *, launch: dict[str, Any], registration: s
          "eval excluded)")
     if left and remaining_s is not None:
         _say(console, f"estimated wall time: ≈{_fmt_s(remaining_s / max(1, jobs))} at {jobs} run(s) at once "
-             "(from this comparison's finished runs, per arm)")
+             "(from this comparison's finished runs on this CPU, per arm)")
     elif left:
-        _say(console, "estimated wall time: unknown until a run of each arm has finished on this machine "
+        _say(console, "estimated wall time: unknown until a run of each arm has finished on this CPU "
              "(then --plan and --status use the measured time)")
 
 
@@ -182,7 +203,7 @@ def pair_status(pair: Pair, comp_dir: Path, now: float | None = None) -> dict[st
                            "steps": pair.steps, "last_eval": _last_eval_line(pair.run_dir), "elapsed_s": None,
                            "eta_s": None, "where": "", "note": ""}
     if state == "complete":
-        out.update(state="done", elapsed_s=pair_wall_s(pair, comp_dir))
+        out.update(state="done", elapsed_s=pair_wall_s(pair, comp_dir), timed_here=not timed_elsewhere(pair.run_dir))
     elif is_locked(lock_path):
         holder = read_holder(lock_path) or {}
         out["state"] = "running"
@@ -249,7 +270,7 @@ def comparison_status(plan: ComparisonPlan) -> dict[str, Any]:
     rows = [pair_status(p, comp_dir, now) for p in pairs]
     lock_path = ComparisonFiles(Path(comp_dir)).lock
     driver = read_holder(lock_path) if is_locked(lock_path) else None
-    done_walls = [r["elapsed_s"] for r in rows if r["state"] == "done" and r["elapsed_s"]]
+    done_walls = [r["elapsed_s"] for r in rows if r["state"] == "done" and r["elapsed_s"] and r["timed_here"]]
     running = [(r["elapsed_s"] or 0.0, r["eta_s"]) for r in rows if r["state"] == "running"]
     todo = sum(r["state"] in ("pending", "interrupted", "failed") for r in rows)
     eta = comparison_eta(running, done_walls, todo) if running or todo else None
