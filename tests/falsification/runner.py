@@ -19,13 +19,17 @@ missing keys). For each one this runner:
 4. records the first gate that went red and the ``deviation=`` / ``bound=`` its failure message reports;
 5. runs the same gates on an unperturbed copy: restore must be green.
 
-The table (perturbation | gate that went red | by how much | restored green) is printed last. Exit status
+Each red run also records the repo files it opened and their fingerprint (reads.py, record.py), so that
+``--changed`` re-runs only what a change could have turned green. The table (perturbation | gate that went red
+| by how much | restored green) is printed last. Exit status
 1 when any perturbation left every gate green, was stale, could not be run, or its restore was not green.
 
     python -m tests.falsification                 # everything
     python -m tests.falsification --list          # what would run, and whether each still applies
     python -m tests.falsification --only temperature_1_over_sqrt_d --json out.json
-    python -m tests.falsification --markdown docs/falsification.md   # the record, grouped by what it protects
+    python -m tests.falsification --record        # everything, then the record: record.json + docs/falsification.md
+    python -m tests.falsification --changed       # only what changed since its recorded red run (CI)
+    python -m tests.falsification --changed --record   # ... and update the record
 """
 
 from __future__ import annotations
@@ -47,7 +51,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import record
 from .locate import WHOLE_FILE, StalePerturbation, apply
+from .reads import READS_ENV, SITECUSTOMIZE, TREE_ENV, environment, fingerprint, repo_paths
 
 ROOT = Path(__file__).resolve().parents[2]
 HOME = Path(__file__).resolve().parent  # tests/falsification: the runner, the perturbations, the keying tool
@@ -65,7 +71,8 @@ EXTRA_FILES: tuple[str, ...] = ("pyproject.toml",)
 REQUIRED_KEYS: tuple[str, ...] = ("name", "file", "function", "old", "new", "gates", "why", "protects")
 # What a gate protects, in the order docs/falsification.md lists the groups.
 PROTECTS: tuple[str, ...] = ("mechanism", "kernels", "training loop", "data/eval", "arms' set-up", "A/B rule",
-                             "counters", "probes")
+                             "counters", "probes", "record")
+ENV = environment()  # torch's and Python's versions: part of every fingerprint (reads.py)
 RUN_TIMEOUT_S = 600  # one perturbation's gates
 # The restore runs every perturbation's gates in one pytest run (~11 min on 2 cores at 330 perturbations, and
 # growing with the record): its own limit, so a longer record is not reported as 330 failed restores.
@@ -104,6 +111,11 @@ class Result:
     detail: str = ""
     seconds: float = 0.0
     imports: dict[str, str | None] = field(default_factory=dict)
+    # what the red run read (repo paths) and their fingerprint (reads.py); where and when it ran
+    reads: list[str] = field(default_factory=list)
+    fingerprint: str = ""
+    commit: str = ""
+    date: str = ""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -177,11 +189,26 @@ def module_name(tree_file: str) -> str:
 def make_tree(dst: Path) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
     for src, rel in LAYOUT.items():  # dormouse/ before conf/ -> dormouse/conf
-        if (ROOT / src).is_dir():
-            shutil.copytree(ROOT / src, dst / rel, ignore=ignore, dirs_exist_ok=True)
+        # ROOT may itself be such a tree (a gate that runs the falsification): kernels/ is then dormouse_kernels/
+        found = next((ROOT / d for d in (src, rel) if (ROOT / d).is_dir()), None)
+        if found is not None:
+            shutil.copytree(found, dst / rel, ignore=ignore, dirs_exist_ok=True)
     for name in EXTRA_FILES:
         if (ROOT / name).is_file():
             shutil.copy2(ROOT / name, dst / name)
+    (dst / "sitecustomize.py").write_text(SITECUSTOMIZE)  # every process of a gate run reports what it opened
+
+
+def tree_bytes(tree: Path, original: dict[str, bytes]):  # noqa: ANN201 - a reader for reads.fingerprint
+    """Read a repo-relative file as the tree holds it, the perturbed file as it was before the perturbation."""
+
+    def read(rel: str) -> bytes | None:
+        if rel in original:
+            return original[rel]
+        path = tree / (tree_path(rel) if "/" in rel else rel)
+        return path.read_bytes() if path.is_file() else None
+
+    return read
 
 
 # --------------------------------------------------------------------------------------------------
@@ -256,8 +283,9 @@ def run_gates(tree: Path, gates: list[str], mutated: str, extra: list[str], tag:
               timeout_s: int = RUN_TIMEOUT_S) -> dict[str, Any]:
     """Run pytest on ``gates`` inside ``tree``; return rc, the testcases and where modules came from."""
     junit = tree / f".falsify-{tag}.xml"
+    reads = tree.parent / f"{tree.name}.{tag}.reads"  # outside the tree: the log is no read of the tree
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
-    env.update(PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1")
+    env.update(PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1", **{READS_ENV: str(reads), TREE_ENV: str(tree)})
     # -p no:hypothesispytest: that plugin alone imports for ~1.5 s per run and no gate needs it (hypothesis'
     # @given works without it); a gate that did need a disabled plugin would fail its restore run, loudly.
     cmd = [
@@ -276,7 +304,8 @@ def run_gates(tree: Path, gates: list[str], mutated: str, extra: list[str], tag:
     try:
         proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return {"rc": None, "cases": [], "imports": {}, "output": f"timed out after {timeout_s} s"}
+        return {"rc": None, "cases": [], "imports": {}, "reads": [], "output": f"timed out after {timeout_s} s"}
+    opened = reads.read_text().splitlines() if reads.is_file() else []
     imports: dict[str, str | None] = {}
     for line in proc.stdout.splitlines():
         if line.startswith("FALSIFY_IMPORTS "):
@@ -285,6 +314,7 @@ def run_gates(tree: Path, gates: list[str], mutated: str, extra: list[str], tag:
         "rc": proc.returncode,
         "cases": parse_junit(junit, tree),
         "imports": imports,
+        "reads": repo_paths(opened, LAYOUT, ROOT),
         "output": (proc.stdout + proc.stderr)[-4000:],
     }
 
@@ -312,6 +342,7 @@ def falsify_one(p: dict[str, Any], workdir: Path) -> Result:
         target = tree / rel
         if not target.is_file():
             raise StalePerturbation(f"stale perturbation: {p['file']} does not exist")
+        original = {p["file"]: target.read_bytes()}
         target.write_text(apply(target.read_text(), p["function"], p["old"], p["new"], p["file"]))
     except StalePerturbation as e:
         res.status, res.detail = "stale", str(e)
@@ -330,6 +361,9 @@ def falsify_one(p: dict[str, Any], workdir: Path) -> Result:
     problem = import_problem(tree, run["imports"], mutated, res.status == "red")
     if problem:
         res.status, res.detail = "error", problem
+    if res.status == "red":  # what the red run read decides when it must run again (reads.py)
+        res.reads = run["reads"]
+        res.fingerprint = fingerprint(p, res.reads, tree_bytes(tree, original), ENV)
     res.seconds = time.monotonic() - start
     shutil.rmtree(tree, ignore_errors=True)
     return res
@@ -435,6 +469,7 @@ _GROUP_TITLES = {
     "A/B rule": "A/B rule: the verdict, Holm, the report's sentences, the registered extension",
     "counters": "Counters: ran/asked and the log check",
     "probes": "Probes: the learned values the runs and the report plot",
+    "record": "The record itself: what a red run read, its fingerprint, what --changed re-runs",
 }
 
 
@@ -461,12 +496,16 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(results: list[Result], seconds: float, command: str, status: int, date: str,
+def render_markdown(rows: list[Result], ran: int, seconds: float, command: str, status: int, date: str,
                     load_errors: list[str]) -> str:
-    """docs/falsification.md: the record, grouped by what each gate protects (PROTECTS order)."""
-    red = sum(r.status == "red" for r in results)
-    restored = sum(r.restored is True for r in results)
-    sources = sorted({r.source for r in results})
+    """docs/falsification.md: the record, grouped by what each gate protects (PROTECTS order).
+
+    ``rows`` holds every perturbation: its recorded red run (record.py) or, when it has none, this run's
+    outcome; ``ran`` of them ran in this run (``--changed`` runs only what changed), which took ``seconds``."""
+    red = sum(r.status == "red" for r in rows)
+    restored = sum(r.restored is True for r in rows)
+    sources = sorted({r.source for r in rows})
+    commits = sorted({r.commit for r in rows if r.commit})
     out = [
         "# Falsification record",
         "",
@@ -478,14 +517,18 @@ def render_markdown(results: list[Result], seconds: float, command: str, status:
         "copy, not the editable install, was imported), records the first gate that went red and the",
         "`deviation=` / `bound=` its message reports, then runs the same gates on an unperturbed copy (restore",
         "must be green). It exits 1 if a perturbation left every gate green, was stale (its definition is gone,",
-        "or its pattern no longer occurs exactly once there), could not be run, or did not restore green. This",
-        "file is written by the run itself (`--markdown`); do not edit it by hand.",
+        "or its pattern no longer occurs exactly once there), could not be run, or did not restore green.",
         "",
-        f"- Date: {date}",
-        f"- Command: `{command}` (repo root; exit status {status})",
-        f"- Machine: {_machine()}",
-        f"- Wall time: {seconds:.0f} s for {len(results)} perturbations ({', '.join(f'`{x}`' for x in sources)});"
-        f" {red} went red, {restored} restored green.",
+        "Each red run also records the repo files it opened and a fingerprint of their contents",
+        "(`tests/falsification/record.json`); `--changed` re-runs only the perturbations whose files, definition",
+        "or torch changed since their recorded run, which is what CI runs. The column \"run at\" is the commit of",
+        "each row's recorded run (`+dirty`: with uncommitted edits, which the fingerprint covers). This file is",
+        "written by the run itself (`--record`); do not edit it by hand.",
+        "",
+        f"- Last run: {date}, `{command}` (repo root; exit status {status}), {ran} perturbations in {seconds:.0f} s",
+        f"- Machine of the last run: {_machine()}",
+        f"- Record: {len(rows)} perturbations ({', '.join(f'`{x}`' for x in sources)}); {red} red, {restored}"
+        f" restored green; run at {', '.join(f'`{c}`' for c in commits) or 'no commit'}.",
     ]
     if load_errors:
         out += ["- **Load errors**: " + "; ".join(_cell(e) for e in load_errors)]
@@ -499,7 +542,7 @@ def render_markdown(results: list[Result], seconds: float, command: str, status:
         "| protects | perturbations | red | restored green |",
         "|---|---|---|---|",
     ]
-    groups = {g: [r for r in results if r.protects == g] for g in PROTECTS}
+    groups = {g: [r for r in rows if r.protects == g] for g in PROTECTS}
     for g, rs in groups.items():
         out.append(f"| {g} | {len(rs)} | {sum(r.status == 'red' for r in rs)} | "
                    f"{sum(r.restored is True for r in rs)} |")
@@ -507,8 +550,8 @@ def render_markdown(results: list[Result], seconds: float, command: str, status:
         if not rs:
             continue
         out += ["", f"## {_GROUP_TITLES[g]}", "",
-                "| perturbation | the defect | gate that went red | by how much | restored green |",
-                "|---|---|---|---|---|"]
+                "| perturbation | the defect | gate that went red | by how much | restored green | run at |",
+                "|---|---|---|---|---|---|"]
         for r in rs:
             if r.status == "red":
                 gate = f"`{r.gate.removeprefix('tests/')}`" if r.gate else ""
@@ -517,8 +560,37 @@ def render_markdown(results: list[Result], seconds: float, command: str, status:
                 gate, much = f"**{r.status.upper()}**", _cell(r.detail)
             back = {True: "yes", False: "**NO**", None: "-"}[r.restored]
             out.append(f"| `{r.name}` ({r.source.removeprefix('perturbations_').removesuffix('.py')}) | "
-                       f"{_cell(r.why)} | {gate} | {much} | {back} |")
+                       f"{_cell(r.why)} | {gate} | {much} | {back} | {r.commit or '-'} |")
     return "\n".join(out) + "\n"
+
+
+def _commit() -> str:
+    """HEAD's short hash, ``+dirty`` when the work tree has uncommitted edits ('' outside git)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return head + ("+dirty" if dirty else "")
+
+
+def record_rows(perts: list[dict[str, Any]], entries: dict[str, dict[str, Any]],
+                results: list[Result]) -> list[Result]:
+    """Every perturbation's row for the markdown: its recorded red run, else this run's outcome, else not run."""
+    ran = {r.name: r for r in results}
+    rows = []
+    for p in perts:
+        if p["name"] in entries:
+            e = entries[p["name"]]
+            rows.append(Result(**{k: v for k, v in e.items() if k in Result.__dataclass_fields__}))
+        elif p["name"] in ran:
+            rows.append(ran[p["name"]])
+        else:
+            rows.append(Result(p["name"], p["file"], p["function"], p["why"], p["source"], list(p["gates"]),
+                               p["protects"], status="not run", detail="no recorded red run"))
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -531,10 +603,17 @@ def main(argv: list[str] | None = None) -> int:
         help="run only this perturbation (repeatable, or comma-separated)",
     )
     ap.add_argument("--list", action="store_true", help="list the perturbations and exit")
-    ap.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
-    ap.add_argument("--markdown", type=Path, metavar="PATH",
-                    help="also write the record as markdown, grouped by what each gate protects "
-                    "(docs/falsification.md)")
+    ap.add_argument("--json", type=Path, metavar="PATH", help="also write this run's results as JSON")
+    ap.add_argument("--changed", action="store_true",
+                    help="run only the perturbations whose recorded red run read other bytes than the repo holds "
+                    "now, or that have no record (what CI runs; tests/falsification/reads.py)")
+    ap.add_argument("--record", action="store_true",
+                    help="merge this run into the record (tests/falsification/record.json) and rewrite "
+                    "docs/falsification.md from it")
+    ap.add_argument("--record-file", type=Path, default=record.RECORD, metavar="PATH",
+                    help="the record to read (--changed) and write (--record)")
+    ap.add_argument("--markdown", type=Path, default=record.MARKDOWN, metavar="PATH",
+                    help="where --record writes the record as markdown (default docs/falsification.md)")
     ap.add_argument(
         "--file",
         type=Path,
@@ -546,6 +625,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     perts, errors = load_perturbations(args.file)
+    every = perts  # --only runs a few; the record keeps the others' entries
     only = [n for item in args.only for n in item.split(",") if n]
     if only:
         unknown = sorted(set(only) - {p["name"] for p in perts})
@@ -559,11 +639,19 @@ def main(argv: list[str] | None = None) -> int:
         stale = print_list(perts)
         return 1 if stale or (errors and not only) else 0
 
+    entries = record.load(args.record_file) if (args.changed or args.record) else {}
+    todo = perts
+    if args.changed:
+        todo = [p for p in perts if not record.up_to_date(p, entries.get(p["name"]), ROOT, ENV)]
+        print(f"{len(perts) - len(todo)} of {len(perts)} perturbations read the same bytes as their recorded red run "
+              f"({args.record_file.relative_to(ROOT) if args.record_file.is_relative_to(ROOT) else args.record_file});"
+              f" running the other {len(todo)}", flush=True)
+
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="falsify-") as tmp:
         workdir = Path(tmp)
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            results = list(pool.map(lambda p: falsify_one(p, workdir), perts))
+            results = list(pool.map(lambda p: falsify_one(p, workdir), todo))
         restore(results, workdir)
     seconds = time.monotonic() - start
 
@@ -571,9 +659,15 @@ def main(argv: list[str] | None = None) -> int:
     status = 1 if failed or (errors and not only) else 0
     command = " ".join([COMMAND, *(argv if argv is not None else sys.argv[1:])])
     date = _dt.datetime.now().astimezone().isoformat(timespec="seconds")
-    if args.markdown:
+    commit = _commit()
+    for r in results:
+        r.commit, r.date = commit, date
+    if args.record:
+        entries = record.merge(entries, [asdict(r) for r in results], {p["name"] for p in every})
+        record.save(args.record_file, entries)
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(render_markdown(results, seconds, command, status, date, errors))
+        rows = record_rows(every, entries, results)
+        args.markdown.write_text(render_markdown(rows, len(results), seconds, command, status, date, errors))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(
@@ -593,4 +687,3 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         print(f"{len(failed)} perturbation(s) not falsified cleanly: {', '.join(r.name for r in failed)}")
     return status
-

@@ -19,7 +19,8 @@ if str(ROOT) not in sys.path:  # the record is the package tests.falsification, 
     sys.path.insert(0, str(ROOT))
 
 from tests.falsification import key as keytool  # noqa: E402
-from tests.falsification import locate, runner  # noqa: E402
+from tests.falsification import locate, record, runner  # noqa: E402
+from tests.falsification.reads import fingerprint  # noqa: E402
 
 GATE = "tests/arms/test_attnres.py::test_gold_fixture_a"
 
@@ -187,9 +188,10 @@ def test_the_keying_tool_adds_one_line_per_perturbation_and_is_idempotent(tmp_pa
     assert '"function": "Box.surface",' in pfile.read_text()
 
 
-def test_falsify_goes_red_and_restores_green(tmp_path: Path) -> None:
-    out = tmp_path / "falsify.json"
-    proc = _run("--only", "temperature_1_over_sqrt_d", "--json", str(out))
+def test_falsify_goes_red_restores_green_and_records_what_its_red_run_read(tmp_path: Path) -> None:
+    out, rec, md = tmp_path / "falsify.json", tmp_path / "record.json", tmp_path / "falsification.md"
+    paths = ("--record-file", str(rec), "--markdown", str(md))
+    proc = _run("--only", "temperature_1_over_sqrt_d", "--json", str(out), "--record", *paths)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (result,) = json.loads(out.read_text())["results"]
     assert result["status"] == "red", result
@@ -199,6 +201,57 @@ def test_falsify_goes_red_and_restores_green(tmp_path: Path) -> None:
     # the perturbed copy, not the editable install of the repo, is what the gate imported
     assert "/falsify-" in result["imports"]["dormouse.ops.attnres"], result["imports"]
     assert "temperature_1_over_sqrt_d" in proc.stdout  # the table was printed
+    # what the red run opened, in repo paths (the tree's dormouse/conf is conf/): the perturbed module, the gate,
+    # the conftest; nothing outside the repo, nothing the run wrote
+    entry = record.load(rec)["temperature_1_over_sqrt_d"]
+    assert {"dormouse/ops/attnres.py", "tests/arms/test_attnres.py", "tests/conftest.py"} <= set(entry["reads"])
+    assert all((ROOT / f).is_file() for f in entry["reads"]), entry["reads"]
+    assert "| `temperature_1_over_sqrt_d` (attnres) |" in md.read_text()
+    # nothing it read has changed since: --changed runs nothing and says why
+    again = _run("--only", "temperature_1_over_sqrt_d", "--changed", *paths)
+    assert again.returncode == 0 and "1 of 1 perturbations read the same bytes" in again.stdout, again.stdout[-2000:]
+    assert "running the other 0" in again.stdout, again.stdout[-2000:]
+
+
+def test_the_fingerprint_moves_with_what_the_red_run_read_and_nothing_else(tmp_path: Path) -> None:
+    """--changed re-runs a perturbation exactly when its fingerprint moves: a file its red run read, the
+    perturbed file, the perturbation or torch changed; a file it never read may change freely."""
+    (tmp_path / "pkg").mkdir()
+    for name in ("read.py", "unread.py", "target.py"):
+        (tmp_path / "pkg" / name).write_text(f"# {name}\n")
+    pert = {"name": "p", "file": "pkg/target.py", "function": "f", "old": "a", "new": "b", "gates": ["t.py::t"]}
+    env = {"torch": "2.13.0", "python": "3.11"}
+    reads_ = ["pkg/read.py", "tests/gone.py"]  # a file that is gone counts as such
+
+    def now() -> str:
+        return fingerprint(pert, reads_, record.current_bytes(tmp_path), env)
+
+    base = now()
+    assert record.up_to_date(pert, {"reads": reads_, "fingerprint": base}, tmp_path, env)
+    (tmp_path / "pkg" / "unread.py").write_text("# edited\n")
+    assert now() == base
+    (tmp_path / "pkg" / "read.py").write_text("# edited\n")
+    assert now() != base
+    assert not record.up_to_date(pert, {"reads": reads_, "fingerprint": base}, tmp_path, env)
+    (tmp_path / "pkg" / "read.py").write_text("# read.py\n")
+    assert now() == base
+    (tmp_path / "pkg" / "target.py").write_text("# edited\n")
+    assert now() != base
+    (tmp_path / "pkg" / "target.py").write_text("# target.py\n")
+    assert fingerprint({**pert, "new": "c"}, reads_, record.current_bytes(tmp_path), env) != base
+    assert fingerprint(pert, reads_, record.current_bytes(tmp_path), {**env, "torch": "2.14.1"}) != base
+    assert not record.up_to_date(pert, None, tmp_path, env)  # no record: it runs
+
+
+def test_the_record_keeps_only_red_restored_runs_of_perturbations_that_still_exist() -> None:
+    def res(name: str, status: str, restored: bool | None) -> dict[str, object]:
+        return {"name": name, "status": status, "restored": restored, "fingerprint": "f", "reads": [], "imports": {}}
+
+    old = {name: res(name, "red", True) for name in ("kept", "now_survives", "not_restored", "deleted")}
+    new = record.merge(old, [res("now_survives", "survived", True), res("not_restored", "red", False),
+                             res("added", "red", True)], {"kept", "now_survives", "not_restored", "added"})
+    assert sorted(new) == ["added", "kept"]
+    assert "imports" not in new["added"]
 
 
 def test_falsify_reports_harmless_and_stale_perturbations(tmp_path: Path) -> None:
@@ -244,8 +297,8 @@ def test_an_unkeyed_perturbation_or_one_without_protects_is_a_load_error_and_the
                              gate="tests/test_k.py::t", deviation="2 (bound 1), 2x", restored=True),
                runner.Result("m1", "f", "g", "why m1", "perturbations_m.py", ["g"], "mechanism", status="survived",
                              detail="every gate stayed green", restored=True)]
-    md = runner.render_markdown(results, 3.0, "python -m tests.falsification", 1, "2026-12-01", [])
+    md = runner.render_markdown(results, 2, 3.0, "python -m tests.falsification", 1, "2026-12-01", [])
     assert md.index("## Mechanism") < md.index("## Kernels")  # the PROTECTS order, not the run order
-    assert "| `k1` (k) | why k1 | `test_k.py::t` | 2 (bound 1), 2x | yes |" in md
-    assert "| `m1` (m) | why m1 | **SURVIVED** | every gate stayed green | yes |" in md
+    assert "| `k1` (k) | why k1 | `test_k.py::t` | 2 (bound 1), 2x | yes | - |" in md
+    assert "| `m1` (m) | why m1 | **SURVIVED** | every gate stayed green | yes | - |" in md
     assert "| mechanism | 1 | 0 | 1 |" in md and "exit status 1" in md
