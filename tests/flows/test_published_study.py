@@ -13,6 +13,7 @@ docs/results/depth_cpu/carry/) these tests are skipped.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -87,3 +88,36 @@ def test_the_publication_names_its_command_commit_machine_and_time() -> None:
     for plot in ("delta_vs_axis.png", "bpb_by_depth_points.png"):
         assert (PUBLISHED / plot).is_file(), plot
     assert results["complete"] is True
+
+
+# The README's primary-question table: | arm | Δ at each point … | L (se s) | [interval] | [TOST interval] | verdict |
+_README_ARM = {"GR": "gr", "Full AttnRes": "attnres_full", "Block AttnRes": "attnres_block",
+               "pre-norm A/A (not in the family)": "prenorm_aa"}
+_NUMBER = re.compile(r"[-+]?\d+\.\d+")
+
+
+def _readme_primary_rows() -> dict[str, list[str]]:
+    text = (PUBLISHED / "README.md").read_text(encoding="utf-8").replace("\u2212", "-")
+    section = text.split("## The primary question", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in section.splitlines()
+            if line.startswith("| ") and line.split("|")[1].strip() in _README_ARM]
+    return {_README_ARM[r[0]]: r[1:] for r in rows}
+
+
+def test_the_readme_states_the_change_the_carried_runs_give() -> None:
+    """Every number and verdict of the README's primary-question table is the oracle's, recomputed from the
+    carried runs (tests/helpers/published_study.py), to the 4 decimals shown."""
+    mine = published_study.check_interaction(load_study(NAME), PUBLISHED)
+    rows = _readme_primary_rows()
+    assert set(rows) == set(mine), f"the README's table has rows {sorted(rows)}; the study has {sorted(mine)}"
+    for arm, cells in rows.items():
+        want = mine[arm]
+        *deltas, change, interval, tost, verdict = cells
+        stated = [float(_NUMBER.findall(c)[0]) for c in deltas] + [float(x) for x in _NUMBER.findall(change)[:2]]
+        stated += [float(x) for x in _NUMBER.findall(interval) + _NUMBER.findall(tost)]
+        measured = [*want["means"], want["estimate"], want["se"], *want["interval"], *want["eq_interval"]]
+        assert len(stated) == len(measured), (arm, cells)
+        for got, exp in zip(stated, measured):
+            assert abs(got - exp) <= 5.1e-5, f"{arm}: the README says {got}, the runs give {exp:.6f}: deviation=" \
+                                             f"{abs(got - exp):.2e} bound=5.1e-05"
+        assert want["verdict"] in verdict.replace("*", "").split(), (arm, verdict, want["verdict"])

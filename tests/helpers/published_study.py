@@ -65,7 +65,8 @@ def interaction(diffs: list[list[float]], values: list[float], alpha: float, n_a
     verdict = published.four_way(estimate, se, t_sup, t_eq, tau, ("grows", "shrinks", "flat", "undecided"))
     return {"verdict": verdict, "estimate": estimate, "se": se, "df": df,
             "interval": [estimate - t_sup * se, estimate + t_sup * se],
-            "eq_interval": [estimate - t_eq * se, estimate + t_eq * se], "n": [len(d) for d in diffs]}
+            "eq_interval": [estimate - t_eq * se, estimate + t_eq * se], "n": [len(d) for d in diffs],
+            "means": list(means)}
 
 
 def check_interaction(study: Any, folder: Path) -> dict[str, dict[str, Any]]:
