@@ -34,6 +34,8 @@ from dormouse.run.loglines import read_metrics
 from dormouse.train.start import git_commit
 
 REPO = Path(__file__).resolve().parent.parent
+# Environment that caps torch's kernels, MKL and oneDNN at AVX2: a run from a CPU without AVX-512, re-run on one with it
+AVX2_LEVEL = "ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2"
 
 
 def _published_commit(provenance: Path) -> str | None:
@@ -55,9 +57,18 @@ def _say_cpu(provenance: Path) -> None:
         print(f"note: the published run did not record its CPU (platform {ran.get('platform')}); this one is "
               f"{here}: a difference may be the machine's rounding, not the run's")
     elif ran["cpu"] != here:
+        same_model, ran_level = ran["cpu"]["model"] == here["model"], ran["cpu"]["torch_capability"]
+        if same_model and ran_level == here["torch_capability"]:
+            # the ISA flags differ but torch computes at the run's level (e.g. capped by AVX2_LEVEL below)
+            print(f"note: the run ran on {ran['cpu']}, this CPU is {here}: the same model at the same torch level, "
+                  "so bit-equality is expected if MKL and oneDNN are capped alike")
+            return
         print(f"note: the run ran on {ran['cpu']}, this CPU is {here}: bit-equality is promised on the same CPU "
               "only; expect a close number, not the same one")
-
+        if same_model and ran_level == "AVX2":
+            # The same CPU model with AVX-512 masked off: capping torch's own kernels and the MKL and oneDNN it
+            # calls at AVX2 reproduced depth_cpu's max_iter-4 runs bit for bit (docs/results/depth_cpu).
+            print(f"      `{AVX2_LEVEL} python scripts/rerun_pair.py ...` computes at the run's level here")
 
 def _registration(name: str) -> tuple[Registered, Path, Path]:
     """The registration of ``name``, where it is published and where its runs were carried: a comparison
