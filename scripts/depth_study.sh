@@ -4,7 +4,7 @@
 # never joins the study). On a fresh machine it first restores the finished runs carried in
 # docs/results/depth_cpu/carry (scripts/carry_comparison.py). Keep the test suite off the machine meanwhile.
 #
-#   bash scripts/depth_study.sh                 # ~7-8 h at --jobs 2 on 2 cores; rerun to resume
+#   bash scripts/depth_study.sh                 # 8-15 h at --jobs 2 on 2 cores (docs/results/depth_cpu); rerun to resume
 #   python scripts/carry_comparison.py save depth_cpu --root "$WT/runs/ab"   # then commit the carry folder
 set -euo pipefail
 COMMIT=dbf4baf  # the commit the study started at (every run records its code fingerprint; a differing one is refused)
