@@ -70,6 +70,7 @@ def _say_cpu(provenance: Path) -> None:
             # calls at AVX2 reproduced depth_cpu's max_iter-4 runs bit for bit (docs/results/depth_cpu).
             print(f"      `{AVX2_LEVEL} python scripts/rerun_pair.py ...` computes at the run's level here")
 
+
 def _registration(name: str) -> tuple[Registered, Path, Path]:
     """The registration of ``name``, where it is published and where its runs were carried: a comparison
     (``residual_cpu2``), or one point of a registered study (``depth_cpu/max_iter-4``)."""
