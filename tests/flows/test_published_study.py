@@ -98,7 +98,7 @@ _NUMBER = re.compile(r"[-+]?\d+\.\d+")
 
 def _readme_primary_rows() -> dict[str, list[str]]:
     text = (PUBLISHED / "README.md").read_text(encoding="utf-8").replace("\u2212", "-")
-    section = text.split("## The primary question", 1)[1].split("\n## ", 1)[0]
+    section = published.readme_section(text, "## The primary question")
     rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in section.splitlines()
             if line.startswith("| ") and line.split("|")[1].strip() in _README_ARM]
     return {_README_ARM[r[0]]: r[1:] for r in rows}

@@ -4,25 +4,16 @@ none names the environment that computes at the run's level (which reproduced de
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "rerun_pair.py"
+from tests.helpers.script_module import load_script
+
 EPYC_AVX2 = {"model": "AMD EPYC", "torch_capability": "AVX2", "isa": ["fma", "avx2"]}
 EPYC_AVX512 = {"model": "AMD EPYC", "torch_capability": "AVX512", "isa": ["fma", "avx2", "avx512f"]}
 XEON = {"model": "Intel(R) Xeon(R) Processor", "torch_capability": "AVX512", "isa": ["fma", "avx2", "avx512f"]}
-
-
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("rerun_pair_under_test", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _note(ran: dict, here: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -32,7 +23,7 @@ def _note(ran: dict, here: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(start, "cpu_description", lambda: here)
     provenance = tmp_path / "provenance.json"
     provenance.write_text(json.dumps({"cpu": ran}))
-    _script()._say_cpu(provenance)
+    load_script("rerun_pair")._say_cpu(provenance)
     return capsys.readouterr().out
 
 

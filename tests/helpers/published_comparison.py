@@ -194,11 +194,14 @@ def replay_looks(results: dict[str, Any]) -> dict[str, tuple[str, int]]:
     return verdict
 
 
+def readme_section(text: str, heading: str) -> str:
+    """The text under ``heading`` up to the next ``## `` heading ("" when the heading is not there)."""
+    return text.split(heading, 1)[1].split("\n## ", 1)[0] if heading in text else ""
+
+
 def named_at_or_above_the_ceiling(readme: Path, ceiling: float) -> dict[tuple[str, int], float]:
     """(arm, seed) -> bpb of each model listed under the README's "Models at or above the C bpb ceiling"."""
-    heading = f"## Models at or above the {ceiling:g} bpb ceiling"
-    text = readme.read_text(encoding="utf-8")
-    section = text.split(heading, 1)[1].split("\n## ", 1)[0] if heading in text else ""
+    section = readme_section(readme.read_text(encoding="utf-8"), f"## Models at or above the {ceiling:g} bpb ceiling")
     return {(m.group(1), int(m.group(2))): float(m.group(3)) for m in _CEILING_LINE.finditer(section)}
 
 
