@@ -1,7 +1,5 @@
-"""The design card of a registered comparison (``design.json``): the registered sequential design simulated
-from the registered pilot spread (:func:`dormouse.ab.sequential.design_card`), saved with the comparison
-under the registration it was made for, so the report shows the card the comparison was planned with.
-"""
+"""The design card (``design.json``): the registered design simulated at the pilot spread
+(:func:`dormouse.ab.sequential.design_card`), saved under the registration it was made for."""
 
 from __future__ import annotations
 
@@ -17,14 +15,13 @@ from dormouse.run.checkpoint import atomic_write_text
 
 
 def design_card_for(plan: ComparisonPlan) -> DesignCard:
-    """The design card of the registered design, simulated from the registered pilot spread."""
     spec = plan.spec
     return design_card(plan.design(), float(spec.pilot_sd), float(spec.expected_effect))
 
 
 def ensure_design_card(plan: ComparisonPlan, console: Console) -> dict[str, Any]:
-    """The comparison's saved design card (``design.json``) for this registration, computed and saved if
-    missing or made for another registration. Returns ``{"registration_hash", "card", "text"}``."""
+    """The saved card for this registration, computed and saved if missing or made for another. Returns
+    ``{"registration_hash", "card", "text"}``."""
     path = plan.files.design
     want = registration_hash(plan.reg, plan.overrides)
     if path.is_file():

@@ -1,32 +1,9 @@
-"""Pairs as cluster jobs through submitit (the library behind Hydra's SLURM launcher).
-
-``dormouse ab NAME --launcher slurm [launcher.KEY=VALUE ...]``: each pair is one submitit job with the
-SLURM options of :class:`SlurmLauncherConfig` (defaults in ``conf/launcher/slurm.yaml``, each overridable
-on the command line as ``launcher.KEY=VALUE``). ``launcher.cluster=local`` runs the very same path on
-submitit's local executor (real processes, no SLURM): the tests use it, and so can a user who wants to
-see the requeue path work before queueing on a cluster. On this machine the jobs share its cores as
-``--jobs`` pairs do (:func:`dormouse.ab.launch.cluster_share`: waves of at most one job per core, each with
-the cores left to it), never more threads than cores.
-
-- A pair that wants several GPUs (``gpus_per_pair > 1``) runs as a DDP job inside its allocation: one
-  task per GPU, and submitit's ``TorchDistributedEnvironment`` exports the ``RANK``/``WORLD_SIZE``/
-  ``MASTER_ADDR`` variables torchrun would, which the trainer reads (dormouse/train/distributed.py).
-- Preemption and time-outs: SLURM sends ``USR2`` ahead of the kill (``signal_delay_s``). The job is a
-  ``submitit.helpers.Checkpointable``; submitit's handler calls its :meth:`PairJob.checkpoint`, which
-  resubmits the same job, and requeues it. The training state lives in the pair's own checkpoints on
-  disk (atomic writes), so the requeued job finds the pair interrupted and resumes it from its newest
-  checkpoint, bit-identically (the run's data order and depth are functions of (seed, step)). When the
-  trainer itself caught the signal at a step boundary and wrote a fresh checkpoint first (it returns
-  ``interrupted`` with exit code 128+USR2), the job hands over to the same submitit hook.
-- ``SIGTERM`` is both SLURM's cancel (``scancel``) and its requeue (``scontrol requeue``, preemption with
-  ``PreemptMode=REQUEUE``): the trainer checkpoints at its next step either way. The job then asks SLURM
-  whether its restart count went up (:func:`requeued_by_slurm`): a requeue ends the job without a result
-  (the requeued job resumes the pair, and the driver waits for it); a cancel returns ``interrupted``. The
-  driver checks again (:func:`stale_result`): a result from before a requeue is set aside, not reported.
-- A job that leaves the queue without a result (cancelled while pending: SLURM keeps no record of it;
-  killed; its node lost; no accounting) is reported failed after ``lost_after_s``, never waited on forever
-  (:func:`queue_verdict`).
-"""
+"""Pairs as submitit jobs (``--launcher slurm``; options :class:`SlurmLauncherConfig`, defaults
+``conf/launcher/slurm.yaml``); ``launcher.cluster=local`` runs the same path on submitit's local executor, sharing
+the cores as ``--jobs`` does. A pair with ``gpus_per_pair > 1`` is a DDP job, one task per GPU. On USR2 (preemption,
+time-out) submitit requeues the job, which resumes the pair from its checkpoints on disk bit-identically. SIGTERM is
+both a cancel and a requeue: a requeue raises the job's restart count (:func:`requeued_by_slurm`). A job gone from
+the queue without a result is failed after ``lost_after_s`` (:func:`queue_verdict`)."""
 
 from __future__ import annotations
 
@@ -95,8 +72,8 @@ def _fields() -> str:
 
 
 def load_launcher_config(name: str, overrides: Sequence[str] = ()) -> SlurmLauncherConfig:
-    """``conf/launcher/NAME.yaml`` (or a YAML path) on the typed schema, then ``KEY=VALUE`` overrides (the
-    ``launcher.`` prefix already stripped). :class:`LaunchError` names every bad field."""
+    """``conf/launcher/NAME.yaml`` (or a YAML path) on the typed schema, then ``KEY=VALUE`` overrides (no
+    ``launcher.`` prefix); :class:`LaunchError` names every bad field."""
     if name.endswith((".yaml", ".yml")):
         path: Any = Path(name)
         source = name
@@ -198,22 +175,12 @@ LIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQ
 
 
 def queue_verdict(queue_state: str | None, sacct_state: str, has_result: bool) -> str:
-    """What the driver makes of a job it is waiting for (issue 31, items 2 and 3):
-
-    - ``result``: its result file is there; read it.
-    - ``alive``: squeue lists it as pending, running, completing or requeued: wait.
-    - ``ended``: it ended (squeue's or sacct's final state) and left no result: killed, out of memory, its
-      node lost, or cancelled while it ran.
-    - ``absent``: neither squeue nor sacct knows it: cancelled while pending (SLURM keeps no record of a
-      cancelled pending array task), or gone from the queue on a cluster without accounting.
-    - ``unsure``: squeue could not be asked (``queue_state`` None: the controller did not answer): no
-      evidence either way, so the clock of a lost job does not run.
-
-    ``queue_state`` is squeue's state ("" when squeue answered and does not list the job); ``sacct_state``
-    submitit's (``UNKNOWN`` when sacct has no record or there is no accounting). ``ended`` and ``absent``
-    are failed after ``lost_after_s`` (the grace a result file may need to appear on a shared
-    filesystem); the cancelled pending job hung the driver forever before (submitit counts UNKNOWN as
-    unfinished)."""
+    """What the driver makes of a job it waits for: ``result`` (its file is there), ``alive`` (squeue lists it),
+    ``ended`` (a final state, no result), ``absent`` (no squeue or sacct record: cancelled while pending, or no
+    accounting) or ``unsure`` (squeue did not answer: no evidence, the lost clock does not run). ``queue_state`` is
+    squeue's state ("" when unlisted), ``sacct_state`` submitit's (``UNKNOWN`` without a record). ``ended`` and
+    ``absent`` fail after ``lost_after_s``, the grace for a result file on a shared filesystem (submitit counts
+    UNKNOWN as unfinished forever)."""
     if has_result:
         return "result"
     if queue_state is None:
@@ -240,19 +207,15 @@ def restart_count(info: dict[str, str] | None) -> int | None:
 
 
 def requeued_by_slurm(restarts_at_start: int, info: dict[str, str] | None) -> bool:
-    """Was the job that started as restart ``restarts_at_start`` (``SLURM_RESTART_COUNT``, 0 for the first
-    run) requeued since? SLURM raises a job's restart count the moment it requeues it (``scontrol requeue``,
-    preemption with ``PreemptMode=REQUEUE``, submitit's own requeue), before it signals the job; a cancel
-    leaves it. So a SIGTERM (or a requeue command killed by that SIGTERM) is a requeue exactly when the
-    count went up (issue 31, items 3 and 4). No record (``info`` None): not requeued."""
+    """Whether the job that started as restart ``restarts_at_start`` (``SLURM_RESTART_COUNT``) was requeued since:
+    SLURM raises the restart count before it signals a requeue, a cancel leaves it, so a SIGTERM is a requeue
+    exactly when the count went up. No record (``info`` None): not requeued."""
     now = restart_count(info)
     return now is not None and now > restarts_at_start
 
 
 def stale_result(outcome: Any, info: dict[str, str] | None) -> bool:
-    """A result file written before its job was requeued (the job's restart count is now higher than the
-    one the result was computed under: ``where["restarts"]``): not the pair's outcome, since the
-    requeued job will write the real one (issue 31, item 3: SIGTERM requeues ended the look)."""
+    """A result written before its job was requeued (restart count above ``where["restarts"]``): not the outcome."""
     where = getattr(outcome, "where", None) or {}
     if "restarts" not in where:
         return False
@@ -260,10 +223,7 @@ def stale_result(outcome: Any, info: dict[str, str] | None) -> bool:
 
 
 def requeue_went_through(returncode: int, restarts_at_start: int, info: dict[str, str] | None) -> bool:
-    """submitit's ``scontrol requeue`` failed with ``returncode``: did the requeue happen anyway? Yes when
-    the command was killed by a signal (negative return code: the SIGTERM of the very requeue it asked
-    for reaches every process of the job, scontrol included) and the job's restart count went up (issue
-    31, item 4: the pair was reported failed while it went on running)."""
+    """Whether a failed ``scontrol requeue`` happened anyway: killed by its own requeue's SIGTERM, restart count up."""
     return returncode < 0 and requeued_by_slurm(restarts_at_start, info)
 
 
@@ -271,10 +231,9 @@ _TRACE_RULE = "-" * 22  # submitit's FailedJobError puts the job's traceback bet
 
 
 def failure_reason(text: str) -> str:
-    """The line(s) of a submitit error that say why the job failed (issue 31, item 5: the report showed
-    the error's last line, which is always a log path): the exception line of the job's traceback, or,
-    for a job that left no result, submitit's "has not produced any output" and the error stream's last
-    line that is not submitit's own bookkeeping."""
+    """The line(s) of a submitit error that say why the job failed (its last line is only a log path): the
+    traceback's exception line, or for a job with no result submitit's "has not produced any output" and the error
+    stream's last line that is not submitit's bookkeeping."""
     lines = [ln.rstrip() for ln in text.strip().splitlines()]
     if _TRACE_RULE in lines:
         first = lines.index(_TRACE_RULE)
@@ -319,8 +278,7 @@ def slurm_job_info(job_id: str) -> dict[str, str] | None:
 
 
 def job_info_in_job(job_id: str, tries: int = 5, pause_s: float = 0.5) -> dict[str, str] | None:
-    """:func:`slurm_job_info` from inside a job that SLURM is signalling: a requeue's SIGTERM reaches every
-    process the job has at that moment, so a first ``scontrol show job`` can die of it too; ask again."""
+    """:func:`slurm_job_info` asked twice from a job being signalled: a requeue's SIGTERM can kill the first call."""
     for attempt in range(tries):
         info = slurm_job_info(job_id)
         if info is not None:
@@ -331,8 +289,8 @@ def job_info_in_job(job_id: str, tries: int = 5, pause_s: float = 0.5) -> dict[s
 
 
 def squeue_states() -> dict[str, str] | None:
-    """This user's jobs as squeue lists them, array tasks one by one (``3_1``), ended ones included for
-    MinJobAge (``-t all``): job id -> state. None when squeue does not answer (controller down)."""
+    """This user's jobs as squeue lists them (array tasks one by one, ended ones included: ``-t all``): job id ->
+    state; None when squeue does not answer."""
     try:
         text = subprocess.run(["squeue", "-h", "-r", "-t", "all", "--me", "-o", "%i|%T"], capture_output=True,
                               text=True, timeout=60, check=True).stdout
@@ -351,9 +309,8 @@ def _restarts_at_start() -> int:
 
 
 def _requeue_surviving_its_own_signal(self: Any, countdown: int) -> None:
-    """submitit's ``SlurmJobEnvironment._requeue`` (``scontrol requeue JOB``), except that a requeue
-    command killed by the requeue's own SIGTERM is not an error when the job was in fact requeued
-    (:func:`requeue_went_through`; issue 31, item 4). Anything else is raised as before."""
+    """submitit's ``SlurmJobEnvironment._requeue``, except that a ``scontrol requeue`` killed by the requeue's own
+    SIGTERM is no error when the job was requeued (:func:`requeue_went_through`)."""
     from submitit.core import logger
 
     jid = self.job_id
@@ -369,9 +326,7 @@ def _requeue_surviving_its_own_signal(self: Any, countdown: int) -> None:
 
 
 class PairJob(submitit.helpers.Checkpointable):
-    """One pair as a submitit job. Checkpointable: submitit calls :meth:`checkpoint` on USR2 (preemption
-    or time-out) and requeues what it returns; the pair's state is its checkpoints on disk, so the
-    resubmitted job is this same job, which resumes the pair."""
+    """One pair as a checkpointable submitit job: requeued on USR2, it resumes from the pair's checkpoints."""
 
     def __init__(self, fn: Any, args: tuple[Any, ...], threads: int | None) -> None:
         self.fn, self.args, self.threads = fn, args, threads
@@ -380,10 +335,10 @@ class PairJob(submitit.helpers.Checkpointable):
         env = submitit.JobEnvironment()
         slurm = isinstance(env, submitit.slurm.slurm.SlurmJobEnvironment)
         if slurm:
-            # submitit's requeue, made to survive the SIGTERM of its own requeue (issue 31, item 4).
+            # submitit's requeue, made to survive the SIGTERM of its own requeue.
             submitit.slurm.slurm.SlurmJobEnvironment._requeue = _requeue_surviving_its_own_signal
         # The job id as the driver and its board name it (an array task: 3_1, not SLURM_JOB_ID's 5), for
-        # the pair's attempt record (dormouse/ab/pairjob.py; issue 31, item 5).
+        # the pair's attempt record (dormouse/ab/pairjob.py).
         os.environ[JOB_ID_ENV] = env.job_id
         if env.num_tasks > 1:  # a multi-GPU pair: one task per GPU, torch.distributed over env://
             submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
@@ -406,18 +361,13 @@ class PairJob(submitit.helpers.Checkpointable):
         return outcome
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
-        """submitit's checkpointing hook: resubmit this job unchanged; it resumes from the pair's newest
-        checkpoint on disk (nothing else holds state)."""
+        """submitit's hook: resubmit this job unchanged (the pair's state is its checkpoints on disk)."""
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 
 
 class SubmititLauncher:
-    """Each job a submitit job (SLURM, or submitit's local executor). Waits for them all; Ctrl-C cancels the
-    comparison's unfinished jobs (each stops at its next step with a checkpoint) and returns.
-
-    On SLURM each poll asks squeue once for all the jobs: a job it no longer lists as pending or running
-    that left no result is failed after ``lost_after_s`` (:func:`queue_verdict`), and a result written
-    before its job was requeued is set aside (:func:`stale_result`)."""
+    """Each job a submitit job. Waits for them all, polling squeue once per round on SLURM; Ctrl-C cancels the
+    unfinished jobs (each checkpoints at its next step) and returns."""
 
     def __init__(self, config: SlurmLauncherConfig, folder: Path, job_name: str) -> None:
         check_cluster(config)
@@ -436,8 +386,7 @@ class SubmititLauncher:
                 **{k: c[k] for k in ("partition", "time_min", "gpus_per_pair", "cpus_per_task", "max_requeues")}}
 
     def run(self, jobs: Sequence[Job], on_start: StartFn, on_finish: FinishFn) -> list[Outcome]:
-        """Submit the jobs and wait for them: all at once on SLURM; on this machine in waves of
-        ``at_once`` jobs (submitit's local executor has no queue of its own). After a stop no wave starts."""
+        """Submit and wait: all at once on SLURM, locally in waves of ``at_once``; after a stop no wave starts."""
         if not jobs:
             return []
         # The executor (and its folder) only now: after the comparison's lock and registration check.
@@ -457,7 +406,6 @@ class SubmititLauncher:
         return outcomes
 
     def wait(self, submitted: Sequence[tuple[Job, Any]], on_finish: FinishFn) -> list[Outcome]:
-        """Poll the submitted jobs until each has an outcome (or Ctrl-C)."""
         outcomes: list[Outcome] = []
         left = dict(enumerate(submitted))
         lost_since: dict[int, float] = {}
@@ -492,9 +440,8 @@ class SubmititLauncher:
         return outcomes
 
     def _say_if_silent(self, queue: dict[str, str] | None, since: float | None) -> float | None:
-        """The controller not answering is no evidence that a job is lost (the jobs may go on), so the driver
-        waits; but not in silence: every ``lost_after_s`` without an answer it says so, in one line. Returns
-        the new start of the silence (None once squeue answers)."""
+        """A silent controller is no evidence of a lost job, so the driver waits, saying so once every
+        ``lost_after_s``. Returns the new start of the silence (None once squeue answers)."""
         if queue is not None:
             return None
         now = time.monotonic()
@@ -540,8 +487,7 @@ class SubmititLauncher:
 
 
 def _outcome_of(job: Job, sj: Any) -> Outcome:
-    """A finished submitit job's outcome: what the pair function returned, or why there is none (the
-    reason line from submitit's error and the job's state as SLURM says it now)."""
+    """A finished submitit job's outcome: what the pair function returned, or why there is none."""
     try:
         results = sj.results()
     except Exception as exc:  # the job raised, was killed, or timed out too often

@@ -1,30 +1,10 @@
-"""What computes a run, as one comparable value: a comparison runs on one version of that code.
-
-Re-running published pairs at a later commit moved single runs by 0.007-0.013 bpb (issue 22: fused
-multiply-adds and a reordered AttnRes score change the last bits, and 2800 steps amplify them), the size of
-a small effect. A sequential comparison resumes over days, so every pair records the fingerprint of the code
-that trained it (:mod:`dormouse.ab.pairjob`), and the runner refuses to add a run computed by other code
-(:func:`differences` says what differs) unless the user restarts the comparison.
-
-The fingerprint hashes every source that computes a run:
-
-- the package's ``*.py`` (every subpackage and loose module of ``dormouse/``) and the kernels' (``kernels/``,
-  the ``dormouse_kernels`` package);
-- the config files a run is composed from (``conf/**/*.yaml`` where the installed package has them,
-  :func:`conf_dir`), except the registrations and launchers;
-- the embedded corpus a run trains on;
-- every plugin this process has loaded (:func:`dormouse.arms.plugins.loaded_plugins`), each of its source
-  files as ``plugin/<module>/<path relative to the plugin>``: a plugin arm's code computes its runs as much
-  as a built-in arm's does, and lives outside the package, so an edit to it would otherwise join a resumed
-  comparison unseen. The files are read at :func:`compute` time, not taken from the sha256 recorded when
-  the plugin was loaded, so an edit since then is seen, and :func:`differences` names the file;
-- the versions of torch and Python.
-
-``dormouse/ab/`` is left out: it plans, launches and reports, and what it hands a run is the run's composed
-config, which the registration hash already binds. The git commit is recorded beside the fingerprint for
-the report, but is not what is compared: uncommitted edits change what a run computes and the commit does
-not see them (nor a plugin outside the repository).
-"""
+"""What computes a run, as one comparable value. Re-running published pairs at a later commit moved single runs by
+0.007–0.013 bpb (fused multiply-adds, a reordered score), the size of a small effect, so every pair records this
+fingerprint and the runner adds no run computed by other code. It hashes the package's and the kernels' ``*.py``,
+the conf tree (without the registrations and launchers), the embedded corpus, every loaded plugin's files (read at
+:func:`compute` time, so an edit since loading counts) and the torch and Python versions. ``dormouse/ab/`` is left
+out: it hands a run only its composed config, which the registration hash binds. The git commit is recorded for the
+report but not compared: it misses uncommitted edits."""
 
 from __future__ import annotations
 
@@ -63,11 +43,8 @@ class Fingerprint:
 
 
 def conf_dir() -> Path:
-    """The conf tree runs are composed from, where the installed package has it: the ``dormouse.conf``
-    package (Hydra's ``pkg://dormouse.conf``) is ``dormouse/conf`` in a wheel but the repository's top-level
-    ``conf/`` in an editable install (pyproject's package-dir maps it). Looking for ``dormouse/conf`` beside
-    the sources found nothing in an editable checkout, and the fingerprint silently left every config out.
-    Raises ``RuntimeError`` when the tree has no ``config.yaml``."""
+    """The conf tree runs are composed from: ``dormouse/conf`` in a wheel, the repository's ``conf/`` in an editable
+    install (pyproject's package-dir). Raises ``RuntimeError`` when it has no ``config.yaml``."""
     conf = Path(importlib.import_module("dormouse.conf").__file__ or "").resolve().parent
     if not (conf / "config.yaml").is_file():
         raise RuntimeError(f"the dormouse.conf package at {conf} has no config.yaml: the code fingerprint "
@@ -93,8 +70,8 @@ def _digest(path: Path) -> str:
 
 
 def plugin_digests() -> dict[str, str]:
-    """``plugin/<module>/<relative path> -> sha256`` of every loaded plugin's source files, read now. A file
-    gone since the plugin was loaded is left out (:func:`differences` says it was removed)."""
+    """``plugin/<module>/<relative path> -> sha256`` of every loaded plugin's files, read now (a file gone since is
+    left out)."""
     out: dict[str, str] = {}
     for plugin in loaded_plugins():
         module_file = Path(plugin.file)
@@ -105,7 +82,7 @@ def plugin_digests() -> dict[str, str]:
 
 
 def source_digests() -> dict[str, str]:
-    """``label/relative/path -> sha256`` of every file that computes a run (see the module docstring)."""
+    """``label/relative/path -> sha256`` of every file that computes a run."""
     out: dict[str, str] = {}
     for label, root, skip, pattern in _roots():
         for path in sorted(root.rglob(pattern)):

@@ -1,34 +1,9 @@
-"""A registered study's primary question: does each arm's effect against the baseline change as the study's axis
-grows? (docs/ab-protocol.md, "A registered study: the primary question".)
-
-A study holds one protocol-2 comparison at each of P values ("points") of one config axis. At point p an arm's
-point decision (dormouse/ab/sequential.py) used n_p paired differences Δ_{p,i} = bpb(arm) − bpb(baseline) (the
-look it was decided at, or the maximum), with mean m_p and sd s_p (ddof 1). With u_p = log2(value_p):
-
-* **the contrast** c_p = (u_p − ū)·(u_P − u_1)/Σ_q (u_q − ū)², so L = Σ_p c_p·m_p is the OLS slope of Δ on
-  log2(value) times the log2 range: the change of Δ from the first to the last point along the fitted line, in
-  bpb (:func:`contrast_weights`; three log-equally spaced points give c = (−1, 0, 1): the middle gets weight 0);
-* se² = Σ_p c_p²·s_p²/n_p (the points are independent: each has its own seed streams), on the conservative
-  df = min(n_p − 1) over the points with c_p ≠ 0 (not Welch–Satterthwaite's: a point's n_p is where its
-  sequential rule stopped, and the selection that brings breaks Welch's df; :func:`_contrast`);
-* **grows** if L + t*·se < 0 (Δ falls as the axis grows: the arm gains on the baseline), **shrinks** if
-  L − t*·se > 0, t* = t_df.isf(α/(2·n_arms)): Bonferroni over the registered family, one-sided per direction,
-  checked first; a significant change whose TOST also shows |L| < τ is flagged ``smaller_than_change``;
-* **flat** if both TOST one-sided tests at α reject: L − t_eq·se > −τ and L + t_eq·se < τ, t_eq = t_df.isf(α)
-  (an intersection–union test, no split over arms); **undecided** otherwise;
-* **invalid** (not a statistical verdict) when the arm has fewer than 2 differences at a point with c_p ≠ 0, or
-  a point decision of it is invalid;
-* a registered **α hold-back** (``alpha_holdback``, default 1) runs both tests at α × holdback, α still the
-  claim: the card shows where the points' stopping needs it (tie stops pull the stopped means toward 0, which
-  makes ``flat`` at a change of τ more likely than α at some designs).
-
-The curvature contrast (:func:`curvature_weights`, three points or more) is reported, never decided. The A/A
-arm's change is computed the same way as a calibration (:func:`decide_calibration`), never in the family.
-
-:func:`study_card` is the error-rate proof: it simulates the whole study (every point's exact sequential
-procedure, :func:`dormouse.ab.sequential.simulate_decisions`, decided arms stopping) and this rule on what each
-point's decisions used. Pure numpy/scipy; no torch; scipy imported where it computes, as in sequential.py.
-"""
+"""A registered study's primary question: does each arm's effect against the baseline change as the axis grows? The
+rule is docs/ab-protocol.md, "A registered study: the primary question": the contrast L = Σ c_p·m_p of each point's
+mean paired difference (the change along the OLS line in log2(value)), se² = Σ c_p²·s_p²/n_p on df = min(n_p − 1);
+grows/shrinks at Bonferroni α/(2·n_arms), flat by TOST against ±τ. :func:`study_card` simulates the whole study
+(every point's sequential procedure, then this rule) for the error rates. Pure numpy/scipy, scipy imported where it
+computes."""
 
 from __future__ import annotations
 
@@ -82,11 +57,9 @@ class InteractionDesign:
         return out
 
     def problems(self) -> list[str]:
-        """One line per bad field, naming it first; empty when the design is usable."""
         return [f"{name}: {what}" for name, what in self.field_problems()]
 
     def check(self) -> None:
-        """Raise ``ValueError`` listing every problem (no work is done on a bad design)."""
         bad = self.problems()
         if bad:
             raise ValueError("bad interaction design: " + "; ".join(bad))
@@ -98,29 +71,25 @@ class InteractionDesign:
 
     @property
     def sup_level(self) -> float:
-        """One-sided level of grows (and of shrinks): α/(2·n_arms), Bonferroni over the registered family (at
-        α × hold-back, :attr:`test_alpha`)."""
+        """One-sided level of grows (and of shrinks): α/(2·n_arms) at α × hold-back (Bonferroni)."""
         return self.test_alpha / (2 * self.n_arms)
 
     @property
     def point_alpha(self) -> float:
-        """The α of each point's comparison: α/P. The point verdicts are a family over points × arms, so the
-        per-point design spends α/P (the rule's one owner; :func:`point_design`)."""
+        """Each point's α: α/P, as the point verdicts are a family over points × arms."""
         return self.alpha / len(self.points)
 
 
 def point_design(design: InteractionDesign, sesoi: float, looks: Sequence[int],
                  alpha_holdback: float = 1.0) -> sq.Design:
-    """The sequential design every point of the study runs: α/P (:attr:`InteractionDesign.point_alpha`), the
-    registered SESOI, looks and hold-back, the same family of arms."""
+    """The sequential design of every point: α/P, the registered SESOI, looks, hold-back and arms."""
     design.check()
     return sq.Design(alpha=design.point_alpha, sesoi=sesoi, looks=tuple(looks), n_arms=design.n_arms,
                      alpha_holdback=alpha_holdback)
 
 
 def contrast_weights(points: Sequence[float]) -> np.ndarray:
-    """c_p = (u_p − ū)·(u_P − u_1)/Σ(u_q − ū)², u = log2(points): Σ c_p·m_p is the OLS slope of m on log2(value)
-    times the log2 range (the change from the first to the last point along the fitted line). Σ c_p = 0."""
+    """c_p = (u_p − ū)·(u_P − u_1)/Σ(u_q − ū)², u = log2(points): Σ c_p·m_p is the OLS slope times the log2 range."""
     u = np.log2(np.asarray(points, dtype=float))
     d = u - u.mean()
     c = d * (u[-1] - u[0]) / float(np.sum(d * d))
@@ -129,10 +98,8 @@ def contrast_weights(points: Sequence[float]) -> np.ndarray:
 
 
 def curvature_weights(points: Sequence[float]) -> np.ndarray | None:
-    """q with Σ q_p·m_p = the fitted quadratic in log2(value) at the middle of the log2 range minus the chord
-    between its end values: −k·(u_P − u_1)²/4 for the OLS fit m ≈ a + b·(u − ū) + k·(u − ū)². For three
-    log-equally spaced points q = (−½, 1, −½): the middle's departure from the line through the ends.
-    Descriptive only; None with fewer than three points (no curvature to fit)."""
+    """q with Σ q_p·m_p = the fitted quadratic in log2(value) at the middle minus the chord between its ends (three
+    log-equally spaced points: (−½, 1, −½)). Descriptive; None below three points."""
     if len(points) < 3:
         return None
     u = np.log2(np.asarray(points, dtype=float))
@@ -142,15 +109,9 @@ def curvature_weights(points: Sequence[float]) -> np.ndarray | None:
 
 
 def _contrast(c: np.ndarray, mean: np.ndarray, sd: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, ...]:
-    """L = Σ c_p·m_p, se = √Σ c_p²·s_p²/n_p and the conservative df min(n_p − 1) over the points with c_p ≠ 0,
-    on arrays whose last axis is the points (used by :func:`decide_interaction` and :func:`study_card` alike).
-
-    Why not Welch–Satterthwaite: each point's n_p is a stopping time of its sequential rule (an arm stops at
-    the look it is decided), and the mean and sd at a stop are selected (a decision comes early when the mean is
-    far out and the sd small). With the Welch df the study's type-I error was measured at 0.07 for α 0.05 (one
-    arm, points (3, 6, 12), looks (4, 8, 12), sd 0.75·SESOI, Δ −0.5·SESOI at every point, 20 000 studies); the
-    smallest point's df (Welch's df is never below it: the classical conservative Behrens–Fisher choice) puts a
-    heavy tail exactly where a point stopped early, and the card's scenarios hold (docs/ab-protocol.md)."""
+    """L = Σ c_p·m_p, se = √Σ c_p²·s_p²/n_p and df = min(n_p − 1) over points with c_p ≠ 0 (last axis: points). Not
+    Welch's df: n_p is a stopping time and the stopped mean and sd are selected, which took the type-I error to 0.07
+    at α 0.05 in simulation; the smallest df keeps the card's rates."""
     used = c != 0
     est = np.sum(np.where(used, c * mean, 0.0), axis=-1)
     var = np.sum(np.where(used, c * c * sd * sd / n, 0.0), axis=-1)
@@ -166,8 +127,8 @@ def _critical(design: InteractionDesign, df: np.ndarray) -> tuple[np.ndarray, np
 
 
 def _rule(design: InteractionDesign, est: np.ndarray, se: np.ndarray, df: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The rule on arrays: (code, lo, hi, eq_lo, eq_hi, smaller_than_change). grows: L + t*·se < 0; shrinks:
-    L − t*·se > 0 (checked first); flat: −τ < L − t_eq·se and L + t_eq·se < τ; undecided otherwise."""
+    """The rule on arrays: (code, lo, hi, eq_lo, eq_hi, smaller_than_change). grows: L + t*·se < 0; shrinks: L −
+    t*·se > 0 (checked first); flat: −τ < L − t_eq·se and L + t_eq·se < τ."""
     t_sup, t_eq = _critical(design, df)
     lo, hi = est - t_sup * se, est + t_sup * se
     eq_lo, eq_hi = est - t_eq * se, est + t_eq * se
@@ -220,7 +181,6 @@ class InteractionDecision:
 
     @classmethod
     def from_dict(cls, d: Mapping) -> InteractionDecision:
-        """The inverse of :meth:`to_dict` (null back to NaN)."""
         nan = _nan_for_none
         rows = tuple(PointRow(**{k: nan(v) for k, v in r.items()}) for r in d["points"])
         kw = {k: nan(v) for k, v in d.items() if k != "points"}
@@ -228,7 +188,6 @@ class InteractionDecision:
         return cls(**{**kw, "points": rows})
 
     def sentence(self, arm: str, baseline: str, axis: str) -> str:
-        """Exactly what was tested, and nothing more (the numbers filled in)."""
         return interaction_sentence(self, arm, baseline, axis)
 
 
@@ -237,8 +196,7 @@ def _nan_for_none(v: object) -> object:
 
 
 def interaction_sentence(d: InteractionDecision, arm: str, baseline: str, axis: str) -> str:
-    """The sentence of one decision (:meth:`InteractionDecision.sentence`), modelled on the looks' sentences
-    (sequential.ArmDecision.sentence): what was compared, at which level, and the verdict it gives."""
+    """The sentence of one decision: what was compared, at which level, and the verdict."""
     first, last = d.points[0].value, d.points[-1].value
     who = f"{arm} vs {baseline}" + (" (A/A calibration, not in the family)" if d.calibration else "")
     if d.verdict == INVALID:
@@ -271,8 +229,7 @@ def interaction_sentence(d: InteractionDecision, arm: str, baseline: str, axis: 
 
 
 def _point_rows(design: InteractionDesign, diffs_by_point: Sequence[Sequence[float]]) -> tuple[PointRow, ...]:
-    """Each point's n, mean and sd (ddof 1) of the differences its decision used, with its weight c_p; refuses
-    a count of points that is not the design's, or a difference that is not finite."""
+    """Each point's n, mean, sd (ddof 1) and weight c_p; refuses a wrong count of points or a non-finite value."""
     if len(diffs_by_point) != len(design.points):
         raise ValueError(f"diffs_by_point: one sequence of paired differences per point ({len(design.points)}: "
                          f"{list(design.points)}), got {len(diffs_by_point)}")
@@ -298,9 +255,8 @@ def _curvature(design: InteractionDesign, rows: tuple[PointRow, ...]) -> tuple[f
 
 def decide_interaction(design: InteractionDesign, diffs_by_point: Sequence[Sequence[float]],
                        point_invalid: bool = False, calibration: bool = False) -> InteractionDecision:
-    """One arm's change over the axis from the paired differences each point's final decision used (one
-    sequence per point, in the design's order). ``point_invalid``: a point decision of this arm is invalid.
-    Raises ``ValueError`` on a bad design, a count of points that is not the design's, or a non-finite value."""
+    """One arm's change over the axis from the differences each point's decision used, in the design's order. Raises
+    ``ValueError`` on a bad design, a wrong count of points or a non-finite value."""
     from scipy import stats as sps  # here, not at the top: a registry validating a design computes nothing
 
     design.check()
@@ -336,9 +292,8 @@ def decide_interaction(design: InteractionDesign, diffs_by_point: Sequence[Seque
 
 def decide_all(design: InteractionDesign, diffs: Mapping[str, Sequence[Sequence[float]]],
                invalid: set[str] = frozenset()) -> dict[str, InteractionDecision]:
-    """Every tested arm's change: ``diffs`` arm -> its per-point differences (what each point decision used);
-    an arm in ``invalid`` (a point decision of it invalid) is ``invalid``. The family is the registered
-    ``design.n_arms``, never the arms present: an arm that failed keeps its share of α."""
+    """Every tested arm's change (``diffs``: arm -> per-point differences); an arm in ``invalid`` is ``invalid``.
+    The family is the registered ``n_arms``: a failed arm keeps its share of α."""
     design.check()
     arms = set(diffs) | set(invalid)
     if len(arms) > design.n_arms:
@@ -351,9 +306,7 @@ def decide_all(design: InteractionDesign, diffs: Mapping[str, Sequence[Sequence[
 
 def decide_calibration(design: InteractionDesign, diffs_by_point: Sequence[Sequence[float]],
                        point_invalid: bool = False) -> InteractionDecision:
-    """The A/A arm's change, computed exactly as a tested arm's (the same design and levels) and marked a
-    calibration: it is reported beside the family, never in it (with no effect anywhere it should be flat or
-    undecided; grows/shrinks here says the points' noise is not what the rule assumes)."""
+    """The A/A arm's change, decided as a tested arm's and reported beside the family, never in it."""
     return decide_interaction(design, diffs_by_point, point_invalid=point_invalid, calibration=True)
 
 
@@ -376,11 +329,8 @@ class StudySkewLine:
 
 @dataclass(frozen=True)
 class StudyCard:
-    """What a study's registration promises for its primary question, simulated (docs/ab-protocol.md, "A
-    registered study: the primary question"): every point runs its exact sequential procedure
-    (:func:`dormouse.ab.sequential.simulate_decisions`: every look, every arm, decided arms stopping) and the
-    rule (:func:`_contrast`, :func:`_rule`) is applied to what each point's final decision used; every arm has
-    the same true Δ at a point."""
+    """What a study's registration promises for its primary question, simulated: every point's exact sequential
+    procedure, then the rule on what each point's decision used (every arm the same true Δ)."""
 
     design: InteractionDesign
     point_design: sq.Design
@@ -405,11 +355,10 @@ class StudyCard:
         return math.sqrt(max(p * (1 - p), 0.0) / self.n_sim)
 
     def arm_se(self, p: float) -> float:
-        """Monte-Carlo se of a per-arm rate pooled over the arms (simulated independent): n_sim·n_arms studies."""
+        """Monte-Carlo se of a per-arm rate pooled over the (independent) arms."""
         return math.sqrt(max(p * (1 - p), 0.0) / (self.n_sim * self.design.n_arms))
 
     def to_dict(self) -> dict:
-        """The card as JSON holds it (the ± are the Monte-Carlo se's)."""
         d = asdict(self)
         d["skew_lines"] = [{**asdict(x), "type_i_se": self.mc_se(x.type_i), "flat_se": self.arm_se(x.flat_at_change)}
                            for x in self.skew_lines]
@@ -417,12 +366,10 @@ class StudyCard:
         return jsonable(d)
 
     def to_text(self) -> str:
-        """The card as the registration prints it."""
         return study_card_text(self)
 
 
 def study_card_text(card: StudyCard) -> str:
-    """The card's lines (:meth:`StudyCard.to_text`), in the comparison card's manner."""
     dz, pd, se, arm, tau = card.design, card.point_design, card.mc_se, card.arm_se, card.design.smallest_change
     w = ", ".join(f"{v:g}: {c:+.3g}" for v, c in zip(dz.points, contrast_weights(dz.points)))
     sd = ", ".join(f"{v:g}: {s:.4g}" for v, s in zip(dz.points, card.pilot_sd))
@@ -456,8 +403,8 @@ def study_card_text(card: StudyCard) -> str:
 
 
 def against_alpha(rate: float, alpha: float, mc_se: float) -> str:
-    """What the card says of an error rate beside its α: nothing when it is ≤ α; within Monte-Carlo error when
-    ≤ α + 3·se; otherwise that the registration needs a hold-back (the rate is above its claim)."""
+    """The card's remark on a rate beside α: none when ≤ α; within Monte-Carlo error when ≤ α + 3·se; otherwise the
+    registration needs a hold-back."""
     if rate <= alpha:
         return ""
     if rate <= alpha + 3 * mc_se:
@@ -466,18 +413,15 @@ def against_alpha(rate: float, alpha: float, mc_se: float) -> str:
 
 
 def line_through(design: InteractionDesign, at_middle: float, change: float) -> np.ndarray:
-    """Δ_p on the line in log2(value) through ``at_middle`` at the centre of the log2 range whose change from the
-    first to the last point is ``change``: Σ c_p·Δ_p = change exactly (the contrast's true value)."""
+    """Δ_p on the log2 line through ``at_middle`` at the centre with Σ c_p·Δ_p = ``change`` exactly."""
     u = np.log2(np.asarray(design.points, dtype=float))
     return at_middle + change * (u - (u[0] + u[-1]) / 2) / (u[-1] - u[0])
 
 
 def simulate_study(design: InteractionDesign, point_design: sq.Design, deltas: Sequence[float],
                    sd: Sequence[float], n_sim: int, seed: int, skew: float = 0.0) -> tuple[np.ndarray, ...]:
-    """The whole study ``n_sim`` times: at each point p every arm's paired differences have mean deltas[p] and sd
-    sd[p]; the point runs its exact sequential procedure (own seed stream, seed + p) and the rule is applied to
-    what each final decision used. Returns the rule's codes (arms, n_sim), the point decisions' codes and the
-    replicates each used (arms, n_sim, P)."""
+    """The whole study ``n_sim`` times (point p: mean deltas[p], sd sd[p], seed + p). Returns the rule's codes
+    (arms, n_sim), the point decisions' codes and replicates used (arms, n_sim, P)."""
     sims = [sq.simulate_decisions(point_design, [float(delta)] * design.n_arms, float(s), n_sim, seed + p, skew)
             for p, (delta, s) in enumerate(zip(deltas, sd))]
     mean, sds, n = (np.stack([getattr(x, k) for x in sims], axis=-1).astype(float) for k in ("mean", "sd", "n"))
@@ -509,9 +453,8 @@ def _flat_worse_side(design: InteractionDesign, point_design: sq.Design, effect:
 def study_card(design: InteractionDesign, point_design: sq.Design, pilot_sd: float | Sequence[float],
                expected_effect: float, expected_change: float, n_sim: int = STUDY_CARD_N_SIM,
                seed: int = STUDY_CARD_SEED) -> StudyCard:
-    """Simulate the whole study (every point's procedure, then the rule) in the card's scenarios: 1. Δ = 0
-    everywhere; 2. Δ = the expected effect everywhere (no change, stopping differing by chance); 3. a change of
-    ±τ through the expected effect at the middle; 4. the expected change; 5. skew ±1 for 1 and 3."""
+    """The card's scenarios: 1. Δ = 0; 2. Δ = the expected effect everywhere; 3. a change of ±τ through it; 4. the
+    expected change; 5. skew ±1 for 1 and 3."""
     design.check()
     point_design.check()
     p = len(design.points)
@@ -548,7 +491,6 @@ def study_card(design: InteractionDesign, point_design: sq.Design, pilot_sd: flo
 
 def _card_problems(design: InteractionDesign, point_design: sq.Design, sd: tuple[float, ...],
                    expected_effect: float, expected_change: float, n_sim: int) -> list[str]:
-    """One line per bad input of :func:`study_card`, naming it."""
     out = []
     if point_design.n_arms != design.n_arms:
         out.append(f"point_design: n_arms {point_design.n_arms} is not the study's {design.n_arms}")

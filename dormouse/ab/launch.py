@@ -1,22 +1,9 @@
-"""How the pairs of a comparison run: one launcher interface, three engines, none of them home-made.
-
-- :class:`InProcessLauncher` — one pair after another in this process (``dormouse ab NAME``);
-- :class:`ProcessLauncher` — up to N pairs at once, each in its own process (the standard library's
-  ``ProcessPoolExecutor``, one worker per slot) (``--jobs N``);
-- :class:`dormouse.ab.cluster.SubmititLauncher` — each pair a submitit job (``--launcher slurm``; the
-  tests use submitit's local executor).
-
-A launcher is handed :class:`Job` s (a key, a picklable function and its arguments) and reports, for each,
-when it started and the :class:`Outcome` it returned. It knows nothing about pairs: what a job does (keep,
-resume or restart one pair) is the runner's. What it owns is *where* a job runs: its :class:`Slot`, the
-CPU threads (``torch.set_num_threads``) and CUDA devices (``CUDA_VISIBLE_DEVICES``) the job may use.
-
-The pairs of a comparison are independent by construction (same data order, depth sequence and initial
-weights per seed, each a pure function of (seed, step)), so a pair's numbers do not depend on which
-launcher ran it or what ran beside it. What can change them is the device and, on CPU, the thread count
-(it can change the order of a reduction), which is why both are part of the slot and recorded with each
-pair.
-"""
+"""How the pairs of a comparison run: in this process (:class:`InProcessLauncher`), up to N at once in worker
+processes (:class:`ProcessLauncher`, ``--jobs N``) or as submitit jobs
+(:class:`dormouse.ab.cluster.SubmititLauncher`). A launcher runs :class:`Job` s and owns only where each runs, its
+:class:`Slot` (CPU threads, CUDA devices); what a job does is the runner's. A pair's numbers depend on neither the
+launcher nor its neighbours, only on the device and the CPU thread count (the reduction order), so both are recorded
+with each pair."""
 
 from __future__ import annotations
 
@@ -68,8 +55,7 @@ class Slot:
 
 @dataclass
 class Outcome:
-    """What a job returned. ``exit_code`` is 128 + the signal for an interrupted job (130 SIGINT, 143
-    SIGTERM, 140 SIGUSR2)."""
+    """What a job returned. ``exit_code`` is 128 + the signal for an interrupted job (130, 143, 140 SIGUSR2)."""
 
     key: str
     status: str  # done | failed | interrupted
@@ -80,8 +66,7 @@ class Outcome:
 
 @dataclass
 class Job:
-    """One unit of work: ``fn(*args)`` returns an :class:`Outcome` with ``key``. ``fn`` must be importable
-    by name (a module-level function) for the process and submitit launchers."""
+    """``fn(*args)`` returns an :class:`Outcome` with ``key``; ``fn`` is module-level so it pickles."""
 
     key: str
     fn: Callable[..., Outcome]
@@ -93,9 +78,8 @@ FinishFn = Callable[[Outcome], None]
 
 
 class Launcher(Protocol):
-    """Runs jobs; calls ``on_start`` when a job starts and ``on_finish`` with its outcome. Stops starting
-    new jobs once one comes back interrupted (the user or the scheduler stopped the comparison), lets
-    the running ones checkpoint, and returns every outcome it got."""
+    """Runs jobs, reporting each start and outcome. Once one comes back interrupted it starts no more, lets the
+    running ones checkpoint, and returns every outcome."""
 
     name: str
 
@@ -122,23 +106,15 @@ def available_cores() -> int:
 
 
 def local_cluster_share(cores: int, *, tasks: int, most_jobs: int, most_threads: int) -> tuple[int, int]:
-    """``(jobs at once, threads per task)`` of submitit's local executor (``--launcher slurm
-    launcher.cluster=local``) on a machine with ``cores`` cores: at most one job per ``tasks`` cores (and at
-    most ``launcher.array_parallelism``), and each task the cores left to it (at most
-    ``launcher.cpus_per_task``), so the jobs never start more threads than there are cores.
-
-    Why: the local executor starts every job at once, each with ``cpus_per_task`` threads (a SLURM node's
-    allocation): 10 jobs x 8 threads on 2 cores ran 4x slower than ``--jobs 2`` (issue 36). Jobs before
-    threads, as :func:`plan_slots` splits the cores: a small model gains less from a second thread than
-    from a second job."""
+    """``(jobs at once, threads per task)`` of submitit's local executor on ``cores`` cores: one job per ``tasks``
+    cores, each task the cores left, so jobs never start more threads than there are cores (it would start every job
+    with ``cpus_per_task`` threads: 10 x 8 on 2 cores ran 4x slower). Jobs before threads, as in :func:`plan_slots`."""
     width = max(1, min(most_jobs, cores // max(tasks, 1)))
     return width, max(1, min(most_threads, cores // (width * max(tasks, 1))))
 
 
 def cluster_share(c: Any, cores: int | None = None) -> tuple[int | None, int]:
-    """``(jobs at once, threads per task)`` of a ``--launcher slurm`` config ``c`` (dormouse.ab.cluster's
-    SlurmLauncherConfig): on SLURM ``(None, cpus_per_task)``, every job submitted and the scheduler
-    deciding; with ``launcher.cluster=local``, this machine's share (:func:`local_cluster_share`)."""
+    """``(jobs at once, threads per task)`` of a slurm config: ``(None, cpus_per_task)`` on SLURM, else local."""
     if c.cluster == "slurm":
         return None, int(c.cpus_per_task)
     return local_cluster_share(available_cores() if cores is None else cores, tasks=max(1, c.gpus_per_pair),
@@ -154,13 +130,9 @@ def visible_cuda_devices() -> list[int]:
 
 def plan_slots(jobs: int, *, cuda: bool, threads: int | None = None, cores: int | None = None,
                devices: Sequence[int] | None = None) -> list[Slot]:
-    """``jobs`` slots that share the machine: the cores split evenly (``threads`` per job unless given),
-    and on CUDA one device per job. Refuses what cannot be honoured, naming what to change.
-
-    Why split the cores rather than let every job use them all: N jobs each running ``cores`` threads
-    oversubscribe the CPU N-fold and every job slows down by more than N (thread contention), and the
-    per-pair thread count is what fixes the reduction order of a CPU run, so it must be set explicitly.
-    """
+    """``jobs`` slots sharing the machine: the cores split evenly, one CUDA device per job; refuses what cannot be
+    honoured. The thread count is set explicitly: it fixes a CPU run's reduction order, and N jobs each on every
+    core slow down by more than N."""
     lines: list[str] = []
     if jobs < 1:
         lines.append(f"--jobs {jobs}: must be >= 1")
@@ -209,7 +181,6 @@ def run_in_slot(slot: Slot, fn: Callable[..., Outcome], args: tuple[Any, ...]) -
 
 
 def run_job(fn: Callable[..., Outcome], args: tuple[Any, ...]) -> Outcome:
-    """Run one job in a process whose slot is already set; note where it ran."""
     import torch
 
     _BUSY.set()
@@ -225,9 +196,7 @@ def run_job(fn: Callable[..., Outcome], args: tuple[Any, ...]) -> Outcome:
 # --- sequential, in this process ------------------------------------------------------------------------
 
 class InProcessLauncher:
-    """One job after another in this process: the default, and what the tests' fake trainers need (a
-    closure cannot cross a process boundary). The slot's thread count is set for each job and the
-    process's own restored afterwards."""
+    """One job after another in this process (closures work); the slot's threads set per job, then restored."""
 
     name = "sequential"
 
@@ -262,15 +231,9 @@ class InProcessLauncher:
 # --- N at once, a process each --------------------------------------------------------------------------
 
 def _worker_init(slot: Slot, driver: DriverId | None = None) -> None:
-    """A slot's worker process, before any job: its CUDA devices and thread count (set before any CUDA
-    call, which is when ``CUDA_VISIBLE_DEVICES`` is read), its own process group, SIGINT ignored
-    outside a training loop (the loop installs its own handler; a worker killed while idle would break its
-    pool before the running pairs could checkpoint), and a watch on its driver (:func:`watch_driver`).
-
-    Its own process group because the driver owns stopping: a terminal's Ctrl-C reaches the whole
-    foreground group, a ``kill -INT PID`` only the driver, and the driver passes one SIGINT to each worker
-    either way (:meth:`ProcessLauncher.run`). A worker that also got the terminal's signal would take the
-    driver's as a second Ctrl-C, which stops a training loop at once, without its checkpoint."""
+    """Set up a slot's worker before any job: CUDA devices and threads (before any CUDA call), its own process
+    group, SIGINT ignored outside a training loop, and :func:`watch_driver`. Its own group so a terminal's Ctrl-C
+    reaches it once, through the driver: a second SIGINT would stop the loop without a checkpoint."""
     if hasattr(os, "setpgrp"):
         os.setpgrp()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -283,8 +246,7 @@ def _worker_init(slot: Slot, driver: DriverId | None = None) -> None:
 
 @dataclass(frozen=True)
 class DriverId:
-    """A process, told apart from a later one that reuses its pid: the pid and its start time (field 22 of
-    ``/proc/PID/stat``, clock ticks after boot; None where there is no /proc)."""
+    """A process told apart from a later one reusing its pid: pid and start time (``/proc/PID/stat`` field 22)."""
 
     pid: int
     start: str | None
@@ -322,20 +284,9 @@ DRIVER_GONE_EXIT = 143  # as a SIGTERM would leave it: stopped from outside, its
 
 
 def watch_driver(driver: DriverId, poll_s: float = DRIVER_POLL_S) -> None:
-    """A ``--jobs`` worker's watch on its driver (issue 31: a SIGKILLed driver left its workers training to
-    the end, then blocked forever on the pool's pipe, which the worker itself holds open; with them the fork
-    server and the resource tracker, which wait for every worker to close its fds). The rule: a driver that
-    dies takes its workers with it, and a running pair stops the way SIGINT stops it.
-
-    Why a watch and not the parent: the worker's parent is the fork server, not the driver, and the fork
-    server outlives the driver while any worker runs (so ``os.getppid()`` and ``PR_SET_PDEATHSIG``, which
-    follow the parent, never fire); a pid alone may be reused, so the driver's start time goes with it.
-
-    Once the driver is gone: while a job runs, one SIGINT to this process as soon as the training loop's
-    handler is installed (outside the loop the worker ignores SIGINT: the pair is starting or finishing,
-    and a second SIGINT would stop the loop without its checkpoint), so the pair checkpoints at its next
-    step and returns interrupted; then, with no job running, the worker exits. The fork server and the
-    resource tracker exit when the last worker has."""
+    """Stop this ``--jobs`` worker when its driver dies: a running pair gets one SIGINT (once the loop's handler is
+    installed) so it checkpoints and returns interrupted; an idle worker exits. A watch, not the parent: the parent
+    is the fork server, which outlives the driver, and a pid alone may be reused."""
     while driver.alive():
         time.sleep(poll_s)
     print(f"dormouse ab worker {os.getpid()}: driver pid {driver.pid} is gone; stopping", file=sys.stderr,
@@ -351,24 +302,11 @@ def watch_driver(driver: DriverId, poll_s: float = DRIVER_POLL_S) -> None:
 
 
 class ProcessLauncher:
-    """Up to ``len(slots)`` jobs at once, each in its own process: one single-worker
-    ``ProcessPoolExecutor`` per slot (forked from a fork server that imported torch once:
-    :func:`worker_context`), whose worker is pinned to the slot's CUDA
-    devices and thread count when it starts. A slot's worker runs its pairs one after another, like the
-    sequential launcher runs all of them; what one pair leaves in the process (nothing the next pair
-    reads: the trainer resets its counters and peak-memory statistics) does not change another's numbers.
-
-    One long-lived worker per slot rather than a fresh process per pair: importing torch costs seconds,
-    more than a small pair's training. A worker that dies (OOM killer) fails its pair and is replaced.
-
-    A SIGINT to this process (Ctrl-C at a terminal, or ``kill -INT`` of this process alone) or a SIGTERM
-    is passed on to each worker as one SIGINT (the workers have their own process group: see
-    :func:`_worker_init`): the running pairs checkpoint at their next step and return ``interrupted``; no
-    new pair starts, and the comparison exits 130 or 143. A second Ctrl-C is passed on too, and stops the
-    running pairs at once. A driver killed outright (SIGKILL, the OOM killer) passes nothing on: each worker
-    watches it (:func:`watch_driver`), stops its pair the same way and exits, and the fork server and the
-    resource tracker exit with the last worker.
-    """
+    """Up to ``len(slots)`` jobs at once: one long-lived single-worker ``ProcessPoolExecutor`` per slot (importing
+    torch costs more than a small pair), forked from :func:`worker_context` and pinned to the slot. A worker that
+    dies fails its pair and is replaced. SIGINT or SIGTERM is passed to each worker as one SIGINT: the pairs
+    checkpoint, none starts, and the comparison exits 130 or 143; a second Ctrl-C stops them at once. A SIGKILLed
+    driver is seen by each worker's :func:`watch_driver`."""
 
     name = "local-processes"
 
@@ -445,21 +383,15 @@ class ProcessLauncher:
         return outcomes
 
 
-# What the fork server imports once, before it forks any worker, so a worker starts without importing it
-# again (issue 24: every worker re-imported torch): torch and the trainer, and what a pair's first run would
-# import lazily (measured: torch._dynamo, ~3 s, on the optimizer's construction; matplotlib for the probe
-# plots).
+# What the fork server imports once so no worker imports it again: torch and the trainer, and what a pair's
+# first run would import lazily (torch._dynamo, ~3 s, on the optimizer's construction; the probe plots).
 WORKER_PRELOAD = ["torch", "torch._dynamo", "dormouse.train.loop", "dormouse.ab.pairjob", "dormouse.arms.plots"]
 
 
 def worker_context() -> multiprocessing.context.BaseContext:
-    """The start method of the slots' workers: the standard library's fork server with torch preloaded
-    (``multiprocessing.set_forkserver_preload``), where the platform has one; spawn elsewhere.
-
-    Not plain fork: this process may hold threads (OpenMP, a CUDA context) a forked child must not inherit.
-    The fork server is a fresh process that only imports the preload list (no CUDA call, no thread pool:
-    ``CUDA_VISIBLE_DEVICES`` and the thread count are still set per slot in :func:`_worker_init`, before
-    any CUDA call), so each worker forked from it is as clean as a spawned one, without the import."""
+    """The workers' start method: the fork server with :data:`WORKER_PRELOAD` imported, else spawn. Not plain fork:
+    this process may hold threads (OpenMP, CUDA) a child must not inherit; the fork server only imports, so its
+    children are as clean as spawned ones."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")

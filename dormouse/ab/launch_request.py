@@ -1,11 +1,7 @@
-"""How the pairs of a comparison are asked to run (``--jobs``, ``--threads``, ``--launcher``, ``launcher.KEY=VALUE``)
-and the one place a request becomes a launcher (:mod:`dormouse.ab.launch`, :mod:`dormouse.ab.cluster`).
-
-:func:`resolve_launch` checks a request against the pairs and the machine, before any run, and says what the
-launcher would be (:meth:`ResolvedLaunch.settings`, for ``--plan``: no executor made, no SLURM contacted);
-:meth:`ResolvedLaunch.launcher` then makes it. Both read the same resolution, so ``--plan`` shows the
-launcher a run gets.
-"""
+"""How the pairs of a comparison are asked to run (``--jobs``, ``--threads``, ``--launcher``,
+``launcher.KEY=VALUE``) and the one place a request becomes a launcher. :func:`resolve_launch` checks it before any
+run; ``--plan`` shows :meth:`ResolvedLaunch.settings` and a run gets :meth:`ResolvedLaunch.launcher`, both from the
+same resolution."""
 
 from __future__ import annotations
 
@@ -32,9 +28,8 @@ LOCAL = "local"
 
 @dataclass
 class LaunchRequest:
-    """How to run the pairs: ``jobs`` at once on this machine (each ``threads`` CPU threads, one GPU each
-    on CUDA), or ``launcher`` = ``slurm`` (``conf/launcher/slurm.yaml``) with ``launcher_overrides``
-    (``KEY=VALUE``, the ``launcher.`` prefix stripped)."""
+    """``jobs`` at once on this machine (``threads`` each, one GPU each on CUDA), or ``launcher`` ``slurm`` with
+    ``launcher_overrides`` (``KEY=VALUE``, prefix stripped)."""
 
     jobs: int = 1
     threads: int | None = None
@@ -79,8 +74,7 @@ class ResolvedLaunch:
                 "gpus_per_pair": c.gpus_per_pair, "cpus_per_task": c.cpus_per_task}
 
     def launcher(self, comp_dir: Path, name: str) -> Launcher:
-        """The launcher itself: one pair after another in this process (``jobs`` 1), worker processes, or
-        submitit jobs (the cluster is checked here: :class:`LaunchError` when it cannot be reached)."""
+        """The launcher itself (:class:`LaunchError` when the cluster cannot be reached)."""
         if self.cluster is None:
             if self.request.jobs == 1:  # in this process: torch's own threads unless --threads says
                 return InProcessLauncher(Slot(0, self.request.threads))
@@ -91,8 +85,7 @@ class ResolvedLaunch:
 
 
 def resolve_launch(request: LaunchRequest, pairs: list[Pair]) -> ResolvedLaunch:
-    """Check a request against the pairs and this machine; :class:`LaunchError` (before any run) when it
-    cannot be honoured."""
+    """Check a request against the pairs and this machine; :class:`LaunchError` when it cannot be honoured."""
     if request.launcher == LOCAL:
         if request.launcher_overrides:
             raise LaunchError([f"launcher overrides {request.launcher_overrides} need --launcher slurm"])

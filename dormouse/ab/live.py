@@ -1,10 +1,6 @@
-"""The comparison's progress as it runs: one table updated in place (rich ``Live``) on a terminal, plain
-timestamped lines otherwise (a log file, CI, a pipe), never a table reprinted before every pair.
-
-The board learns when a pair starts and how it ended from the launcher; what a running pair is doing
-(its step and last bpb) it reads from the pair's ``metrics.jsonl`` at each refresh, so it shows the same
-thing whether the pair trains in this process, in a worker or in a cluster job.
-"""
+"""The comparison's progress as it runs: one table updated in place on a terminal (rich ``Live``), plain timestamped
+lines otherwise. Starts and outcomes come from the launcher; a running pair's step and bpb from its
+``metrics.jsonl``, so the board reads the same wherever the pair trains."""
 
 from __future__ import annotations
 
@@ -85,10 +81,8 @@ class PairBoard:
         return rows[-1] if rows else None
 
     def eta_s(self, now: float | None = None) -> float | None:
-        """The comparison's ETA from what the board knows (:func:`dormouse.ab.status.comparison_eta`): the
-        running pairs' pace (a pair started at step 0 runs ``step`` steps in its elapsed time; a resumed
-        one's pace is unknown here), the finished pairs' wall times, and the pairs still pending, on as
-        many slots as pairs are running."""
+        """The comparison's ETA (:func:`dormouse.ab.status.comparison_eta`) from the running pairs' pace (a resumed
+        pair's is unknown here), the finished pairs' wall times and the pending ones."""
         from dormouse.ab.status import comparison_eta
 
         now = time.time() if now is None else now

@@ -1,20 +1,8 @@
-"""Where a sequential comparison stands: which looks were taken, what each decided, and which pairs the
-next look needs (docs/ab-protocol.md, "Running a comparison").
-
-:func:`progress` replays the registered schedule from the runs on disk, so the runner (deciding whether to
-run more), ``--status`` and the report all see the same looks, and a resumed comparison continues exactly
-where it stood. At look i (``n = looks[i]`` replicates per arm) the baseline and the A/A arm run with every
-tested arm still undecided; an arm decided at an earlier look runs no more replicates. The decision is
-:func:`dormouse.ab.sequential.decide` on each undecided arm's paired differences over the first n
-replicates, with the family size fixed at registration (:meth:`ComparisonPlan.design`). Under a registered
-bad-run policy an arm's replicates are those :func:`dormouse.ab.bad_runs.assign` gives: a replicate whose
-arm or baseline run ended above the ceiling is replaced by the next spare replicate (at most the registered
-number per arm), and a look first runs the spare pairs the rule asks for.
-
-An arm whose runs failed, or whose counters show it did not run as asked, is ``invalid``: it takes no
-further part, and it *stays in the family* (the design's ``n_arms`` does not shrink), so a failed arm never
-loosens the others' correction.
-"""
+"""Where a sequential comparison stands: the looks taken, what each decided, and the pairs the next look needs,
+replayed from the runs on disk so the runner, ``--status`` and the report see the same looks (docs/ab-protocol.md,
+"Running a comparison"). At look i the baseline, the A/A arm and every undecided arm run ``looks[i]`` replicates
+(under a bad-run policy, :func:`dormouse.ab.bad_runs.assign`'s); a decided arm runs no more. An arm whose runs
+failed or ran not as asked is ``invalid`` and stays in the family, so it never loosens the others' correction."""
 
 from __future__ import annotations
 
@@ -47,7 +35,6 @@ class Look:
 
 @dataclass
 class Progress:
-    """The replayed schedule (see the module docstring)."""
 
     looks: list[Look] = field(default_factory=list)
     decisions: dict[str, Any] = field(default_factory=dict)  # each tested arm's latest ArmDecision
@@ -61,8 +48,7 @@ class Progress:
     diffs: dict[str, list[float]] = field(default_factory=dict)  # arm -> Δ over the replicates it uses
 
     def ran(self, pair: Pair) -> bool:
-        """The looks ran this pair for its arm: a replicate its analysis uses, or one the bad-run policy
-        replaced (reported, never decided on)."""
+        """The looks ran this pair for its arm: a replicate its analysis uses, or one the bad-run policy replaced."""
         return pair.replicate in self.made.get(pair.arm, ())
 
     @property
@@ -78,15 +64,13 @@ class Progress:
 
 
 def read_pair(pair: Pair, error: str | None = None) -> RunRecord:
-    """A pair's run as the report reads it back from disk."""
     return load_record(pair.arm, pair.seed, pair.run_dir, arm_name(pair.cfg), pair.steps, error,
                        replicate=pair.replicate)
 
 
 def paired_differences(recs: list[RunRecord], base: dict[int, RunRecord], key: str = "bpb") -> list[float]:
-    """Δ: per replicate, arm − baseline at metric ``key`` of the final eval (the replicates both finished
-    with a finite value, in the arm's replicate order). The one rule the looks decide on and the report
-    states (at ``bpb``; at every depth, ``bpb@k``, as a secondary)."""
+    """Δ per replicate, arm − baseline at metric ``key`` of the final eval, over the replicates both finished with a
+    finite value: what the looks decide on (``bpb``) and the report states (``bpb@k`` too)."""
     out = []
     for r in recs:
         b = base.get(r.replicate)
@@ -98,8 +82,7 @@ def paired_differences(recs: list[RunRecord], base: dict[int, RunRecord], key: s
 
 def _use(out: Progress, arm: str, n: int, made: dict[str, list[RunRecord]], chosen: dict[str, bad_runs.Assignment],
          base: str) -> None:
-    """The arm's analysis uses the replicates the bad-run policy gives (``chosen``; without the policy, or for
-    the baseline, its first ``n``) of the runs it ``made``: record those, the replacements, and its Δ."""
+    """Record the replicates the arm's analysis uses of those it ``made`` (the policy's, else the first ``n``)."""
     pick = chosen.get(arm)
     runs = {r.replicate: r for r in made[arm]}
     used = list(pick.used) if pick is not None else list(range(1, n + 1))
@@ -116,9 +99,8 @@ def _finding_free(records: list[RunRecord]) -> bool:
 
 
 def progress(plan: ComparisonPlan, read: ReadRecord, failed: set[str] | None = None) -> Progress:
-    """Replay the schedule from disk. ``read(pair)`` gives a pair's record; ``failed`` names pairs that
-    failed and are not to be run again now (this invocation's failures, or ``--status``'s failed pairs):
-    their arm is invalid instead of pending."""
+    """Replay the schedule from disk. ``read(pair)`` gives a pair's record; pairs in ``failed`` are not to be run
+    again now, so their arm is invalid instead of pending."""
     spec, failed = plan.spec, failed or set()
     design = plan.design()
     base, aa = spec.baseline, spec.aa_arm
@@ -166,9 +148,8 @@ def progress(plan: ComparisonPlan, read: ReadRecord, failed: set[str] | None = N
 
 def _spares(plan: ComparisonPlan, read: ReadRecord, records: dict[str, RunRecord], arms: list[str], n: int,
             failed: set[str]) -> tuple[dict[str, bad_runs.Assignment], list[Pair]]:
-    """Each of ``arms``' replicates at this look under the bad-run policy (dormouse/ab/bad_runs.py), reading
-    the spare pairs the rule asks for into ``records``; and the spare pairs still to run (the baseline's once
-    for every arm). A spare pair that failed stops its arm's assignment there (the arm is then invalid)."""
+    """Each arm's replicates at this look under the bad-run policy, and the spare pairs still to run (the baseline's
+    once per arm); a failed spare pair stops its arm's assignment."""
     spec = plan.spec
     base, ceiling, most = spec.baseline, spec.bad_run_ceiling, int(spec.bad_run_replacements)
     chosen: dict[str, bad_runs.Assignment] = {}
@@ -196,8 +177,7 @@ def _spares(plan: ComparisonPlan, read: ReadRecord, records: dict[str, RunRecord
 
 def _made(plan: ComparisonPlan, records: dict[str, RunRecord], arms: list[str], n: int,
           chosen: dict[str, bad_runs.Assignment]) -> dict[str, list[RunRecord]]:
-    """The runs each arm made for this look: its first ``n`` replicates and the spares the policy asked of it
-    (the baseline: every arm's spares), in replicate order."""
+    """The runs each arm made for this look: its first ``n`` replicates and its spares, in replicate order."""
     base = plan.spec.baseline
     out = {}
     for arm in arms:
@@ -208,8 +188,7 @@ def _made(plan: ComparisonPlan, records: dict[str, RunRecord], arms: list[str], 
 
 
 def _tune_stage(plan: ComparisonPlan, read: ReadRecord, failed: set[str], out: Progress) -> bool:
-    """The tune stage comes first (dormouse/ab/tune.py): True once it has chosen (the confirmatory pairs then
-    carry each arm's chosen lr); else its pending pairs, or every arm invalid when a tune pair failed."""
+    """True once the tune stage has chosen; else its pending pairs, or every arm invalid after a failed tune pair."""
     out.tune = tune.settle(plan, read, failed)
     if out.tune.settled:
         plan.choose_lrs(out.tune.chosen)

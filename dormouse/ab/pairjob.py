@@ -1,28 +1,12 @@
-"""One run of a comparison brought to completion, wherever it runs (this process, a pool worker, a
-cluster job): keep it, resume it from its checkpoint, or (re)start it.
+"""One run of a comparison brought to completion wherever it runs: keep it, resume it, or (re)start it.
+:func:`run_pair`, what every launcher runs, holds the pair's lock, records each attempt in
+``<comparison>/launch/<pair>.json`` and returns an :class:`~dormouse.ab.launch.Outcome` (only ``SystemExit``,
+submitit's requeue, passes). Users read *run* for one (arm, replicate) training run; the code's ``Pair``, ``pair_*``
+names and the JSON ``"pair"`` keys name the same thing and stay, as published results read them.
 
-:func:`run_pair` is the function every launcher runs (dormouse/ab/launch.py). It holds the pair's own
-lock while it works (a second process can never train the same pair), records each attempt in
-``<comparison>/launch/<pair>.json`` (where it ran: host, pid, threads, CUDA devices, launcher; when; how
-it ended) for ``--status`` and the report, and never lets an exception cross a process boundary: it
-returns an :class:`~dormouse.ab.launch.Outcome`. Only ``SystemExit`` passes through (submitit's requeue).
-
-Words: the user-facing text says *run* for one training run of a comparison (one arm at one replicate) and
-keeps *pair* for what is paired: an arm's run with the baseline's run of the same replicate, and their
-difference. The code's :class:`Pair`, ``pair_*`` names, ``launch/<pair>.json`` and the ``"pair"``/``"pairs"``
-keys of the JSON records are the historical name of one run; published results and resumes read them, so
-they stay.
-
-No path deletes a finished run (issue 31: a pair at its final eval got USR2 during its final plots,
-submitit's handler raised, and the pair was deleted and retrained from step 0):
-
-- a run whose final eval is on disk (the final metrics row at train.steps with a finite bpb) is complete,
-  whatever was raised after it (:func:`pair_state`);
-- an exception during a resume deletes nothing, unless it is the checkpoint's refusal and every checkpoint
-  is shown unreadable; that run is then moved aside (``<comparison>/set_aside/``, with the reason in it and
-  in the launch record), never deleted (:func:`_complete`);
-- a restart removes only a directory that holds neither a checkpoint nor a final eval (any other is refused).
-"""
+No path deletes a finished run: one with its final eval on disk is complete whatever was raised after it
+(:func:`pair_state`); a failed resume deletes nothing, and moves the run to ``<comparison>/set_aside/`` only when
+every checkpoint is unreadable; a restart removes only a directory with neither checkpoint nor final eval."""
 
 from __future__ import annotations
 
@@ -70,8 +54,7 @@ SET_ASIDE_REASON = "SET_ASIDE.txt"
 
 @dataclass
 class Pair:
-    """One (arm, replicate) run of the comparison (a *run* in what users read; ``Pair`` is the historical
-    name, see the module docstring); ``seed`` is the replicate's init seed (``train.seed``)."""
+    """One (arm, replicate) run of the comparison; ``seed`` is the replicate's init seed (``train.seed``)."""
 
     arm: str
     seed: int
@@ -95,15 +78,10 @@ class Pair:
 
 
 def pair_state(pair: Pair) -> tuple[str, str]:
-    """``(state, why)`` with state one of ``new``, ``complete``, ``resume`` or ``restart``.
-
-    Complete = the final metrics row is at train.steps with a finite bpb (:func:`dormouse.ab.records.final_row`,
-    the same rule by which the runner counts a pair complete and the report reads its number). The rule: a run
-    whose final eval is on disk is complete whatever happened after it. The loop writes the final eval row,
-    then the final checkpoint, then ``done``, then the probe plots; a signal or a scheduler's exception after
-    the row (submitit's ``UncompletedJobError`` during the plots) leaves a finished run, which
-    :func:`_complete` keeps and whose log it finishes (:func:`_finish_log`).
-    """
+    """``(state, why)``, state ``new``, ``complete``, ``resume`` or ``restart``. Complete: the final metrics row is
+    at train.steps with a finite bpb (:func:`dormouse.ab.records.final_row`), whatever came after it: the loop
+    writes that row, then the checkpoint, ``done`` and the probe plots, and a signal in between leaves a finished
+    run."""
     if not pair.run_dir.exists():
         return "new", "not started"
     rows = read_metrics(pair.files.metrics)
@@ -129,15 +107,14 @@ class PairTask:
     fingerprint: str | None = None  # the code the comparison runs on (dormouse.ab.fingerprint); None = any
 
     def __reduce__(self) -> tuple[Any, tuple[list[str], bytes]]:
-        """Pickled as the plugins to load, then the task: a worker (a --jobs process, a cluster job) loads the
-        driver's plugins before it unpickles the pair's config, whose arm options are a plugin's classes."""
+        """Pickled as the plugins to load, then the task: a worker loads the driver's plugins before it unpickles
+        the config, whose arm options may be a plugin's classes."""
         state = {f.name: getattr(self, f.name) for f in fields(self)}
-        # cloudpickle (submitit's pickler) for the state: what it pickled by value before still is
+        # cloudpickle (submitit's pickler) for the state, so what it pickles by value still is
         return _task_with_plugins, (plugin_specs(), cloudpickle.dumps(state))
 
 
 def _task_with_plugins(specs: list[str], state: bytes) -> PairTask:
-    """Unpickle a :class:`PairTask` after loading the plugins its driver had (``PairTask.__reduce__``)."""
     activate(specs, origin="the comparison's driver")
     return PairTask(**pickle.loads(state))
 
@@ -196,15 +173,9 @@ INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 
 @contextlib.contextmanager
 def compile_cache(pair: Pair, comp_dir: Path) -> Iterator[str | None]:
-    """``train.compile=true``: a comparison compiles once (issue 23). Every pair of the comparison, in any
-    process and on any resume, points torch's own on-disk compile caches (Inductor's FX-graph cache and the
-    AOTAutograd cache, both on by default) at ``<comparison>/compile_cache``, so the graph of an arm is
-    lowered and built by its first pair, and later pairs (other seeds, other learning rates: the optimizer
-    is outside the graph) only trace it and load the result. No home-made cache: the key and what it covers
-    (graph, torch version, config) are torch's. A cache directory the user set is kept, and said; torch's
-    own default is not the user's (importing ``torch._dynamo`` writes it into the environment).
-
-    Yields the cache directory in force (None when the pair does not compile)."""
+    """``train.compile=true``: a comparison compiles once. Every pair points torch's own on-disk caches (Inductor FX
+    graph, AOTAutograd) at ``<comparison>/compile_cache``, so later pairs of an arm only load the graph; the key is
+    torch's. A directory the user set is kept, and said. Yields the directory (None without compile)."""
     if not bool(pair.cfg.train.compile):
         yield None
         return
@@ -233,8 +204,7 @@ def _train(pair: Pair, train_fn: TrainFn, resume: str) -> None:
 
 
 def _train_or_keep(pair: Pair, train_fn: TrainFn, resume: str) -> tuple[str, str] | None:
-    """Train the pair (``train.resume=resume``); if that raises after the final eval, the pair is kept
-    (:func:`_kept_after`: returns ``(done, note)``); any other exception propagates, as do the STOP ones."""
+    """Train the pair; a raise after the final eval keeps it (``(done, note)``), any other propagates."""
     try:
         _train(pair, train_fn, resume)
     except STOP:
@@ -247,8 +217,7 @@ def _train_or_keep(pair: Pair, train_fn: TrainFn, resume: str) -> tuple[str, str
 
 
 def _kept_after(pair: Pair, exc: BaseException) -> tuple[str, str] | None:
-    """``(done, note)`` when the pair is complete although training raised ``exc`` (it came after the final
-    eval: during the done line or the probe plots), else None. The rule of :func:`pair_state`."""
+    """``(done, note)`` when the pair is complete although training raised ``exc``, else None."""
     state, why = pair_state(pair)
     if state != "complete":
         return None
@@ -263,10 +232,9 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _finish_log(pair: Pair, note: str) -> str:
-    """A complete run that stopped before its ``done`` line (:func:`pair_state`) gets that line, so its log
-    reads finished (`dormouse logs --check`, the report's counter check), after a comment that says who
-    wrote it and why; ``wall_s`` is the final eval's ``time_s``. Its probe plots are drawn from the final row
-    as the trainer draws them. Returns ``note`` with what was added."""
+    """Write the ``done`` line (``wall_s``: the final eval's ``time_s``) a complete run lacks, after a comment
+    saying why, so its log reads finished; draw its probe plots from the final row. Returns ``note`` plus what was
+    added."""
     if read_run(pair.run_dir).finished:
         return note
     final = final_row(read_metrics(pair.files.metrics), pair.steps)
@@ -288,11 +256,9 @@ def _finish_log(pair: Pair, note: str) -> str:
 
 
 def finish_complete_runs(pairs: list[Pair], comp_dir: Path) -> list[str]:
-    """The driver's pass, before any pair runs: each complete pair whose log lacks its ``done`` line (killed
-    between its final checkpoint and that line) gets it (:func:`_finish_log`), under the pair's lock (a pair
-    another process holds is left to it). The runner schedules only pairs without a final eval, so without
-    this pass such a run would stay "unfinished" to the counter check and invalidate its arm, though it is
-    complete. Returns one line per run finished."""
+    """Before any pair runs, give each complete pair that lacks its ``done`` line that line, under its lock: the
+    runner schedules only pairs without a final eval, so the counter check would call such a run unfinished. Returns
+    one line per run finished."""
     lines = []
     for pair in pairs:
         if pair_state(pair)[0] != "complete" or read_run(pair.run_dir).finished:
@@ -309,8 +275,8 @@ def finish_complete_runs(pairs: list[Pair], comp_dir: Path) -> list[str]:
 
 
 def unreadable_checkpoints(pair: Pair) -> str | None:
-    """Why none of the pair's checkpoints can be resumed (each one's load error), or None when one loads
-    or there is none. The evidence :func:`_complete` needs before it moves a run aside."""
+    """Each checkpoint's load error when none can be resumed, else None (one loads, or there are none): the evidence
+    for moving a run aside."""
     ckpts = list_checkpoints(pair.files.checkpoints)
     if not ckpts:
         return None
@@ -326,8 +292,7 @@ def unreadable_checkpoints(pair: Pair) -> str | None:
 
 
 def set_aside(pair: Pair, comp_dir: Path, reason: str) -> Path:
-    """Move the pair's run directory to ``<comparison>/set_aside/<pair>.<time>/`` with ``reason`` written
-    in it (SET_ASIDE.txt), so the pair can start over without deleting anything; returns where it went."""
+    """Move the run directory to ``<comparison>/set_aside/<pair>.<time>/``, ``reason`` in SET_ASIDE.txt."""
     root = Path(comp_dir) / SET_ASIDE
     root.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now().strftime("%Y%m%dT%H%M%S")
@@ -343,10 +308,8 @@ def set_aside(pair: Pair, comp_dir: Path, reason: str) -> Path:
 
 
 def _clear_for_restart(pair: Pair) -> None:
-    """Empty the way for a fresh run (the runner owns ``pair.run_dir``). :func:`pair_state` says ``restart``
-    only for a run with neither a final eval nor a checkpoint (interrupted before its first checkpoint:
-    nothing in it can be resumed or counted), and a resume that moved its run aside left no directory; a
-    directory holding either is refused here rather than deleted, whatever the caller thought."""
+    """Empty the way for a fresh run: a directory holding a final eval or a checkpoint is refused, not deleted,
+    whatever the caller thought."""
     if final_row(read_metrics(pair.files.metrics), pair.steps) is not None or list_checkpoints(pair.files.checkpoints):
         raise RuntimeError(f"{pair.run_dir} holds a final eval or a checkpoint; refusing to delete it to restart "
                            "the run (move it away by hand if it is not wanted)")
@@ -354,10 +317,9 @@ def _clear_for_restart(pair: Pair) -> None:
 
 
 def _complete(pair: Pair, train_fn: TrainFn, comp_dir: Path) -> tuple[str, str]:
-    """Keep, resume or (re)start the pair; ``(status, note)`` with status done or failed; an exception that
-    fails the pair propagates (:func:`run_pair` records it). The rules are the module docstring's: nothing
-    complete is retrained, and a resume moves a run aside only for a checkpoint refusal (CHECKPOINT_REFUSALS)
-    with every checkpoint unreadable, recording why; any other exception deletes nothing."""
+    """Keep, resume or (re)start the pair; ``(status, note)``. A resume moves a run aside only on a checkpoint
+    refusal (CHECKPOINT_REFUSALS) with every checkpoint unreadable; any other exception propagates, deleting
+    nothing."""
     state, why = pair_state(pair)
     if state == "complete":
         return DONE, _finish_log(pair, f"already complete ({why})")
@@ -392,7 +354,7 @@ def _complete(pair: Pair, train_fn: TrainFn, comp_dir: Path) -> tuple[str, str]:
 
 
 def run_pair(task: PairTask) -> Outcome:
-    """Bring one pair to completion under its lock, recording the attempt. See the module docstring."""
+    """Bring one pair to completion under its lock, recording the attempt."""
     pair = task.pair
     if int(os.environ.get("RANK", "0")) > 0:
         # A follower rank of a multi-GPU pair: rank 0 owns the lock, the directory and the record; the

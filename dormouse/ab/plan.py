@@ -1,25 +1,10 @@
-"""One plan per comparison: the registration, its replicates (each an init seed and a data-order seed), its
-looks and every (arm, replicate) pair's composed config, built once and read by the run, ``--plan``,
-``--status`` and ``--design`` alike (docs/ab-protocol.md, "Running a comparison").
-
-:func:`build_plan` loads the registered file, checks the CLI overrides, composes each arm's config once
-(Hydra composition is the slow part) and validates every pair before anything runs: a problem of one arm
-names the arm, a problem every arm shares (a bad CLI or fixed override) is said once.
-
-Replicate k (1-based) of a protocol-2 comparison trains every arm with ``train.seed = init_seed_base + k - 1``
-(the shared initial weights) and ``train.data_seed = data_seed_base + k - 1`` (the data order); the A/A arm
-takes ``aa_data_seed_base + k - 1`` instead. So a replicate's streams never depend on how many looks there
-are, and a longer schedule only adds replicates. A registration with a ``tune`` stage also plans its tune pairs
-(each tuned arm at each grid lr, on the tune seed streams: dormouse/ab/tune.py) and makes any other tune pair
-its bracketing rule asks for on demand (:meth:`ComparisonPlan.tune_pair`: an extension lr, a second seed);
-the confirmatory pairs get their ``train.lr`` when the stage has chosen (:meth:`ComparisonPlan.choose_lrs`). A
-protocol-1
-registration (read only) plans its listed seeds as one look, with whatever data seed its arms set.
-
-A registered bad-run policy (``bad_run_replacements: R``) plans R spare replicates after the maximum, on the
-same streams (replicate n_max + j has seeds base + n_max + j − 1); their pairs run only when the policy asks
-for them (dormouse/ab/bad_runs.py).
-"""
+"""One plan per comparison, built once and read by the run, ``--plan``, ``--status`` and ``--design``: the
+registration, its replicates (init and data-order seeds), looks and every pair's composed config
+(docs/ab-protocol.md, "Running a comparison"). :func:`build_plan` composes each arm once (Hydra is the slow part)
+and validates every pair before anything runs; a problem all arms share is said once. Replicate k (1-based) uses
+``base + k − 1`` of each stream, so a longer schedule only adds replicates; the bad-run policy's R spares continue
+the streams past the maximum. Tune pairs beyond the grid are made on demand (:meth:`ComparisonPlan.tune_pair`). A
+protocol-1 registration plans its listed seeds as one look."""
 
 from __future__ import annotations
 
@@ -79,8 +64,7 @@ class ComparisonPlan:
     _tune_made: dict[tuple[str, float, int], Pair] = field(default_factory=dict, repr=False)
 
     def tune_pair(self, arm: str, lr: float, j: int) -> Pair:
-        """The tune pair of ``arm`` at ``lr`` and tune replicate ``j`` (0-based; j = replicates: the second
-        seed), made once and validated; the same object on every call."""
+        """Tune pair of ``arm`` at ``lr``, replicate ``j`` (j = replicates: the second seed), made once."""
         key = (arm, float(lr), int(j))
         if key not in self._tune_made:
             pair, lines = _make_tune_pair(self, *key)
@@ -90,8 +74,7 @@ class ComparisonPlan:
         return self._tune_made[key]
 
     def potential_tune_pairs(self) -> list[Pair]:
-        """Every tune pair the stage may run within its budget (any arm, any lr its extensions may reach,
-        every tune seed): what the runner, the code check and ``--status`` must know may exist on disk."""
+        """Every tune pair the stage may run within its budget (what may be found on disk)."""
         tune = getattr(self.spec, "tune", None)
         if tune is None:
             return []
@@ -115,8 +98,8 @@ class ComparisonPlan:
         return bool(self.tune_pairs) and self.chosen_lrs is None
 
     def choose_lrs(self, chosen: dict[str, float]) -> None:
-        """Set each confirmatory pair's ``train.lr`` to its arm's tuned choice (tune.settle computes it from
-        the runs on disk, so every caller sets the same values; another choice is a bug, refused)."""
+        """Set each confirmatory pair's ``train.lr`` to its arm's tuned choice; a different choice from an earlier
+        call is a bug, refused."""
         if self.chosen_lrs is not None and self.chosen_lrs != chosen:
             raise ComparisonError([f"the tune choice changed within one invocation: {self.chosen_lrs} -> {chosen}"])
         for pair in self.pairs:
@@ -145,7 +128,6 @@ class ComparisonPlan:
         return list(self.reg.spec.arms)
 
     def pairs_to(self, n_replicates: int, arms: list[str] | None = None) -> list[Pair]:
-        """The pairs of the first ``n_replicates`` replicates, of ``arms`` (default: every arm)."""
         keep = set(self.arms if arms is None else arms)
         return [p for p in self.pairs if p.replicate <= n_replicates and p.arm in keep]
 
@@ -158,8 +140,7 @@ class ComparisonPlan:
         return next((str(i + 1) for i, n in enumerate(self.looks) if replicate <= n), "spare")
 
     def design(self) -> Design:
-        """The registered sequential design: α, SESOI, looks, and the family size fixed at registration
-        (every tested arm, whether or not its runs later fail)."""
+        """The registered sequential design; the family is fixed at registration."""
         from dormouse.ab.sequential import Design
 
         spec = self.reg.spec
@@ -177,8 +158,8 @@ def quote(value: str) -> str:
 
 
 def check_cli_overrides(reg: Registered, overrides: list[str]) -> None:
-    """CLI overrides may tune the environment (device, steps for a quick look, wandb) but must not set a
-    key the runner owns or a key an arm sets: that would erase the difference the comparison measures."""
+    """CLI overrides may tune the environment (device, steps, wandb) but not set a runner-owned key or a key an arm
+    sets: that would erase the difference measured."""
     arm_keys = {override_key(o): arm for arm, ovs in reg.spec.arms.items() for o in ovs}
     tuned = TUNED_KEY if getattr(reg.spec, "tune", None) is not None else None
     lines = []
@@ -199,7 +180,7 @@ def check_cli_overrides(reg: Registered, overrides: list[str]) -> None:
 
 
 def replicates_of(spec: Any) -> list[Replicate]:
-    """The registered replicates up to the maximum, then the bad-run policy's spares (module docstring)."""
+    """The registered replicates up to the maximum, then the bad-run policy's spares."""
     if not isinstance(spec, ComparisonSpec):
         return [Replicate(i + 1, int(s), None, None) for i, s in enumerate(spec.seeds)]
     aa = spec.aa_data_seed_base
@@ -212,8 +193,7 @@ def looks_of(spec: Any) -> list[int]:
 
 
 def build_plan(reg: Registered | str, overrides: list[str], root: Path, registry: Path | None = None) -> ComparisonPlan:
-    """Load (if a name is given), check and compose the whole comparison; :class:`ComparisonError` with one
-    line per problem, before anything runs. Writes nothing."""
+    """Load, check and compose the whole comparison; :class:`ComparisonError` lists every problem. Writes nothing."""
     if isinstance(reg, str):
         reg = load_spec(reg, registry)
     overrides = list(overrides)
@@ -241,8 +221,7 @@ def tune_run_name(arm: str, lr: float, init_seed: int) -> str:
 
 
 def _tune_pairs(plan: ComparisonPlan) -> list[Pair]:
-    """The tune pairs the grid needs (dormouse/ab/tune.py), replicate-major, each arm at each grid lr,
-    validated together (every problem said at once)."""
+    """The grid's tune pairs, replicate-major, validated together (every problem said at once)."""
     tune = getattr(plan.spec, "tune", None)
     if tune is None:
         return []
@@ -307,8 +286,8 @@ def _compose_arms(reg: Registered, overrides: list[str], comp_dir: Path, first: 
 
 
 def _data_problems(reg: Registered, arm_cfgs: dict[str, DictConfig]) -> list[str]:
-    """Load each distinct data config once, before any run: a registered comparison runs the eval set it
-    registered or nothing (``data.eval_bytes`` larger than the val split is refused here, naming it)."""
+    """Load each distinct data config once before any run: a ``data.eval_bytes`` larger than the val split is
+    refused, naming it."""
     from dormouse.data import DataError, load_corpus
 
     lines: list[str] = []

@@ -1,9 +1,5 @@
-"""The comparison's plots (docs/ab-protocol.md, "Outputs"): eval bpb vs tokens per arm (seeds thin, their mean
-thick), final bpb by depth, the forest plot of the paired differences (the decision at a glance), and with a
-tune stage each arm's final bpb against its tune lrs (:mod:`dormouse.ab.tune_report` owns its numbers).
-Drawn with matplotlib's object API on the Agg canvas, never pyplot, so nothing depends on (or changes)
-the process's global backend or display.
-"""
+"""The comparison's plots (docs/ab-protocol.md, "Outputs"): bpb curves, bpb by depth, the forest plot and the tune
+lr plot. matplotlib's object API on the Agg canvas, never pyplot, so the process's backend is untouched."""
 
 from __future__ import annotations
 
@@ -24,11 +20,8 @@ from dormouse.run.files import ComparisonFiles
 
 
 def plot_curves(records: list[RunRecord], arms: list[str], out: Path, aa_arm: str | None = None) -> Path:
-    """Eval bpb vs training tokens: one colour per arm, each replicate thin, the mean over replicates thick
-    (the A/A arm dashed, its replicates dashed too and as visible as the others': they are the check).
-
-    The mean is taken at the steps every seed of the arm reached (the runs share the eval schedule).
-    """
+    """Eval bpb vs tokens: each replicate thin, the mean thick, taken at the steps every seed reached (the A/A arm
+    dashed, its replicates as visible as the others': they are the check)."""
     fig = Figure(figsize=(8, 5), dpi=110)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -64,8 +57,7 @@ def plot_curves(records: list[RunRecord], arms: list[str], out: Path, aa_arm: st
 
 
 def plot_depth(results: dict[str, Any], out: Path) -> Path:
-    """Final bpb at each depth 1..max_iter per arm: mean over replicates, error bars ± sd across replicates.
-    The legend sits outside the axes: inside, it covered the curves."""
+    """Final bpb at each depth per arm, mean ± sd over replicates; the legend outside the axes."""
     fig = Figure(figsize=(7, 4.5), dpi=110)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -100,17 +92,14 @@ FOREST_TITLE_PAD_PT = 20  # the forest legend's one row at fontsize 7 (about 15 
 
 
 def plot_forest(results: dict[str, Any], out: Path) -> Path:
-    """:func:`draw_forest` saved to ``out``."""
     draw_forest(results).savefig(out)
     return out
 
 
 def draw_forest(results: dict[str, Any]) -> Figure:
-    """The decision at a glance: each arm's mean paired Δ bpb vs the baseline (a dot), the repeated
-    confidence interval its deciding look compared with 0 (thick bar) and the TOST interval it compared
-    with ±SESOI (thin bar below it), the ±SESOI band (shaded) and zero (a line). Below zero = lower bpb =
-    better. The verdict and its look are written at the right; an arm without a decision is listed with
-    "no decision". An arm the tune stage left unbracketed is named so, its mean a hollow dot."""
+    """Each arm's mean Δ (dot), the repeated interval its deciding look compared with 0 (thick bar), the TOST
+    interval against ±SESOI (thin bar), the ±SESOI band and zero; below zero is better. Verdicts at the right; an
+    unbracketed arm named so, with a hollow dot."""
     arms = [(name, a) for name, a in results["arms"].items() if a["role"] != "baseline"]
     sesoi = float(results["sesoi"])
     fig = Figure(figsize=(8, 1.8 + 0.6 * max(1, len(arms))), dpi=110)  # 1.8 in: title, legend, x label
@@ -166,10 +155,9 @@ def _forest_label(results: dict[str, Any], name: str, a: dict[str, Any]) -> str:
 
 
 def draw_lr(results: dict[str, Any]) -> Figure:
-    """Final bpb against lr (log axis), one panel per tuned arm on shared axes: every tune run a dot, a
-    diverged run a red triangle on the top edge, each lr's mean a thin line, the chosen lr a dashed line and
-    the confirmatory mean ± sd over the replicates a black square with its bar at it. Each drawn set has a
-    gid (``tune-runs:ARM``, ``tune-diverged:ARM``, ``chosen:ARM``, ``confirmatory:ARM``) so it can be read back."""
+    """Final bpb against lr (log axis), one panel per tuned arm: tune runs as dots, diverged ones as red triangles
+    on the top edge, the chosen lr dashed, the confirmatory mean ± sd a black square. Each set has a gid
+    (``tune-runs:ARM``, ``tune-diverged:ARM``, ``chosen:ARM``, ``confirmatory:ARM``) to be read back."""
     curves = lr_curves(results)
     ncols = min(3, max(1, len(curves)))
     nrows = -(-max(1, len(curves)) // ncols)
@@ -225,13 +213,11 @@ def _lr_panel(ax: Axes, arm: str, curve: LrCurve, top: float) -> None:
 
 
 def plot_lr(results: dict[str, Any], out: Path) -> Path:
-    """:func:`draw_lr` saved to ``out``."""
     draw_lr(results).savefig(out)
     return out
 
 
 def write_plots(comp_dir: Path, results: dict[str, Any], records: list[RunRecord]) -> list[Path]:
-    """The plots into ``comp_dir``; returns their paths."""
     files = ComparisonFiles(comp_dir)
     written = [
         plot_curves(records, list(results["arms"]), files.curves_plot, results.get("aa_arm")),
@@ -244,9 +230,8 @@ def write_plots(comp_dir: Path, results: dict[str, Any], records: list[RunRecord
 
 
 def plot_learned(files: ComparisonFiles, arms: list[str], records: list[RunRecord]) -> list[Path]:
-    """Each arm's learned values at its final eval, averaged over its seeds by the residual arm's own rule and
-    drawn as its own plot (dormouse.arms: ``mean_over_seeds``, ``plot``): ``<plot>_<arm>.png``. Runs without
-    a final eval are left out."""
+    """Each arm's learned values at its final eval, averaged and drawn by the arm's own ``mean_over_seeds`` and
+    ``plot``: ``<plot>_<arm>.png``."""
     from dormouse.arms.plots import mean_probe_row, write_probe_plots
 
     written: list[Path] = []

@@ -1,8 +1,5 @@
-"""One (arm, seed) run of a comparison as the runner and the report read it back from disk.
-
-Everything here reads the run directory (dormouse.run.files), so a report made after a resume (some pairs
-from an earlier process) sees the same records as one made in a single sitting.
-"""
+"""One (arm, seed) run of a comparison as the runner and the report read it back from its directory, so a report
+after a resume sees what one in a single sitting would."""
 
 from __future__ import annotations
 
@@ -24,11 +21,8 @@ def is_finite_number(x: Any) -> bool:
 
 
 def final_row(rows: list[dict[str, Any]], steps: int) -> dict[str, Any] | None:
-    """The registered final eval (step == train.steps) with a finite bpb, else None.
-
-    The last row, never the best one: reading the lowest bpb over the evals would be early stopping chosen
-    after the fact, and it favours the noisier arm (its minimum over evals sits further below its final).
-    """
+    """The registered final eval (step == train.steps) with a finite bpb, else None. The last row, never the best:
+    the lowest bpb over evals is early stopping chosen after the fact, and favours the noisier arm."""
     if rows and int(rows[-1]["step"]) == steps and is_finite_number(rows[-1].get("bpb")):
         return rows[-1]
     return None

@@ -1,12 +1,6 @@
-"""What a comparison directory is bound to: its registration (``registration.json``) and the code that computes
-its runs (docs/ab-protocol.md, "Running a comparison").
-
-A comparison is continued only under the registration it started with: the hash of the registered file's
-exact bytes plus the CLI overrides, in order (:func:`registration_hash`). ``--restart`` discards its runs
-and starts over. And every pair already started must have been computed by code with this checkout's
-fingerprint (:func:`check_same_code`, :mod:`dormouse.ab.fingerprint`): a comparison runs on one version of
-the code that computes it. Protocol-1 registrations are kept read only (:func:`refuse_protocol_1`).
-"""
+"""What a comparison directory is bound to: its registration (``registration.json``: the hash of the file's exact
+bytes plus the CLI overrides) and the fingerprint of the code computing its runs (docs/ab-protocol.md, "Running a
+comparison"). ``--restart`` discards the runs and starts over; protocol 1 is read only."""
 
 from __future__ import annotations
 
@@ -59,8 +53,7 @@ def _stamp(reg: Registered, overrides: list[str]) -> dict[str, Any]:
 
 
 def _discard(comp_dir: Path, name: str, console: Console) -> None:
-    """--restart: empty the comparison directory (but the lock this process holds), refusing while a pair
-    is still being trained by another process."""
+    """--restart: empty the directory (but the lock held here), refusing while another process trains a pair."""
     busy = [p.name[: -len(".lock")] for p in ComparisonFiles(comp_dir).pair_locks.glob("*.lock") if is_locked(p)]
     if busy:
         raise ComparisonError([f"--restart: run(s) {', '.join(busy)} are still being trained by another "
@@ -73,7 +66,6 @@ def _discard(comp_dir: Path, name: str, console: Console) -> None:
 
 
 def read_stamp(comp_dir: Path) -> dict[str, Any] | None:
-    """The registration stamp a comparison directory holds, or None if it holds none."""
     path = ComparisonFiles(comp_dir).registration
     return json.loads(path.read_text()) if path.is_file() else None
 
@@ -117,8 +109,8 @@ def registration_state(comp_dir: Path, reg: Registered, overrides: list[str]) ->
 
 
 def check_same_code(plan: ComparisonPlan, code: fingerprint.Fingerprint) -> None:
-    """Refuse to add runs computed by other code than the comparison's runs so far (issue 22): every pair
-    that ever started records the fingerprint of the code it ran on (dormouse/ab/pairjob.py)."""
+    """Refuse to add runs computed by other code than the comparison's runs so far, from the fingerprint every
+    started pair recorded (dormouse/ab/pairjob.py)."""
     differing: dict[str, tuple[str, list[str]]] = {}  # pair -> (its commit, what differs)
     for pair in plan.all_pairs:
         if not pair.run_dir.exists():

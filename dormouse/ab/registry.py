@@ -1,61 +1,7 @@
-"""Registered comparisons: ``conf/ab/NAME.yaml`` (installed as ``dormouse.conf`` / ``ab``).
-
-Registering a comparison before running it is the point of the protocol (docs/ab-protocol.md): arms, the
-smallest effect of interest, the looks, the seed streams and everything held fixed are written down first,
-so nothing can be tuned after the results are seen. The file is schema-checked with a typed dataclass
-through ``OmegaConf.structured`` and then validated; a bad file is refused before any run, with the field
-named.
-
-Protocol 2 (every new registration; :class:`ComparisonSpec`, every key, unknown keys refused)::
-
-    protocol: 2
-    name: smoke                    # must equal the file name
-    description: "..."             # free text, copied into the report
-    metric: bpb                    # the only metric: final eval bpb at the final depth
-    baseline: rezero               # an arm name
-    aa_arm: rezero_aa              # optional: the baseline again (same overrides) on its own data-order
-                                   # stream: a calibration check, not a margin
-    sesoi: 0.02                    # smallest effect of interest, bpb, argued in the file's comments
-    alpha: 0.05                    # family-wise error rate, spent across the looks (dormouse.ab.sequential)
-    alpha_holdback: 1.0            # optional, in (0, 1]: boundaries at alpha × this, alpha stays the claim
-                                   # (a margin for skewed differences: 0.7 keeps |skew| 0.5 within alpha)
-    looks: [2, 4, 6]               # cumulative replicates per arm at each look; the last is the maximum
-    init_seed_base: 1              # replicate k (0-based) trains with train.seed = init_seed_base + k
-    data_seed_base: 1              # ... and train.data_seed = data_seed_base + k (every arm but the A/A)
-    aa_data_seed_base: 1001        # the A/A arm's train.data_seed = aa_data_seed_base + k
-    pilot_sd: 0.03                 # sd of paired differences the design card simulates (from a pilot)
-    expected_effect: -0.05         # the effect the card states its power at (bpb, arm - baseline)
-    bad_run_ceiling: 2.6           # optional: a run ending above this final bpb is a bad run (reported)
-    bad_run_replacements: 2        # optional (0: none): the most runs per arm a bad run's replicate may be
-                                   # replaced, by the spare replicates after the maximum (looks[-1] + 1, ...,
-                                   # the same seed streams); needs bad_run_ceiling (dormouse/ab/bad_runs.py)
-    fixed: [preset=tiny, ...]      # overrides applied to every run (before the arm's own)
-    arms:                          # arm name -> its overrides; the order is the registry's
-      rezero: []
-      gr: [model.use_gr=true]
-    tune:                          # optional: each arm's train.lr chosen first (dormouse/ab/tune.py)
-      lrs: [1.0e-3, 2.0e-3, 4.0e-3]  # the grid; every arm but the A/A trains once per lr and replicate
-      replicates: 1                # tune replicate j (0-based): train.seed = init_seed_base + j,
-      init_seed_base: 9001         # train.data_seed = data_seed_base + j; disjoint from the
-      data_seed_base: 9001         # confirmatory streams (refused otherwise)
-      rule: lowest_mean_final_bpb  # the choice rule, fixed here (tune_rule.RULES)
-      extensions: 3                # optional (default 0): grid points an arm may add beyond an edge its
-                                   # choice sits at (the grid must then be geometric, ascending)
-      second_seed_gap: 0.03        # optional (default none): bpb gap within which the best lr and a
-                                   # neighbour each get one more tune seed (j = replicates) first
-    plugins: [my_arms.py]          # optional: the plugins defining arms outside dormouse (docs/arms.md):
-                                   # files relative to this file, or module names; loaded before the
-                                   # arms' overrides are composed, and covered by the code fingerprint
-
-Seeds are streams, not lists: replicate k's seeds are the bases plus k, so a longer schedule extends them
-and never renumbers a replicate that ran. ``train.seed`` seeds the shared initial weights (and the
-random-depth draw); ``train.data_seed`` the data order only (dormouse/model/looped.py ``init_weights``,
-dormouse/data.py ``train_batch``).
-
-Protocol 1 (no ``protocol`` key; :class:`ComparisonSpecV1`: ``min_effect``, ``seeds``, ``extension``,
-``extension_comparison``) is read only, so the published ``residual_cpu`` result stays checkable against
-its registration; ``dormouse ab`` refuses to run it (its margin 2·sd(A/A) does not shrink with seeds).
-"""
+"""Registered comparisons: ``conf/ab/NAME.yaml`` (installed as ``dormouse.conf`` / ``ab``), written down
+before any run so nothing is tuned after the results are seen. Each file is schema-checked through
+``OmegaConf.structured`` and validated; a bad file is refused before any run, with the field named. Every
+key is documented in docs/ab-protocol.md ("The registration file"); protocol 1 is read only."""
 
 from __future__ import annotations
 
@@ -100,14 +46,14 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 @dataclass
 class TuneSpec:
-    """The optional tune stage of a protocol-2 registration (see the module docstring; dormouse/ab/tune.py)."""
+    """The optional ``tune:`` block of a protocol-2 registration (docs/ab-protocol.md, "The tune stage")."""
 
     lrs: list[float] = MISSING
     replicates: int = 1
     init_seed_base: int = MISSING
     data_seed_base: int = MISSING
     rule: str = "lowest_mean_final_bpb"
-    extensions: int = 0  # max grid points added per arm (0: the grid only, the rule of issue 25)
+    extensions: int = 0  # max grid points added per arm (0: the grid only)
     second_seed_gap: float | None = None  # bpb; None: no second tune seed
 
     def bracketing(self) -> Bracketing:
@@ -117,7 +63,7 @@ class TuneSpec:
                           second_seed_gap=None if self.second_seed_gap is None else float(self.second_seed_gap))
 
     def streams(self) -> dict[str, range]:
-        """Its seed streams: field -> the seeds it uses (a second seed is one more, tune replicate R)."""
+        """Field -> the seeds it uses (a second seed is one more: tune replicate R)."""
         n = self.replicates + (1 if self.second_seed_gap is not None else 0)
         return {"tune.init_seed_base": range(self.init_seed_base, self.init_seed_base + n),
                 "tune.data_seed_base": range(self.data_seed_base, self.data_seed_base + n)}
@@ -125,7 +71,7 @@ class TuneSpec:
 
 @dataclass
 class ComparisonSpec:
-    """The typed schema of a protocol-2 registered comparison (see the module docstring)."""
+    """A protocol-2 registered comparison (docs/ab-protocol.md, "The registration file")."""
 
     protocol: int = PROTOCOL
     name: str = MISSING
@@ -166,7 +112,7 @@ class ComparisonSpec:
 
 @dataclass
 class ComparisonSpecV1:
-    """Protocol 1's schema, read only (the published ``residual_cpu``): seeds as a list, δ from the A/A."""
+    """Protocol 1's schema, read only (the published ``residual_cpu``)."""
 
     protocol: int = 1
     name: str = MISSING
@@ -212,8 +158,8 @@ class Registered:
 
     @property
     def argument(self) -> str:
-        """How ``dormouse ab`` is told this comparison again (a rerun hint, the report's footer): the file's
-        path when it was given by path (its name is not registered), else its name; quoted for a shell."""
+        """How ``dormouse ab`` is told this comparison again, shell-quoted: its path if given by path, else its
+        name."""
         return shlex.quote(self.given if _looks_like_path(self.given) else self.spec.name)
 
     @property
@@ -226,18 +172,17 @@ class Registered:
 
 
 def override_key(override: str) -> str:
-    """The config key an override sets: ``'model.use_gr=true'`` -> ``'model.use_gr'``."""
+    """``'model.use_gr=true'`` -> ``'model.use_gr'``."""
     return override.partition("=")[0].lstrip("+~")
 
 
 def list_comparisons(registry: Path | None = None) -> list[str]:
-    """Names of the registered comparisons (the YAML files in the registry directory)."""
     root = registry if registry is not None else importlib.resources.files(REGISTRY_PACKAGE) / REGISTRY_DIR
     return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
 
 
 def _looks_like_path(name: str) -> bool:
-    """A name with a folder separator or a YAML suffix is the path of a registration file, not a name."""
+    """A name with a folder separator or a YAML suffix is a file's path."""
     return "/" in name or "\\" in name or name.endswith((".yaml", ".yml"))
 
 
@@ -388,8 +333,8 @@ TUNED_KEY = "train.lr"  # the key the tune stage chooses per arm: nothing else m
 
 
 def _tune_problems(spec: ComparisonSpec, tune: TuneSpec, bad: Any) -> None:
-    """The tune stage: a grid of distinct positive lrs, a known rule, seed streams disjoint from the
-    confirmatory ones (a tune run must never be a confirmatory run), and no one else setting train.lr."""
+    """The tune stage: distinct positive lrs, a known rule, seed streams disjoint from the confirmatory ones (a tune
+    run must never be a confirmatory run), and nothing else setting train.lr."""
     lrs = list(tune.lrs)
     if not lrs:
         bad("tune.lrs", "at least one learning rate is required")
@@ -423,8 +368,7 @@ def _tune_problems(spec: ComparisonSpec, tune: TuneSpec, bad: Any) -> None:
 
 
 def _bracketing_problems(tune: TuneSpec, bad: Any) -> None:
-    """Extensions need a geometric grid (the next point beyond an edge is the grid's own next point); the
-    second-seed gap is a positive bpb."""
+    """Extensions need a geometric grid (its next point beyond an edge); the second-seed gap is positive."""
     if tune.extensions < 0:
         bad("tune.extensions", f"{tune.extensions} must be >= 0")
     elif tune.extensions > 0 and grid_ratio([float(x) for x in tune.lrs]) is None:
@@ -450,10 +394,8 @@ def _v1_problems(spec: ComparisonSpecV1, bad: Any) -> None:
 
 
 def validate_spec(spec: AnySpec, source: str, expected_name: str | None = None) -> list[str]:
-    """Every problem with a schema-valid spec, one line each naming the field. Empty = well formed.
-
-    Override values are checked later, by composing every pair's config before the first run.
-    """
+    """Every problem of a schema-valid spec, one line each naming the field; override values are checked later, when
+    every pair's config is composed."""
     lines: list[str] = []
 
     def bad(key: str, msg: str) -> None:
@@ -469,8 +411,7 @@ def validate_spec(spec: AnySpec, source: str, expected_name: str | None = None) 
 
 
 def _load_plugins(spec: AnySpec, name: str, registry: Path | None, source: str) -> None:
-    """Load the plugins a registration lists (files relative to the registration file), before its arms'
-    overrides are composed; one that cannot be loaded is refused naming the field."""
+    """Load the registration's plugins (paths relative to its file) before its arms' overrides are composed."""
     if not getattr(spec, "plugins", None):
         return
     # ``source`` is the registration's path, except for a shipped one (read from the installed package)
@@ -485,11 +426,8 @@ def _load_plugins(spec: AnySpec, name: str, registry: Path | None, source: str) 
 
 
 def load_spec(name: str, registry: Path | None = None) -> Registered:
-    """Load, schema-check and validate registered comparison ``name``.
-
-    ``registry`` is a directory of ``NAME.yaml`` files (default: the installed ``dormouse.conf/ab``);
-    ``name`` may also be the path of a YAML file. Raises :class:`ABSpecError`.
-    """
+    """Load, schema-check and validate comparison ``name`` (or a YAML path) from ``registry`` (default the installed
+    ``dormouse.conf/ab``). Raises :class:`ABSpecError`."""
     text, source = _read_text(name, registry)
     spec = parse_spec(text, source)
     _load_plugins(spec, name, registry, source)

@@ -1,10 +1,5 @@
-"""``report.md`` and the files beside it: the comparison's results (:mod:`dormouse.ab.results`) written as
-``results.json``, rendered as markdown, and drawn (:mod:`dormouse.ab.plots`) (docs/ab-protocol.md,
-"Outputs").
-
-The markdown is rendered from the ``results.json`` document alone, so a published comparison's report can
-be made again from its results.
-"""
+"""``report.md`` and the files beside it (docs/ab-protocol.md, "Outputs"): the results written as ``results.json``,
+drawn, and rendered from that document alone, so a published report can be made again."""
 
 from __future__ import annotations
 
@@ -25,8 +20,7 @@ from dormouse.run.files import ComparisonFiles
 
 
 def registry_order() -> str:
-    """The arm registry's order, simplest first, as the report states it (read when the report is made:
-    an arm registered after import is in it)."""
+    """The arm registry's order, simplest first, read at report time (plugins registered since import count)."""
     return ", then ".join(ARMS)
 
 
@@ -108,7 +102,7 @@ def _header(r: dict[str, Any]) -> list[str]:
 
 
 def _held(r: dict[str, Any]) -> str:
-    """The registered α hold-back as the header states it ("" without one, or in an older results.json)."""
+    """The registered α hold-back as the header states it ("" without one, or a results.json without the field)."""
     words = holdback_words(float(r["alpha"]), float(r.get("alpha_holdback", 1.0)))
     return f" ({words})" if words else ""
 
@@ -136,9 +130,8 @@ def _verdict_table(r: dict[str, Any]) -> list[str]:
 
 
 def bad_run_lines(r: dict[str, Any]) -> list[str]:
-    """The registered bad-run policy's finding, one line per arm (docs/ab-protocol.md, "The bad-run policy"):
-    its bad runs over every run it made, the rate's interval, and each replicate the policy replaced. Empty
-    without the policy (a results.json from before it included)."""
+    """The bad-run policy's finding, one line per arm: bad runs over every run made, the rate's interval, each
+    replacement. Empty without the policy."""
     most = r.get("bad_run_replacements") or 0
     if not most:
         return []
@@ -168,9 +161,8 @@ def _sentences(r: dict[str, Any]) -> list[str]:
 
 
 def assumption_lines(r: dict[str, Any]) -> list[str]:
-    """What the report says of the design's assumptions beside the verdicts: the A/A calibration check and
-    the pooled skewness of the paired differences (docs/ab-protocol.md). Renders a results.json written
-    before either existed: an old A/A check (the F test of the arms' spreads) as it was, no skewness line."""
+    """The design's assumptions beside the verdicts: the A/A check and the pooled skewness. A results.json holding
+    the arms' F test instead renders it as it is, with no skewness line."""
     out: list[str] = []
     cal = r.get("aa_calibration")
     if cal is not None and "pilot_sd" in cal:  # the A/A sd interval against the registered pilot sd
@@ -178,7 +170,7 @@ def assumption_lines(r: dict[str, Any]) -> list[str]:
                    "pilot sd", None: "could not be checked"}[cal.get("agrees")]
         out += ["", f"**A/A calibration check** (`{r['aa_arm']}`: the baseline again on its own data-order "
                 f"stream): its paired sd {verdict}. {cal['sentence']}"]
-    elif cal is not None:  # results.json before issue 34: the F test of each arm's spread against the A/A's
+    elif cal is not None:  # a results.json with the F test of each arm's spread against the A/A's
         verdict = {True: "agrees", False: "**does not agree**", None: "could not be checked"}[cal.get("agrees")]
         out += ["", f"**A/A calibration check** (`{r['aa_arm']}`: the baseline again on its own data-order "
                 f"stream): its spread {verdict} with the compared arms'. {cal['sentence']}"]
@@ -276,8 +268,8 @@ def render_report(results: dict[str, Any], plots: list[str]) -> str:
 
 def write_outputs(comp_dir: Path, results: ComparisonResults,
                   records: list[RunRecord]) -> tuple[ComparisonResults, dict[str, Path]]:
-    """Draw the plots and write results.json and report.md into ``comp_dir``; returns the results as
-    written (with the plots' names) and the paths written."""
+    """Draw the plots and write results.json and report.md into ``comp_dir``; returns the results as written and the
+    paths."""
     plots = write_plots(comp_dir, results.to_json(), records)
     results = replace(results, plots=[p.name for p in plots])
     doc = results.to_json()

@@ -1,17 +1,7 @@
-"""From finished runs to verdicts: read every run a comparison's looks used, state each arm's sequential
-decision with everything beside it, as the typed content of ``results.json`` (docs/ab-protocol.md,
-"Verdicts", "Outputs").
-
-Everything here reads the run directories on disk (through :func:`dormouse.ab.looks.progress`, which
-replays the looks), so results made after a resume are the same as ones made in a single sitting.
-``results.json`` carries every number a verdict compared (the look's boundary, the repeated interval, the
-TOST interval, p and its nominal level), so a reader can check each verdict by hand. Δ, the paired
-difference arm − baseline, is the looks' (:attr:`dormouse.ab.looks.Progress.diffs`): the numbers the
-decision took are the numbers reported.
-
-Nothing here branches on an arm's name: the tie rule "keeps the simpler arm" uses the arm registry's order
-(``dormouse.arms.registry.ARMS``, simplest first).
-"""
+"""From finished runs to verdicts: the typed content of ``results.json`` (docs/ab-protocol.md, "Outputs"), read from
+the run directories through :func:`dormouse.ab.looks.progress`, so a resumed comparison reports the same as one run
+in a sitting. Δ is the looks' own, and every number a verdict compared is recorded so it can be checked by hand. No
+branch on an arm's name: "the simpler arm" is the earlier in ``ARMS``."""
 
 from __future__ import annotations
 
@@ -45,8 +35,7 @@ _HELPER_KEYS = ("verdict", "kept", "decision", "look", "sentence")
 
 @dataclass
 class ArmVerdict:
-    """What the rule said of one arm: its verdict, the decision (``ArmDecision.to_dict``), the look that
-    decided it (1-based), the sentence stating what was tested, and the arm kept."""
+    """What the rule said of one arm: verdict, decision, deciding look (1-based), sentence and the arm kept."""
 
     verdict: str
     decision: dict[str, Any] | None = None
@@ -57,8 +46,7 @@ class ArmVerdict:
 
 @dataclass
 class ArmResult:
-    """One arm's entry of ``results.json``: its runs, its Δ (the looks'), what is reported beside the
-    verdict, its cost relative to the baseline, and its verdict."""
+    """One arm's entry of ``results.json``: runs, Δ, what is reported beside, cost and verdict."""
 
     role: str  # baseline | aa | arm
     kind: str | None  # the mechanism the arm's config selects
@@ -93,8 +81,7 @@ class ArmResult:
 
 @dataclass
 class ComparisonResults:
-    """The content of ``results.json``: the registration, the looks taken, every arm's result and every run
-    read. ``launch`` (how the pairs ran) and ``plots`` (the files drawn) are set by whoever knows them."""
+    """The content of ``results.json``; ``launch`` and ``plots`` are set by whoever knows them."""
 
     plan: ComparisonPlan
     state: Progress
@@ -112,11 +99,10 @@ class ComparisonResults:
 
     @property
     def complete(self) -> bool:
-        """Every look the schedule needed taken, and every run it used finished."""
         return not self.state.pending and all(not a.incomplete for a in self.arms.values())
 
     def to_json(self) -> dict[str, Any]:
-        """``results.json``, exactly (NaN as null: JSON has none)."""
+        """``results.json``, exactly (NaN as null)."""
         plan, spec, state = self.plan, self.plan.spec, self.state
         doc = {
             "protocol": 2, "name": spec.name, "description": spec.description, "metric": spec.metric,
@@ -156,8 +142,8 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def _cost(records: list[RunRecord]) -> dict[str, Any]:
-    """Parameters, throughput (median tok/s over the eval windows: robust to the first, warm-up window)
-    and peak memory, averaged over the arm's runs."""
+    """Parameters, throughput (median tok/s over the eval windows: robust to the warm-up window) and peak memory,
+    averaged over the arm's runs."""
     params = _mean_of([(r.final or {}).get("params", r.provenance.get("params", math.nan)) for r in records])
     arm_params = _mean_of([r.provenance.get("arm_params", math.nan) for r in records])
     tok_s = _mean_of([float(np.median([x["tok/s"] for x in r.rows if is_finite_number(x.get("tok/s"))]))
@@ -177,14 +163,12 @@ def _ratios(cost: dict[str, Any], base_cost: dict[str, Any], cpu: bool) -> dict[
 
 
 def simpler(kind_a: str, kind_b: str) -> str:
-    """The simpler of two mechanisms: the one earlier in the arm registry (``ARMS``, simplest first)."""
     rank = {k: i for i, k in enumerate(ARMS)}
     return min(kind_a, kind_b, key=lambda k: rank.get(k, len(rank)))
 
 
 def _by_depth(recs: list[RunRecord], base: dict[int, RunRecord], role: str) -> dict[str, Any]:
-    """Secondary: final bpb at every depth (mean over replicates) and, for a compared arm, the mean paired
-    Δ at that depth and its sd. Not part of any decision."""
+    """Secondary, never decided on: mean final bpb at every depth and, for a compared arm, Δ's mean and sd."""
     keys = sorted({k for r in recs if r.final for k in r.final if k.startswith("bpb@")}, key=lambda k: int(k[4:]))
     out: dict[str, Any] = {}
     for k in keys:
@@ -195,9 +179,8 @@ def _by_depth(recs: list[RunRecord], base: dict[int, RunRecord], role: str) -> d
 
 
 def _beside(diffs: list[float]) -> dict[str, Any]:
-    """Reported beside the verdict, never decided on (dormouse.ab.stats): the probability of improvement
-    (the share of replicates where the arm's final bpb is below the baseline's) with its Clopper–Pearson
-    interval, and the Hodges–Lehmann estimate of Δ with its signed-rank interval, a robust cross-check."""
+    """Reported beside the verdict, never decided on: P(improvement) with its Clopper–Pearson interval, and the
+    Hodges–Lehmann Δ with its signed-rank interval."""
     poi = stats.prob_improvement(diffs) if diffs else None
     hl = stats.hodges_lehmann(diffs) if diffs else None
     return {"poi": None if poi is None else poi.estimate, "poi_interval": None if poi is None else poi.interval,
@@ -209,9 +192,8 @@ def _beside(diffs: list[float]) -> dict[str, Any]:
 
 def _bad_runs(finals: list[float], ceiling: float | None,
               replaced: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
-    """Runs whose final bpb ended above the registered ceiling (a run that did not learn): their count and
-    rate over every run the arm made (runs the bad-run policy replaced included, so an unstable arm cannot
-    hide behind its spares), and under the policy (``replaced`` not None) each replacement it made."""
+    """Runs above the ceiling, counted over every run the arm made (replaced ones too, so spares hide nothing), and
+    under the policy each replacement."""
     rate = None if ceiling is None else stats.bad_run_rate(finals, ceiling)
     if rate is None:
         return None
@@ -223,8 +205,6 @@ def _bad_runs(finals: list[float], ceiling: float | None,
 
 def _replacements(arm: str, recs: dict[int, RunRecord], base: dict[int, RunRecord], state: Progress,
                   ceiling: float | None) -> list[dict[str, Any]]:
-    """Each replacement the bad-run policy made for the arm: the replicate, the spare that took its place,
-    and whose run was bad (the arm's, the baseline's, or both)."""
     def bad(runs: dict[int, RunRecord], k: int) -> bool:
         r = runs.get(k)
         return r is not None and r.final is not None and is_bad(float(r.final["bpb"]), ceiling)
@@ -235,8 +215,8 @@ def _replacements(arm: str, recs: dict[int, RunRecord], base: dict[int, RunRecor
 
 
 def _kept(verdict: str, arm: str, base: str, kind: str, base_kind: str) -> str | None:
-    """The arm kept after a verdict: a better arm; the baseline after worse; the simpler of the two after a
-    tie or no decision (the registration says the simpler arm stays); none for an invalid arm."""
+    """The arm kept: a better arm; the baseline after worse; the simpler after a tie or no decision; none if
+    invalid."""
     if verdict == BETTER:
         return arm
     if verdict in (TIE, UNDECIDED):
@@ -267,7 +247,6 @@ AA_ROW_SENTENCE = "the A/A calibration check, stated below the table"
 
 
 def _helper(arm: str, role: str, state: Progress) -> ArmVerdict:
-    """The baseline's or the A/A arm's line: its role, or invalid with why."""
     if arm in state.invalid:
         return ArmVerdict(INVALID, sentence=state.invalid[arm])
     return ArmVerdict(role, sentence="the reference" if role == "baseline" else AA_ROW_SENTENCE)
@@ -275,9 +254,8 @@ def _helper(arm: str, role: str, state: Progress) -> ArmVerdict:
 
 def _arm_result(arm: str, role: str, ran: list[RunRecord], state: Progress, base: dict[int, RunRecord],
                 spec: Any) -> dict[str, Any]:
-    """One arm's numbers that do not depend on the decision: its runs, Δ (the looks'), and what is reported
-    beside (the fields of :class:`ArmResult` but its cost and verdict). ``ran``: every run the arm made for
-    the looks; its numbers are over the runs its analysis uses, its bad runs over every run made."""
+    """One arm's numbers that do not depend on the decision; ``ran`` is every run it made, its numbers over the runs
+    its analysis uses."""
     recs = [r for r in ran if r.replicate in state.used.get(arm, ())]
     replaced = (_replacements(arm, {r.replicate: r for r in ran}, base, state, spec.bad_run_ceiling)
                 if spec.bad_run_replacements > 0 and role != "baseline" else None)
@@ -327,9 +305,8 @@ def analyze(plan: ComparisonPlan, state: Progress, read: Callable[[Pair], RunRec
 
 
 def _calibration(arms: dict[str, ArmResult], aa: str | None, pilot_sd: float) -> dict[str, Any] | None:
-    """The A/A check (dormouse.ab.stats.aa_calibration): does the A/A arm's paired sd agree with the
-    registered pilot sd the design card assumed? A check that can fail; it decides no verdict. The compared
-    arms' paired sds ride along as numbers."""
+    """The A/A check against the registered pilot sd (a check, never a verdict), with the compared arms' paired sds
+    as numbers."""
     if aa is None:
         return None
     a = arms[aa]
@@ -342,9 +319,8 @@ def _calibration(arms: dict[str, ArmResult], aa: str | None, pilot_sd: float) ->
 
 
 def _skewness(arms: dict[str, ArmResult], design_card: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The pooled skewness of every valid arm's paired differences (the compared arms' and the A/A arm's:
-    dormouse.ab.stats.pooled_skewness) and the design card's skew line it falls under: the bounds are exact
-    for normal differences, and the card states what skew does to them. Reported, never decided on."""
+    """The pooled skewness of the valid arms' differences and the design card's skew line it falls under; reported,
+    never decided on."""
     diffs = {n: r.diffs for n, r in arms.items() if r.role != "baseline" and r.outcome.verdict != INVALID}
     pooled = stats.pooled_skewness(diffs)
     if pooled is None:

@@ -1,32 +1,8 @@
-"""``dormouse ab NAME [OVERRIDES...]``: run a registered comparison look by look, then report.
-
-The flow (docs/ab-protocol.md):
-
-1. Build the comparison's one plan (:func:`dormouse.ab.plan.build_plan`): load and check the registered
-   file, compose and validate every pair's config, and build the launcher the request asks for
-   (:mod:`dormouse.ab.launch`, :mod:`dormouse.ab.cluster`). Anything wrong is refused here, before any run;
-   a problem every arm shares (a bad CLI override) is said once. Protocol-1 registrations are read only.
-2. Take the comparison's lock (:mod:`dormouse.ab.lock`): a second ``dormouse ab`` on the same directory is
-   refused with the holder's pid and host; a dead holder's lock is taken over, with a message.
-3. Check the registration stamp in ``<root>/<name>/registration.json`` (:mod:`dormouse.ab.registration`):
-   the hash of the registered file plus the CLI overrides. A comparison is continued only under the
-   registration it started with; ``restart=True`` discards its runs and starts over. Then check the code:
-   every pair already started must have been computed by code with this checkout's fingerprint
-   (:mod:`dormouse.ab.fingerprint`).
-4. Save the design card (``design.json``, :mod:`dormouse.ab.card`) if it is missing.
-5. Look by look (:mod:`dormouse.ab.looks`): hand the pairs the next look needs to the launcher,
-   replicate-major: one after another in this process, ``--jobs N`` at once in worker processes, or as
-   submitit jobs. Each runs :func:`dormouse.ab.pairjob.run_pair`: a complete pair is kept; an interrupted
-   pair resumes from its newest checkpoint (``train.resume=auto``) or, without one, is restarted from
-   scratch; a run whose final eval is on disk is never retrained, and one whose checkpoints all fail to
-   load is moved aside, not deleted (issue 31). Then the look decides what it can; decided arms stop.
-6. Analyse (:mod:`dormouse.ab.results`) and write ``results.json``, ``report.md`` and the plots
-   (:mod:`dormouse.ab.report`), with how each pair ran (threads, launcher, code) from its attempt records.
-
-The command around it (``--plan``, ``--status``, ``--design``, exit codes) is :mod:`dormouse.ab.command`; the
-registration stamp and the code check :mod:`dormouse.ab.registration`; the design card :mod:`dormouse.ab.card`;
-the launcher a request asks for :mod:`dormouse.ab.launch_request`.
-"""
+"""``dormouse ab NAME [OVERRIDES...]``: run a registered comparison look by look, then report (docs/ab-protocol.md,
+"Running a comparison"). Build the plan (every pair composed and validated, the launcher built) and refuse anything
+wrong before any run; take the comparison's lock; check the registration stamp and the code fingerprint; save the
+design card; then per look hand the launcher the pairs it needs, each through :func:`dormouse.ab.pairjob.run_pair`,
+and decide; finally analyse and write the outputs. The command around it is :mod:`dormouse.ab.command`."""
 
 from __future__ import annotations
 
@@ -64,10 +40,8 @@ from dormouse.run.files import AB_ROOT, LAUNCH
 
 
 def plan_pairs(reg: Registered, overrides: list[str], comp_dir: Path) -> list[Pair]:
-    """Every confirmatory pair of a registration composed and validated (protocol 1 too: scripts/rerun_pair.py
-    re-runs a published pair); ``comp_dir`` is where the pairs would be written. See
-    :func:`dormouse.ab.plan.build_plan`. With a tune stage the pairs carry the lrs recorded in ``comp_dir``'s
-    ``tune.json`` (or its ``results.json``); with neither, the composed default (``plan.lr_pending``)."""
+    """Every confirmatory pair of a registration composed and validated (protocol 1 too, for scripts/rerun_pair.py),
+    with a tune stage's lrs from ``comp_dir``'s ``tune.json`` or ``results.json``."""
     plan = build_plan(reg, overrides, Path(comp_dir).parent)
     chosen = tune.recorded_choice(Path(comp_dir))
     if plan.tune_pairs and chosen is not None:
@@ -90,22 +64,11 @@ def run_comparison(
     registry: Path | None = None,
     launch: LaunchRequest | None = None,
 ) -> Path:
-    """Run (or continue) registered comparison ``name`` look by look and write its results; returns the
-    comparison dir.
-
-    ``overrides`` are Hydra overrides applied to every run after the registered ones (they are part of the
-    registration hash). ``registry`` is a directory of NAME.yaml files (default: the installed
-    ``dormouse.conf/ab``). ``train_fn(cfg)`` defaults to :func:`dormouse.train.loop.train` (anything but an
-    importable function needs the sequential launcher). ``launch`` says how the pairs run (default: one
-    after another in this process).
-
-    Raises :class:`ComparisonError` (with ``.lines``) for a bad registration, bad overrides, a changed
-    registration, runs computed by other code, or a launch that cannot be honoured, and :class:`LockHeld`
-    when another live process runs this comparison; all before any run. A failed pair does not raise: its
-    arm is ``invalid`` in the report (and stays in the family) and the next invocation retries it. A stop by
-    signal (Ctrl-C, SIGTERM) raises :class:`dormouse.errors.Interrupted` once the running pairs have
-    checkpointed.
-    """
+    """Run (or continue) comparison ``name`` look by look, write its results, return its directory. ``overrides``
+    apply after the registered ones and are part of the registration hash; ``train_fn`` defaults to
+    :func:`dormouse.train.loop.train` (a non-importable one needs the in-process launcher). Raises
+    :class:`ComparisonError` or :class:`LockHeld` before any run; a failed pair makes its arm ``invalid`` (still in
+    the family); a signal raises :class:`dormouse.errors.Interrupted` once the running pairs have checkpointed."""
     console = console or Console()
     plan = build_plan(name, overrides, root, registry)
     refuse_protocol_1(plan.reg)
@@ -119,7 +82,7 @@ def run_comparison(
             console.print(f"[yellow]note:[/] {lock.stale_message()}")
         stamp = bind_registration(plan.comp_dir, plan.reg, plan.overrides, restart, console)
         check_same_code(plan, code)
-        for line in finish_complete_runs(plan.all_pairs, plan.comp_dir):  # issue 31: a finished run is kept
+        for line in finish_complete_runs(plan.all_pairs, plan.comp_dir):  # a finished run is kept
             console.print(f"[yellow]note:[/] {line}")
         card = ensure_design_card(plan, console)
         errors = _run_looks(plan, launcher, train_fn or _default_train_fn(), code.sha256, console)
@@ -156,9 +119,8 @@ def _launch_record(plan: ComparisonPlan, launcher: Launcher, state: Progress) ->
 
 def _run_looks(plan: ComparisonPlan, launcher: Launcher, train_fn: TrainFn, code: str,
                console: Console) -> dict[str, str]:
-    """Run the pairs each look needs until every arm is decided or the maximum is reached (a look's
-    decisions come from :func:`dormouse.ab.looks.progress`, replayed from disk after every batch, so a
-    resumed comparison continues its schedule). Returns this invocation's failed pairs: name -> why."""
+    """Run the pairs each look needs until every arm is decided or the maximum is reached, replaying the looks from
+    disk after each batch. Returns this invocation's failed pairs: name -> why."""
     errors: dict[str, str] = {}
     while True:
         state = progress(plan, lambda p: read_pair(p, errors.get(p.name)), failed=set(errors))
@@ -189,8 +151,7 @@ def _stage_line(plan: ComparisonPlan, state: Progress) -> str:
 
 def _run_batch(plan: ComparisonPlan, launcher: Launcher, train_fn: TrainFn, code: str,
                state: Progress, errors: dict[str, str], console: Console) -> None:
-    """Run the pairs the next look needs (``code``: the comparison's code fingerprint, which each job checks
-    against its own); their failures are added to ``errors``."""
+    """Run the pairs the next look needs (each job checks ``code`` against its own); failures go to ``errors``."""
     todo = state.pending
     for pair in todo:
         st, why = pair_state(pair)

@@ -1,37 +1,11 @@
-"""Protocol v2's decision rule: sequential looks, error spending, superiority and equivalence per arm
-(docs/ab-protocol.md, "Deciding at a look").
-
-The procedure, per arm compared with the baseline, on the paired differences Δ_i = bpb(arm) − bpb(baseline):
-
-* **better / worse** (superiority, two-sided): Bonferroni over the registered family of ``n_arms`` arms, so
-  each arm's test is two-sided at α/n_arms, i.e. one-sided at a = α/(2·n_arms) per direction. Across looks
-  that level is spent by the Lan–DeMets O'Brien–Fleming-type function
-  α*(t) = 2·(1 − Φ(z_{1−a/2} / √t)), t = n_k / n_max the information fraction (Lan & DeMets 1983).
-  The family-wise bound needs no simulation: P(any arm better or worse | all Δ = 0) ≤ Σ_arms 2a = α.
-* **tie** (equivalence, TOST within ±SESOI): an intersection–union test, so each of its two one-sided
-  tests runs at α, spent across looks by the same function with a = α. P(tie | |Δ| = SESOI) ≤ α per arm.
-* A decided arm stops; an arm undecided at the last look ends ``undecided``.
-
-**Spending at each look, carried to t exactly.** The spread is estimated from 3–20 replicates, so each look
-runs a Student t test at n_k − 1 degrees of freedom whose nominal one-sided level is the spending function's
-increment α*(t_k) − α*(t_{k−1}); its critical value is t_{n_k−1}.isf(increment). For normally distributed
-paired differences the marginal level of each look is exact at any n, and the union bound over looks (and
-arms) gives the family bound Σ_arms Σ_looks 2·increment = α. Skewed differences break it a little: the design
-card's skew lines (:func:`skew_lines`) state by how much, and a registered α hold-back
-(``Design.alpha_holdback``: boundaries at α × holdback, α still the claim) buys the margin back.
-(Carrying the group-sequential z boundaries to t by their nominal p, which exploits the correlation between
-looks, was measured anti-conservative at these n: P(better or worse | Δ = 0) 0.053–0.057 at α 0.05 for looks
-(3,6,9) to (3,...,8); the union bound costs little at the per-arm levels used, e.g. t 3.18 instead of 3.13 at
-the last of looks (4,8,12) with 5 arms.) The Monte-Carlo tests (tests/ab/test_ab_sequential.py,
-tests/ab/test_design_assumptions.py) show the rates hold, and by how much skew breaks them.
-
-**A significant effect smaller than the SESOI** is reported as ``better``/``worse`` (the superiority test
-decides the direction) with the flag ``smaller_than_sesoi`` set when the same look's TOST also shows
-|Δ| < SESOI; it is never a ``tie``.
-
-Pure numpy/scipy; no torch. scipy is imported by the functions that compute with it: the registry validates a
-:class:`Design` for `dormouse ab --list`, which computes nothing, and need not import it (a third of a second).
-"""
+"""Protocol 2's decision rule per arm on paired differences Δ_i = bpb(arm) − bpb(baseline) (docs/ab-protocol.md,
+"Deciding at a look"): better/worse by a two-sided test at α/n_arms (Bonferroni), tie by TOST within ±SESOI at α,
+each spent across looks by the Lan–DeMets O'Brien–Fleming-type function α*(t) = 2·(1 − Φ(z_{1−a/2}/√t)). Each look
+runs a Student t test at n_k − 1 df at the nominal increment α*(t_k) − α*(t_{k−1}), exact for normal differences,
+and the union bound over looks and arms gives the family bound α (the z boundaries carried to t by their nominal p
+were anti-conservative at these n). A significant effect smaller than the SESOI is better/worse flagged
+``smaller_than_sesoi``, never a tie. scipy is imported where it computes: ``dormouse ab --list`` validates a
+:class:`Design` without it."""
 
 from __future__ import annotations
 
@@ -59,8 +33,7 @@ class Design:
     #                              stays the claim (a margin for skewed differences; docs/ab-protocol.md)
 
     def field_problems(self) -> list[tuple[str, str]]:
-        """``(field, what is wrong)`` for each bad field; empty when the design is usable. The one check of a
-        design: the registry states these for a registered file (dormouse.ab.registry), ``check`` raises them."""
+        """``(field, what is wrong)`` for each bad field; the one check (the registry states, ``check`` raises)."""
         out: list[tuple[str, str]] = []
         if not _finite(self.alpha) or not 0.0 < self.alpha < 0.5:
             out.append(("alpha", f"{self.alpha} must lie in (0, 0.5)"))
@@ -82,11 +55,9 @@ class Design:
         return out
 
     def problems(self) -> list[str]:
-        """One line per bad field, naming it first; empty when the design is usable."""
         return [f"{name}: {what}" for name, what in self.field_problems()]
 
     def check(self) -> None:
-        """Raise ``ValueError`` listing every problem (no work is done on a bad design)."""
         bad = self.problems()
         if bad:
             raise ValueError("bad sequential design: " + "; ".join(bad))
@@ -97,11 +68,10 @@ class Design:
 
     @property
     def boundary_alpha(self) -> float:
-        """The α the boundaries are computed at: the registered α times the registered hold-back."""
+        """The α the boundaries are computed at: α × hold-back."""
         return self.alpha * self.alpha_holdback
 
     def holdback_words(self) -> str:
-        """How the card and the verdict sentences state a hold-back ("" without one)."""
         return holdback_words(self.alpha, self.alpha_holdback)
 
 
@@ -110,15 +80,14 @@ def _finite(x: object) -> bool:
 
 
 def holdback_words(alpha: float, holdback: float) -> str:
-    """A registered α hold-back as the card and the sentences state it; "" without one (holdback 1)."""
+    """A hold-back as the card and the sentences state it; "" at holdback 1."""
     if holdback == 1.0:
         return ""
     return f"boundaries at α {alpha * holdback:.4g} = {alpha:g} × {holdback:g}, held back for skew"
 
 
 def obf_spent(fraction: float | np.ndarray, level: float) -> np.ndarray:
-    """Cumulative one-sided error spent by information fraction t: α*(t) = 2·(1 − Φ(z_{1−a/2}/√t)) (Lan–DeMets
-    O'Brien–Fleming type; α*(1) = a)."""
+    """Cumulative one-sided error spent at information fraction t: α*(t) = 2·(1 − Φ(z_{1−a/2}/√t)); α*(1) = a."""
     from scipy import stats as sps  # here, not at the top: `dormouse ab --list` validates a Design, computes nothing
 
     t = np.asarray(fraction, dtype=float)
@@ -161,7 +130,7 @@ def _boundaries(alpha: float, looks: tuple[int, ...], family: int) -> tuple[Look
 
 
 def boundaries(design: Design) -> tuple[LookBoundary, ...]:
-    """The registered design's boundary table, one row per look (the family is the registered ``n_arms``)."""
+    """The design's boundary table, one row per look."""
     design.check()
     return _boundaries(float(design.boundary_alpha), tuple(design.looks), int(design.n_arms))
 
@@ -171,12 +140,8 @@ _B, _W, _T, _U = 0, 1, 2, 3
 
 
 def _look_rule(mean: np.ndarray, se: np.ndarray, lb: LookBoundary, sesoi: float) -> tuple[np.ndarray, ...]:
-    """The rule at one look, on arrays (used by :func:`decide` and :func:`simulate` alike, so the simulation
-    is the procedure): returns (code, lo, hi, eq_lo, eq_hi, smaller_than_sesoi).
-
-    better: the repeated confidence interval mean ± sup_t·se lies below 0; worse: above 0;
-    tie: the TOST interval mean ± eq_t·se lies inside (−SESOI, +SESOI); undecided otherwise.
-    """
+    """The rule at one look, on arrays (:func:`decide` and :func:`simulate` alike): (code, lo, hi, eq_lo, eq_hi,
+    smaller_than_sesoi). better: mean + sup_t·se < 0; worse: mean − sup_t·se > 0; tie: mean ± eq_t·se inside ±SESOI."""
     half = lb.sup_t * se
     lo, hi = mean - half, mean + half
     margin = sesoi  # registered before any run; never estimated from the data (version 1's δ was)
@@ -255,9 +220,7 @@ class ArmDecision:
 
 
 def percent(c: float) -> str:
-    """A confidence level as every sentence prints it (the one owner): the level with its complement 1 − c
-    kept to two significant figures, trailing zeros dropped, so that the digits printed are the ones that
-    tell levels apart: 0.95 -> "95 %", 0.997866 -> "99.79 %", 0.99966 -> "99.966 %", 0.5 -> "50 %"."""
+    """A confidence level with 1 − c to two significant figures (0.997866 -> "99.79 %")."""
     miss = 100.0 * (1.0 - c)
     if not math.isfinite(miss) or miss <= 0.0:
         return "100 %"
@@ -297,14 +260,9 @@ def _decide_one(design: Design, lb: LookBoundary, xs: Sequence[float]) -> ArmDec
 
 def decide(design: Design, look: int, diffs: Mapping[str, Sequence[float]],
            decided: Mapping[str, ArmDecision] | None = None) -> dict[str, ArmDecision]:
-    """Decide every undecided arm at ``look`` (0-based) from its paired differences so far.
-
-    ``diffs``: arm -> the per-replicate differences arm − baseline, exactly ``design.looks[look]`` of them,
-    for the arms still undecided. Arms in ``decided`` with a verdict other than ``undecided`` keep it (a
-    decided arm stops); every arm of ``decided`` is returned, an earlier ``undecided`` replaced only when the
-    arm is in ``diffs``. The multiplicity family is the registered ``design.n_arms``, never the arms present:
-    an arm whose runs failed stays in the family. Raises ``ValueError`` on a bad design, look, or length.
-    """
+    """Decide every undecided arm at ``look`` (0-based) from ``diffs`` (arm -> its ``design.looks[look]``
+    differences). Decided arms keep their verdict. The family is the registered ``n_arms``, so a failed arm keeps
+    its share of α. Raises ``ValueError`` on a bad design, look or length."""
     design.check()
     if not isinstance(look, int) or not 0 <= look < len(design.looks):
         raise ValueError(f"look: must be an index 0..{len(design.looks) - 1} of the registered looks "
@@ -349,7 +307,7 @@ class SimulationResult:
     skew: float = 0.0  # skewness of the simulated paired differences (0: normal)
 
     def mc_se(self, p: float) -> float:
-        """Monte-Carlo standard error of a probability estimated from ``n_sim`` runs: √(p(1 − p)/n_sim)."""
+        """Monte-Carlo standard error of a probability from ``n_sim`` runs: √(p(1 − p)/n_sim)."""
         return math.sqrt(max(p * (1 - p), 0.0) / self.n_sim)
 
     def to_dict(self) -> dict:
@@ -359,9 +317,8 @@ class SimulationResult:
 
 
 def standard_draws(rng: np.random.Generator, shape: tuple[int, ...], skew: float) -> np.ndarray:
-    """Draws with mean 0, sd 1 and skewness ``skew``: standard normal at skew 0 (exactly the draws the card
-    always made), otherwise a standardised Pearson type III: G ~ Gamma(k = 4/g²), (G − k)/√k has mean 0, sd 1
-    and skewness 2/√k = |g|, negated for g < 0. (A skew-normal cannot reach |g| ≈ 1: its skewness is < 0.995.)"""
+    """Draws with mean 0, sd 1 and skewness ``skew``: standard normal at 0, else a standardised Pearson type III, (G
+    − k)/√k with G ~ Gamma(k = 4/g²), negated for g < 0 (a skew-normal cannot reach |g| ≈ 1)."""
     if skew == 0:
         return rng.standard_normal(shape)
     k = 4.0 / skew**2
@@ -371,8 +328,7 @@ def standard_draws(rng: np.random.Generator, shape: tuple[int, ...], skew: float
 
 @dataclass(frozen=True)
 class SimulatedDecisions:
-    """Every simulated comparison's final decision per arm, with the data it used (:func:`simulate_decisions`):
-    arrays of shape (arms, n_sim). A study's rule is computed on exactly these (dormouse/ab/interaction.py)."""
+    """Each simulated comparison's final decision per arm with the n, mean and sd it used: (arms, n_sim)."""
 
     code: np.ndarray  # index into VERDICTS
     n: np.ndarray  # replicates the decision used: the look it was decided at, or the maximum
@@ -382,10 +338,8 @@ class SimulatedDecisions:
 
 def simulate_decisions(design: Design, deltas: Sequence[float], sd: float | Sequence[float], n_sim: int,
                        seed: int, skew: float = 0.0) -> SimulatedDecisions:
-    """Run the exact procedure (:func:`_look_rule` at the registered boundaries, every look, every arm of the
-    registered family, decided arms stopping) on ``n_sim`` simulated comparisons whose paired differences are
-    independent with mean deltas[a], sd sd[a] and skewness ``skew`` (:func:`standard_draws`: normal at 0), and
-    return each final decision with the n, mean and sd it used (the one owner of the simulated procedure)."""
+    """The exact procedure (every look, every arm of the family, decided arms stopping) on ``n_sim`` comparisons
+    whose differences have mean deltas[a], sd sd[a] and skewness ``skew``."""
     design.check()
     if not _finite(skew):
         raise ValueError(f"skew: must be a finite number, got {skew!r}")
@@ -413,9 +367,7 @@ def simulate_decisions(design: Design, deltas: Sequence[float], sd: float | Sequ
 
 def simulate(design: Design, deltas: Sequence[float], sd: float | Sequence[float], n_sim: int,
              seed: int, skew: float = 0.0) -> SimulationResult:
-    """The operating characteristics of :func:`simulate_decisions`' comparisons. Independence is the least
-    favourable case for the Bonferroni family bound (arms sharing a baseline are positively correlated, which
-    lowers P(any arm significant))."""
+    """Operating characteristics of :func:`simulate_decisions` (independent arms: the least favourable case)."""
     sim = simulate_decisions(design, deltas, sd, n_sim, seed, skew)
     code, n_used = sim.code, sim.n
     share = [tuple(float(v) for v in (code == k).mean(axis=1)) for k in (_B, _W, _T, _U)]
@@ -432,13 +384,12 @@ def simulate(design: Design, deltas: Sequence[float], sd: float | Sequence[float
 
 CARD_N_SIM = 20_000  # per scenario; Monte-Carlo se of a rate near 0.05 is 0.0015
 CARD_SEED = 20261202
-CARD_SKEWS = (-1.0, -0.5, 0.5, 1.0)  # the card's lines for skewed paired differences (issue 34)
+CARD_SKEWS = (-1.0, -0.5, 0.5, 1.0)  # the card's lines for skewed paired differences
 
 
 @dataclass(frozen=True)
 class SkewLine:
-    """What the rule does when the paired differences are skewed (Pearson type III at the pilot sd): the
-    bounds are exact only for normal differences."""
+    """The rule's rates when the paired differences are skewed (the bounds are exact only for normal ones)."""
 
     skew: float
     type_i: float  # P(any arm better or worse | every Δ = 0), family-wise
@@ -448,10 +399,8 @@ class SkewLine:
 
 @dataclass(frozen=True)
 class DesignCard:
-    """What a registration promises, simulated from the pilot's spread (docs/ab-protocol.md, "The design card").
-
-    Every rate comes from :func:`simulate` (the exact procedure: all looks, all arms of the family, decided
-    arms stopping), each scenario with every arm at the same true Δ."""
+    """What a registration promises, simulated at the pilot's spread by :func:`simulate`, every arm at the same true
+    Δ in each scenario (docs/ab-protocol.md, "The design card")."""
 
     design: Design
     pilot_sd: tuple[float, ...]  # sd of the paired differences per arm, from the pilot
@@ -497,8 +446,7 @@ class DesignCard:
         return expects_the_sesoi(self.design, self.expected_effect)
 
     def power_text(self) -> list[str]:
-        """The card's power lines: at the SESOI and at the expected effect, or one line when they are the same
-        effect (one simulation, not two whose Monte-Carlo noise would disagree in the third digit)."""
+        """Power at the SESOI and at the expected effect, one line when they are one effect."""
         sesoi = f"P(better | Δ=−{self.design.sesoi:g})"
         if self.expects_the_sesoi:
             return [f"  power at the SESOI, which is the expected effect, {sesoi}: {self.power_sesoi:.3f}"]
@@ -532,9 +480,8 @@ class DesignCard:
 
 def design_card(design: Design, pilot_sd: float | Sequence[float], expected_effect: float,
                 n_sim: int = CARD_N_SIM, seed: int = CARD_SEED) -> DesignCard:
-    """Simulate the registered procedure at the pilot's spread: type-I error, P(tie) at Δ = 0 and at the
-    SESOI, power at the SESOI and at the expected effect (one scenario when the expected effect is −SESOI:
-    :func:`expects_the_sesoi`), expected and maximum replicates."""
+    """Simulate the registered procedure at the pilot's spread: type-I error, P(tie) at 0 and at the SESOI, power at
+    the SESOI and the expected effect, expected and maximum replicates."""
     design.check()
     sd = tuple(float(v) for v in np.broadcast_to(np.asarray(pilot_sd, dtype=float), (design.n_arms,)))
     if not math.isfinite(expected_effect) or expected_effect == 0:
@@ -562,15 +509,13 @@ def design_card(design: Design, pilot_sd: float | Sequence[float], expected_effe
 
 
 def expects_the_sesoi(design: Design, expected_effect: float) -> bool:
-    """Is the registered expected effect the SESOI in the arms' favour (Δ = −SESOI, to rounding)? Then the
-    card's power at the SESOI and at the expected effect are one number from one scenario."""
+    """Whether the expected effect is −SESOI (to rounding): then one scenario gives both powers."""
     return math.isclose(expected_effect, -design.sesoi, rel_tol=1e-12, abs_tol=0.0)
 
 
 def skew_lines(design: Design, sd: Sequence[float], n_sim: int, seed: int,
                skews: Sequence[float] = CARD_SKEWS) -> tuple[SkewLine, ...]:
-    """Type-I error and P(tie | |Δ| = SESOI) of the registered procedure when the paired differences have
-    skewness g (:func:`simulate`; three scenarios per g, each its own seed)."""
+    """Type-I error and P(tie | |Δ| = SESOI) at skewness ±g (three scenarios per g, each its own seed)."""
     m, s = design.n_arms, design.sesoi
     out = []
     for i, g in enumerate(skews):
@@ -583,9 +528,8 @@ def skew_lines(design: Design, sd: Sequence[float], n_sim: int, seed: int,
 
 
 def nearest_skew_line(skew: float, lines: Sequence[Mapping[str, float]]) -> str:
-    """Which of a card's skew lines (``DesignCard.to_dict()["skew_lines"]``) applies to a measured skewness:
-    the smallest |g| at or above |skew|, each rate the worse of +g and −g (the sample skewness's sign is
-    itself uncertain). "" without lines (a card made before they existed)."""
+    """The card's skew line for a measured skewness: the smallest |g| ≥ |skew|, each rate the worse of ±g (the
+    sample skew's sign is uncertain); "" for a card without skew lines."""
     if not lines:
         return ""
     sizes = sorted({abs(float(x["skew"])) for x in lines})

@@ -1,15 +1,7 @@
-"""The statistics of the A/B protocol (docs/ab-protocol.md, "The metric and the statistics").
-
-Protocol v2's verdict is decided in :mod:`dormouse.ab.sequential`; this module holds what is reported beside
-it (protocol v2, "Reported beside the verdict"): the probability of improvement, the Hodges–Lehmann estimate,
-the rate of bad runs, the pooled skewness of the paired differences and the A/A calibration check (the A/A
-paired sd's interval against the registered pilot sd). (Protocol v1's margin rule, δ = max(minimum,
-2·sd(A/A)), is gone from the package: it could never call an effect smaller than δ better; the published v1
-result is re-checked from the equations by tests/flows/test_published_results.py.)
-
-Pure functions on plain sequences of floats; every one of them is defined for any sample size and says
-so with ``None`` where a quantity does not exist (one seed has no spread, so no interval).
-"""
+"""What the A/B report states beside the verdict (docs/ab-protocol.md, "Reported beside the verdict"): probability
+of improvement, Hodges–Lehmann estimate, bad-run rate, pooled skewness and the A/A calibration check; the verdict
+itself is :mod:`dormouse.ab.sequential`'s. Pure functions on floats, defined at any sample size, returning ``None``
+where a quantity does not exist (one seed has no spread)."""
 
 from __future__ import annotations
 
@@ -26,7 +18,6 @@ from dormouse.ab.sequential import percent
 
 
 def mean(xs: Sequence[float]) -> float:
-    """Arithmetic mean; NaN for an empty sample."""
     return float(np.mean(xs)) if len(xs) else math.nan
 
 
@@ -62,16 +53,14 @@ def _proportion(k: int, n: int, confidence: float) -> Proportion:
 
 
 def prob_improvement(diffs: Sequence[float], confidence: float = 0.95) -> Proportion | None:
-    """P(Δ < 0): the share of replicates in which the arm's bpb is below the baseline's (a difference of
-    exactly 0 is no improvement), with its Clopper–Pearson interval. ``None`` without replicates."""
+    """P(Δ < 0) over replicates (0 is no improvement) with its Clopper–Pearson interval; ``None`` without any."""
     x = _finite(diffs, "diffs")
     return _proportion(int(np.sum(x < 0)), int(x.size), confidence) if x.size else None
 
 
 def bad_run_rate(final_bpb: Sequence[float], ceiling: float, confidence: float = 0.95) -> Proportion | None:
-    """The share of an arm's runs whose final bpb lies above the registered ceiling (a run that did not learn),
-    with its Clopper–Pearson interval. ``None`` without runs. What a bad run is, a non-finite bpb (a diverged
-    run) included, is the bad-run policy's rule (:func:`dormouse.ab.bad_runs.is_bad`): one owner for both."""
+    """The share of runs above the ceiling with its Clopper–Pearson interval; ``None`` without runs. What is bad is
+    :func:`dormouse.ab.bad_runs.is_bad`'s rule."""
     x = np.asarray(final_bpb, dtype=float)
     if not x.size:
         return None
@@ -80,8 +69,7 @@ def bad_run_rate(final_bpb: Sequence[float], ceiling: float, confidence: float =
 
 
 def _signed_rank_counts(n: int) -> np.ndarray:
-    """Number of sign patterns giving each Wilcoxon signed-rank sum T = 0..n(n+1)/2 (no ties): the exact null
-    distribution is counts / 2^n (dynamic programme over the ranks 1..n)."""
+    """Sign patterns per Wilcoxon signed-rank sum T = 0..n(n+1)/2: the exact null is counts / 2^n."""
     counts = np.zeros(n * (n + 1) // 2 + 1)
     counts[0] = 1.0
     for r in range(1, n + 1):
@@ -91,8 +79,7 @@ def _signed_rank_counts(n: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class HodgesLehmann:
-    """The Hodges–Lehmann estimate of the paired differences (median of the Walsh averages (x_i + x_j)/2,
-    i ≤ j) and its distribution-free interval from the signed-rank test (Hollander & Wolfe, ch. 3)."""
+    """Median of the Walsh averages (x_i + x_j)/2, i ≤ j, and its signed-rank interval (Hollander & Wolfe, ch. 3)."""
 
     estimate: float
     interval: tuple[float, float] | None  # None where n is too small for the asked confidence
@@ -100,9 +87,8 @@ class HodgesLehmann:
 
 
 def hodges_lehmann(diffs: Sequence[float], confidence: float = 0.95) -> HodgesLehmann | None:
-    """Hodges–Lehmann estimate and interval [W_(k), W_(M+1−k)] of the sorted Walsh averages W, M = n(n+1)/2,
-    with k the largest integer such that P(T ≤ k − 1) ≤ (1 − confidence)/2 under the exact signed-rank null.
-    ``None`` without replicates; the interval is ``None`` when no k ≥ 1 qualifies (n ≤ 5 at 95 %)."""
+    """Estimate and interval [W_(k), W_(M+1−k)], M = n(n+1)/2, k the largest with P(T ≤ k − 1) ≤ (1 − confidence)/2;
+    the interval is ``None`` when no k ≥ 1 qualifies (n ≤ 5 at 95 %)."""
     x = _finite(diffs, "diffs")
     if not x.size:
         return None
@@ -133,22 +119,19 @@ CALIBRATION_POWER_AT = {"sd × √2": math.sqrt(2.0), "sd × 2": 2.0, "sd ÷ √
 
 @lru_cache(maxsize=256)
 def chi2_tails(df: int, confidence: float) -> tuple[float, float]:
-    """The lower and upper (1 − confidence)/2 points of χ²_df: the equal-tailed interval's ends."""
     tail = (1 - confidence) / 2
     return float(sps.chi2.ppf(tail, df)), float(sps.chi2.isf(tail, df))
 
 
 def sd_interval(sd_: float, df: int, confidence: float = CALIBRATION_CONFIDENCE) -> tuple[float, float]:
-    """The equal-tailed confidence interval for a normal sample's σ from its sd on ``df`` degrees of freedom:
-    df·s²/σ² ~ χ²_df, so σ ∈ [s·√(df/χ²_{df}.isf(a/2)), s·√(df/χ²_{df}.ppf(a/2))], a = 1 − confidence."""
+    """σ's equal-tailed interval from s on ``df``: df·s²/σ² ~ χ²_df, so σ ∈ [s·√(df/χ².isf(a/2)),
+    s·√(df/χ².ppf(a/2))], a = 1 − confidence."""
     low, high = chi2_tails(df, confidence)
     return (sd_ * math.sqrt(df / high), sd_ * math.sqrt(df / low))
 
 
 def sd_interval_power(ratio: float, df: int, confidence: float = CALIBRATION_CONFIDENCE) -> float:
-    """P(the interval of :func:`sd_interval` excludes σ0 | the true σ = ratio·σ0), closed form: the interval
-    lies above σ0 when df·s²/σ0² > χ²_{df}.isf(a/2), and df·s²/σ0² = ratio²·X with X ~ χ²_df, so that side has
-    P(X > isf(a/2)/ratio²); below σ0 likewise P(X < ppf(a/2)/ratio²). At ratio 1 it is 1 − confidence."""
+    """P(the interval excludes σ0 | σ = ratio·σ0) = P(X > isf(a/2)/ratio²) + P(X < ppf(a/2)/ratio²), X ~ χ²_df."""
     low, high = chi2_tails(df, confidence)
     r2 = ratio * ratio
     return float(sps.chi2.sf(high / r2, df) + sps.chi2.cdf(low / r2, df))
@@ -156,8 +139,7 @@ def sd_interval_power(ratio: float, df: int, confidence: float = CALIBRATION_CON
 
 @dataclass(frozen=True)
 class Calibration:
-    """The A/A calibration check (docs/ab-protocol.md, "The A/A calibration check"): an interval for the A/A
-    arm's paired sd compared with the registered pilot sd the design card assumed."""
+    """The A/A calibration check: an interval for the A/A arm's paired sd against the registered pilot sd."""
 
     agrees: bool  # the pilot sd lies inside the interval: the design's assumption holds
     side: str | None  # None, "larger" (the real noise is larger than the pilot's) or "smaller"
@@ -190,14 +172,9 @@ class Calibration:
 
 def aa_calibration(aa_diffs: Sequence[float], pilot_sd: float, arm_diffs: Mapping[str, Sequence[float]] | None = None,
                    confidence: float = CALIBRATION_CONFIDENCE) -> Calibration | None:
-    """Did the design's assumption hold? The A/A arm (the baseline re-run with its own data-order stream per
-    replicate, same init seed, paired with the baseline) measures the noise of a paired difference with no
-    effect; its sd's chi-square interval is compared with the registered ``pilot_sd`` the design card was
-    simulated at. ``agrees`` when the pilot sd lies inside; otherwise ``side`` says which way the real noise
-    differs. The power is stated in closed form (:func:`sd_interval_power`) at the A/A arm's n. The compared
-    arms' paired sds are returned beside it as numbers (no test: an arm's effect may change its spread).
-    ``None`` when the A/A arm has fewer than 2 replicates (no spread: the report says it could not be made).
-    """
+    """Whether the design's noise assumption held: the A/A arm's paired sd interval against ``pilot_sd`` (``agrees``
+    when inside, else ``side``), with its closed-form power. Compared arms' sds ride along untested (an effect may
+    change a spread). ``None`` below 2 A/A replicates."""
     aa = _finite(aa_diffs, "aa_diffs")
     if not (isinstance(pilot_sd, (int, float)) and math.isfinite(pilot_sd) and pilot_sd > 0):
         raise ValueError(f"pilot_sd: must be a finite number > 0, got {pilot_sd!r}")
@@ -215,7 +192,7 @@ def aa_calibration(aa_diffs: Sequence[float], pilot_sd: float, arm_diffs: Mappin
 
 @lru_cache(maxsize=256)
 def _power_at(df: int, confidence: float) -> dict[str, float]:
-    """The check's power at each of CALIBRATION_POWER_AT's true sds (the same for every check at this df)."""
+    """The check's power at each of CALIBRATION_POWER_AT's true sds."""
     return {name: sd_interval_power(r, df, confidence) for name, r in CALIBRATION_POWER_AT.items()}
 
 
@@ -230,11 +207,9 @@ class PooledSkewness:
 
 
 def pooled_skewness(diffs: Mapping[str, Sequence[float]]) -> PooledSkewness | None:
-    """Each arm's paired differences centred on their own mean and scaled by their own sd (ddof 1), so that
-    arms with different effects and spreads share one shape, pooled, and their sample skewness taken with
-    ``scipy.stats.skew(bias=False)``: the adjusted Fisher–Pearson G1, less biased towards 0 than the plain
-    moment ratio at the few tens of values a comparison has (on normal data both have mean ≈ 0). Arms with
-    fewer than 3 differences or no spread are left out; ``None`` when fewer than 3 values remain."""
+    """Each arm's differences standardised by its own mean and sd, pooled, then ``scipy.stats.skew(bias=False)``
+    (G1: less biased toward 0 at a few tens of values). Arms under 3 values or without spread are left out; ``None``
+    below 3 values."""
     parts, names = [], []
     for arm, xs in diffs.items():
         x = _finite(xs, f"diffs[{arm!r}]")

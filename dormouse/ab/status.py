@@ -1,14 +1,7 @@
-"""The console views of a comparison: ``--plan`` and ``--status`` (what a comparison will do, and where it
-stands), and the verdicts a run ends with.
-
-Both only read, and both read the comparison's one plan (:class:`dormouse.ab.plan.ComparisonPlan`).
-``--plan`` composes every pair (so a bad override is refused exactly as a run would refuse it) and prints
-the looks (replicates per arm, each replicate's init and data-order seeds), the pairs, what each runs,
-what is already done, and the estimated cost up to the maximum; it writes nothing and takes
-no lock. ``--status`` is safe while a comparison runs: it reads the run directories,
-the pairs' attempt records and probes the locks (a shared probe, never taken): a pair whose lock is held
-is running, wherever it runs. The compute estimate is the model's (:mod:`dormouse.model.flops`).
-"""
+"""The console views of a comparison: ``--plan`` (the looks, seeds, pairs and cost up to the maximum; composes every
+pair, so a bad override is refused as a run would, and writes nothing), ``--status`` (safe while a comparison runs:
+it reads the run directories and attempt records and probes the locks, never taking one) and the closing verdicts.
+Compute estimates are :mod:`dormouse.model.flops`'."""
 
 from __future__ import annotations
 
@@ -39,13 +32,12 @@ from dormouse.run.reader import read_run
 
 
 def tune_most_runs(plan: ComparisonPlan) -> int:
-    """The most runs the tune stage may train: every tuned arm's bracketing budget spent (0 without a stage)."""
+    """The most runs the tune stage may train: every tuned arm's budget spent (0 without a stage)."""
     return plan.spec.tune.bracketing().budget * len(plan.tuned_arms) if plan.tune_pairs else 0
 
 
 def tune_cost_line(plan: ComparisonPlan) -> str:
-    """What the tune stage adds to the card's cost (the card counts confirmatory replicates only): the grid's
-    pairs, and the maximum its bracketing may add (every arm's budget spent)."""
+    """What the tune stage adds to the card's cost: the grid's pairs and the most its bracketing may add."""
     costs = [training_cost(p.cfg) for p in plan.tune_pairs]
     confirmatory = [training_cost(p.cfg) for p in plan.pairs]
     rule = plan.spec.tune.bracketing()
@@ -75,11 +67,9 @@ def _this_cpu() -> dict[str, Any]:
 
 
 def timed_elsewhere(run_dir: Path) -> bool:
-    """Whether a run recorded that it computed on another CPU than this machine's (its provenance.json's ``cpu``,
-    :func:`dormouse.train.start.cpu_description`). A run's wall time is its CPU's as much as its own (the depth
-    study's AttnRes runs at 4 iterations took 3.7 times as long on the AMD EPYC (AVX2) it resumed on as on the
-    Intel Xeon (AVX512) it started on), so the time left here is estimated from the runs timed here; a run that
-    recorded no CPU counts as timed here."""
+    """Whether a run recorded computing on another CPU than this machine's (provenance.json ``cpu``). Wall time
+    depends on the CPU (3.7x between an AVX2 and an AVX512 machine in the depth study), so the time left is
+    estimated from runs timed here; a run with no CPU counts as timed here."""
     try:
         cpu = json.loads(RunFiles(run_dir).provenance.read_text()).get("cpu")
     except (OSError, ValueError):
@@ -125,7 +115,6 @@ def render_schedule(plan: ComparisonPlan, console: Console) -> None:
 
 
 def render_plan(plan: ComparisonPlan, *, launch: dict[str, Any], registration: str, console: Console) -> None:
-    """Print the plan (see the module docstring)."""
     spec, comp_dir, pairs = plan.spec, plan.comp_dir, plan.pairs
     _say(console, f"[bold]plan: ab {plan.name}[/] -> {comp_dir}  (trains nothing, writes nothing)")
     _say(console, f"registration: {registration}")
@@ -190,8 +179,7 @@ def _last_eval_line(run_dir: Path) -> str:
 
 
 def pair_status(pair: Pair, comp_dir: Path, now: float | None = None) -> dict[str, Any]:
-    """One pair's state for ``--status``: done / running / failed / interrupted / pending, its last eval
-    line, elapsed time and (running) an ETA from its own pace since its attempt started."""
+    """One pair's ``--status`` state, last eval line, elapsed time and, running, its ETA."""
     now = time.time() if now is None else now
     lock_path = ComparisonFiles(Path(comp_dir)).pair_lock(pair.name)
     attempts = read_launch_record(comp_dir, pair.name).get("attempts", [])
@@ -236,15 +224,10 @@ def _attempt_start_step(run_dir: Path) -> int:
 
 
 def comparison_eta(running: list[tuple[float, float | None]], done_walls: list[float], todo: int) -> float | None:
-    """Seconds until the pairs that are running and the ``todo`` pairs after them are done, on as many
-    slots as pairs are running now (``--jobs N`` keeps N running while pairs wait; none running: one).
-
-    ``running`` holds ``(elapsed_s, eta_s)`` per running pair (``eta_s`` None before its pace is known). A
-    pair takes the mean wall time of the finished pairs, or, before any finished, the mean projected total
-    (elapsed + ETA) of the running ones; a running pair whose own ETA is unknown has that time left less what
-    it already ran. The waiting pairs go, in order, to the slot that frees first (the launcher's own order:
-    :class:`dormouse.ab.launch.ProcessLauncher` starts the next pair on the first slot that frees), and the
-    ETA is when the last slot frees. None when no pair's time is known yet."""
+    """Seconds until the running pairs and the ``todo`` pairs after them are done, on as many slots as are running
+    (at least one). ``running``: ``(elapsed_s, eta_s)`` per pair. A pair takes the mean wall time of the finished
+    ones, else the running ones' mean projected total; waiting pairs go to the first slot to free, as
+    :class:`dormouse.ab.launch.ProcessLauncher` does. None when no time is known."""
     projected = [elapsed + eta for elapsed, eta in running if eta is not None]
     per_pair = (sum(done_walls) / len(done_walls) if done_walls
                 else sum(projected) / len(projected) if projected else None)
@@ -258,9 +241,7 @@ def comparison_eta(running: list[tuple[float, float | None]], done_walls: list[f
 
 
 def comparison_status(plan: ComparisonPlan) -> dict[str, Any]:
-    """Every started pair's status (and the next look's pending pairs), the driver (lock holder) if one
-    is alive, and the ETA of what has started (:func:`comparison_eta`: the running pairs and the pending
-    ones after them, over as many slots as pairs are running)."""
+    """Every started pair's status, the next look's pending pairs, the live driver, and the ETA."""
     now = time.time()
     comp_dir = plan.comp_dir
     # the first look's pairs and the grid's tune pairs; a tune pair beyond the grid's once it started
@@ -301,11 +282,9 @@ _STATUS_COLUMNS = ("run", "state", "step", "elapsed", "ETA", "bpb", "last eval /
 
 
 def status_table(rows: list[dict[str, Any]]) -> Table:
-    """``--status``'s pair table, one row per pair (:func:`pair_status`), laid out to fit a terminal's 80
-    columns: the last eval's bpb, what a reader compares first, has its own column, never wrapped nor cut;
-    the last column holds the rest of the eval in brief (the step has its own column), a running pair's pid
-    and host, or the note, and takes the width left, folding rather than cutting. Every other column is as
-    wide as its widest value (a pair name longer than a confirmatory one, a tune pair's, folds)."""
+    """``--status``'s table in 80 columns: the last bpb has its own column, never cut; the last column (eval in
+    brief, pid and host, or the note) takes the width left and folds; every other column is as wide as its widest
+    value."""
     cells = [_status_cells(r) for r in rows]
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
     for i, col in enumerate(_STATUS_COLUMNS):
@@ -321,7 +300,6 @@ def status_table(rows: list[dict[str, Any]]) -> Table:
 
 
 def _status_cells(r: dict[str, Any]) -> list[str]:
-    """One pair's cells of :func:`status_table`, in its column order."""
     bpb, rest = _abridge(r["last_eval"])
     where = f"({r['where']})" if r["where"] else ""
     return [r["pair"], f"[{_STATE_STYLE[r['state']]}]{r['state']}[/]", f"{r['step']}/{r['steps']}",
@@ -355,8 +333,8 @@ _ABRIDGED = {"train_loss_nats": "loss", "loss": "loss"}  # line key -> shown as
 
 
 def _abridge(line: str) -> tuple[str, str]:
-    """The eval line in brief: its bpb ("" without one), and ``loss=…``, the training loss (``train_loss_nats``
-    on the line, ``loss`` on lines written before the label); the speed is in the ETA, the step in its column."""
+    """The eval line in brief: its bpb ("" without one) and ``loss=…`` (``train_loss_nats``, or a log's ``loss``);
+    the speed is in the ETA, the step in its column."""
     fields = dict(w.partition("=")[::2] for w in line.split() if "=" in w)
     return fields.get("bpb", ""), " ".join(f"{shown}={fields[key]}" for key, shown in _ABRIDGED.items()
                                             if key in fields)
@@ -373,8 +351,7 @@ _VERDICT_STYLE = {"better": "bold green", "worse": "bold red", "tie": "yellow", 
 
 
 def assumption_caption(results: dict[str, Any]) -> Text | None:
-    """Beside the verdicts on the console: the A/A calibration check's sentence and the pooled skewness with
-    the design card's skew line it falls under (the report's words; None when neither was made)."""
+    """The A/A check's sentence and the pooled skewness with its skew line (None when neither was made)."""
     cal, skew = results.get("aa_calibration"), results.get("skewness")
     said = [f"A/A calibration check: {cal['sentence']}" if cal else "",
             f"Skewness: {skew['sentence']}." if skew else ""]
@@ -382,8 +359,7 @@ def assumption_caption(results: dict[str, Any]) -> Text | None:
 
 
 def verdict_table(results: dict[str, Any]) -> Table:
-    """The verdicts of ``results.json`` as a rich table (the report's first table, abridged), each with its
-    sentence."""
+    """The verdicts of ``results.json`` as a rich table, each with its sentence."""
     held = holdback_words(float(results["alpha"]), float(results.get("alpha_holdback", 1.0)))
     table = Table(title=f"ab {results['name']}: SESOI ±{results['sesoi']:g} bpb, α {results['alpha']:g} over "
                   f"{results['n_arms']} arm(s){f' ({held})' if held else ''}, looks {results['looks']}",

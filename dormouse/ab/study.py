@@ -1,29 +1,8 @@
-"""A registered study: one registration holding a protocol-2 comparison at each of several values of one config
-axis, and one primary question across them (docs/ab-protocol.md, "A registered study").
-
-A study file is a protocol-2 registration (dormouse/ab/registry.py: every field, the same checks) with one more
-block, ``study:``::
-
-    study:
-      axis: model.max_iter         # the config key the points differ in (not a key the runner owns, not
-                                   # train.lr, not set by `fixed` or an arm)
-      points: [2, 4, 8]            # its values, > 0, strictly ascending, at least 2: one comparison each
-      seed_stride: 100             # point i (0-based) adds i × seed_stride to every seed base (confirmatory,
-                                   # A/A, tune): each point has its own streams, which the rule assumes
-      smallest_change: 0.03        # τ, bpb: `flat` means the change of Δ over the axis is shown within ±τ
-      expected_change: -0.05       # the change the study card states its power at (bpb; < 0 = grows)
-      alpha_holdback: 1.0          # optional, in (0, 1]: the interaction's tests at α × this (α the claim)
-
-The file's ``alpha`` is the study's family-wise α: the interaction over the tested arms, and the per-point
-verdicts over points × arms (each point runs at α/P, :func:`dormouse.ab.interaction.point_design`).
-
-:func:`load_study` reads and checks the file; :func:`study_points` makes each point's comparison: the file's
-fields with ``name`` = ``<axis leaf>-<value>`` (e.g. ``max_iter-4``), ``alpha`` = α/P, ``fixed`` + ``[axis=value]``
-and every seed base + i × stride. Each point is a :class:`~dormouse.ab.registry.Registered` whose text is the
-point's fields as canonical YAML under a header carrying the study file's sha256, so a point's registration
-stamp changes whenever the study file does. A point runs with the comparison machinery unchanged
-(:func:`dormouse.ab.runner.run_comparison`) in ``<root>/<study>/<point>/``; the study adds no engine.
-"""
+"""A registered study: a protocol-2 registration plus a ``study:`` block (docs/ab-protocol.md, "A registered
+study"), holding a comparison at each value of one config axis and one primary question across them. Point i is the
+file's comparison named ``<axis leaf>-<value>``, at α/P, with ``axis=value`` in ``fixed`` and every seed base + i ×
+stride; its registration text carries the study file's sha256, so editing the study changes every point's stamp.
+Points run with the comparison machinery unchanged in ``<root>/<study>/<point>/``."""
 
 from __future__ import annotations
 
@@ -58,7 +37,7 @@ STUDY_KEY = "study"
 
 @dataclass
 class StudyBlock:
-    """The ``study:`` block of a registered study (see the module docstring)."""
+    """The ``study:`` block of a registered study (docs/ab-protocol.md, "A registered study")."""
 
     axis: str = MISSING
     points: list[Any] = MISSING  # numbers; Any so that an int axis (model.max_iter) keeps its type
@@ -70,7 +49,6 @@ class StudyBlock:
 
 @dataclass
 class Point:
-    """One point of a study: its axis value, its comparison (a registration of its own) and its index."""
 
     index: int
     value: Any
@@ -83,8 +61,7 @@ class Point:
 
 @dataclass
 class RegisteredStudy:
-    """A loaded registered study: the template comparison (the file without its ``study:`` block), the
-    block, and the file's text and source."""
+    """A loaded study: the template comparison (the file without ``study:``), the block, text and source."""
 
     template: ComparisonSpec
     study: StudyBlock
@@ -102,7 +79,6 @@ class RegisteredStudy:
 
     @property
     def argument(self) -> str:
-        """How ``dormouse ab`` is told this study again (the hints name it, never a point)."""
         return Registered(spec=self.template, text=self.text, source=self.source, given=self.given).argument
 
     @property
@@ -133,12 +109,11 @@ class RegisteredStudy:
 
 
 def point_name(axis: str, value: Any) -> str:
-    """A point's comparison name (and directory): the axis's last key and the value, ``max_iter-4``."""
+    """A point's comparison name and directory: the axis's last key and the value, ``max_iter-4``."""
     return f"{axis.rsplit('.', 1)[-1]}-{value:g}"
 
 
 def is_study_text(text: str) -> bool:
-    """Whether a registration's text is a study (a mapping with a top-level ``study`` key)."""
     try:
         raw = OmegaConf.create(text)
     except Exception:
@@ -147,8 +122,7 @@ def is_study_text(text: str) -> bool:
 
 
 def is_study(name: str, registry: Path | None = None) -> bool:
-    """Whether ``name`` (a registered name or a file's path) is a study. A missing name is not: the
-    comparison loader refuses it with its own message."""
+    """Whether ``name`` (a name or a path) is a study; a missing one is not (the comparison loader says so)."""
     try:
         text, _ = _read_text(name, registry)
     except ABSpecError:
@@ -157,8 +131,8 @@ def is_study(name: str, registry: Path | None = None) -> bool:
 
 
 def load_study(name: str, registry: Path | None = None) -> RegisteredStudy:
-    """Load, schema-check and validate registered study ``name``; :class:`ABSpecError` names each bad field
-    (the template's as a comparison's, the block's as ``study.<field>``), before any work."""
+    """Load, schema-check and validate study ``name``; :class:`ABSpecError` names each bad field (``study.<field>``
+    for the block's)."""
     text, source = _read_text(name, registry)
     raw = OmegaConf.create(text)
     block_raw = raw.pop(STUDY_KEY)
@@ -250,7 +224,7 @@ def _shifted(template: ComparisonSpec, axis: str, value: Any, index: int, stride
 
 
 def study_points(study: RegisteredStudy) -> list[Point]:
-    """Each point's comparison, in the axis's order (see the module docstring)."""
+    """Each point's comparison, in the axis's order."""
     points = list(study.study.points)
     out = []
     for i, value in enumerate(points):
@@ -279,8 +253,8 @@ def _streams(spec: ComparisonSpec) -> dict[str, list[tuple[str, range]]]:
 
 
 def _seed_overlaps(study: RegisteredStudy) -> list[str]:
-    """Two points sharing a seed would share initial weights or a data order, and the rule treats the points
-    as independent: refuse, naming the stride."""
+    """Refuse, naming the stride, points sharing a seed: they would share weights or data order, and the rule treats
+    points as independent."""
     seen: dict[str, list[tuple[str, str, range]]] = {"init": [], "data": []}
     for p in study.points():
         for kind, streams in _streams(p.reg.spec).items():

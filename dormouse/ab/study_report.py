@@ -1,12 +1,7 @@
-"""A study's analysis and report: every point's verdicts read from its ``results.json``, the primary question
-decided (:func:`dormouse.ab.interaction.decide_all`), the A/A calibration (:func:`decide_calibration`), and
-``results.json``, ``report.md`` and the plots in the study directory (dormouse.run.files.StudyFiles).
-
-What each arm's change is computed from is what its point decisions used: at each point the first ``n`` paired
-differences of the arm, ``n`` the replicates of the look its decision was taken at (or the maximum). The A/A arm
-uses every difference its point ran (it is never decided, only calibrated). A point not yet complete leaves the
-interaction pending: nothing is decided on part of a study.
-"""
+"""A study's analysis and report: each point's verdicts from its ``results.json``, the primary question
+(:func:`dormouse.ab.interaction.decide_all`) and the A/A calibration, written as ``results.json``, ``report.md`` and
+plots in the study directory. An arm's change reads what its point decisions used (the first ``n`` differences of
+its deciding look; the A/A arm every one); nothing is decided until every point is complete."""
 
 from __future__ import annotations
 
@@ -26,7 +21,6 @@ from dormouse.run.files import DELTA_AXIS_PLOT, POINTS_DEPTH_PLOT, StudyFiles
 
 
 def read_point(study_dir: Path, point: str) -> dict[str, Any] | None:
-    """A point's ``results.json`` (None until its comparison has written one)."""
     path = StudyFiles(study_dir).point(point).results
     return json.loads(path.read_text()) if path.is_file() else None
 
@@ -40,8 +34,7 @@ def decision_diffs(arm: dict[str, Any]) -> list[float]:
 
 def analyze_study(study: RegisteredStudy, study_dir: Path, stamp: dict[str, Any] | None = None,
                   card: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The study's results (``results.json``): each point's verdicts, and the interaction once every point is
-    complete."""
+    """The study's ``results.json``: each point's verdicts, and the interaction once every point is complete."""
     t = study.template
     points, per_point = [], []
     for p in study.points():
@@ -101,10 +94,9 @@ def _decide(study: RegisteredStudy, per_point: list[dict[str, Any] | None]) -> t
 
 
 def point_state(p: dict[str, Any]) -> str:
-    """Where a point stands, in the words every summary uses. "Decided" reads the point's ``results.json``, which
-    the runner writes each time it passes the point: a point started in an earlier sitting (or restored from a
-    carry, which leaves the derived results out) has none until then, though its runs may have taken looks, so
-    it says only that it started; ``--status`` lists its looks in the point's own section."""
+    """Where a point stands, in every summary's words. "Decided" needs the point's ``results.json``, which the
+    runner writes when it passes the point (a carry leaves it out), so a point without one says only that it
+    started."""
     if p["complete"]:
         return "complete"
     if p["decided"]:
@@ -138,7 +130,6 @@ def _iv(iv: Any) -> str:
 
 
 def render_study_report(r: dict[str, Any], plots: list[str]) -> str:
-    """The study's report.md text."""
     axis = r["axis"]
     out = [f"# Study {r['name']}", "", " ".join(str(r["description"]).split()), "",
            f"Axis `{axis}` at {', '.join(map(str, r['values']))}; baseline `{r['baseline']}`; tested "
@@ -176,8 +167,8 @@ def render_study_report(r: dict[str, Any], plots: list[str]) -> str:
 
 
 def draw_delta(r: dict[str, Any]) -> Figure:
-    """Each tested arm's mean paired difference (± its point decision's interval) at every point, on log2 of
-    the axis, with the fitted change when decided."""
+    """Each tested arm's mean difference (± its point decision's interval) at every point on log2 of the axis, with
+    the fitted change when decided."""
     fig = Figure(figsize=(7, 4.5), dpi=110)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -241,8 +232,7 @@ def draw_points_depth(r: dict[str, Any]) -> Figure:
 
 def write_study_outputs(study: RegisteredStudy, study_dir: Path, stamp: dict[str, Any] | None,
                         card: dict[str, Any] | None) -> dict[str, Any]:
-    """Analyse, draw the plots and write the study's results.json and report.md; returns the results with
-    their ``summary`` lines."""
+    """Analyse, draw and write the study's results.json and report.md; returns the results with ``summary``."""
     files = StudyFiles(study_dir)
     r = analyze_study(study, study_dir, stamp, card)
     plots = []

@@ -1,19 +1,8 @@
-"""``dormouse ab STUDY``: run a registered study point by point with the comparison machinery, then report.
-
-The flow (docs/ab-protocol.md, "A registered study"):
-
-1. Load and check the study (:func:`dormouse.ab.study.load_study`), and build every point's plan before any run
-   (:func:`dormouse.ab.plan.build_plan`: each point's configs composed and validated), so a bad point is refused
-   with the others, before any work; a CLI override may not set the axis.
-2. Take the study's lock (``<root>/<study>/ab.lock``) and bind the study directory to the study file's bytes
-   and the CLI overrides (:func:`dormouse.ab.registration.bind_registration`, the comparison's own stamp);
-   ``--restart`` discards every point.
-3. Save the study card (``design.json``, :func:`dormouse.ab.interaction.study_card`) if missing.
-4. Each point in the axis's order: :func:`dormouse.ab.runner.run_comparison` in ``<root>/<study>/<point>/``,
-   its own tune stage, looks, lock, stamp, code check and report; a point whose pairs failed is reported so and
-   the next point runs (rerun to retry). Nothing here trains: the study adds no engine.
-5. The study's analysis and report (:mod:`dormouse.ab.study_report`).
-"""
+"""``dormouse ab STUDY``: run a registered study point by point with the comparison machinery, then report
+(docs/ab-protocol.md, "A registered study"). Every point's plan is built before any run (a CLI override may not set
+the axis); the study directory is locked and bound to the study file's bytes and overrides; the study card is saved;
+each point runs :func:`dormouse.ab.runner.run_comparison` in ``<root>/<study>/<point>/`` (a failed point is reported
+and the next runs); then :mod:`dormouse.ab.study_report`. The study adds no engine."""
 
 from __future__ import annotations
 
@@ -68,7 +57,6 @@ def build_point_plans(study: RegisteredStudy, overrides: list[str], root: Path) 
 
 
 def card_of(study: RegisteredStudy) -> StudyCard:
-    """The study card: the whole study simulated under its registered design and pilot spread."""
     t = study.template
     return study_card(study.interaction_design(), study.point_design(), float(t.pilot_sd),
                       float(t.expected_effect), float(study.study.expected_change))
@@ -107,9 +95,7 @@ def _refuse_busy(plans: list[ComparisonPlan], study: RegisteredStudy) -> None:
 def run_study(study: RegisteredStudy, overrides: list[str], *, restart: bool = False, root: Path = AB_ROOT,
               console: Console | None = None, train_fn: TrainFn | None = None,
               launch: LaunchRequest | None = None) -> Path:
-    """Run (or continue) a registered study point by point, then write its report; returns the study dir.
-    Refusals (:class:`ComparisonError`, :class:`~dormouse.ab.lock.LockHeld`) come before any run; a stop by
-    signal raises :class:`dormouse.errors.Interrupted` from the point that was running."""
+    """Run (or continue) a study point by point and report; returns the study dir. Refusals come before any run."""
     from dormouse.ab.study_report import write_study_outputs  # matplotlib: only when a report is written
 
     console = console or Console()

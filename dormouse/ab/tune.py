@@ -1,19 +1,8 @@
-"""The tune stage of a registration: each arm's learning rate chosen by a rule fixed in advance, on seed
-streams of its own, before any confirmatory replicate runs (docs/ab-protocol.md, "The tune stage").
-
-Every arm but the A/A arm trains once per grid lr and tune replicate (ordinary pairs of the plan,
-:attr:`dormouse.ab.plan.ComparisonPlan.tune_pairs`), then whatever its bracketing rule asks for next (an
-extension lr beyond an edge, a second seed: :func:`dormouse.ab.tune_rule.next_step`, pairs made on demand by
-:meth:`dormouse.ab.plan.ComparisonPlan.tune_pair`), round by round; the A/A arm takes its baseline's choice,
-never its own, so it stays the baseline again. The rounds and the choice are replayed from the runs on disk
-every time (a resume recomputes the same choice and re-runs nothing), recorded in ``tune.json`` and checked
-against it; ``tune.json`` holds each run's final bpb, ``"diverged"`` or null (not finished), and each arm's
-runs, budget and flags (extended, second seed, stability-limited, unbracketed).
-
-The one rule (``lowest_mean_final_bpb``, dormouse/ab/tune_rule.py): the lr whose tune runs have the lowest
-mean final eval bpb; a run that diverged (training stopped on a non-finite loss, gradient or eval) counts as
-+inf; ties go to the smaller lr; with registered extensions and a second-seed gap, the bracketing around it.
-"""
+"""The tune stage: each arm's learning rate chosen before any confirmatory run, by a rule fixed in advance
+(:mod:`dormouse.ab.tune_rule`) on seed streams of its own (docs/ab-protocol.md, "The tune stage"). Every arm but the
+A/A arm trains the grid, then what its bracketing asks for, round by round; the A/A arm takes its baseline's choice.
+The rounds are replayed from the runs on disk every time, so a resume recomputes the same choice, which is recorded
+in ``tune.json`` and checked against it."""
 
 from __future__ import annotations
 
@@ -35,14 +24,14 @@ if TYPE_CHECKING:  # annotations only: the plan module composes configs (dormous
     from dormouse.ab.plan import ComparisonPlan
 
 TUNE_RECORD = "tune.json"
-# Runs written before the attempt record said whether a run diverged: the loop's TrainError message, kept in
-# the run's error file (dormouse/ab/pairjob.py writes its traceback there), is their only trace.
+# A run whose attempt record does not say whether it diverged: the loop's TrainError message, kept in the run's
+# error file (dormouse/ab/pairjob.py writes its traceback there), is its only trace.
 _LEGACY_DIVERGED = "TrainError: non-finite"
 
 
 def diverged(rec: RunRecord) -> bool:
-    """The run stopped on a non-finite value: what its pair's latest finished attempt recorded
-    (``diverged`` in ``launch/PAIR.json``, from the loop's ``TrainError.diverged``)."""
+    """Whether the run stopped on a non-finite value, as its latest finished attempt recorded (``diverged`` in
+    ``launch/PAIR.json``)."""
     if rec.complete:
         return False
     attempts = read_launch_record(rec.run_dir.parent, rec.run_dir.name).get("attempts", [])
@@ -53,7 +42,7 @@ def diverged(rec: RunRecord) -> bool:
 
 
 def _diverged_before_the_record(run_dir: Path) -> bool:
-    """A run from before attempts recorded divergence: its error file holds the loop's message."""
+    """A run whose attempts record no divergence: its error file holds the loop's message."""
     err = RunFiles(run_dir).ab_error
     return err.is_file() and _LEGACY_DIVERGED in err.read_text(errors="replace")
 
@@ -81,8 +70,7 @@ class TuneOutcome:
 
 
 def settle(plan: ComparisonPlan, read: Callable[[Pair], RunRecord], failed: set[str]) -> TuneOutcome:
-    """Replay each tuned arm's rule round by round from the runs on disk (tune_rule.next_step); choose once
-    every arm's rule is done (see the module docstring). Pending pairs come replicate-major, as the grid's."""
+    """Replay each tuned arm's rule from disk; choose once every arm is done (pending pairs replicate-major)."""
     out = TuneOutcome()
     rule = plan.spec.tune.bracketing()
     for arm in plan.tuned_arms:
@@ -98,8 +86,8 @@ def settle(plan: ComparisonPlan, read: Callable[[Pair], RunRecord], failed: set[
 
 def _settle_arm(plan: ComparisonPlan, arm: str, rule: Bracketing, read: Callable[[Pair], RunRecord],
                 failed: set[str], out: TuneOutcome) -> None:
-    """One arm's rounds: ask the rule, read what it asks for; stop at a round with runs not settled (pending,
-    or failed without diverging), or at the arm's choice."""
+    """One arm's rounds, stopping at a round with unsettled runs (pending, or failed without diverging) or at its
+    choice."""
     values: Values = {}
     cells: dict[tuple[float, int], float | None] = {}
     while True:
@@ -128,8 +116,8 @@ def _settle_arm(plan: ComparisonPlan, arm: str, rule: Bracketing, read: Callable
 
 
 def to_dict(plan: ComparisonPlan, out: TuneOutcome) -> dict[str, Any]:
-    """The tune stage as results.json and tune.json hold it (the contract in docs/ab-protocol.md, "The tune
-    stage": a diverged run as "diverged", one not settled as null; ``arms``: each done arm's flags)."""
+    """The stage as results.json and tune.json hold it: a diverged run as "diverged", an unsettled one as null,
+    ``arms`` each done arm's flags."""
     tune = plan.spec.tune
     rule = tune.bracketing()
     return {"rule": tune.rule, "rule_text": RULES[tune.rule], "lrs": [float(x) for x in tune.lrs],
@@ -143,13 +131,12 @@ def to_dict(plan: ComparisonPlan, out: TuneOutcome) -> dict[str, Any]:
 
 
 def _cell(value: float | None) -> float | str | None:
-    """A tune run in JSON: its final bpb, "diverged" (+inf to the rule), or null (not finished)."""
     return "diverged" if value == math.inf else value
 
 
 def record(plan: ComparisonPlan, out: TuneOutcome) -> None:
-    """Write ``tune.json`` (atomically) once the choice is made; refuse if an earlier record chose otherwise
-    (the tune runs on disk changed since: the confirmatory runs may have used the other lr)."""
+    """Write ``tune.json`` atomically once the choice is made; refuse one differing from an earlier record (the
+    confirmatory runs may have used the other lr)."""
     if not out.settled:
         return
     path = tune_path(plan.comp_dir)
@@ -166,8 +153,7 @@ def record(plan: ComparisonPlan, out: TuneOutcome) -> None:
 
 
 def plan_lines(plan: ComparisonPlan, out: TuneOutcome | None) -> list[str]:
-    """What ``--plan`` and ``--status`` say about the stage: the grid and seeds, the rule and its budget,
-    each arm's state, the confirmatory lrs, and every tune pair planned so far (extensions included)."""
+    """What ``--plan`` and ``--status`` say of the stage: grid, seeds, rule, budget, arm states, lrs and pairs."""
     tune = plan.spec.tune
     if tune is None:
         return []
@@ -197,12 +183,11 @@ def plan_lines(plan: ComparisonPlan, out: TuneOutcome | None) -> list[str]:
 
 
 def is_extension(plan: ComparisonPlan, pair: Pair) -> bool:
-    """A tune pair at an lr the bracketing added beyond the registered grid."""
     return float(pair.cfg.train.lr) not in {float(x) for x in plan.spec.tune.lrs}
 
 
 def is_second_seed(plan: ComparisonPlan, pair: Pair) -> bool:
-    """A tune pair on the second tune seed (tune replicate R + 1, 1-based), the one a close call gets."""
+    """A tune pair on the second tune seed (tune replicate R + 1, 1-based)."""
     return pair.replicate > int(plan.spec.tune.replicates)
 
 
@@ -252,8 +237,7 @@ def tune_path(comp_dir: Path) -> Path:
 
 
 def recorded_choice(comp_dir: Path) -> dict[str, float] | None:
-    """The choice a comparison directory recorded: its ``tune.json``, else its ``results.json``'s ``tune``
-    (a published result); None when neither holds one."""
+    """The choice recorded in ``tune.json``, else ``results.json``'s ``tune`` (a published result); or None."""
     for path, pick in ((tune_path(comp_dir), lambda d: d.get("chosen")),
                        (ComparisonFiles(Path(comp_dir)).results, lambda d: (d.get("tune") or {}).get("chosen"))):
         try:

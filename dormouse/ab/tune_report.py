@@ -1,15 +1,7 @@
-"""The report's tune section, read from ``results.json``'s ``"tune"`` (docs/ab-protocol.md, "Outputs"): the
-rule, each arm's learning-rate table with what the stage spent and flagged, the learning-rate plot, and
-whether each verdict's sign also holds at the baseline's lr.
-
-Everything here is computed from the results document alone, so a published comparison renders again from
-its ``results.json``; one written before the bracketing stage (no ``"arms"``, ``"extensions"``...) renders
-with no flags. The numbers behind the text are data (:func:`lr_curves`, :func:`sign_checks`), so the plot
-(:func:`dormouse.ab.plots.plot_lr`) and the tests read the same values the table shows.
-
-The sign check uses the tune runs: few replicates, on seed streams disjoint from the confirmatory ones. It
-says how much a verdict leans on each arm being run at its own lr; it decides nothing.
-"""
+"""The report's tune section from ``results.json``'s ``"tune"`` alone, so a published comparison renders again
+(docs/ab-protocol.md, "Outputs"): the rule, each arm's lr table, spending and flags, the lr plot, and whether each
+verdict's sign holds at the baseline's lr. The sign check reads the tune runs (few replicates, disjoint seeds): it
+says how far a verdict leans on each arm's own lr, and decides nothing."""
 
 from __future__ import annotations
 
@@ -29,7 +21,6 @@ UNBRACKETED_MARK = "†"
 
 
 def lr_key(lr: float) -> str:
-    """An lr as the tune table's keys spell it (``repr(float)``)."""
     return repr(float(lr))
 
 
@@ -39,8 +30,8 @@ def ran_lrs(tune: dict[str, Any]) -> list[float]:
 
 
 def arm_flags(tune: dict[str, Any], arm: str) -> dict[str, Any]:
-    """What the stage recorded about one arm's tuning (runs, budget, flags); empty for a record from before
-    the bracketing stage, or for an arm it did not tune (the A/A arm)."""
+    """What the stage recorded about one arm's tuning; empty for an arm it did not tune (the A/A arm) or a record
+    without bracketing."""
     return (tune.get("arms") or {}).get(arm) or {}
 
 
@@ -50,8 +41,8 @@ def unbracketed_side(results: dict[str, Any], arm: str) -> str | None:
 
 
 def mean_at(tune: dict[str, Any], arm: str, lr: float) -> float | None:
-    """The arm's mean final tune bpb at ``lr``; None when it never ran there or any run there diverged (or
-    did not finish): a mean over a diverged run is +inf, no number to subtract."""
+    """The arm's mean final tune bpb at ``lr``; None when it never ran there or a run there diverged or did not
+    finish."""
     values = (tune["table"].get(arm) or {}).get(lr_key(lr)) or []
     if not values or not all(is_finite_number(v) for v in values):
         return None
@@ -112,9 +103,8 @@ class SignCheck:
 
 
 def sign_checks(results: dict[str, Any]) -> list[SignCheck]:
-    """One per compared arm (not the baseline, not the A/A arm), in the results' order; empty without a tune
-    stage or without the baseline's choice. ``better`` holds where the tune difference is below 0, ``worse``
-    where above; a difference of exactly 0 does not hold (it reverses to no direction)."""
+    """One per compared arm, in the results' order; empty without a tune stage or the baseline's choice. ``better``
+    holds where the tune difference is below 0, ``worse`` above; exactly 0 holds neither."""
     tune, base = results.get("tune"), results["baseline"]
     if not tune or tune["chosen"].get(base) is None:
         return []
@@ -151,7 +141,6 @@ def _unmeasured(tune: dict[str, Any], arm: str, lr: float) -> str:
 # --- the markdown ---------------------------------------------------------------------------------------
 
 def markdown(results: dict[str, Any], plots: list[str]) -> list[str]:
-    """The report's tune section (empty without a tune stage)."""
     tune = results.get("tune")
     if not tune:
         return []
@@ -189,7 +178,7 @@ def _cell(tune: dict[str, Any], arm: str, lr: float) -> str:
 
 
 def _spent(tune: dict[str, Any], arm: str) -> str:
-    """Runs used / budget; a record from before the bracketing stage ran exactly the grid."""
+    """Runs used / budget; a record without bracketing ran exactly the grid."""
     flags = arm_flags(tune, arm)
     runs = flags.get("runs", sum(v is not None for vs in tune["table"][arm].values() for v in vs))
     budget = flags.get("budget", len(tune["lrs"]) * int(tune["replicates"]))
@@ -197,8 +186,7 @@ def _spent(tune: dict[str, Any], arm: str) -> str:
 
 
 def _table(tune: dict[str, Any]) -> list[str]:
-    """Arm × every lr any arm ran -> final bpb per tune run (the chosen lr marked), then what each arm
-    spent and its flags, then the chosen lr."""
+    """Arm × every lr run -> final bpb per tune run (chosen lr marked), then spending, flags and the chosen lr."""
     lrs = ran_lrs(tune)
     lines = ["| arm | " + " | ".join(f"lr {x:g}" for x in lrs) + " | runs used / budget | extended to | "
              "second seed at | stability-limited | unbracketed | chosen lr |",

@@ -1,24 +1,8 @@
-"""The tune stage's choice rule, by name: what a registration may name (:data:`RULES`), the choice among the
-lrs an arm ran (:func:`choose`) and the bracketing rule around it (:func:`next_step`): which tune runs an arm
-needs next, or, once none, its choice and flags. Pure functions of the tune values, so the stage
-(:mod:`dormouse.ab.tune`) replays them from the runs on disk, and kept apart from it so that the
-registration's checks can name the rules without importing the engine (docs/ab-protocol.md, "The tune stage").
-
-The rule, per arm, over the values at each lr it ran (tune replicate j = 0..R-1; j = R a second seed):
-
-0. Every grid lr runs at replicates 0..R-1.
-1. ``best`` = the lr with the lowest mean final bpb over the replicates run there (a diverged run: +inf; ties
-   to the smaller lr). If ``best`` is the highest (lowest) lr the arm ran and fewer than ``extensions``
-   points were added, run the next grid point beyond it (``top * ratio``, ``bottom / ratio``) at replicates
-   0..R-1, and go to 1. A diverged run is never ``best``, so a side whose next point diverged stops there;
-   the arm is *stability-limited* on a side where the chosen lr's neighbour diverged.
-2. Else, with ``second_seed_gap`` set: ``best`` and each neighbour (adjacent lr the arm ran) whose mean lies
-   within the gap of ``best``'s get seed R, those that lack it; then go to 1 (the extension budget holds).
-3. Else the choice is ``best``; it is *unbracketed* at a side where it is still the edge of what the arm ran.
-
-Every arm has the same maximum budget, ``(len(grid) + extensions) * (R + 1 if second_seed_gap else R)``.
-With ``extensions = 0`` and no gap it is the rule of issue 25: the grid's lowest mean.
-"""
+"""The tune stage's choice rule (docs/ab-protocol.md, "The tune stage", steps 0–3): :data:`RULES` a registration may
+name, :func:`choose` among the lrs an arm ran, and :func:`next_step`, the bracketing around it (an extension beyond
+an edge, a second seed for a close call). Pure functions of the tune values so the stage replays them from disk, and
+apart from :mod:`dormouse.ab.tune` so the registry can name the rules without the engine. Each arm's budget is
+``(len(grid) + extensions) * (R + 1 if second_seed_gap else R)``."""
 
 from __future__ import annotations
 
@@ -41,7 +25,7 @@ _DIGITS = 12  # an extension lr is rounded to this many significant digits: 4.5e
 
 
 def choose(finals: dict[float, list[float]]) -> float:
-    """The lowest mean final bpb, +inf for a diverged run, ties to the smaller lr (module docstring, step 1)."""
+    """The lowest mean final bpb, +inf for a diverged run, ties to the smaller lr (step 1)."""
     return min(sorted(finals), key=lambda lr: fmean(finals[lr]))
 
 
@@ -61,8 +45,7 @@ def _round(x: float) -> float:
 
 @dataclass(frozen=True)
 class Bracketing:
-    """A registered tune stage as the rule reads it: the grid, R tune replicates, the extension budget and
-    the second-seed gap (None: no second seed)."""
+    """A registered tune stage as the rule reads it (``second_seed_gap`` None: no second seed)."""
 
     grid: tuple[float, ...]
     replicates: int
@@ -94,7 +77,6 @@ class Bracketing:
         return _round(float(base) * ratio ** n)
 
     def potential_lrs(self) -> list[float]:
-        """Every lr an arm may run within its budget, ascending."""
         return [self.lr_at(k) for k in range(-self.extensions, len(self.grid) + self.extensions)]
 
 
@@ -173,7 +155,7 @@ def _second_seeds(rule: Bracketing, values: Values, means: dict[float, float], b
 
 
 def next_step(rule: Bracketing, values: Values) -> Step:
-    """The rule (module docstring) on an arm's settled tune values: the runs it needs next, else the choice."""
+    """The rule on an arm's settled tune values: the runs it needs next, else its choice."""
     missing = [Request(lr, j) for lr in rule.grid for j in range(rule.replicates) if (lr, j) not in values]
     if missing:
         return Step(requests=tuple(missing))

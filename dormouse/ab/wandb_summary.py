@@ -1,19 +1,7 @@
-"""A comparison's verdict, sent to wandb as one summary run grouped with the comparison's runs.
-
-Each run of a comparison is a wandb run already (``logging.wandb_group`` is the comparison, the job type
-its arm: dormouse.ab.plan). What a wandb user then looks for is the answer beside them: here one run per
-comparison, in the same group, job type ``verdict``, holding
-
-* ``verdicts``: a table, one row per arm (role, runs, mean final bpb, the difference with the baseline and
-  its interval, the look it was decided at, the verdict), the same rows as the console's verdict table
-  (:func:`dormouse.ab.report.verdict_rows`);
-* the summary ``<arm>/verdict``, ``<arm>/bpb_mean``, ``<arm>/diff_mean``, for wandb's run table;
-* the comparison's plots (``plots/<stem>``), as images.
-
-Only when the comparison's runs log to wandb (their ``logging.wandb`` is not ``disabled``), in their mode
-(``offline`` by default: nothing is sent, nothing prompts), under ``WANDB_DIR`` when it is set. The run's id
-is kept in the comparison directory, so each look updates the same summary run instead of adding one.
-"""
+"""A comparison's verdict as one wandb run in the comparison's group (job type ``verdict``), beside its runs: the
+``verdicts`` table (the console's rows), ``<arm>/verdict``, ``<arm>/bpb_mean`` and ``<arm>/diff_mean`` for the run
+table, and the plots. Only when the runs log to wandb, in their mode (offline by default); its id is kept in the
+comparison directory so each look updates the same run."""
 
 from __future__ import annotations
 
@@ -50,9 +38,8 @@ def summary_fields(results: dict[str, Any]) -> dict[str, Any]:
 
 
 def log_verdict(logging: Any, comp_dir: Path, results: dict[str, Any], wandb: Any = None) -> bool:
-    """Send ``results`` (results.json's content) to wandb as the comparison's summary run, when ``logging``
-    (the comparison's runs' ``logging`` section) has wandb on; returns whether it did. ``wandb``: the
-    module (tests give a stand-in)."""
+    """Send ``results`` to wandb as the summary run when ``logging`` (the runs' section) has wandb on; returns
+    whether it did. ``wandb``: the module (tests give a stand-in)."""
     mode = str(logging.wandb)
     if mode == "disabled":
         return False
@@ -82,7 +69,7 @@ def _summary_id(comp_dir: Path) -> str:
 
 
 def _config(results: dict[str, Any]) -> dict[str, Any]:
-    """What the summary run records as its config: the comparison's design, not its per-run numbers."""
+    """The summary run's config: the comparison's design, not per-run numbers."""
     keys = ("name", "description", "metric", "baseline", "aa_arm", "seeds", "min_effect", "alpha", "confidence",
             "complete", "overrides", "fixed")
     return {k: results[k] for k in keys if k in results}
