@@ -85,7 +85,7 @@ def load_corpus(cfg: Any) -> ByteCorpus:
     eval_bytes = getattr(cfg, "eval_bytes", None)  # null: resolve_eval_bytes fits the default to the split
     if eval_bytes is not None and int(eval_bytes) > val.numel():
         # A registered comparison must run the eval set it registered: cutting it silently to the val split
-        # (as before) would report a smaller eval than the one asked for.
+        # would report a smaller eval than the one asked for.
         raise DataError(
             f"data.eval_bytes={int(eval_bytes)} is larger than the val split of {label}: {val.numel()} bytes "
             + (f"(data.val_fraction={val_fraction} of {len(data)} bytes); set data.eval_bytes<={val.numel()} "

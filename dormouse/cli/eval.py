@@ -23,7 +23,7 @@ def eval_checkpoint(run_dir: Path, checkpoint: Path | None = None, device: str =
     corpus = load_corpus(cfg.data)
     x, y = eval_windows(corpus.val, seq_len=int(cfg.data.seq_len), eval_bytes=cfg.data.eval_bytes)
 
-    # the run's own train.dtype, as its evals ran (a checkpoint older than the key ran "auto")
+    # the run's own train.dtype, as its evals ran (a checkpoint's config without the key ran "auto")
     dtype = compute_dtype(str(cfg.train.get("dtype", "auto")), dev)
 
     def autocast() -> Any:  # the training loop's (dormouse.train.loop._Run.autocast)

@@ -59,7 +59,7 @@ def _check_row(run: RunReading, row: EvalRow) -> None:
     v, arm = row.values, row.values["arm"]
     # `asked` means asked: the depths the schedule drew for the window's training forwards ask for two
     # sublayer aggregations per iteration. A sublayer the loop skipped lowers ran and asked together, which
-    # the check above cannot see; this one can. (Rows written before these fields existed lack them.)
+    # the check above cannot see; this one can. (A row without depth_sum is not checked.)
     if arm in ARMS and isinstance(v.get("depth_sum"), int) and v[f"{arm}_asked"] != 2 * v["depth_sum"]:
         asked, want = v[f"{arm}_asked"], 2 * v["depth_sum"]
         run.add_at(row, "asked-mismatch", f"selected arm {arm} asked={asked} but the window's "

@@ -83,20 +83,20 @@ def _pairs(line: str, head: str) -> list[tuple[str, str]]:
 # it does not know. What stays off the line lives in metrics.jsonl only (:data:`FILE_ONLY`, ``probe/...``).
 
 # `learned=<name>:<value>`: the arm's one-number summary from its learned-value probes (dormouse.arms.probes; each
-# arm names its own); metrics.jsonl keeps "learned" (the value) and "learned_name". A row without one (a run
-# from before the probes) omits it.
+# arm names its own); metrics.jsonl keeps "learned" (the value) and "learned_name";
+# a row may lack it.
 LEARNED = "learned"
 # The training loss the eval line reports is the window's mean cross-entropy in nats per byte, printed
 # beside the eval set's bpb (bits): the line labels it with its unit. metrics.jsonl keeps the key "loss".
 LINE_LABELS = {"loss": "train_loss_nats"}
-_LINE_KEYS = {label: key for key, label in LINE_LABELS.items()}  # and lines written before the label: loss=
+_LINE_KEYS = {label: key for key, label in LINE_LABELS.items()}  # the bare key (loss=) parses too
 # The head of the line, in this order; the bpb@k columns follow bpb, the counters follow arm.
 _HEAD = ("step", "tokens", "loss", "bpb")
 _MIDDLE = ("lr", "tok/s", "depth", "arm")
 _TAIL = (LEARNED, "kernel", "skipped")
 # What the window's schedule asked, from the loop's own depth draws (not from the counters): the training
 # forwards of the window (skipped updates included) and the sum of their depths over every rank. The loop
-# always writes them; lines written before they existed lack them, so they close the line when present.
+# always writes them; a line may lack them, so they close the line when present.
 # `dormouse logs --check` verifies the selected arm's asked = 2 x depth_sum (two sublayers per iteration).
 WINDOW_COLUMNS = ("window_steps", "depth_sum")
 # Row fields kept in metrics.jsonl (and wandb) but not on the line: cost figures and the learned summary's

@@ -39,7 +39,7 @@ from dormouse.train.state import checkpoint_step
 
 # Keys that may differ between a checkpoint's config and a resuming run's: the eval/checkpoint cadence and
 # logging, and how a step's batch is split into micro-batches (train.grad_accum: the same step up to float32
-# rounding, e.g. resumed on a smaller GPU; a checkpoint from before the key has none). The schedule's keys
+# rounding, e.g. resumed on a smaller GPU; a checkpoint's config may lack the key). The schedule's keys
 # (dormouse.train.schedule.SCHEDULE_KEYS: train.steps among them) may change only when
 # the steps already taken keep their learning rates (schedule_change_problem).
 RESUMABLE_CHANGES = ("train.eval_every", "train.ckpt_every", "train.keep_ckpts", "train.keep_best",
@@ -247,8 +247,8 @@ def config_differences(old: DictConfig, new: DictConfig) -> list[str]:
     """Dotted keys whose values differ, ignoring those a resume may change (budget, logging)."""
     from dormouse.config.schema import schema
 
-    # A key the checkpoint's config lacks was added to the schema after it was written: it ran with what is
-    # now that key's default (e.g. train.grad_accum=1), so it differs only if the new value is not the default.
+    # A key the checkpoint's config lacks ran with that key's schema default (e.g. train.grad_accum=1), so it
+    # differs only if the new value is not the default.
     defaults = _flat(OmegaConf.to_container(OmegaConf.structured(schema()), resolve=True))
     a = {**defaults, **_flat(OmegaConf.to_container(old, resolve=True))}
     b = _flat(OmegaConf.to_container(new, resolve=True))
