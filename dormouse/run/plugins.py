@@ -14,7 +14,7 @@ PROVENANCE_KEY = "plugins"
 
 
 def recorded_plugins(run_dir: Path) -> list[dict[str, Any]]:
-    """The plugins ``run_dir``'s provenance.json records (none for a built-in arm, a run without the record, or no file)."""
+    """The plugins ``run_dir``'s provenance.json records (none for a built-in arm, a run without one, or no file)."""
     try:
         prov = json.loads(RunFiles(Path(run_dir)).provenance.read_text(encoding="utf-8"))
     except (OSError, ValueError):
