@@ -1,4 +1,4 @@
-"""Perturbations of the read-only commands' rules (issue 36): help and --version answer without importing
+"""Perturbations of the read-only commands' rules: help and --version answer without importing
 torch, `dormouse logs` with no path reads runs/ and refuses a folder with no run, and a comparison's folder
 is one table, a row per arm, from results.json when the comparison wrote it; `logs` and `ab --list` import
 no torch (the registry declares the built-in arm names, checked against their classes) and `ab --list` no
@@ -89,7 +89,7 @@ PERTURBATIONS: list[dict] = [
         "old": "        if run.run_dir.resolve() in summarized and not per_run:\n",
         "new": "        if False:\n",
         "gates": [_CMP + "test_a_comparison_shows_each_runs_table_only_with_runs"],
-        "why": "issue 36: a comparison printed one table per run (12 for a small one) under the summary; the "
+        "why": "a comparison prints one table per run (12 for a small one) under the summary; the "
                "runs are on request (--runs)",
         "protects": "counters",
     },
