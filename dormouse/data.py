@@ -1,21 +1,7 @@
-"""Byte-level data pipeline: load a corpus, split it, draw training windows, build the fixed eval set.
-
-Everything here is deterministic. The corpus is a flat ``uint8`` byte stream; the last
-``data.val_fraction`` of it is the validation split and is never trained on. Training windows are drawn by
-:func:`train_batch` from a generator keyed on ``(seed, step)`` only, so a resumed run, another arm, or a
-different world size replays exactly the same global batches. Every way the data can be unusable is a
-one-line :class:`DataError`, raised by :func:`load_corpus` before any model is built.
-
-Sources (:func:`load_corpus`):
-
-* the embedded corpus (``data.path`` and ``data.hf_dataset`` both null): the Shakespeare plays in
-  ``dormouse/corpus/shakespeare.txt.gz``, built by ``scripts/extract_corpus.py`` and checked against
-  the sha256 in ``PROVENANCE.json``;
-* ``data.path``: one text file's bytes, or every regular, non-hidden text file under a folder (a file with NUL
-  bytes is not text: refused when it is ``data.path`` itself; in a folder skipped, and named in the source
-  with the files the val split reads);
-* ``data.hf_dataset``: a Hugging Face dataset's text column, through ``datasets``.
-"""
+"""Byte-level data pipeline: load a corpus (embedded Shakespeare, ``data.path`` or ``data.hf_dataset``), split it,
+draw training windows, build the fixed eval set. The val split is the stream's last ``data.val_fraction``;
+windows come from a generator keyed on ``(seed, step)`` only, so a resume, another arm or another world size
+replays the same global batches."""
 
 from __future__ import annotations
 
@@ -70,14 +56,8 @@ class ByteCorpus:
 
 
 def load_corpus(cfg: Any) -> ByteCorpus:
-    """Load the corpus ``cfg`` (a ``DataConfig`` or the ``data`` node of the composed config) selects.
-
-    The fields themselves (seq_len, val_fraction, one source at most) were checked by
-    :func:`dormouse.config.schema.validate`. Raises :class:`DataError` for what only the data can tell: a
-    missing/empty/unreadable source, an offline or unreachable dataset, a corpus too short to hold one
-    ``seq_len + 1`` window in both the train and the val split, or a ``data.eval_bytes`` larger than the
-    val split (the eval set is never cut silently).
-    """
+    """Load the corpus the ``data`` config selects; :class:`DataError` for a missing or unreadable source, one too short
+    for a ``seq_len + 1`` window per split, or ``data.eval_bytes`` over the val split (never cut)."""
     seq_len = int(cfg.seq_len)
     val_fraction = float(cfg.val_fraction)
 
@@ -105,7 +85,7 @@ def load_corpus(cfg: Any) -> ByteCorpus:
     eval_bytes = getattr(cfg, "eval_bytes", None)  # null: resolve_eval_bytes fits the default to the split
     if eval_bytes is not None and int(eval_bytes) > val.numel():
         # A registered comparison must run the eval set it registered: cutting it silently to the val split
-        # (as before) would report a smaller eval than the one asked for.
+        # would report a smaller eval than the one asked for.
         raise DataError(
             f"data.eval_bytes={int(eval_bytes)} is larger than the val split of {label}: {val.numel()} bytes "
             + (f"(data.val_fraction={val_fraction} of {len(data)} bytes); set data.eval_bytes<={val.numel()} "
@@ -184,8 +164,7 @@ def _load_embedded() -> tuple[bytes, str, str]:
 
 
 def _load_path(path_str: str) -> tuple[bytes, str, str, list[tuple[str, int]]]:
-    """A file's bytes, or a folder's regular non-hidden text files joined by ``\\n`` in relative-path order
-    (:func:`_load_folder`, which also returns the parts; a file has none)."""
+    """A file's bytes, or a folder's text files joined by newlines (:func:`_load_folder`), with the parts."""
     path = Path(os.path.expanduser(path_str))
     label = f"data.path={path_str!r}"
     try:
@@ -213,8 +192,7 @@ def _load_path(path_str: str) -> tuple[bytes, str, str, list[tuple[str, int]]]:
 
 
 def _is_text(data: bytes) -> bool:
-    """Git's rule for "binary": a NUL byte in the first 8000 bytes (text in any ASCII-compatible encoding
-    has none; images, archives, checkpoints and compiled files nearly always do)."""
+    """Git's rule for text: no NUL byte in the first 8000 bytes."""
     return b"\0" not in data[:8000]
 
 
@@ -223,8 +201,7 @@ def _names(names: list[str], at_most: int = 4) -> str:
 
 
 def _load_folder(root: Path, label: str) -> tuple[bytes, str, str, list[tuple[str, int]]]:
-    """A folder's text files joined by ``\\n`` in relative-path order; a file that is not text (:func:`_is_text`)
-    is skipped and named in the source. Returns the parts too (name, bytes), so the split can be described."""
+    """A folder's text files joined by newlines in path order, non-text ones skipped; also the parts."""
     texts: list[tuple[str, bytes]] = []
     skipped: list[str] = []
     for f in _folder_files(root, label):
@@ -248,8 +225,7 @@ def _load_folder(root: Path, label: str) -> tuple[bytes, str, str, list[tuple[st
 
 
 def _val_files(parts: list[tuple[str, int]], n_val: int) -> str:
-    """Which files the val split (the stream's last ``n_val`` bytes) reads, in stream order: a folder's val
-    split is the tail of its alphabetically last file(s), and a user should see which."""
+    """The files the val split (the last ``n_val`` bytes) reads, in stream order."""
     sep = len(_FOLDER_SEPARATOR)
     covered: list[str] = []
     left = n_val
@@ -262,12 +238,7 @@ def _val_files(parts: list[tuple[str, int]], n_val: int) -> str:
 
 
 def _folder_files(root: Path, label: str) -> list[Path]:
-    """Regular files under ``root``, recursively, sorted by relative path; hidden names skipped.
-
-    Sorting the full relative paths (not per-directory walk order) makes the byte stream independent of
-    the file system's listing order. Symlinked folders are not followed (no cycles); symlinked files are
-    read if they point at a regular file.
-    """
+    """Regular non-hidden files under ``root`` sorted by relative path; symlinked folders not followed."""
 
     def fail(exc: OSError) -> None:
         where = Path(exc.filename).relative_to(root) if exc.filename else root
@@ -312,8 +283,7 @@ def _env_offline() -> bool:
 
 
 def _hub_reachable() -> bool:
-    """A quick TCP connect to the Hub endpoint, so an unplugged machine fails in seconds, not after
-    ``datasets``' retry loop (~25 s of back-off on a DNS failure)."""
+    """A quick TCP connect to the Hub, so an offline machine fails in seconds, not after ~25 s of retries."""
     url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
     host = url.hostname or "huggingface.co"
     port = url.port or (80 if url.scheme == "http" else 443)
@@ -326,12 +296,7 @@ def _hub_reachable() -> bool:
 
 @contextlib.contextmanager
 def _hf_offline_mode() -> Iterator[None]:
-    """Force `datasets`/`huggingface_hub` into cache-only mode for one call, then restore them.
-
-    Their offline flags are module constants read from the environment at import time, so setting
-    ``HF_DATASETS_OFFLINE=1`` after ``datasets`` was imported would otherwise be ignored and a network
-    request (with retries) made anyway.
-    """
+    """Force cache-only ``datasets``/``huggingface_hub`` for one call (their flags are read at import)."""
     import datasets.config
     import huggingface_hub.constants
 
@@ -359,13 +324,8 @@ def is_saved_dataset(path: Path) -> bool:
 
 
 def _load_hf(cfg: Any, *, saved: bool) -> tuple[bytes, bytes | None, str, str]:
-    """A Hugging Face dataset's train text and, when it is used, its own val split's text:
-    ``(train bytes, val bytes or None, source, label)``; rows of the ``data.hf_text_field`` column joined by
-    ``\n`` as UTF-8. ``saved``: ``data.path`` is a ``save_to_disk`` folder (:func:`is_saved_dataset`).
-
-    The val split (``data.hf_val_split``): ``auto`` takes the dataset's ``validation`` split when it has one,
-    else None (the caller takes the tail of the train stream); ``tail`` always None; a name takes that split.
-    """
+    """A Hugging Face dataset as ``(train bytes, own val bytes or None, source, label)``; ``data.hf_val_split`` ``auto``
+    uses a ``validation`` split if present, ``tail`` never, a name that split."""
     key = "path" if cfg.path is not None else "hf_dataset"
     name = str(getattr(cfg, key))
     label = f"data.{key}={name!r}"
@@ -423,11 +383,7 @@ def _saved_splits(folder: Path, label: str) -> tuple[list[str], Any]:
 
 
 def _hub_splits(name: str, config: str | None, label: str) -> tuple[list[str], Any]:
-    """A Hub (or local script/data folder) dataset's split names and a loader by split.
-
-    Offline (``HF_DATASETS_OFFLINE``/``HF_HUB_OFFLINE``), a local dataset folder, or an unreachable Hub
-    all load in cache-only mode: a cached dataset still works, anything else fails at once.
-    """
+    """A Hub or local dataset's split names and a loader by split; offline it loads cache-only."""
     offline_env = _env_offline()
     local = Path(os.path.expanduser(name)).exists()
     cache_only = offline_env or local or not _hub_reachable()
@@ -491,14 +447,8 @@ def _hf_text(ds: Any, field: str, label: str, split: str) -> tuple[bytes, int]:
 
 
 def keyed_seed(tag: str, seed: int, step: int) -> int:
-    """A generator seed for ``(tag, seed, step)``: the data order (``dormouse.data``) and the random-depth
-    sequence (``dormouse.depth``) are each a pure function of (seed, step).
-
-    BLAKE2b of ``"<tag>:<seed>:<step>"``, first 8 bytes, top bit cleared. A hash (rather than
-    ``seed * K + step``) means no two (seed, step) pairs collide in practice however long the run, and the
-    tag keeps each stream unrelated to the others keyed on the same pair. Stable across platforms and
-    Python versions (no ``hash()`` randomisation).
-    """
+    """Generator seed for ``(tag, seed, step)``: BLAKE2b of ``"<tag>:<seed>:<step>"``, 8 bytes, top bit cleared;
+    stable across platforms, unlike ``hash()``."""
     digest = hashlib.blake2b(f"{tag}:{int(seed)}:{int(step)}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") & ((1 << 63) - 1)
 
@@ -518,14 +468,8 @@ def train_batch(
     rank: int = 0,
     world_size: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """This rank's share of the global training batch for ``step``: ``x, y`` int64 ``[B/W, seq_len]``.
-
-    The ``batch_size`` global window offsets are drawn uniformly from ``[0, len(train) - seq_len - 1]``
-    by a CPU ``torch.Generator`` seeded from ``(seed, step)`` alone (:func:`_batch_seed`); rank ``r`` takes
-    rows ``[r*B/W, (r+1)*B/W)``. So the global batch does not depend on rank, world size, or anything
-    that happened before ``step``, and ``y`` is ``x`` shifted left by one byte. Tensors land on
-    ``train.device``.
-    """
+    """This rank's ``x, y`` int64 ``[B/W, seq_len]`` of the global batch for ``step``, drawn from ``(seed, step)``
+    alone; ``y`` is ``x`` shifted by one byte."""
     if seq_len < 1 or batch_size < 1:
         raise ValueError(f"seq_len={seq_len} and batch_size={batch_size} must both be >= 1")
     if world_size < 1 or not 0 <= rank < world_size:
@@ -551,22 +495,13 @@ def train_batch(
 
 
 def resolve_eval_bytes(eval_bytes: int | None, val_bytes: int) -> int:
-    """How much of the val split the eval set reads: ``data.eval_bytes`` as given (never cut: one larger than
-    the split is refused by :func:`load_corpus` and :func:`eval_windows`), or for null
-    ``min(DEFAULT_EVAL_BYTES, val_bytes)``."""
+    """Bytes of the val split the eval set reads: ``data.eval_bytes``, or for null ``min(DEFAULT_EVAL_BYTES, val)``."""
     return int(eval_bytes) if eval_bytes is not None else min(DEFAULT_EVAL_BYTES, int(val_bytes))
 
 
 def eval_windows(val: torch.Tensor, *, seq_len: int, eval_bytes: int | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The fixed eval set: ``x, y`` int64 ``[N, seq_len]`` from the start of ``val``.
-
-    Windows of ``seq_len + 1`` bytes (input = first ``seq_len``, target = last ``seq_len``) starting every
-    ``seq_len`` bytes, so consecutive windows share one byte: the last target of one window is the first
-    input of the next. Then every byte of the eval span after the first is a target exactly once (bpb is
-    over "every byte of a fixed eval set", docs/model.md). As many windows as fit in ``eval_bytes``
-    (:func:`resolve_eval_bytes`: null fits the default to the split), and at least one. An ``eval_bytes``
-    larger than ``val`` is refused, never cut. No randomness: every call, arm and run sees the same tensors.
-    """
+    """The fixed eval set ``x, y`` int64 ``[N, seq_len]`` from the start of ``val``, windows every ``seq_len`` bytes so
+    each byte after the first is a target once."""
     eval_bytes = resolve_eval_bytes(eval_bytes, val.numel())
     if seq_len < 1 or eval_bytes < 1:
         raise ValueError(f"seq_len={seq_len} and eval_bytes={eval_bytes} must both be >= 1")

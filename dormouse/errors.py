@@ -1,15 +1,6 @@
-"""How dormouse fails: the one base of its errors, the exit code each maps to, and the one way one is said.
-
-Every exception class of the package derives from :class:`DormouseError` and declares, on its own class
-line (``class ConfigError(DormouseError, ValueError, exit_code=2)``), the exit status of a command it ends:
-2 for bad input refused before any work (a config, data or request that cannot run, a run directory or a
-comparison that refuses this start), 1 for a run that failed on the way (a full disk, a non-finite loss),
-128 + the signal for an interrupt (130 Ctrl-C, 143 SIGTERM). The CLI's one handler (dormouse/cli/exits.py)
-ends every command on such an error with that code, saying it with :func:`print_error`: the only place the
-``error:`` prefix is written. A class keeps its other base, so code that catches ``ValueError`` still does.
-
-The bottom layer: it imports nothing from dormouse, so any module may raise these and say them.
-"""
+"""How dormouse fails: every error derives from :class:`DormouseError` and declares its exit code on its class line
+(2 input refused before work, 1 a failed run, 128 + signal an interrupt); :func:`print_error` is the one writer
+of ``error:``. Imports nothing from dormouse."""
 
 from __future__ import annotations
 
@@ -20,11 +11,7 @@ from rich.text import Text
 
 
 class DormouseError(Exception):
-    """An error dormouse means to report as one or more ``error:`` lines and an exit code, never a traceback.
-
-    ``exit_code`` is the command's exit status; ``lines`` (set by the errors that name several problems at
-    once: ConfigError, ComparisonError, LaunchError) holds one message per problem, else the message is one
-    line; ``already_said`` marks an error whose raiser has told the user already, so nothing more is printed."""
+    """An error said as ``error:`` lines (``lines``, one per problem) with an exit code, never a traceback."""
 
     exit_code: int = 1
     already_said: bool = False
@@ -42,9 +29,7 @@ class DormouseError(Exception):
 
 
 class TrainError(DormouseError, RuntimeError, exit_code=1):
-    """A run that cannot start or continue; the message says what and how to fix it. ``diverged``: training
-    stopped on a non-finite loss, gradient or eval (``train.nonfinite=stop``), a fact the caller records
-    (a comparison's tune stage counts such a run as +inf)."""
+    """A run that cannot start or continue; ``diverged``: stopped on a non-finite value (a tune's +inf)."""
 
     def __init__(self, message: str, *, diverged: bool = False) -> None:
         super().__init__(message)
@@ -52,18 +37,15 @@ class TrainError(DormouseError, RuntimeError, exit_code=1):
 
 
 class StartRefused(TrainError, exit_code=2):
-    """Bad input ``train`` refuses before it creates anything, as ``validate`` does (exit 2): a config that
-    cannot fit in memory, wandb online without credentials, a run directory that refuses this start."""
+    """Bad input ``train`` refuses before creating anything, as ``validate`` does (exit 2)."""
 
 
 class RunDirRefused(StartRefused):
-    """The run directory refuses this start or resume (it holds another run, its checkpoint is unreadable
-    or was made with another config): bad input, refused before step 0 by `train` and `validate` alike."""
+    """The run directory refuses this start or resume (another run, unreadable or other-config checkpoint)."""
 
 
 class Interrupted(DormouseError, exit_code=130):
-    """SIGINT/SIGTERM: a checkpoint was written; ``exit_code`` is 130 or 143 (128 + the signal). The loop
-    (or the comparison's driver) has said where it stopped and how to resume, so the CLI adds nothing."""
+    """SIGINT/SIGTERM after a checkpoint; exit 128 + signal, the resume already said."""
 
     already_said = True
 
@@ -73,6 +55,5 @@ class Interrupted(DormouseError, exit_code=130):
 
 
 def print_error(console: Console, message: str) -> None:
-    """One ``error: <message>`` line on ``console`` (stderr in the CLI). The message is printed as it is:
-    a path or value in square brackets is text, never rich markup; a long line is never wrapped."""
+    """One ``error: <message>`` line, printed as is: no rich markup, no wrapping."""
     console.print(Text.assemble(("error:", "bold red"), " ", message), soft_wrap=True)

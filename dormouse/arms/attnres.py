@@ -43,23 +43,11 @@ def _bad(key: str, given: Any, allowed: str) -> str:
 class AttnRes(ResidualArm):
     """Attention Residuals (Kimi Team, arXiv:2603.15031): ``h_l = sum_i softmax_i(w_l . RMSNorm(v_i)) v_i``.
 
-    Full (Eq. 1-4) or Block (Eq. 5-6).
-
-    No running sum: sublayer l reads the softmax mixture of the sources so far, ``h_l = sum_i alpha_i v_i``
-    with ``alpha = softmax_i(w_l . RMSNorm_l(v_i))`` (no temperature; keys normalised, values raw; one
-    joint softmax), and its output becomes a new source. Per slot: a pseudo-query w_l (zero-initialised, so
-    at initialisation every input is the plain mean of its sources) and a key-RMSNorm gain g_l (ones).
-
-    Readout (docs/attnres.md, "The readout" — our resolution of a gap in the paper): each readout point k has
-    its own zero-initialised query and gain and reads every source available after iteration k, so the
-    readout after iteration k always contains iteration k's work.
-
-    Input-dependent query (paper §5.3; the paper does not say what it is projected from — OUR READING):
-    ``q_l = w_l + U_l RMSNorm(v_last)`` with v_last the most recent source and U_l (d x d, per slot)
-    zero-initialised, so at initialisation it equals the static query.
-
-    Block mode trains with the direct Eq. 6 form; in eval mode it runs Algorithm 1's two-phase schedule
-    (:meth:`_two_phase_input`), which gives the same logits (pinned by a test).
+    Full (Eq. 1-4) or Block (Eq. 5-6). Per slot a zero-initialised pseudo-query (so the first reads are plain means)
+    and a key gain of ones; each readout point has its own query and reads every source after its iteration
+    (docs/attnres.md, "The readout"). The input-dependent query (paper §5.3, our reading) is
+    ``w_l + U_l RMSNorm(v_last)`` with ``U_l`` zero-initialised. Block mode trains with Eq. 6 directly and evaluates
+    with Algorithm 1, same logits.
     """
 
     name = "attnres"
@@ -143,12 +131,7 @@ class AttnRes(ResidualArm):
         return blocks.read(query, gain=gain, eps=self.eps, form=self.form, kernel=self.kernel)
 
     def _two_phase_input(self, state: _AttnResState, slot: int) -> Tensor:
-        """Algorithm 1, streamed through the loop: the same mixture as :meth:`_read`, computed in two phases.
-
-        At a block's first layer, Phase 1 scores all of the block's queries at once against the completed
-        blocks ``[b_0 .. b_{n-1}]`` and keeps (m, l, o) per query; each layer then merges the one
-        intra-block source ``b_n^{i-1}`` (Phase 2) by the online-softmax merge.
-        """
+        """Algorithm 1 streamed through the loop (Phase 1 per block, Phase 2 per layer): :meth:`_read`'s mixture."""
         blocks = state.blocks
         i = blocks.layers_pushed % self.block_size  # 0-based position in the block
         if i == 0:
@@ -189,8 +172,7 @@ class AttnRes(ResidualArm):
     # --- what it learned: the depth-attention map ----------------------------------------------------------
 
     def read_weights(self, index: int, sources: list[Tensor]) -> Tensor:
-        """The depth-attention weights ``alpha_i`` [N, ...] read ``index`` puts on ``sources`` (Eq. 2-3 and the
-        softmax: the score of :func:`dormouse.ops.attnres.depth_weights`, with this read's query and gain)."""
+        """The weights ``alpha_i`` [N, ...] read ``index`` puts on ``sources`` (Eq. 2-3 and the softmax)."""
         query, gain = self._query_and_gain(index, sources)
         return depth_weights(sources, query, gain=gain, eps=self.eps, form=self.form)
 
@@ -200,12 +182,8 @@ class AttnRes(ResidualArm):
         return 1 + (math.ceil(seen / self.block_size) if self.block_size else seen)
 
     def learned(self, traces: Iterable[LoopTrace]) -> dict[str, Any]:
-        """For every read r (each sublayer slot, then each readout point), ``weights[r][i]`` = mean over tokens of
-        the depth-attention weight on source i (Eq. 2-4), and ``entropy[r]`` = mean over tokens of
-        ``-sum_i alpha_i ln alpha_i`` (nats; ln N is uniform over N sources, 0 is one source). Sources are the
-        Eq. 6 sets: Full = embedding, then each sublayer output; Block = b_0 (the embedding), then block sums
-        b_1, b_2, ... (a read inside block n sees the partial b_n^{i-1} in column n). Columns a read cannot see
-        are NaN, not 0 (0 is a learned value)."""
+        """Per read: ``weights[r][i]``, the mean weight on source i (Eq. 6 sets), and ``entropy[r]`` in nats; columns a
+        read cannot see are NaN."""
         n_reads = self.n_slots + self.max_iter
         n_cols = self._visible(n_reads - 1)
         w_sum = torch.zeros(n_reads, n_cols, dtype=torch.float64)

@@ -1,6 +1,6 @@
 """Residual arms: how a sublayer's output is folded into the state (docs/model.md, "The arms").
 
-The interface; one module per arm beside it; the loop driver (:mod:`dormouse.model.looped`) never branches on the arm::
+The loop driver (:mod:`dormouse.model.looped`) never branches on the arm::
 
     state = arm.begin(embedding)
     for each iteration k, for each sublayer slot s (2 per iteration: attention, MLP):
@@ -8,19 +8,9 @@ The interface; one module per arm beside it; the loop driver (:mod:`dormouse.mod
         state = arm.absorb(state, s, out)
     logits_k = head(norm(arm.readout_input(state, k)))
 
-An arm owns everything about itself, so adding one is one class here (defining it registers it,
-:mod:`dormouse.arms.registry`): its parameters and their init, its no-decay set, its options
-(``options``, at ``model.<name>``) and their checks (:meth:`ResidualArm.config_problems`), its read path
-(:meth:`ResidualArm.choose_kernel`), its learned-value probes and their one-number summary
-(:meth:`ResidualArm.learned`, :meth:`ResidualArm.summarize`), its per-run plot and its seed average
-(:meth:`ResidualArm.plot`, :meth:`ResidualArm.mean_over_seeds`), and its one-line description for reports
-(:meth:`ResidualArm.describe`). Its switch ``model.use_<name>`` is derived from the name.
-
-Every arm parameter is per *slot* (one per sublayer per iteration, plus one per readout for AttnRes): the
-block's weights are shared across iterations, but each unrolled depth has its own arm parameters.
-Each arm counts ``ran`` into its own counters (``self.counters``, a :class:`dormouse.arms.probes.ProbeCounters`
-built with the arm, so each model has its own) at the point where its aggregation becomes the state; the
-model's loop driver counts ``asked`` into the same object (``model.counters``).
+An arm is one class, registered by being defined: its per-slot parameters and init, options at
+``model.<name>`` and their checks, read path, probes, plot and description; its switch ``model.use_<name>``
+follows from the name. It counts ``ran`` into its own :class:`~dormouse.arms.probes.ProbeCounters`.
 """
 
 
@@ -39,8 +29,7 @@ from dormouse.arms.registry import arm_switch, register_arm
 State = Any
 
 class ResidualArm(nn.Module):
-    """The residual-arm interface. ``name`` is the counter and eval-line name; a subclass that sets its own
-    ``name`` is registered when it is defined (:func:`dormouse.arms.registry.arm_classes`)."""
+    """The residual-arm interface; a subclass with its own ``name`` (its counter's) registers when defined."""
 
     name: ClassVar[str] = ""
     default: ClassVar[bool] = False  # the arm no switch selects (exactly one arm)
@@ -80,21 +69,18 @@ class ResidualArm(nn.Module):
 
     @classmethod
     def run_name_stem(cls, model_cfg: Any) -> str:
-        """How a run of this arm is named when ``run.name`` is not given (``<stem>-<start time>``): the arm's
-        name, plus whatever tells two of its variants apart."""
+        """The stem of a default run name: the arm's name, plus what tells its variants apart."""
         return cls.name
 
     @classmethod
     def config_problems(cls, model_cfg: Any, selected: bool) -> list[str]:
-        """Problems with this arm's options in ``model_cfg`` (one line each, naming the field); ``selected``
-        says whether the config selects this arm. Called for every registered arm, before any work."""
+        """Problems with this arm's options, one line each; called for every arm, selected or not."""
         return []
 
     @classmethod
     def choose_kernel(cls, model_cfg: Any, device: torch.device) -> tuple[str, str]:
-        """The read path this arm takes on ``device`` and why: ``("none", ...)`` for an arm without a fused
-        read (``model.kernel`` is then refused unless ``auto``). Raises RuntimeError (what, why, how to fix)
-        when ``model.kernel`` asks for a path that cannot run."""
+        """The read path on ``device`` and why (``"none"`` without a fused read); RuntimeError for an impossible
+        ``model.kernel``."""
         return "none", f"the {cls.name} arm has no fused read"
 
     @classmethod
@@ -124,8 +110,7 @@ class ResidualArm(nn.Module):
     # --- what the arm learned ----------------------------------------------------------------------------
 
     def learned(self, traces: Iterable[LoopTrace]) -> dict[str, Any]:
-        """The learned-value probe fields (without the ``probe/`` prefix), averaged over every token of the
-        fixed eval set; ``traces`` yields one :class:`LoopTrace` per eval batch (the model's own forward)."""
+        """The probe fields (no ``probe/`` prefix) averaged over the eval set; one :class:`LoopTrace` per batch."""
         raise NotImplementedError
 
     @classmethod
@@ -145,8 +130,7 @@ class ResidualArm(nn.Module):
 
     @classmethod
     def mean_over_seeds(cls, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        """The arm's probe fields of ``rows`` (an A/B arm's seeds) averaged; per-slot lists elementwise. A
-        field only some rows have is averaged over those; empty when no row has the arm's fields."""
+        """The arm's probe fields of ``rows`` (its seeds) averaged, lists elementwise, over the rows having them."""
         import numpy as np
 
         out: dict[str, Any] = {}

@@ -21,10 +21,8 @@ GR_BIAS_INIT = -2.0  # the gate starts at sigmoid(-2) ~ 0.12
 class GatedResidual(ResidualArm):
     """Gated residual, GTrXL's output gate (Parisotto et al. 2019): ``x <- x + sigmoid(W n(x) + b_s) * f(x)``.
 
-    W (d x d, one for attention sublayers, one for MLP sublayers, shared across iterations like the block)
-    starts at 0; the bias b_s (per slot) starts at -2, so the gate starts at sigmoid(-2) ~ 0.12 everywhere: a
-    sigmoid-bounded per-channel ReZero until W learns to depend on the input. GR - ReZero therefore measures
-    input-dependent gating.
+    W (d x d, one per sublayer kind, shared across iterations) starts at 0 and the per-slot bias at -2, so the gate
+    starts at sigmoid(-2) ~ 0.12: a bounded per-channel ReZero, and GR - ReZero measures input-dependent gating.
     """
 
     name = "gr"
@@ -61,8 +59,7 @@ class GatedResidual(ResidualArm):
         return state
 
     def learned(self, traces: Iterable[LoopTrace]) -> dict[str, Any]:
-        """``gate_mean[s]``: the mean over tokens and channels of slot s's gate; ``gate_spread[s]``: the standard
-        deviation over channels of the per-channel mean gate. The gate reads the state, i.e. the sublayer input."""
+        """Per slot: ``gate_mean``, the mean gate, and ``gate_spread``, its sd over channels."""
         gate_sum = torch.zeros(self.n_slots, self.d_model, dtype=torch.float64)
         tokens = 0
         for trace in traces:
@@ -80,9 +77,7 @@ class GatedResidual(ResidualArm):
 
     @classmethod
     def mean_over_seeds(cls, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        """``gate_mean`` averaged over seeds, with its sd over seeds (``probe/gate_mean_sd``): an A/B plot's
-        error bars are the spread across seeds, as ReZero's |alpha|. A run's spread over channels is a
-        different quantity (within one run) and is not averaged into a comparison's plot."""
+        """``gate_mean`` averaged over seeds, with its sd over seeds (``probe/gate_mean_sd``)."""
         import numpy as np
 
         out = {k: v for k, v in super().mean_over_seeds(rows).items() if k != "probe/gate_spread"}
@@ -93,8 +88,7 @@ class GatedResidual(ResidualArm):
 
     @classmethod
     def plot(cls, row: dict[str, Any], out: Path, label: str) -> Path | None:
-        """One run: bars are the sd over channels of the per-channel mean gate; a comparison's seed mean
-        (:meth:`mean_over_seeds`): the sd over seeds; no bars (and no word of them) when there is neither."""
+        """Bars: sd over channels (one run) or over seeds (a comparison's mean); none when neither."""
         from dormouse.arms.plots import plot_slot_values, spread_label
 
         if row.get("probe/gate_mean") is None:

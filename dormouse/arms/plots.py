@@ -1,19 +1,7 @@
-"""Plots of what each arm learned (the learned-value probes of :mod:`dormouse.arms.probes`).
-
-Each arm owns its plot (:meth:`dormouse.arms.base.ResidualArm.plot`: its file name, which fields, which labels)
-and its seed average (:meth:`~dormouse.arms.base.ResidualArm.mean_over_seeds`); this module holds the drawing
-primitives they use and the generic entry points :func:`write_probe_plots` and :func:`mean_probe_row`:
-
-* a read map (:func:`plot_attnres_map`): one row per read (each sublayer, then each readout), one column
-  per source (the embedding, then each sublayer output or block), the colour and the number in each cell
-  the mean softmax weight that read puts on that source over the fixed eval set — the layout of the AttnRes
-  paper's figures; blank cells are sources a read cannot see yet (causality over depth); the entropy of
-  each read is printed at the row's end;
-* one bar per slot (:func:`plot_slot_values`), with error bars and a reference line.
-
-Drawn from the plain ``probe/...`` fields of a metrics row, so the same functions draw a run's last eval
-and an A/B arm's map averaged over seeds. matplotlib's object API on the Agg canvas, never pyplot.
-"""
+"""Plots of what each arm learned (the probes of :mod:`dormouse.arms.probes`): the drawing primitives the arms'
+own ``plot`` methods use. A read map draws one row per read and one column per source, each cell the mean
+softmax weight (the AttnRes paper's figure layout; blank where causality hides a source); a bar chart draws one
+value per slot. Drawn from a metrics row's ``probe/...`` fields, on matplotlib's Agg canvas, never pyplot."""
 
 from __future__ import annotations
 
@@ -30,10 +18,7 @@ from dormouse.arms.registry import arm_classes
 
 
 def mean_map(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The AttnRes map (and entropies) averaged over runs (seeds) that share reads and sources.
-
-    NaN cells (unseen sources) stay NaN; a run without a map is skipped; None when no run has one.
-    """
+    """The AttnRes map and entropies averaged over seeds; NaN cells stay NaN, runs without a map are skipped."""
     maps = [r for r in rows if r.get("probe/weights") is not None]
     if not maps:
         return None
@@ -50,11 +35,7 @@ def mean_map(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def plot_attnres_map(probe: dict[str, Any], out: Path, title: str = "AttnRes depth-attention map") -> Path:
-    """Heat map reads x sources of the mean depth-attention weight (annotated), entropy per read.
-
-    The entropies are the right-hand axis's labels and the colour bar sits beyond them (constrained layout
-    places both), so a map with few sources neither overlaps them nor cuts the title (issue 24).
-    """
+    """Heat map reads x sources of the mean depth-attention weight, each read's entropy on the right."""
     w = np.array(probe["probe/weights"], dtype=float)
     reads, sources = probe["probe/reads"], probe["probe/sources"]
     fig = Figure(figsize=(max(5.5, 2.4 + 0.75 * len(sources)), 1.6 + 0.45 * len(reads)), dpi=110,
@@ -82,16 +63,13 @@ def plot_attnres_map(probe: dict[str, Any], out: Path, title: str = "AttnRes dep
 
 
 def spread_label(quantity: str, spread: list[float] | None, over: str) -> str:
-    """A slot plot's y label, the one wording of its error bars: ``<quantity> (bars: sd over <over>)``, or
-    the quantity alone when there are no bars (a comparison of one seed has no sd over seeds)."""
+    """A slot plot's y label, ``<quantity> (bars: sd over <over>)``, or the quantity alone without bars."""
     return f"{quantity} (bars: sd over {over})" if spread is not None else quantity
 
 
 def plot_slot_values(slots: list[str], values: list[float], out: Path, *, ylabel: str, title: str,
                      spread: list[float] | None = None, reference: float | None = None) -> Path:
-    """One bar per slot (sublayer of an iteration), blue attention and orange MLP (a legend says so);
-    ``spread`` as error bars; ``reference`` (the initial value) as a dotted line drawn above the zero line,
-    so it stays visible when it is 0 and every bar is negative (issue 24)."""
+    """One bar per slot with ``spread`` error bars; ``reference`` is drawn above the zero line."""
     from matplotlib.patches import Patch
 
     fig = Figure(figsize=(max(5.0, 0.6 * len(slots) + 2), 3.8), dpi=110)
@@ -120,9 +98,7 @@ def plot_slot_values(slots: list[str], values: list[float], out: Path, *, ylabel
 
 def write_probe_plots(out_dir: Path, row: dict[str, Any], label: str = "",
                       name: Callable[[str], Path] | None = None) -> list[Path]:
-    """The plots a metrics row's probe fields allow, into ``out_dir``: each registered arm draws its own
-    ``plot_file`` from the fields it owns (``name`` maps a plot's file name to its path, e.g. an A/B arm's
-    ``attnres_map_<arm>.png``); returns their paths."""
+    """Each registered arm's plot of a metrics row's probe fields into ``out_dir``; returns the paths."""
     where = name or (lambda plot: out_dir / plot)
     suffix = f" ({label})" if label else ""
     written: list[Path] = []
@@ -133,9 +109,7 @@ def write_probe_plots(out_dir: Path, row: dict[str, Any], label: str = "",
 
 
 def mean_probe_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Every probe field of ``rows`` (an arm's seeds) averaged, each arm's fields by that arm's rule
-    (:meth:`dormouse.arms.base.ResidualArm.mean_over_seeds`: e.g. AttnRes's map cell by cell, ReZero's alpha as
-    a magnitude)."""
+    """The probe fields of ``rows`` (an arm's seeds) averaged, each by its arm's ``mean_over_seeds`` rule."""
     out: dict[str, Any] = {}
     for cls in arm_classes().values():
         out.update(cls.mean_over_seeds(rows))

@@ -1,25 +1,7 @@
-"""Arms from outside the package: plugins (docs/arms.md).
-
-A plugin is a Python module; importing it defines its arms (a :class:`dormouse.arms.base.ResidualArm`
-subclass with its own ``name`` registers itself). A process finds plugins three ways:
-
-1. **Installed distributions** declare modules under the entry-point group ``dormouse.arms`` (as pytest
-   finds its plugins): ``[project.entry-points."dormouse.arms"] sgate = "my_pkg.arms"``. Every command loads
-   them (:func:`activate`).
-2. **``DORMOUSE_PLUGINS``**: files (``*.py``) or module names, separated by ``os.pathsep``.
-3. **Named where they are needed**: ``--plugin FILE_OR_MODULE`` on the command line (any command), a
-   registration's ``plugins:`` list (relative to the registration file), a run's recorded plugins.
-
-A plugin file is imported as the module named by its stem (``my_arms.py`` is ``my_arms``), so a class it
-defines pickles by reference and a worker that loads the same file unpickles it. Every file or module
-plugin loaded is added to ``DORMOUSE_PLUGINS`` in this process's environment, so any process it starts
-(a torchrun rank, a comparison's worker, a cluster job) has the same arms. A plugin that fails to import,
-defines no arm, or defines a name another arm has is refused (:class:`PluginError`, exit 2) in one line
-that names it, before any work.
-
-A run records the plugin that defines its arm (:func:`records_for`: module, file, sha256) in its
-provenance; a command that reads the run loads what it recorded (:func:`load_recorded`).
-"""
+"""Arms from outside the package (docs/arms.md): a plugin module defines arms when imported. Plugins come from the
+``dormouse.arms`` entry points, ``DORMOUSE_PLUGINS`` and ``--plugin``/a registration/a run's record; each is
+added to ``DORMOUSE_PLUGINS`` so child processes load it too, and a file is imported under its stem so its
+classes pickle. A bad plugin is a :class:`PluginError` (exit 2)."""
 
 from __future__ import annotations
 
@@ -42,14 +24,12 @@ ENV_VAR = "DORMOUSE_PLUGINS"
 
 
 class PluginError(DormouseError, ValueError, exit_code=2):
-    """A plugin that cannot be used: not found, fails to import, defines no arm, or clashes with another arm
-    (bad input, exit 2). The message names the plugin and how to fix it."""
+    """A plugin that cannot be used (not found, import fails, no arm, a clash): exit 2, named with the fix."""
 
 
 @dataclass(frozen=True)
 class Plugin:
-    """A loaded plugin: its module, the file it was imported from, the sha256 of its source
-    (:func:`source_files`), where it was named, and the arms it defines."""
+    """A loaded plugin: module, file, source sha256, where it was named, and its arms."""
 
     module: str
     file: str
@@ -77,8 +57,7 @@ def plugin_of_arm(arm: str) -> Plugin | None:
 
 
 def source_files(module_file: Path) -> list[Path]:
-    """The files that are a plugin's source: the file itself, or for a package (``__init__.py``) every
-    ``*.py`` under its folder."""
+    """A plugin's source files: the file, or every ``*.py`` of a package's folder."""
     if module_file.name == "__init__.py":
         return sorted(p for p in module_file.parent.rglob("*.py") if "__pycache__" not in p.parts)
     return [module_file]
@@ -113,8 +92,7 @@ def _finish(module: Any, origin: str, label: str, spec: str = "") -> Plugin:
 
 
 def _import(label: str, origin: str, do_import: Any, module_name: str) -> Any:
-    """Run ``do_import()``; any failure (an import error, a clash in the registry) is one PluginError line,
-    and the arms a half-imported module registered are removed again."""
+    """Run ``do_import()``; a failure is one PluginError, and arms a half-imported module registered are removed."""
     before = set(defined_arm_classes())
     try:
         return do_import()
@@ -178,8 +156,7 @@ def is_file_spec(spec: str) -> bool:
 
 
 def load_plugin(spec: str, origin: str = "--plugin", base: Path | None = None) -> Plugin:
-    """Load one plugin: ``spec`` is a ``.py`` file (relative to ``base``, else the working directory) or a
-    module name. Loading the same plugin twice is one load. Raises :class:`PluginError`."""
+    """Load one plugin (a ``.py`` file relative to ``base``, or a module name), once. Raises PluginError."""
     spec = spec.strip()
     if not spec:
         raise PluginError(f"an empty plugin name ({origin}); give a .py file or a module name")
@@ -195,8 +172,7 @@ def load_plugin(spec: str, origin: str = "--plugin", base: Path | None = None) -
 
 
 def load_entry_points() -> list[Plugin]:
-    """Every module the installed distributions declare under ``dormouse.arms`` (value ``module`` or
-    ``module:attribute``)."""
+    """Every module installed distributions declare under ``dormouse.arms``."""
     out: list[Plugin] = []
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist = getattr(ep.dist, "name", None) or "an installed distribution"
@@ -215,8 +191,7 @@ def environment_specs() -> list[str]:
 
 
 def activate(specs: Iterable[str] = (), origin: str = "--plugin") -> list[Plugin]:
-    """Load the entry points, ``DORMOUSE_PLUGINS`` and ``specs``, in that order (what every command does
-    first); returns every plugin loaded in this process."""
+    """Load the entry points, ``DORMOUSE_PLUGINS`` and ``specs`` in that order; returns every plugin loaded."""
     load_entry_points()
     for spec in environment_specs():
         load_plugin(spec, ENV_VAR)
@@ -226,8 +201,7 @@ def activate(specs: Iterable[str] = (), origin: str = "--plugin") -> list[Plugin
 
 
 def plugin_specs() -> list[str]:
-    """What another process needs to load this process's plugins besides its entry points (which
-    :func:`activate` loads anyway): each file or module plugin's spec, in load order."""
+    """Each file or module plugin's spec in load order: what a child process needs besides entry points."""
     return [p.spec for p in _LOADED.values() if p.spec]
 
 
@@ -238,9 +212,7 @@ def records_for(arm: str) -> list[dict[str, str]]:
 
 
 def load_recorded(records: Sequence[dict[str, Any]], what: str) -> list[str]:
-    """Load the plugins a run or comparison recorded (``what`` names it in errors). A recorded plugin is
-    found by its module when that is loaded or importable, else by its recorded file; one that is neither
-    is refused naming it. Returns one note per plugin whose source differs from the recorded sha256."""
+    """Load the plugins a run recorded (by module, else file); a note per plugin whose sha256 differs."""
     notes: list[str] = []
     for rec in records:
         module, file, sha = str(rec.get("module")), str(rec.get("file")), str(rec.get("sha256"))

@@ -15,13 +15,7 @@ from dormouse.arms.probes import LoopTrace, slot_names
 
 class PreNormResidual(ResidualArm):
     """The plain pre-norm residual of the standard transformer: ``x <- x + f(x)`` (the papers' baseline).
-
-    The AttnRes and ReZero papers both compare against it. Each sublayer f normalises its own input
-    (``RMSNorm`` inside attention and MLP, :mod:`dormouse.model.looped`) and the head reads the final RMSNorm of the
-    sum: the pre-norm transformer residual exactly, with no arm parameters. It is ReZero with every alpha
-    fixed at 1. Its probe is what the updates did to the state: per slot, the mean over tokens of
-    ``||f(x)|| / ||x||`` (the update-to-state norm ratio).
-    """
+    ReZero with every alpha fixed at 1; its probe is the per-slot mean ``||f(x)|| / ||x||``."""
 
     name = "prenorm"
     plot_file = "prenorm_update_ratio.png"
@@ -43,8 +37,7 @@ class PreNormResidual(ResidualArm):
         return state
 
     def learned(self, traces: Iterable[LoopTrace]) -> dict[str, Any]:
-        """``update_ratio[s]``: the mean over tokens of ``||f(x)|| / ||x||`` at slot s, x the state the slot's
-        sublayer read (its input) and f(x) the update added to it (its output), norms over channels."""
+        """``update_ratio[s]``: the mean over tokens of ``||f(x)|| / ||x||`` at slot s (norms over channels)."""
         ratio_sum = torch.zeros(self.n_slots, dtype=torch.float64)
         tokens = 0
         for trace in traces:

@@ -1,26 +1,6 @@
-"""Probe counters: the proof that a residual arm ran (model.md, "Probe counters").
-
-Every arm has a pair ``<arm>=<ran>/<asked>`` for the window since the last eval line:
-
-* ``asked`` is counted by the loop driver: the sublayer aggregations the config asks that arm to do at the
-  depth that actually ran (two per iteration: attention and MLP).
-* ``ran`` is counted inside the arm, at the point where its result becomes the state.
-
-**One set of counters per model.** Each arm builds its own :class:`ProbeCounters`
-(:class:`dormouse.arms.base.ResidualArm`), and its model reads them as ``model.counters``
-(:class:`dormouse.model.looped.LoopedByteLM`): the arm counts ``ran`` and the model's loop driver ``asked``
-into that one object, the training loop reads, saves, restores and resets it through the model it trains,
-and evaluation and sampling pause it with ``model.counters.paused()``. No module-level state: two models in
-one process (the pairs of an A/B run, a test's reference model) each count only their own forwards.
-
-**Counters inside the graph.** Each counter is an int64 element of a device tensor, incremented by an
-in-place add in the same graph that computes the output. So a compiled model (``torch.compile`` of the
-whole forward, ``fullgraph=True``; CUDA graphs under ``mode="reduce-overhead"``) counts every call, not
-once at trace time, with no graph break and no host synchronisation: the counts are read on the host
-only when an eval line is written (:meth:`ProbeCounters.snapshot`). ``model.counters.to(device)`` puts the
-counters on the model's device. ``tests/arms/test_arms.py`` pins "N calls -> N counts" eager, compiled per
-call and for the whole-model ``fullgraph`` path.
-"""
+"""Probe counters, the proof that an arm ran (docs/model.md, "Probe counters"): ``<arm>=<ran>/<asked>`` per eval
+window, ``asked`` from the loop driver and ``ran`` from inside the arm. Each model owns its counters, int64 device
+tensors bumped inside the graph, so a ``fullgraph`` compiled model counts every call without a host sync."""
 
 from __future__ import annotations
 
@@ -35,10 +15,8 @@ from dormouse.arms.registry import ARMS
 
 
 class ProbeCounters:
-    """One model's per-arm ``ran``/``asked`` counts for the current eval window, as two int64 tensors, one
-    element per registered arm in registry order, the eval line's counter order (an arm registered later,
-    e.g. a test's, gets its element at the next :meth:`reset`, :meth:`to` or host read, or at its first
-    count in eager mode)."""
+    """One model's per-arm ``ran``/``asked`` counts for the eval window, int64, one element per arm in registry order.
+    """
 
     def __init__(self, device: torch.device | str = "cpu") -> None:
         self._arms: tuple[str, ...] = ()
@@ -143,8 +121,7 @@ class ProbeCounters:
 
 @dataclass
 class LoopTrace:
-    """What one forward's loop driver handed out (``LoopedByteLM.forward(..., trace=...)``): the embedding and,
-    in slot order (attn1, mlp1, attn2, ...), each sublayer's input and output."""
+    """What one forward's loop driver handed out: the embedding, then each sublayer's input and output."""
 
     embedding: torch.Tensor | None = None
     inputs: list[torch.Tensor] = field(default_factory=list)
@@ -159,9 +136,7 @@ class LoopTrace:
 
 @dataclass
 class LearnedValues:
-    """What one arm learned, averaged over every token of the fixed eval set: the arm's probe ``fields``
-    (each arm's :meth:`~dormouse.arms.base.ResidualArm.learned` documents its own) and its one-number summary.
-    A field reads as an attribute too (``values.alpha``, ``values.weights``)."""
+    """What one arm learned over the eval set: its probe ``fields`` (also attributes) and a summary."""
 
     arm: str
     slots: list[str]  # "attn1", "mlp1", "attn2", ...
@@ -190,8 +165,7 @@ def slot_names(max_iter: int) -> list[str]:
 
 @torch.no_grad()
 def learned_values(model: Any, x_eval: torch.Tensor, batch_size: int) -> LearnedValues:
-    """The arm's learned values on the fixed eval set ``x_eval`` [N, seq] (read in batches, every token),
-    through the model's own forward (eval mode, full depth)."""
+    """The arm's learned values over every token of ``x_eval`` [N, seq], through the model's own forward."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -213,8 +187,7 @@ def learned_values(model: Any, x_eval: torch.Tensor, batch_size: int) -> Learned
 
 
 def probe_scalars(row: dict[str, Any]) -> dict[str, float]:
-    """A metrics row's probe fields as named scalars (for wandb), by the arms whose fields the row holds:
-    ``probe/alpha/attn1``, ``probe/weights/out3<-emb``, ``probe/entropy/mlp2``..."""
+    """A row's probe fields as named scalars for wandb (``probe/alpha/attn1``, ``probe/entropy/mlp2``)."""
     from dormouse.arms.registry import arm_classes
 
     out: dict[str, float] = {}

@@ -1,20 +1,6 @@
-"""The residual-arm registry: every arm by name, in registry order (docs/model.md, "The arms").
-
-The built-in arms are declared here by name (:data:`BUILTIN_ARMS`, simplest first, and :data:`DEFAULT_ARM`),
-so what needs only their names reads them without importing the classes: the classes need torch, and
-``dormouse logs`` and ``dormouse ab --list`` read names only (a second of start-up, not several).
-The classes register themselves by being defined: a subclass of :class:`dormouse.arms.base.ResidualArm`
-that sets its own ``name`` is entered here when its module is imported (:mod:`dormouse.arms.builtin`
-imports the built-in ones; a plugin's, or a test's, when its file is loaded). Registering checks the class
-against the declaration (a built-in arm not declared, a default other than :data:`DEFAULT_ARM`, are refused)
-and reading the classes checks every declared arm is defined, so the two cannot drift. Everything else
-follows from the class: its config switch ``model.use_<name>`` (none for the default arm), its options at
-``model.<name>``, its counter on the eval line, its probes, its plot.
-
-The order (the declared built-in arms, then the others in the order they were defined) is the eval line's
-counter order and the order in which an A/B tie keeps the simpler mechanism (docs/ab-protocol.md). This
-module imports no torch.
-"""
+"""The residual-arm registry: every arm by name in registry order, the eval line's counter order and the A/B
+tie-break order (docs/ab-protocol.md). Built-ins are declared by name (:data:`BUILTIN_ARMS`) so name-only readers
+import no torch; a ResidualArm subclass with its own ``name`` registers itself when defined."""
 
 from __future__ import annotations
 
@@ -33,9 +19,7 @@ _REGISTRY: dict[str, Any] = {}  # name -> ResidualArm subclass, in definition or
 
 
 def register_arm(cls: Any) -> None:
-    """Enter ``cls`` (a ResidualArm subclass with its own ``name``) in the registry; called when it is defined.
-    Refused: a name another class has, a default arm other than :data:`DEFAULT_ARM`, a built-in arm (defined
-    under ``dormouse.arms``) that :data:`BUILTIN_ARMS` does not declare."""
+    """Enter ``cls`` when it is defined; refuses a taken name, a second default arm, and an undeclared built-in."""
     name = cls.name
     if name in _REGISTRY and _REGISTRY[name] is not cls:
         raise ValueError(f"arm name {name!r} is already registered by {_REGISTRY[name].__qualname__}: "
@@ -55,21 +39,17 @@ def unregister_arm(name: str) -> None:
 
 
 def arm_names() -> tuple[str, ...]:
-    """Every arm's name in registry order: the declared built-in arms, then the others as they were defined.
-    Needs no class: the built-in arms are named here even where their modules are not imported."""
+    """Every arm's name in registry order: declared built-ins, then others as defined; needs no class."""
     return (*BUILTIN_ARMS, *(name for name in _REGISTRY if name not in BUILTIN_ARMS))
 
 
 def defined_arm_classes() -> dict[str, Any]:
-    """The arm classes defined so far in this process, in registry order: the built-in ones only once
-    dormouse.arms.builtin is imported. What the plugin loader compares before and after a load."""
+    """The arm classes defined so far in this process, in registry order."""
     return {name: _REGISTRY[name] for name in arm_names() if name in _REGISTRY}
 
 
 def arm_classes() -> dict[str, Any]:
-    """Every registered arm class by name, in registry order. A declared built-in arm that no class defines
-    (dormouse.arms.builtin not imported, or a name declared and never defined) is a RuntimeError: reading
-    classes without the built-in ones would drop arms silently."""
+    """Every registered arm class by name; a declared built-in with no class is a RuntimeError."""
     missing = [name for name in BUILTIN_ARMS if name not in _REGISTRY]
     if missing:
         raise RuntimeError(f"the built-in arms {', '.join(missing)} are declared "
@@ -131,18 +111,14 @@ def arm_switch(arm: str) -> str:
 
 
 def selected_arms(model_cfg: Any) -> list[str]:
-    """The non-default arms whose switches are on (validation allows at most one).
-
-    A switch absent from ``model_cfg`` (a config.yaml written before that arm existed) is off.
-    """
+    """The non-default arms whose switches are on (at most one after validation); an absent switch is off."""
     return [name for name in arm_names()
             if name != DEFAULT_ARM and bool(getattr(model_cfg, arm_switch(name), False))]
 
 
 class UnknownArmError(DormouseError, ValueError, exit_code=2):
-    """A config (a run's saved config.yaml, a checkpoint's) whose ``use_<name>`` switch is on for an arm no
-    loaded code defines: a plugin arm whose plugin is not loaded. Building the default arm instead would
-    load the wrong model; the message says how to load the plugin."""
+    """A saved config switches on an arm no loaded code defines (a plugin not loaded); the message says how to load it.
+    """
 
 
 def unknown_switches(model_cfg: Any) -> list[str]:
@@ -154,8 +130,7 @@ def unknown_switches(model_cfg: Any) -> list[str]:
 
 
 def model_arm(model_cfg: Any) -> str:
-    """The arm a model config selects: the one whose switch is on, else the default arm. A switch that is on
-    for an arm not registered is refused (:class:`UnknownArmError`), never read as the default arm."""
+    """The arm whose switch is on, else the default; a switch for an unregistered arm is :class:`UnknownArmError`."""
     unknown = unknown_switches(model_cfg)
     if unknown:
         raise UnknownArmError(f"model.{unknown[0]}=true selects arm {unknown[0][len('use_'):]!r}, which no loaded "
@@ -167,9 +142,5 @@ def model_arm(model_cfg: Any) -> str:
 
 
 def build_arm(model_cfg: Any, kernel: str = "torch") -> Any:
-    """The arm a model config selects (validation has already refused two switches on).
-
-    ``kernel`` is the read path the arm's ``choose_kernel`` resolved for the device; an arm without a fused
-    read ignores it.
-    """
+    """The arm a model config selects, on the read path ``kernel`` (ignored without a fused read)."""
     return arm_class(model_arm(model_cfg)).from_config(model_cfg, kernel)

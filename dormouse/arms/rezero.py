@@ -50,10 +50,8 @@ class ReZero(ResidualArm):
 
     @classmethod
     def mean_over_seeds(cls, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        """alpha averaged as ``|alpha|`` (``probe/alpha_abs``, with its sd over seeds): its sign is not
-        identifiable. Negating the shared output projection W_o and every attention slot's alpha computes the
-        same function (likewise W_down and the MLP slots), so two seeds can learn the same use of a slot with
-        opposite signs, and their signed mean is ~0 (the residual_cpu pilot: mlp1 at -0.363 and +0.369)."""
+        """alpha averaged as ``|alpha|`` (with its sd over seeds): negating W_o and the alphas computes the same
+        function."""
         import numpy as np
 
         out: dict[str, Any] = {}

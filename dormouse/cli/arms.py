@@ -1,15 +1,6 @@
-"""``dormouse arms``: the arms this process knows, built-in and plugin, in registry order (docs/arms.md).
-
-Each arm with its switch (``model.use_<name>``; none for the default arm), its options and their defaults
-(the class's ``options`` dataclass, at ``model.<name>.<field>``), where it came from (the dormouse package,
-a loaded plugin, or another module) and its one-line description (``describe()``). The root ``--plugin``
-option, ``DORMOUSE_PLUGINS`` and the ``dormouse.arms`` entry points have loaded the plugins before this
-runs, so what it lists is what ``train`` or ``ab`` on the same command line would accept (importing
-:mod:`dormouse.arms`, as any of its modules does, defines the built-in arms first).
-
-Three forms: a table on a terminal; plain text otherwise (one tab-separated line per arm, then one indented
-``key=default`` line per option: grep and cut read it); JSON for scripts.
-"""
+"""``dormouse arms``: the arms this process knows (built-in and plugin) in registry order (docs/arms.md), each with
+its switch, options and defaults, origin and description. A table on a terminal, otherwise one tab-separated
+line per arm with indented ``key=default`` lines, or JSON."""
 
 from __future__ import annotations
 
@@ -34,8 +25,7 @@ PACKAGE = "dormouse"
 
 @dataclass(frozen=True)
 class Source:
-    """Where an arm's class was defined: ``kind`` is ``built-in`` (the dormouse package), ``plugin`` (a loaded
-    plugin: its file and how it was named) or ``module`` (any other module, e.g. a test's)."""
+    """Where an arm's class was defined: ``built-in``, ``plugin`` (its file and how it was named) or ``module``."""
 
     kind: str
     module: str
@@ -65,8 +55,7 @@ class ArmInfo:
 
 
 def option_defaults(name: str, options: type | None) -> dict[str, Any]:
-    """An arm's options dataclass as ``{"model.<name>.<field>": default}`` (a field without a default is
-    None: the config then requires it)."""
+    """An arm's options as ``{"model.<name>.<field>": default}``; None where the config requires it."""
     if options is None:
         return {}
     out: dict[str, Any] = {}
@@ -111,8 +100,7 @@ def override_value(value: Any) -> str:
 
 
 def text_lines(infos: list[ArmInfo]) -> list[str]:
-    """The plain form: ``name<TAB>switch<TAB>source<TAB>description`` per arm, then ``<TAB>key=default`` per
-    option."""
+    """The plain form: ``name<TAB>switch<TAB>source<TAB>description``, then ``<TAB>key=default`` per option."""
     lines: list[str] = []
     for info in infos:
         lines.append("\t".join([info.name, info.switch_text, str(info.source), info.description]))
@@ -139,8 +127,7 @@ def arms_table(infos: list[ArmInfo]) -> Table:
 
 
 def arms_command(console: Console, fmt: str | None = None, err_console: Console | None = None) -> int:
-    """``dormouse arms [--format table|text|json]``; ``fmt`` None = a table on a terminal, text otherwise.
-    Returns the exit code: 2 for an unknown format, else 0."""
+    """``dormouse arms``; ``fmt`` None is a table on a terminal. Returns 2 for an unknown format, else 0."""
     fmt = fmt or ("table" if console.is_terminal else "text")
     if fmt not in FORMATS:
         print_error(err_console or Console(stderr=True), f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")

@@ -1,11 +1,6 @@
-"""A comparison in ``dormouse logs runs/ab/NAME``: one table, a row per arm (its lr, its replicate runs, the
-mean final bpb, Δ against the baseline and the verdict), as the sweep view has one table per sweep.
-
-The arms, their order and the baseline are the registration's (``registration.json`` keeps the text
-registered); the numbers are ``results.json``'s where the comparison wrote it (the analysis owns which
-runs count and the verdicts), else the finished runs' last evals, paired by replicate as the looks pair
-them. Nothing here decides anything: it shows what the comparison's files say.
-"""
+"""A comparison in ``dormouse logs runs/ab/NAME``: one row per arm (lr, replicates, mean final bpb, Δ against the
+baseline, verdict). Arms and baseline come from ``registration.json``, numbers from ``results.json`` (else the
+finished runs' last evals, paired by replicate); it shows, never decides."""
 
 from __future__ import annotations
 
@@ -31,8 +26,7 @@ def is_comparison(folder: Path) -> bool:
 
 @dataclass
 class ArmRow:
-    """One arm's row: its role, the lr its runs trained with, its replicate runs (finished and found), the
-    mean final bpb, the mean paired difference to the baseline (arm − baseline, bits) and the verdict."""
+    """One arm's row: role, lr, replicate runs, mean final bpb, mean paired Δ (arm − baseline, bits), verdict."""
 
     arm: str
     role: str  # baseline | aa | arm
@@ -63,8 +57,7 @@ def _registered(folder: Path) -> dict[str, Any]:
 
 
 def replicate_runs(folder: Path, arm: str, runs: list[RunReading]) -> dict[int, RunReading]:
-    """``arm``'s replicate runs in ``folder`` by replicate (``<arm>-s<k>``, dormouse.run.files.run_name);
-    a tune run (``tune-<arm>-lr...``) is not one."""
+    """``arm``'s replicate runs ``<arm>-s<k>`` in ``folder`` by replicate (tune runs are not)."""
     pattern = re.compile(rf"{re.escape(arm)}-s(\d+)")
     where = Path(folder).resolve()
     found = {}
@@ -143,8 +136,7 @@ def comparison_table(folder: Path, runs: list[RunReading]) -> Table:
 
 
 def comparison_notes(folder: Path, runs: list[RunReading]) -> list[str]:
-    """What the table does not say: where its numbers come from, the runs not in its rows (the lr tune
-    stage's) and how to see every run."""
+    """What the table leaves out: where its numbers come from, the tune runs, how to see every run."""
     folder = Path(folder)
     results = _read_json(ComparisonFiles(folder).results)
     notes = ["mean, Δ and verdict from results.json" if results is not None

@@ -1,11 +1,6 @@
-"""Eval-only: ``dormouse eval RUN [--checkpoint PATH]`` scores a checkpoint on its run's fixed eval set.
-
-The checkpoint carries its own config (dormouse.train.loop.write_checkpoint), so the corpus, the split and the
-fixed eval windows are rebuilt exactly as the run built them (:func:`dormouse.data.eval_windows`), and the
-bpb at every depth comes from the training loop's own :func:`dormouse.train.loop.evaluate` with the run's eval
-batch size: on CPU the number is the run's own eval at that step, bit for bit. Nothing is written: not to
-the run directory (no train.log line, no metrics.jsonl row, no lock), not anywhere else.
-"""
+"""``dormouse eval RUN [--checkpoint PATH]``: score a checkpoint on its run's fixed eval set, rebuilt from the
+checkpoint's config and scored by the loop's own ``evaluate``, so on CPU it is the run's eval bit for bit.
+Writes nothing."""
 
 from __future__ import annotations
 
@@ -18,8 +13,7 @@ from dormouse.train.trained import find_checkpoint, load_model, resolve_device
 
 
 def eval_checkpoint(run_dir: Path, checkpoint: Path | None = None, device: str = "cpu") -> tuple[Path, dict[str, Any]]:
-    """``(checkpoint path, row)``: the row holds ``step``, ``bpb``, ``bpb@k`` for every depth and ``arm`` (no
-    training-window fields: nothing trained)."""
+    """``(checkpoint path, row)`` with ``step``, ``bpb``, ``bpb@k`` per depth and ``arm``."""
     from dormouse.train.device import autocast_context, compute_dtype
     from dormouse.train.loop import evaluate
 
@@ -29,7 +23,7 @@ def eval_checkpoint(run_dir: Path, checkpoint: Path | None = None, device: str =
     corpus = load_corpus(cfg.data)
     x, y = eval_windows(corpus.val, seq_len=int(cfg.data.seq_len), eval_bytes=cfg.data.eval_bytes)
 
-    # the run's own train.dtype, as its evals ran (a checkpoint older than the key ran "auto")
+    # the run's own train.dtype, as its evals ran (a checkpoint's config without the key ran "auto")
     dtype = compute_dtype(str(cfg.train.get("dtype", "auto")), dev)
 
     def autocast() -> Any:  # the training loop's (dormouse.train.loop._Run.autocast)

@@ -1,11 +1,6 @@
-"""How a ``dormouse`` command ends on an error: the CLI's one handler of :class:`dormouse.errors.DormouseError`.
-
-Every command of the Typer app runs inside :class:`ExitOnError` (the app's command group), so no command
-catches an error by hand: whatever dormouse error a command raises ends it with the class's own
-``exit_code`` (2 bad input refused before any work, 1 a run that failed, 130/143 an interrupt) and its
-message as ``error:`` lines on stderr, never a traceback. Any other exception is a bug and keeps its
-traceback.
-"""
+"""How a ``dormouse`` command ends on an error: every command runs in :class:`ExitOnError`, so a
+:class:`dormouse.errors.DormouseError` exits with its class's ``exit_code`` and ``error:`` lines, never a
+traceback; any other exception is a bug and keeps its traceback."""
 
 from __future__ import annotations
 
@@ -20,8 +15,7 @@ PLUGIN_OPTION = "--plugin"
 
 
 def plugins_first(args: list[str]) -> list[str]:
-    """``args`` with every ``--plugin VALUE`` / ``--plugin=VALUE`` moved to the front, in order (before a
-    ``--``, which ends the options)."""
+    """``args`` with every ``--plugin`` option moved to the front, in order (up to a ``--``)."""
     moved: list[str] = []
     rest: list[str] = []
     i = 0
@@ -47,8 +41,7 @@ err = Console(stderr=True, highlight=False)
 
 
 def exit_code_of(exc: DormouseError, console: Console = err) -> int:
-    """Say ``exc`` on ``console`` (one ``error:`` line per message; nothing when its raiser said it already,
-    as an interrupted run did) and return the exit code its class declares."""
+    """Say ``exc`` as ``error:`` lines (unless already said) and return its class's exit code."""
     if not exc.already_said:
         for line in exc.messages():
             print_error(console, line)
@@ -56,10 +49,7 @@ def exit_code_of(exc: DormouseError, console: Console = err) -> int:
 
 
 class ExitOnError(TyperGroup):
-    """The app's command group: a command that raises a :class:`DormouseError` exits with its code, said once.
-
-    ``--plugin`` is the group's option (plugins load before a command composes its config) but is accepted
-    anywhere on the line: :meth:`parse_args` moves each occurrence in front of the command's name."""
+    """The app's command group: a DormouseError exits with its code; ``--plugin`` is accepted anywhere."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, plugins_first(args))

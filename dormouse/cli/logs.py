@@ -1,10 +1,5 @@
-"""The view behind ``dormouse logs PATH... [--check] [--format table|tsv|json]``: tables of a run's evals, its
-findings, and a sweep's settings.
-
-What a run holds is dormouse.run.reader's (metrics.jsonl's rows, or a bare train.log's eval lines) and whether
-it is valid is dormouse.run.checks' (the same checks ``dormouse ab`` runs on every run); this module only shows
-them. Every finding names the file and line it comes from.
-"""
+"""The view behind ``dormouse logs``: tables of runs' evals, their findings and a sweep's settings. Reading is
+dormouse.run.reader's and validity dormouse.run.checks'; this module only shows them."""
 
 from __future__ import annotations
 
@@ -73,8 +68,7 @@ def _cell_text(key: str, r: EvalRow) -> Text:
 
 
 def _fit(cols: list[str], cells: dict[str, list[Text]], width: int, arm: str | None) -> list[str]:
-    """The columns that fit ``width`` (rich's box: 3 characters per column plus 1), chosen by priority
-    and shown in line order."""
+    """The columns that fit ``width`` (3 characters per column plus 1), chosen by priority, in line order."""
     def need(c: str) -> int:
         head = max(len(h) for h in _HEADERS.get(c, c).split("\n"))
         return max([head, *(t.cell_len for t in cells[c])]) + 3
@@ -92,10 +86,7 @@ def _fit(cols: list[str], cells: dict[str, list[Text]], width: int, arm: str | N
 
 
 def run_table(run: RunReading, width: int | None = None) -> Table:
-    """One rich table of a run's evals; problem cells are red (their lines appear in the findings).
-
-    ``width`` (a terminal's) keeps the columns that fit, most wanted first (step, bpb, the training loss,
-    the arm's counter, bpb by depth, ...); the caption names the columns left out."""
+    """A rich table of a run's evals, problem cells red; columns that do not fit ``width`` are named below."""
     state = "done" if run.finished else "not finished"
     arm = run.config_arm or (run.last or {}).get("arm", "?")
     table = Table(title=Text(f"{run.name}  ({arm}, {state})", style="bold"), title_justify="left")
@@ -129,9 +120,7 @@ def _plain(key: str, v: dict[str, Any]) -> str:
 
 
 def tsv_lines(runs: list[RunReading]) -> list[str]:
-    """Every run's evals as tab-separated rows under one header, the numbers from metrics.jsonl (the line's
-    where a run has none): nothing rounded or cut, so a file or a pipe keeps every value (``run`` and
-    ``line`` say where a row comes from). The columns are the rows' fields by name, keyed as metrics.jsonl."""
+    """Every run's evals as unrounded tab-separated rows under one header, keyed as metrics.jsonl."""
     cols = columns([r.values for run in runs for r in run.evals])
     out = ["\t".join(["run", "line", *cols])]
     for run in runs:
@@ -153,22 +142,19 @@ def _json_safe(x: Any) -> Any:
 
 
 def _in_line_order(r: EvalRow) -> dict[str, Any]:
-    """An eval's row with its fields in the eval line's order, then the fields only metrics.jsonl holds
-    (the order ``--format json`` has always written them in)."""
+    """An eval's fields in the eval line's order, then those only metrics.jsonl holds."""
     return {**{k: r.values[k] for k in r.logged or () if k in r.values}, **r.values}
 
 
 def json_document(runs: list[RunReading]) -> dict[str, Any]:
-    """Every run, its eval rows (metrics.jsonl's rows whole where the run has them, else the parsed line,
-    typed as metrics.jsonl types them) and its findings."""
+    """Every run with its eval rows (typed as metrics.jsonl) and its findings."""
     return {"runs": [{"run": str(run.run_dir), "arm": run.config_arm or (run.last or {}).get("arm"),
                       "finished": run.finished, "evals": [{"line": r.line, **_in_line_order(r)} for r in run.evals],
                       "findings": [f.to_dict() for f in run.findings]} for run in runs]}
 
 
 def sweep_table(folder: Path, runs: list[RunReading]) -> Table:
-    """A sweep as one table: a row per setting (its run folder, the swept keys' values, the last eval's step,
-    bpb and the run's findings), in the sweep's order (``sweep.yaml``, dormouse.cli.sweep)."""
+    """A sweep as one table, a row per setting (folder, swept values, last step, bpb, findings)."""
     sweep = yaml.safe_load((folder / SWEEP).read_text()) or {}
     swept = list(sweep.get("swept", []))
     by_dir = {run.run_dir.resolve(): run for run in runs}
@@ -187,8 +173,7 @@ def sweep_table(folder: Path, runs: list[RunReading]) -> Table:
 
 
 def _holds_runs(path: Path) -> bool:
-    """``path`` is a train.log, a run directory, or a folder with a run below it (dormouse.run.reader.find_runs
-    stands a folder with none for itself, so that a comparison's pair that never started is a finding)."""
+    """Whether ``path`` is a train.log, a run directory, or a folder with a run below it."""
     files = RunFiles(path)
     return path.is_file() or files.log.is_file() or files.config.is_file() or find_runs(path) != [path]
 
@@ -205,8 +190,7 @@ def _path_problems(paths: list[Path]) -> list[str]:
 
 
 def _print_tables(paths: list[Path], runs: list[RunReading], console: Console, per_run: bool) -> None:
-    """The table view: a sweep's table, a comparison's row per arm (its runs' tables only with ``per_run``,
-    their findings always), then each other run's table and findings."""
+    """The table view: sweeps, comparisons (a row per arm), then each other run's table and findings."""
     width = console.width if console.is_terminal else None
     if not console.is_terminal:  # a table in a file: wide enough for every column, never "…"
         console.width = max(console.width, 1000)
@@ -238,15 +222,8 @@ def _print_tables(paths: list[Path], runs: list[RunReading], console: Console, p
 
 def logs_command(paths: list[Path], check: bool = False, console: Console | None = None,
                  fmt: str | None = None, err_console: Console | None = None, per_run: bool = False) -> int:
-    """``dormouse logs [PATH...] [--check] [--format table|tsv|json] [--runs]``: every run's eval rows and
-    findings; no path reads ``runs/``. A comparison's folder shows one row per arm in the table view
-    (:mod:`dormouse.cli.comparison_table`), its runs' tables only with ``per_run``.
-
-    ``fmt`` None = a table on a terminal, tab-separated rows otherwise (a rich table in a file or a pipe is
-    cut to 80 columns). In tsv and json the rows go to stdout and the findings to stderr (json also holds
-    them). Returns the exit code: 2 when a path does not exist or holds no run, or the format is unknown;
-    with ``check``, 1 on any finding; else 0.
-    """
+    """``dormouse logs``: every run's rows and findings (default ``runs/``), a table on a terminal when ``fmt`` is None.
+    Returns 2 for no run or an unknown format, 1 for a finding under ``check``, else 0."""
     console = console or Console()
     err = err_console or Console(stderr=True, highlight=False)
     fmt = fmt or ("table" if console.is_terminal else "tsv")

@@ -1,21 +1,7 @@
-"""Generate bytes from a trained run: ``dormouse sample RUN_DIR [--depth k|all] ...``.
-
-A looped model can be read out after every iteration (model.md, "readouts"), so sampling takes the depth
-``k`` (1..``model.max_iter``) at which the head reads: ``forward(idx, depth=k, readouts="last")`` runs k
-iterations of the shared block and returns the readout after the k-th. ``--depth all`` samples every depth
-from the same prompt with the same seed, so the columns differ only by the depth.
-
-Decoding is the usual autoregressive loop (no KV cache: the context is at most ``data.seq_len`` bytes, the
-window the model was trained on, and this is a CLI for reading a few hundred bytes):
-
-    p(next byte) = softmax(top_k(logits_last / temperature)),   temperature 0 = argmax (greedy)
-
-Every draw comes from one ``torch.Generator`` seeded with ``--seed`` and rebuilt for each depth, so the
-output is a pure function of (checkpoint, prompt, options). Bytes are decoded as UTF-8 with replacement
-characters (U+FFFD) for invalid sequences: a byte model can emit half a character. The prompt is bytes too:
-any bytes, from ``--prompt`` (the command line's own bytes, recovered with :func:`os.fsencode`) or from
-``--prompt-file``. ``--num-samples n`` draws n samples per depth, sample i with seed ``--seed + i``.
-"""
+"""``dormouse sample RUN_DIR [--depth k|all]``: bytes read out after iteration ``k``, decoded autoregressively over
+the last ``data.seq_len`` bytes as ``softmax(top_k(logits / temperature))`` (0 is greedy) from one generator
+seeded with ``--seed`` (``+ i`` for sample i): a pure function of checkpoint, prompt and options. Output is UTF-8
+with U+FFFD for invalid bytes."""
 
 from __future__ import annotations
 
@@ -36,8 +22,7 @@ __all__ = ["Sample", "SampleError", "SampleOptions", "TextStream", "generate", "
 
 
 class SampleError(DormouseError, ValueError, exit_code=2):
-    """A sample option that cannot be honoured: the message names the option and how to fix it (the run,
-    the checkpoint and the device are :class:`dormouse.train.trained.ModelLoadError`'s)."""
+    """A sample option that cannot be honoured; the message names the option and the fix."""
 
 
 @dataclass(frozen=True)
@@ -85,9 +70,7 @@ def check_options(opts: SampleOptions) -> None:
 
 
 class TextStream:
-    """Bytes written to a text stream as they are generated, each flushed at once: decoded as UTF-8 by an
-    incremental decoder (a character split over two bytes appears when its last byte does; invalid bytes
-    become U+FFFD), so the streamed text equals ``Sample.text`` of the whole sample."""
+    """Bytes written to a text stream as drawn, decoded incrementally as UTF-8, so the stream equals ``Sample.text``."""
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
@@ -107,11 +90,7 @@ class TextStream:
 @torch.no_grad()
 def generate(model: LoopedByteLM, depth: int, opts: SampleOptions, context: int, index: int = 0,
              on_byte: Callable[[bytes], None] | None = None) -> Sample:
-    """Sample ``opts.n_bytes`` bytes after ``opts.prompt`` reading out at ``depth``; ``on_byte`` is handed
-    each byte as soon as it is drawn (streaming).
-
-    ``context`` is how many trailing bytes the model sees (its training ``data.seq_len``).
-    """
+    """Sample ``opts.n_bytes`` bytes after the prompt at ``depth``, over the last ``context`` bytes."""
     device = next(model.parameters()).device
     prompt = opts.prompt_bytes
     gen = torch.Generator(device="cpu").manual_seed(int(opts.seed))
@@ -138,13 +117,7 @@ def generate(model: LoopedByteLM, depth: int, opts: SampleOptions, context: int,
 def sample_run(run_dir: Path, opts: SampleOptions, depth: str = "last", checkpoint: Path | None = None,
                device: str = "cpu", stream: TextIO | None = None,
                on_loaded: Callable[[Path, int], None] | None = None) -> tuple[Path, int, list[Sample]]:
-    """Load the run's checkpoint and sample at the requested depth(s): ``(checkpoint, step, samples)``.
-
-    ``depth`` is ``"last"`` (model.max_iter), ``"all"`` or a number. ``on_loaded(checkpoint, step)`` is called
-    once the model is loaded, before the first byte. With ``stream``, a single sample (one depth, one
-    sample) is written there as it is generated, the prompt first (:class:`TextStream`), instead of only at
-    the end: at a few hundred bytes a second, ``--bytes 100000`` is minutes of output, not minutes of nothing.
-    """
+    """Load the run's checkpoint and sample at ``depth`` (``last``, ``all`` or k), streaming one sample."""
     check_options(opts)
     dev = resolve_device(device)
     path = find_checkpoint(run_dir, checkpoint)

@@ -1,6 +1,4 @@
-"""What ``dormouse sample`` can be asked, and the defaults: the one owner of them (the CLI reads its defaults
-from here). Kept apart from :mod:`dormouse.cli.sample` so the command line can show them without importing torch.
-"""
+"""``dormouse sample``'s options and defaults, one owner; apart from the sampler so ``--help`` needs no torch."""
 
 from __future__ import annotations
 

@@ -1,17 +1,6 @@
-"""Sweeps the Hydra way: ``dormouse train -m train.lr=1e-3,3e-3 model.d_model=64,128``.
-
-Hydra's own sweeper expands the overrides (``BasicSweeper.split_arguments``: the cartesian product of every
-``a,b``, ``range()`` or ``choice()``, in the order given), and each setting is one ``dormouse train`` in its
-own process, one after another, like Hydra's basic launcher; each writes its own run directory
-``<run.dir>/<sweep>/<job number>`` (``<sweep>`` = ``run.name``, default ``sweep-<start time>``) beside the
-sweep's ``sweep.yaml`` (the settings, Hydra's ``multirun.yaml``). Every setting's config is checked before
-the first one trains. ``dormouse logs <run.dir>/<sweep>`` shows the sweep as one table.
-
-A sweep explores; it decides nothing: a decision between settings is a registered comparison (``dormouse ab``:
-seeds, a rule fixed before the runs, a verdict). The SLURM path of Hydra sweeps is the
-hydra-submitit-launcher plugin, which needs Hydra's own app runtime (``@hydra.main``), not dormouse's compose
-API; dormouse's cluster path is ``dormouse ab --launcher slurm`` (dormouse/ab/cluster.py).
-"""
+"""Sweeps the Hydra way (``dormouse train -m train.lr=1e-3,3e-3``): Hydra's ``BasicSweeper`` expands the product
+and each setting runs as its own ``dormouse train`` into ``<run.dir>/<sweep>/<job>``, every config checked first.
+A sweep explores; deciding is ``dormouse ab``'s."""
 
 from __future__ import annotations
 
@@ -44,8 +33,7 @@ def expand(overrides: list[str]) -> list[list[str]]:
 
 
 def plan(overrides: list[str]) -> tuple[Path, list[list[str]]]:
-    """The sweep's folder and each setting's overrides (``run.name`` set to ``<sweep>/<job>``), every config
-    checked first: one bad setting refuses the whole sweep before any run, naming it."""
+    """The sweep's folder and each setting's overrides, every config checked first (one bad refuses all)."""
     settings = expand(overrides)
     names = {s.partition("=")[2] for job in settings for s in job if s.startswith("run.name=")}
     if len(names) > 1:
@@ -71,8 +59,7 @@ def plan(overrides: list[str]) -> tuple[Path, list[list[str]]]:
 
 
 def run_sweep(overrides: list[str]) -> int:
-    """Plan, write ``sweep.yaml``, then train each setting in its own process; stop at the first that fails
-    (its exit code; an interrupted one's 130/143 too). Returns 0 when every setting finished."""
+    """Plan, write ``sweep.yaml``, train each setting in turn; the first failure's exit code, else 0."""
     folder, jobs = plan(overrides)
     settings = [job[:-1] for job in jobs]
     swept = sorted({s.partition("=")[0] for job in settings for s in job if sum(s in j for j in settings) < len(jobs)})

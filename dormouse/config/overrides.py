@@ -1,17 +1,6 @@
-"""Command-line overrides (``key=value``) checked in dormouse's words, before Hydra sees them.
-
-Hydra's own messages are written for Hydra's CLI and contradict dormouse's: an unknown key suggests
-``+key=value`` (which dormouse refuses: the config is closed), a bad type prints the template
-``Value '$VALUE' of type '$VALUE_TYPE'``, a comma suggests ``--multirun`` (only ``train`` has it) and a
-missing preset prints Hydra's search path. :func:`check_overrides` parses each override with Hydra's own
-grammar (so what it accepts is exactly what Hydra accepts) and returns one line per problem:
-
-* an unknown key, with the closest valid keys (did-you-mean, over full keys and leaf names);
-* ``+key`` (add) and ``~key`` (delete): the config's keys are fixed;
-* a value that does not fit the field's type, checked by OmegaConf's own conversion on the schema;
-* several values (``a,b``, ``range()``, ``choice()``): one config runs (``dormouse train -m`` sweeps);
-* a preset that does not exist, with the available ones.
-"""
+"""Command-line overrides (``key=value``) checked in dormouse's words before Hydra sees them, whose messages would
+suggest ``+key`` or ``--multirun``. :func:`check_overrides` parses with Hydra's grammar and returns one line per
+unknown key (with did-you-mean), ``+``/``~`` key, value of the wrong type, sweep, or missing preset."""
 
 from __future__ import annotations
 
@@ -88,11 +77,8 @@ def _expected(schema_cfg: Any, key: str) -> str:
 
 
 def quoted(parser: Any, text: str) -> str | None:
-    """``key='value'`` when Hydra's grammar takes ``text``'s value only inside quotes, else None.
-
-    Why: an unquoted value is Hydra's restricted word (ASCII letters, digits and a few signs), so
-    ``run.name=ромео_éè`` does not parse, though ``run.name='ромео_éè'`` does; telling a user it "is not
-    key=value" is true but leaves them without the fix."""
+    """``key='value'`` when Hydra's grammar takes the value only quoted (non-ASCII words, ``run.name=ромео``), else
+    None."""
     from hydra.errors import OverrideParseException
 
     key, eq, value = text.partition("=")
@@ -116,8 +102,7 @@ def _unparsed(parser: Any, text: str, exc: Exception) -> str:
 
 
 def check_overrides(overrides: list[str], schema: type, extra_options: dict[str, list[str]] | None = None) -> list[str]:
-    """Every problem with ``overrides`` against the dataclass ``schema``, one line each. Empty = fine.
-    ``extra_options``: group options stored in Hydra's ConfigStore, not files (a user's own preset file)."""
+    """Every problem with ``overrides`` against ``schema``, one line each; ``extra_options`` are stored presets."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import OverrideParseException
 

@@ -1,15 +1,9 @@
 """Typed configuration: dataclasses registered with Hydra's ConfigStore, composition, validation.
 
-The YAML files in ``conf/`` (installed as the package ``dormouse.conf``) set the defaults and presets;
-the dataclasses below are the schema. Composition runs in struct mode, so an unknown key or a ``+new=key``
-override is refused by Hydra itself. :func:`validate` then checks every value *before any work*: it returns
-one line per problem, naming the field, what was given and what is allowed.
-
-Each section owns its checks beside its fields: the ``problems()`` method of its dataclass. :func:`validate`
-calls them on the composed nodes (``DataConfig.problems(cfg.data)``: a node reads like its dataclass, so one
-rule serves both). All of it is pure, a function of the values alone (and of the number of ranks, which the
-caller passes): no file, no environment variable, no device. What the machine decides -- a file that must
-exist, CUDA, the kernel the device can run -- is checked where a run starts (:mod:`dormouse.train.preflight`).
+``conf/`` (the package ``dormouse.conf``) holds defaults and presets; these dataclasses are the schema, composed
+in struct mode so Hydra refuses unknown keys. :func:`validate` runs each section's ``problems()`` and returns one
+line per bad field; it is pure (no file, environment or device), the machine's checks are
+:mod:`dormouse.train.preflight`'s.
 """
 
 from __future__ import annotations
@@ -49,9 +43,7 @@ def invalid(key: str, given: Any, allowed: str) -> str:
 
 @dataclass
 class ModelBase:
-    """The model's own options. The schema's ``ModelConfig`` adds, from the arm registry, each non-default
-    arm's switch ``use_<name>`` (at most one true; none = the default arm) and each arm's options dataclass
-    at ``model.<name>`` (:func:`schema`)."""
+    """The model's own options; ``ModelConfig`` adds each arm's switch and options (:func:`schema`)."""
 
     d_model: int = 128
     n_heads: int = 4
@@ -63,8 +55,7 @@ class ModelBase:
     kernel: str = "auto"  # the arm's fused read, where it has one (AttnRes): "auto" | "triton" | "torch"
 
     def problems(self) -> list[str]:
-        """The model's values, the arm switches and every arm's options (:func:`_arm_problems`). Whether the
-        selected arm's kernel runs on the device is the machine's to say (dormouse.train.preflight)."""
+        """The model's values, the arm switches and every arm's options."""
         lines = _arm_problems(self)
         for key in ("max_iter", "d_model", "n_heads"):
             if getattr(self, key) < 1:
@@ -101,8 +92,7 @@ class DataConfig:
     eval_bytes: int | None = None
 
     def problems(self) -> list[str]:
-        """The data options' values. That ``data.path`` exists, and what the corpus holds, the preflight and
-        :func:`dormouse.data.load_corpus` say."""
+        """The data options' values (what the files hold is the preflight's)."""
         lines = []
         if self.seq_len < 1:
             lines.append(invalid("data.seq_len", self.seq_len, "must be >= 1"))
@@ -156,9 +146,7 @@ class TrainConfig:
     data_seed: int | None = None
 
     def problems(self, world_size: int = 1) -> list[str]:
-        """The training options' values, for a run over ``world_size`` ranks (torchrun's WORLD_SIZE, which the
-        caller reads: this stays pure). That a resume's checkpoint exists and CUDA is present are the
-        machine's to say (dormouse.train.preflight)."""
+        """The training options' problems for ``world_size`` ranks (passed in, to stay pure)."""
         lines = []
         for key in ("steps", "batch_size", "eval_every"):
             if getattr(self, key) <= 0:
@@ -189,8 +177,7 @@ class TrainConfig:
 
 
 def _batch_split_problems(t: Any, world_size: int) -> list[str]:
-    """``train.batch_size`` split evenly over the ranks, each rank's share into ``train.grad_accum`` equal
-    micro-batches (one step is then one full-batch step)."""
+    """``train.batch_size`` must split evenly over ranks and then into ``train.grad_accum`` micro-batches."""
     if t.batch_size > 0 and t.batch_size % world_size:
         return [f"train.batch_size={t.batch_size} does not divide by the {world_size} ranks: it is the global "
                 f"batch, split evenly across ranks; choose a multiple of {world_size}"]
@@ -204,8 +191,7 @@ def _batch_split_problems(t: Any, world_size: int) -> list[str]:
 
 
 def _device_form_problems(device: str, world_size: int) -> list[str]:
-    """``train.device`` is one of its forms; a fixed ``cuda:N`` cannot serve several ranks (each takes
-    cuda:LOCAL_RANK). Whether the device exists is the machine's to say (dormouse.train.preflight)."""
+    """``train.device`` is one of its forms; a fixed ``cuda:N`` cannot serve several ranks."""
     if device in ("auto", "cpu"):
         return []
     if device != "cuda" and not device.startswith("cuda:"):
@@ -249,8 +235,7 @@ class RunConfig:
     dir: str = "runs"
 
     def problems(self) -> list[str]:
-        """A run name is a folder under run.dir (sub-folders allowed), never the root itself nor outside it
-        (read as a path's parts: nothing is looked up)."""
+        """A run name is a folder under run.dir, never its root or outside it (path parts only)."""
         name = self.name
         if name is None:
             return []
@@ -265,9 +250,7 @@ SECTIONS: tuple[tuple[str, type], ...] = (("data", DataConfig), ("train", TrainC
 
 
 def schema() -> type:
-    """The whole schema, ``DormouseConfig``, with ``ModelConfig`` built from the registered arms: each
-    non-default arm's switch ``use_<name>: bool = False`` and each arm's ``options`` at ``model.<name>``,
-    in registry order (so an arm defined anywhere, e.g. in a test, gets its switch without an edit here)."""
+    """``DormouseConfig`` with ``ModelConfig`` built from the registered arms, in registry order."""
     from dormouse.arms.registry import arm_classes
 
     return _schema(tuple(arm_classes().values()))
@@ -317,11 +300,7 @@ class ConfigError(DormouseError, ValueError, exit_code=2):
 
 
 def compose_config(overrides: list[str] | None = None, config_name: str = "config") -> DictConfig:
-    """Compose ``conf/config.yaml`` with Hydra overrides (``key=value``), in struct mode.
-
-    Hydra's own errors (unknown key, bad type, missing preset) are re-raised as :class:`ConfigError`
-    carrying the useful text, which Hydra keeps in ``__cause__``.
-    """
+    """Compose ``conf/config.yaml`` with overrides in struct mode; Hydra's errors become ConfigError."""
     from dormouse.config.overrides import check_overrides
 
     register_configs()
@@ -350,10 +329,7 @@ def is_preset_file(value: str) -> bool:
 
 
 def _user_preset_files(overrides: list[str]) -> tuple[list[str], list[str]]:
-    """``preset=./my.yaml``: the file is stored in Hydra's ConfigStore as an option of the ``preset`` group
-    (package ``_global_``, like conf/preset/*.yaml, whose header it may omit) and the override names that
-    option, so Hydra composes it exactly as a shipped preset: schema, then the preset, then the other
-    overrides. Returns the rewritten overrides and the stored options' names."""
+    """Store ``preset=./my.yaml`` files as ``preset`` group options; the rewritten overrides and names."""
     out, stored = [], []
     for text in overrides:
         key, sep, value = text.partition("=")
@@ -398,15 +374,7 @@ def arm_name(cfg: Any) -> str:
 
 
 def validate(cfg: DictConfig, world_size: int = 1) -> list[str]:
-    """Every problem with ``cfg``'s values, one line each (field, given value, what is allowed), for a run over
-    ``world_size`` ranks. Empty = runnable, as far as the values go: the machine's checks (files, CUDA, the
-    kernel on the device) are :func:`dormouse.train.preflight.check_environment`'s.
-
-    Pure: each section's own ``problems()`` (model, data, train, run, logging: the order the lines have always
-    come in); it reads no file, no environment variable and no device
-    (tests/config/test_pure_config.py::test_composing_a_config_touches_no_file). No rule spans two sections:
-    the one that did, the kernel on ``train.device``, is the machine's and lives in the preflight.
-    """
+    """Every problem with ``cfg``'s values for ``world_size`` ranks, one line each; pure."""
     return [*ModelBase.problems(cfg.model), *DataConfig.problems(cfg.data),
             *TrainConfig.problems(cfg.train, world_size), *RunConfig.problems(cfg.run),
             *LoggingConfig.problems(cfg.logging)]
@@ -431,8 +399,7 @@ def _arm_problems(m: Any) -> list[str]:
 
 
 def load_config(overrides: list[str] | None = None) -> DictConfig:
-    """Compose and validate; raises :class:`ConfigError` with every bad field. Reads no run directory: a
-    resume's defaults are applied where a run starts (:func:`dormouse.train.start.load_run_config`)."""
+    """Compose and validate; ConfigError with every bad field. A resume's defaults are applied later."""
     cfg = compose_config(overrides)
     problems = validate(cfg)
     if problems:

@@ -1,11 +1,6 @@
-"""The looped byte-level LM (docs/model.md): embedding -> one shared block run ``depth`` times -> readouts.
-
-Tokens are bytes (vocabulary 256). The block is the usual pre-norm pair of sublayers, causal
-self-attention with RoPE (PyTorch's ``scaled_dot_product_attention``) and a SwiGLU MLP; their weights are
-shared by every iteration. How each sublayer's output enters the state is the residual arm's business
-(:mod:`dormouse.arms`): the loop driver below is the same for all of them. After every iteration the model
-can read out logits through the final RMSNorm and the LM head (tied to the embedding by default).
-"""
+"""The looped byte-level LM (docs/model.md): byte embedding -> one shared pre-norm block (RoPE attention, SwiGLU)
+run ``depth`` times -> a readout per iteration. How a sublayer's output enters the state is the residual
+arm's (:mod:`dormouse.arms`)."""
 
 from __future__ import annotations
 
@@ -36,13 +31,7 @@ def rope_tables(seq_len: int, head_dim: int, base: float, device: torch.device) 
 
 
 def _rotate_into(x: Tensor, cos: Tensor, sin: Tensor, out: Tensor, sign: float = 1.0) -> None:
-    """Write ``(x1 cos - x2 sin, x2 cos + x1 sin)`` (the halves (x1, x2) of the last dim rotated by the tables'
-    angles; ``sign = -1`` rotates the other way) into ``out``.
-
-    Each half of ``out`` is one multiply and one fused multiply-add, written in place: no swapped copy of
-    ``x`` and no temporaries. Computed in the tables' dtype (float32; float64 in a ``.double()`` module) and
-    rounded once to ``out``'s dtype. ``x`` may be strided (a view of the projection, or of SDPA's gradient).
-    """
+    """Write x's halves rotated by the tables' angles into ``out`` (``sign = -1`` the other way), rounded once."""
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
     out1, out2 = out[..., :half], out[..., half:]
@@ -56,15 +45,8 @@ def _rotate_into(x: Tensor, cos: Tensor, sin: Tensor, out: Tensor, sign: float =
 
 
 class _RopeQKV(torch.autograd.Function):
-    """q, k, v from the fused projection's output ``[B, T, 3, H, hd]``, q and k rotated by RoPE (Su et al.
-    2021) on the halves layout: each pair (x1_j, x2_j) is rotated by the angle ``p theta_j`` of its position.
-
-    Returns ``(qk, v)``: ``qk`` [B, T, 2, H, hd] the rotated q and k, ``v`` [B, T, H, hd]. A rotation's
-    transpose is the rotation by minus the angle, so the backward rotates ``dqk`` back by ``-theta``. It
-    writes it and ``dv`` straight into one ``[B, T, 3, H, hd]`` gradient: autograd of a split and a rotation
-    would build the pieces apart and concatenate them (one more pass over the projection's gradient).
-    ``cos``/``sin``: :func:`rope_tables`, broadcastable against ``[B, T, 2, H, hd/2]`` (float32).
-    """
+    """q, k, v from the fused projection ``[B, T, 3, H, hd]``, q and k rotated by RoPE (Su et al. 2021, halves layout).
+    Returns ``(qk [B, T, 2, H, hd], v)``; the backward writes one ``[B, T, 3, H, hd]`` gradient (no concatenation)."""
 
     @staticmethod
     def forward(ctx: Any, qkv: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
@@ -141,15 +123,7 @@ class SwiGLU(nn.Module):
 
 
 class _SwiGLUGate(torch.autograd.Function):
-    """The gate of the SwiGLU MLP (Shazeer 2020): ``silu(a) * b`` for the halves ``(a, b)`` of the last dim of
-    ``h = [W_gate n(x), W_up n(x)]``. Backward, with ``g = dL/d(silu(a) b)``::
-
-        da = g b silu'(a)      (aten's silu_backward)
-        db = g silu(a)
-
-    written into the two halves of ONE gradient tensor: autograd of ``chunk`` -> ``silu`` -> ``*`` builds them
-    apart and concatenates them, one more pass over a [tokens, 2 hidden] tensor per call.
-    """
+    """SwiGLU gate (Shazeer 2020): ``silu(a) * b`` of the last dim's halves, backward into one tensor."""
 
     @staticmethod
     def forward(ctx: Any, h: Tensor) -> Tensor:
@@ -180,11 +154,7 @@ def swiglu_hidden(d_model: int, mlp_hidden: int | None) -> int:
 
 
 class LoopedByteLM(nn.Module):
-    """Embedding -> shared block x depth (arm-mediated residuals) -> per-iteration readouts.
-
-    ``forward(idx, depth)`` returns the logits of every iteration's readout (``readouts="all"``) or of
-    the last one only (``"last"``), each [batch, seq, 256].
-    """
+    """Embedding -> shared block x depth (arm residuals) -> readouts [batch, seq, 256], all or last."""
 
     def __init__(self, cfg: Any, *, seed: int = 0, kernel: str = "torch") -> None:
         super().__init__()
@@ -202,19 +172,12 @@ class LoopedByteLM(nn.Module):
 
     @property
     def counters(self) -> ProbeCounters:
-        """This model's probe counters (:mod:`dormouse.arms.probes`): its arm's, into which the arm counts
-        ``ran`` and the loop driver below ``asked``. Every read, save, restore, reset and pause of a model's
-        counts goes through here, so two models in one process never see each other's."""
+        """This model's probe counters (its arm's): the one place every count is read or reset."""
         return self.arm.counters
 
     @torch.no_grad()
     def init_weights(self, seed: int) -> None:
-        """The shared weights from one explicit RNG stream keyed on ``seed``; the arm's own parameters keep
-        their deterministic paper-given init (zeros, ones, -2) and draw nothing from it.
-
-        So for a given seed every arm starts from the same shared weights, and adding an arm or changing
-        one cannot shift anyone else's initialisation (docs/ab-protocol.md).
-        """
+        """The shared weights from one RNG stream keyed on ``seed``, equal for every arm."""
         shared = torch.Generator().manual_seed(seed)
         for name, module in self.named_modules():
             if name.startswith("arm"):
@@ -228,33 +191,14 @@ class LoopedByteLM(nn.Module):
                 module.weight.copy_(torch.randn(module.weight.shape, generator=shared) * 0.02)
 
     def compile_whole(self, backend: str = "inductor", mode: str | None = None) -> nn.Module:
-        """``train.compile_scope=whole``: the whole forward (embedding, loop, arm, readouts, probe counters) as one
-        graph.
-
-        ``fullgraph=True``: a graph break is an error, not a silent split (the counters are in-graph adds,
-        :mod:`dormouse.arms.probes`). Returns the compiled module; it shares this module's parameters. The loop
-        is unrolled into the graph, so its compile time grows with the depth faster than linearly (Inductor's
-        scheduler over every iteration's ops), and each distinct depth, readout choice and train/eval mode is
-        its own graph.
-        """
+        """``train.compile_scope=whole``: the forward as one ``fullgraph`` graph per depth and mode."""
         self.counters.sync()  # every registered arm has its counter before the graph is traced
         return torch.compile(self, fullgraph=True, backend=backend, mode=mode)
 
     def compile_regions(self, backend: str = "inductor", mode: str | None = None) -> nn.Module:
-        """``train.compile_scope=regional`` (the default): the work the loop repeats compiled once, as regions.
-
-        The block is weight-shared: every iteration calls the same attention and MLP on a state of the same
-        shape. Each sublayer, and the readout's final norm, is compiled on its own (``fullgraph=True``: a
-        graph break is an error; ``dynamic=False``: the training shape is fixed), traced at its first call and
-        reused by every later iteration, slot, depth and readout, so the compile time does not grow with
-        ``model.max_iter`` (PyTorch's "regional compilation" recipe). An arm whose absorb is tensor arithmetic
-        with the slot as an index (``ResidualArm.compiled_absorb``: pre-norm, ReZero, GR) has it compiled as a
-        region too, the slot a symbol (a Python int seen as a constant would be one graph per slot); the loop
-        driver, the other arm hooks and the ``asked`` counter run eagerly between the regions.
-
-        Returns a module whose forward is this model's with the compiled regions; it shares this module's
-        parameters, and this module itself stays eager (evaluation and sampling run it).
-        """
+        """``train.compile_scope=regional``: each sublayer, the final norm and (where the arm allows) the absorb
+        compiled once and reused by every iteration, so compile time does not grow with ``model.max_iter``. The slot is
+        a symbol, not a constant (one graph per slot otherwise); this module stays eager."""
         return RegionCompiled(self, backend=backend, mode=mode)
 
     def readout(self, x: Tensor, final_norm: Callable[[Tensor], Tensor] | None = None) -> Tensor:
@@ -268,10 +212,8 @@ class LoopedByteLM(nn.Module):
 
     def forward(self, idx: Tensor, depth: int | None = None, readouts: str = "all",
                 trace: LoopTrace | None = None, regions: LoopRegions | None = None) -> list[Tensor]:
-        """The loop driver (:mod:`dormouse.arms`). ``trace``, when given, receives the embedding and every
-        sublayer's input and output: what the learned-value probes read
-        (:func:`dormouse.arms.probes.learned_values`). ``regions``: what runs the sublayers, the final norm and the
-        arm's absorb (:meth:`compile_regions`); by default this module's own."""
+        """The loop driver. ``trace`` receives the embedding and every sublayer's input and output (the learned-value
+        probes); ``regions`` runs sublayers, final norm and absorb (:meth:`compile_regions`)."""
         depth = self.max_iter if depth is None else int(depth)
         if not 1 <= depth <= self.max_iter:
             raise ValueError(f"depth={depth} is outside 1..model.max_iter={self.max_iter}")
@@ -317,8 +259,7 @@ class LoopedByteLM(nn.Module):
 
 @dataclass(frozen=True)
 class LoopRegions:
-    """What the loop driver calls for the work every iteration repeats: each sublayer in slot order, the
-    readouts' final norm, and the arm's absorb. Eager, the model's own; compiled, :class:`RegionCompiled`'s."""
+    """What the loop calls for repeated work: sublayers, the readouts' final norm, the arm's absorb."""
 
     sublayers: tuple[Callable[[Tensor], Tensor], ...]
     final_norm: Callable[[Tensor], Tensor]
@@ -326,9 +267,7 @@ class LoopRegions:
 
 
 class RegionCompiled(nn.Module):
-    """A :class:`LoopedByteLM` whose sublayers, final norm and (where the arm allows) absorb run as compiled regions
-    (:meth:`LoopedByteLM.compile_regions`). It holds the model as its one child, so its parameters, state dict
-    (under ``model.``) and DDP wrapping are the model's."""
+    """A :class:`LoopedByteLM` with compiled regions, its one child, so its state dict is under ``model.``."""
 
     def __init__(self, model: LoopedByteLM, *, backend: str = "inductor", mode: str | None = None) -> None:
         super().__init__()

@@ -1,62 +1,12 @@
-"""Attention Residuals (Kimi Team, arXiv:2603.15031 v1), functional form.
+"""Attention Residuals (Kimi Team, arXiv:2603.15031 v1), functional form; equation numbers are the paper's.
 
-The specification is ``shared/spec/attnres.md``, beside the repository; equation numbers are the paper's.
-A layer is one sublayer (attention or MLP). Layer l reads a softmax mixture of earlier *sources* instead of a running
-residual sum:
-
-* Full AttnRes (Eq. 1-4): sources ``v_0 = h_1`` (the embedding) and ``v_i = f_i(h_i)``;
-  ``s_i = w_l . RMSNorm_l(v_i)`` with **no temperature**, one joint softmax over all sources, and the
-  mixture ``h_l = sum_i alpha_i v_i`` of the **raw** values (only the keys are normalised).
-* Block AttnRes (Eq. 5-6): ``b_0 = h_1`` is a permanent source; ``b_n`` sums the *outputs* of block n;
-  the i-th layer of block n reads ``[b_0, ..., b_{n-1}]`` (i = 1) or ``[b_0, ..., b_{n-1}, b_n^{i-1}]``
-  (i >= 2). A layer never reads its own output; a completed block enters exactly once.
-* Algorithm 1 (two-phase): Phase 1 scores a block's S queries at once against the completed blocks and
-  keeps the online-softmax state (m, l, o) with o *unnormalised*; Phase 2 merges the one intra-block
-  source per layer.
-
-Public API: :func:`depth_attend`, :func:`block_sources`, :class:`BlockAttnResState`,
-:func:`two_phase_block`, :func:`phase1_stats`, :func:`online_softmax_merge`, :func:`depth_weights`,
-:func:`choose_kernel` (and its path-only form :func:`resolve_kernel`).
-
-Resolutions of the paper's gaps (attnres.md), implemented here and gated in ``tests/arms/test_attnres.py``:
-
-* **RMSNorm** is the mean form ``x / sqrt(mean(x^2) + eps) * g`` (Zhang & Sennrich 2019, the paper's
-  ref. [66]); not the L2 norm, which is ``sqrt(d)`` times larger.
-* **Gain:** the key RMSNorm has a learned gain ``g`` (``gain=None`` means no gain, i.e. ones). Because
-  ``w . (g * k) = (w * g) . k`` the gain is folded into the query everywhere (one d-vector product per
-  read instead of a normalised copy of every source); the gradient still reaches ``g`` through the fold.
-* **The model's reads (query table):** a model's pseudo-queries are parameters, known before the first
-  read, so :class:`BlockAttnResState` built with ``queries=`` scores each source against *every* read's query
-  in one ``[..., d] x [d, R]`` product when it is first read (``r (x @ Q^T)``, never a normalised copy) and
-  each read (:meth:`BlockAttnResState.read_row`) takes its column: O(L) passes over the sources for the
-  scores of a whole depth instead of O(L^2). The mixture then costs one pass per (read, source) each way.
-* **eps:** default 1e-6, inside the square root, on the *mean* square. ``eps = 0`` is allowed but a
-  source that is exactly zero then has an undefined key (0/0); with ``eps > 0`` its score is 0.
-* **Score forms:** ``form="paper"`` (default) is Eq. 2-3. ``form="sqrt_d"`` is the ablation "L2-normalised
-  key divided by sqrt(d)": ``w . x / sqrt(sum(x^2) + d*eps) / sqrt(d)``, with eps kept on the mean square
-  so that ``sqrt_d`` equals ``paper`` with ``w / d`` *exactly*, at every eps (a d-fold temperature).
-* **Softmax precision:** scores, softmax and the weighted sum run in ``promote(dtype, float32)``, so
-  bf16/fp16 sources are mixed in float32 and the result is cast back to the sources' dtype. Every read
-  (:func:`depth_attend`, :func:`phase1_stats`, :func:`phase2_input`) runs **outside autocast**: an enclosing
-  ``torch.autocast(bfloat16)`` (every CUDA training run) would otherwise turn the score matmul ``x @ q``
-  into a bf16 matmul, i.e. ~1 % score error at ``|s| ~ 20``. CPU bf16 autocast stands in for CUDA's in
-  the tests (``tests/arms/test_attnres.py::test_depth_attend_under_autocast_is_its_fp32_result``).
-* **Uneven tail:** when L is not a multiple of S the blocks keep the fixed size S and the last block is
-  short. :func:`block_sources` and :class:`BlockAttnResState` never need L; :func:`two_phase_block` takes
-  the tail block's (fewer) queries.
-* **N = 1 wording:** the paper says one block "reduces to standard residuals"; by Eq. 6 it is a
-  two-source softmax mixture ``[b_0, b_1^{i-1}]``, not a plain sum. We implement Eq. 6.
-* **Readout query:** each readout point has its own zero-initialised pseudo-query and gain and reads every
-  source available there, i.e. ``BlockAttnResState.read`` / ``depth_attend(block_sources(...))`` after
-  the last pushed layer (Full: all sources; Block: completed blocks plus the partial). The query is the
-  model's parameter; this module only reads.
-* **Alg. 1 slips avoided:** line 10's ``b_n^i`` is Eq. 6's ``b_n^{i-1}`` (the sum of the block's layers
-  *before* layer i); the state passed between phases is (m, l, o), not an LSE; the keys are still
-  RMSNormed in both phases (each layer's gain folded into its query); the first block is well defined
-  because ``b_0`` is a completed source.
-* **Per-position queries:** besides the static ``[d]`` pseudo-query, :func:`depth_attend` (torch path)
-  accepts a query with the sources' own shape ``[..., d]`` (one query per position, for an
-  input-dependent query); the gain stays ``[d]``.
+Layer l reads a softmax mixture of earlier sources instead of a residual sum: Full AttnRes (Eq. 1-4), Block
+AttnRes (Eq. 5-6) and the two-phase Algorithm 1. docs/attnres.md states the equations and how the paper's gaps
+are resolved (mean-form RMSNorm keys with a gain folded into the query, eps on the mean square, the ``sqrt_d``
+ablation, the short tail block, N = 1 as Eq. 6). Two choices are this module's: with ``queries=`` a
+:class:`BlockAttnResState` scores each source against every read's query in one ``[..., d] x [d, R]`` product
+(O(L) passes per depth, not O(L^2)); and every read runs outside autocast in ``promote(dtype, float32)``,
+since a bf16 score matmul errs by ~1 % at ``|s| ~ 20``.
 """
 
 from __future__ import annotations
@@ -200,11 +150,7 @@ def _outside_autocast(device: torch.device) -> AbstractContextManager:
 
 
 def _effective_query(query: Tensor, gain: Tensor | None, form: str, dtype: torch.dtype) -> Tensor:
-    """The query with the gain and the form folded in: ``w * g`` (paper) or ``w * g / d`` (sqrt_d).
-
-    ``w . (g * RMSNorm(x)) = (w * g) . RMSNorm(x)`` (attnres.md, gain resolution) and
-    ``L2(x) / sqrt(d) = RMSNorm(x) / d``, so both forms score with the one RMSNorm below.
-    """
+    """The query with gain and form folded in: ``w * g`` (paper) or ``w * g / d`` (sqrt_d)."""
     q = query.to(dtype)
     if gain is not None:
         q = q * gain.to(dtype)
@@ -219,10 +165,7 @@ def _inv_rms(x: Tensor, eps: float) -> Tensor:
 
 
 def _scores(x: Tensor, q: Tensor, eps: float) -> Tensor:
-    """Eq. 2-3 for sources ``x`` [N, ..., d] and effective queries ``q`` [Q, d] -> scores [Q, N, ...].
-
-    ``s = q . x / rms(x)``: the key is normalised, and there is no temperature (no 1/sqrt(d)).
-    """
+    """Eq. 2-3: sources ``x`` [N, ..., d], queries ``q`` [Q, d] -> scores ``q . x / rms(x)`` [Q, N, ...]."""
     dots = (x @ q.transpose(0, 1)).movedim(-1, 0)
     return dots * _inv_rms(x, eps)
 
@@ -250,15 +193,8 @@ def _triton_unavailable(device: torch.device) -> str | None:
 
 
 def choose_kernel(requested: str, device: torch.device | str, *, per_token_query: bool = False) -> tuple[str, str]:
-    """The read path that ``kernel=requested`` takes on ``device``, ``"triton"`` or ``"torch"``, and why.
-
-    The one owner of the decision: validation refuses what it raises, training runs what it returns and
-    prints the why of an ``auto`` choice. ``torch`` is plain PyTorch with autograd; ``triton`` the fused
-    kernel (RuntimeError when it cannot run, saying why and how to fix it); ``auto`` is triton on CUDA when
-    it is available, else torch. Per-token queries (``per_token_query``: the input-dependent query,
-    ``model.attnres.query=input``) always read with torch: the fused kernel takes one ``[d]`` pseudo-query
-    per read, so asking for triton then is a ValueError.
-    """
+    """The read path for ``kernel=requested`` on ``device`` (``"triton"`` or ``"torch"``) and why; the one owner of
+    this choice. ``auto`` is triton on CUDA when available; per-token queries need torch (ValueError for triton)."""
     if requested not in KERNELS:
         raise ValueError(f"kernel={requested!r} is unknown; expected one of {KERNELS}")
     if per_token_query:
@@ -304,19 +240,10 @@ def depth_attend(
     form: str = "paper",
     kernel: str = "torch",
 ) -> Tensor:
-    """Eq. 2-4: ``h = sum_i alpha_i v_i`` with ``alpha = softmax_i(w . RMSNorm(v_i))``.
+    """Eq. 2-4: ``h = sum_i alpha_i v_i``, ``alpha = softmax_i(w . RMSNorm(v_i))``, over L sources ``[..., d]``.
 
-    Args:
-        sources: L tensors ``[..., d]`` of one shape, or one stacked ``[L, ..., d]`` tensor.
-        query: the pseudo-query ``w_l`` ``[d]`` (or ``[..., d]``, one per position; torch path only).
-        gain: the key RMSNorm gain ``g_l`` ``[d]``; None = no gain.
-        eps: RMSNorm epsilon, on the mean square.
-        form: ``"paper"`` (Eq. 2, no temperature) or ``"sqrt_d"`` (ablation: ``paper`` with ``w / d``).
-        kernel: ``"torch"``, ``"triton"`` (fused kernel; raises if it cannot run) or ``"auto"``.
-
-    Returns:
-        ``[..., d]`` in the sources' dtype: one joint softmax over all L sources, keys normalised,
-        values raw.
+    ``query`` is ``[d]`` (or ``[..., d]`` per position, torch path only), ``gain`` ``[d]`` or None; ``form`` is
+    ``"paper"`` or ``"sqrt_d"``; ``kernel`` ``"torch"``, ``"triton"`` or ``"auto"``. Returns the sources' dtype.
     """
     _check_form(form)
     _check_eps(eps)
@@ -339,8 +266,7 @@ def depth_attend(
 def _attend(
     sources: list[Tensor], inv_rms: list[Tensor] | None, query: Tensor, gain: Tensor | None, eps: float, form: str
 ) -> Tensor:
-    """The torch read over validated sources; ``inv_rms`` (one ``[...]`` per source, in the compute dtype) is
-    the sources' cached :func:`_inv_rms` at ``eps``, or None to compute it here."""
+    """The torch read over validated sources; ``inv_rms`` the cached :func:`_inv_rms` per source, or None."""
     with _outside_autocast(sources[0].device):
         out_dtype = sources[0].dtype
         cdtype = _compute_dtype(out_dtype)
@@ -359,11 +285,7 @@ def _source_scores(xs: list[Tensor], inv_rms: list[Tensor], q: Tensor) -> Tensor
 def depth_weights(
     sources: Sequence[Tensor], query: Tensor, *, gain: Tensor | None = None, eps: float = 1e-6, form: str = "paper"
 ) -> Tensor:
-    """Eq. 2-3 and the softmax over depth: the weights ``alpha_i`` [L, ...] that :func:`depth_attend` (torch
-    path) mixes ``sources`` with, from the same score (:func:`_source_scores`), in the compute dtype.
-
-    For the learned-value probes (what a read attends to); arguments as :func:`depth_attend`.
-    """
+    """Eq. 2-3 and the depth softmax: the weights ``alpha_i`` [L, ...] :func:`depth_attend` mixes with."""
     _check_form(form)
     _check_eps(eps)
     srcs = _source_list(sources)
@@ -377,18 +299,10 @@ def depth_weights(
 
 
 class _SoftmaxMix(torch.autograd.Function):
-    """Eq. 2 and 4 from the scores: ``alpha = softmax_i(s_i)`` (one joint softmax over the L sources) and
-    ``out = sum_i alpha_i x_i`` (the RAW values), with a one-pass backward.
+    """Eq. 2 and 4 from scores [L, ...]: ``out = sum_i softmax(s)_i x_i`` over raw values, with a one-pass backward::
 
-    Nothing is stacked: each source is read where it lies. Backward, with ``g = dL/dout`` (the fused kernel's,
-    kernels/depth_attend.py; ``sum_i alpha_i x_i = out`` gives ``g . out = sum_j alpha_j g . x_j`` for free)::
-
-        ds_i = alpha_i (g . x_i - sum_j alpha_j g . x_j)      softmax Jacobian
-        dx_i = alpha_i g                                      the value path
-
-    The scores' own graph (``r_i (q . x_i)``: the key's norm, the query, the gain and the form folded into
-    it) is autograd's, so the key path of ``dx_i`` and the gradients of q, g and r come from there. Inputs:
-    ``scores`` [L, ...], then the L sources [..., d], one dtype.
+        ds_i = alpha_i (g . x_i - sum_j alpha_j g . x_j)      softmax Jacobian, g = dL/dout
+        dx_i = alpha_i g                                      value path (the key path is autograd's)
     """
 
     @staticmethod
@@ -418,19 +332,10 @@ class _SoftmaxMix(torch.autograd.Function):
 
 
 class _KeyScores(torch.autograd.Function):
-    """Eq. 2-3 for one source against R queries at once: ``s = r (x @ Q^T)`` with ``r = rsqrt(mean(x^2) + eps)``.
+    """Eq. 2-3 for one source ``x`` [..., d] against R queries ``Q`` [R, d]: ``s = r (x @ Q^T)``, ``r = rsqrt(mean(x^2)
+    + eps)``. Backward written out (autograd's runs in bf16 under autocast)::
 
-    ``x`` [..., d], ``Q`` [R, d] (the effective queries: gain and form folded in) -> ``s`` [..., R]. The key
-    ``RMSNorm(x)`` is never materialised: ``q . (r x) = r (q . x)``. Backward, with ``gs = dL/ds``::
-
-        dQ = sum_tokens (gs r) x^T              the query (and, through the fold, the gain)
-        dr = sum_R gs (x @ Q^T)                 the key's norm
-        dx = (gs r) @ Q - dr r^3 x / d          the key's direct path + the norm's (dr/dx = -r^3 x / d)
-
-    Written out (not left to autograd) so that a backward called under autocast keeps float32: autograd's own
-    backward of ``x @ Q^T``, called inside a bf16 autocast, runs its matmuls in bf16 (measured with CPU autocast:
-    a 0.19 error on the sources' gradients, ``tests/arms/test_attnres.py``).
-    """
+        dQ = sum_tokens (gs r) x^T;  dr = sum_R gs (x @ Q^T);  dx = (gs r) @ Q - dr r^3 x / d"""
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, table: Tensor, eps: float) -> Tensor:
@@ -470,14 +375,8 @@ def _sum(terms: Sequence[Tensor]) -> Tensor:
 
 
 def block_sources(embedding: Tensor, outputs: Sequence[Tensor], block_size: int) -> list[Tensor]:
-    """Eq. 6: the sources of layer ``len(outputs) + 1``, given the earlier outputs ``f_1 .. f_{l-1}``.
-
-    Returns ``[b_0, b_1, ..., b_{n-1}]`` plus ``b_n^{i-1}`` (the sum of the current block's earlier
-    outputs) iff it is non-empty. ``b_0 = embedding`` is never summed into a block (Eq. 5 sums layer
-    outputs only); each completed block ``b_k`` (Eq. 5) appears once. ``block_size = 1`` is Full AttnRes;
-    a short last block (uneven tail) is simply the partial. After the last layer this is the readout's
-    source set.
-    """
+    """Eq. 6: the sources of layer ``len(outputs) + 1``: ``[b_0, ..., b_{n-1}]`` plus the partial ``b_n^{i-1}`` if
+    non-empty. ``b_0`` (the embedding) is never summed into a block; ``block_size = 1`` is Full AttnRes."""
     _check_block_size(block_size)
     if not isinstance(embedding, Tensor) or embedding.dim() == 0:
         raise ValueError("embedding must be a [..., d] Tensor (b_0)")
@@ -500,17 +399,8 @@ def block_sources(embedding: Tensor, outputs: Sequence[Tensor], block_size: int)
 
 
 class BlockAttnResState:
-    """Streaming Block AttnRes (Eq. 5-6) with O(N) memory: ``b_0``, the completed blocks, the partial.
-
-    Protocol per layer: ``h = state.read(w_l)``, then ``state.push(f_l(h))``. A push is never visible
-    to the read of its own layer, because that read has already happened; it is visible to every later
-    read. ``block_size = 1`` is Full AttnRes. A readout is one more ``read`` with the readout's query.
-
-    Attributes:
-        embedding: ``b_0``, a permanent source, never summed into a block.
-        block_size: S, layers per block (the last block may be short).
-        layers_pushed: how many layer outputs have been pushed.
-    """
+    """Streaming Block AttnRes (Eq. 5-6) in O(N) memory: per layer ``h = state.read(w_l)`` then
+    ``state.push(f_l(h))``; a push is visible to every later read, never to its own layer's."""
 
     def __init__(
         self,
@@ -562,10 +452,7 @@ class BlockAttnResState:
         form: str = "paper",
         kernel: str = "torch",
     ) -> Tensor:
-        """Eq. 2-4 over :meth:`sources`: the input of the next layer (or a readout).
-
-        The torch path reuses each source's inverse RMS (the sources were validated at :meth:`push`).
-        """
+        """Eq. 2-4 over :meth:`sources`: the input of the next layer (or a readout)."""
         srcs = self.sources()
         if kernel != "torch":
             return depth_attend(srcs, query, gain=gain, eps=eps, form=form, kernel=kernel)
@@ -590,12 +477,7 @@ class BlockAttnResState:
             return _effective_query(queries, gains, form, _compute_dtype(self.embedding.dtype))
 
     def read_row(self, row: int) -> Tensor:
-        """Eq. 2-4 over :meth:`sources` with the query (and gain) of row ``row`` of the table given at
-        construction: the same read as ``read(queries[row], gain=gains[row], eps=eps, form=form)``.
-
-        Each source's scores against every row, ``r_i (x_i @ Q^T)`` (Eq. 2-3), are computed at the source's
-        first read and kept; a read then takes its column and mixes (:class:`_SoftmaxMix`).
-        """
+        """:meth:`read` with row ``row`` of the query table; sources' scores are computed once."""
         if self._table is None:
             raise ValueError("read_row needs the query table: construct the state with queries=")
         if isinstance(row, bool) or not isinstance(row, int) or not 0 <= row < self._table.shape[0]:
@@ -642,11 +524,8 @@ def phase1_stats(
     eps: float = 1e-6,
     form: str = "paper",
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Alg. 1 Phase 1: S queries ``[S, d]`` at once against N sources -> ``(m, l, o)``.
-
-    ``m``, ``l``: ``[S, ...]``; ``o``: ``[S, ..., d]`` unnormalised (see :func:`online_softmax_merge`),
-    all in ``promote(dtype, float32)``. Scores are Eq. 2-3 with each query's gain folded in.
-    """
+    """Alg. 1 Phase 1: S queries ``[S, d]`` against N sources -> ``(m, l, o)``, ``m``/``l`` [S, ...], ``o`` [S, ..., d]
+    unnormalised, in ``promote(dtype, float32)``."""
     _check_form(form)
     _check_eps(eps)
     srcs = _source_list(sources)
@@ -675,14 +554,7 @@ def phase2_input(
     form: str = "paper",
     merge: MergeFn = online_softmax_merge,
 ) -> Tensor:
-    """Alg. 1 Phase 2 for one layer: its input from its Phase-1 state and the intra-block partial.
-
-    ``phase1`` is this layer's ``(m, l, o)`` against ``[b_0 .. b_{n-1}]`` (one row of :func:`phase1_stats`);
-    ``partial`` is ``b_n^{i-1}``, None for the block's first layer (Eq. 6, i = 1: the input is ``o / l``).
-    Otherwise the single source ``partial`` (``l2 = 1``, ``o2 = partial``) is scored with this layer's
-    query and gain and merged by ``merge`` (the torch :func:`online_softmax_merge` or the fused kernel's).
-    Returns ``[..., d]`` in the Phase-1 state's (compute) dtype.
-    """
+    """Alg. 1 Phase 2: Phase-1 state merged with the partial ``b_n^{i-1}`` (None: the input is ``o / l``)."""
     m1, l1, o1 = phase1
     with _outside_autocast(o1.device):
         if partial is not None:
@@ -702,19 +574,8 @@ def two_phase_block(
     eps: float = 1e-6,
     form: str = "paper",
 ) -> tuple[list[Tensor], Tensor]:
-    """Algorithm 1 for one block n: returns (the S layer inputs ``h``, the block sum ``b_n``).
-
-    Args:
-        queries: ``[S, d]``, the pseudo-queries of the block's layers (S = fewer for a short tail).
-        completed: ``[b_0, ..., b_{n-1}]``, at least ``b_0``.
-        layer_fn: ``layer_fn(i, h) -> f(h)`` for the block's layer i = 0 .. S-1 (0-based).
-        gains: ``[S, d]`` key RMSNorm gains, or None.
-
-    Phase 1 computes ``(m, l, o)`` of all S queries against ``completed`` in one pass. Phase 2, per
-    layer in order: the first layer's input is ``o / l`` (Eq. 6, i = 1); later layers merge the single
-    intra-block source ``b_n^{i-1}`` by :func:`online_softmax_merge` (Eq. 6, i >= 2); then the layer's
-    OUTPUT is added to the partial sum (Eq. 5). The result equals the direct Eq. 6 mixtures.
-    """
+    """Algorithm 1 for one block: (the S layer inputs, the block sum ``b_n``); equals the direct Eq. 6 mixtures.
+    ``layer_fn(i, h)`` runs the block's 0-based layer i; ``queries`` [S, d]; ``completed`` at least ``[b_0]``."""
     srcs = _source_list(completed, name="completed")
     shape = _source_shape(srcs)
     m1, l1, o1 = phase1_stats(srcs, queries, gains=gains, eps=eps, form=form)

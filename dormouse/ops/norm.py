@@ -1,12 +1,7 @@
-"""RMSNorm (Zhang & Sennrich 2019, Eq. 4): ``y = x / rms(x) * g`` with ``rms(x) = sqrt(mean(x^2) + eps)``.
+"""RMSNorm (Zhang & Sennrich 2019, Eq. 4): ``y = x / sqrt(mean(x^2) + eps) * g``, the model's one RMS norm.
 
-Every RMS norm of the model goes through :func:`rms_norm`: the sublayers' pre-norms, the final norm and
-GR's gate input. On CUDA, and under ``torch.compile``, it is PyTorch's ``F.rms_norm`` (a fused kernel on
-CUDA; Inductor fuses it when compiling). On CPU eager it is :class:`_RMSNormFunction`: torch 2.13's CPU
-``rms_norm`` is a composite of ~6 ops whose autograd backward is ~15 more, each a pass over a
-[tokens, d] tensor. At nanoGPT's baby shape ([12, 64, 128], 2 cores) the profiler put those ops at ~13 % of
-a ReZero step; with this Function the whole step took 0.96 of its time before (scripts/BENCHMARKS.md,
-"fourth pass").
+CUDA and ``torch.compile`` use ``F.rms_norm``; CPU eager uses :class:`_RMSNormFunction`, because torch's CPU
+composite (~6 ops, ~15 in backward) took ~13 % of a step at nanoGPT's baby shape (scripts/BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -20,16 +15,8 @@ from torch.autograd.function import once_differentiable
 
 
 class _RMSNormFunction(torch.autograd.Function):
-    """``y = x_hat * g`` with ``x_hat = x r`` and ``r = (mean_j x_j^2 + eps)^(-1/2)``, over the last dim.
-
-    Backward, with ``u = dy * g`` (``dy`` when there is no gain)::
-
-        dx = r (u - x_hat mean_j(u_j x_hat_j))     (d r / d x_j = -r^3 x_j / d)
-        dg = sum over tokens of dy * x_hat
-
-    Computed in float32 (float64 for a float64 input) and returned in the input's dtype. Saves ``x_hat`` and
-    ``r``: the backward reads ``x_hat`` three times and never rebuilds it.
-    """
+    """``y = x r g``, ``r = (mean x^2 + eps)^(-1/2)``; backward ``dx = r (u - x_hat mean(u x_hat))`` with ``u = dy g``,
+    ``dg = sum dy x_hat``. Computed in float32 (float64 for float64), returned in x's dtype."""
 
     @staticmethod
     def forward(ctx: Any, x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
@@ -58,10 +45,7 @@ class _RMSNormFunction(torch.autograd.Function):
 
 
 def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float | None = None) -> Tensor:
-    """RMSNorm over the last dim; ``eps=None`` is ``F.rms_norm``'s default, the machine epsilon of x's dtype.
-
-    The result has x's dtype (the gain is cast to it, as ``F.rms_norm`` requires).
-    """
+    """RMSNorm over the last dim in x's dtype; ``eps=None`` is ``F.rms_norm``'s default (machine epsilon)."""
     if eps is None:
         eps = torch.finfo(x.dtype).eps
     if x.device.type != "cpu" or torch.compiler.is_compiling():

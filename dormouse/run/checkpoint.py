@@ -1,11 +1,6 @@
-"""Checkpoints: atomic writes, the newest readable one, and nothing lost to a kill or a full disk.
-
-A checkpoint is one ``torch.save`` file ``checkpoints/step_XXXXXXXX.pt`` holding plain tensors, numbers,
-strings and dicts only, so it loads with ``weights_only=True``. It is written to a temporary file in the
-same folder, fsynced, then renamed over its final name (``os.replace`` is atomic on POSIX), and the
-folder is fsynced: a reader sees the old file or the new one, never half of one. Only the newest
-``keep`` are kept, and an older one is deleted only after a newer one is safely on disk.
-"""
+"""Checkpoints: atomic writes, the newest readable one, nothing lost to a kill or a full disk. Each is one
+``torch.save`` of plain values (loads with ``weights_only=True``) at ``checkpoints/step_XXXXXXXX.pt``, written
+to a temporary file, fsynced and renamed; an older one goes only after a newer is on disk."""
 
 from __future__ import annotations
 
@@ -54,8 +49,7 @@ def atomic_save(obj: dict[str, Any], path: Path) -> None:
 
 
 def left_intact(path: Path) -> str:
-    """What a failed atomic write of ``path`` left as it was, said only when it is true (issue 31): the file
-    it would have replaced, else the newest checkpoint beside it, else that there is none."""
+    """What a failed atomic write of ``path`` left: the file it would replace, the newest checkpoint, or none."""
     if path.exists():
         return f"the previous {path.name} is intact"
     earlier = list_checkpoints(path.parent)
@@ -77,11 +71,7 @@ def _current_umask() -> int:
 
 
 def file_mode_for(path: Path) -> int:
-    """The mode ``open(path, "w")`` would leave: the existing file's mode, else ``0o666 & ~umask``.
-
-    ``mkstemp`` creates its file 0600 whatever the umask; an atomic write must not make a report or a
-    checkpoint private that a plain write would have shared (a teammate reading a run on a shared cluster).
-    """
+    """The mode ``open(path, "w")`` would leave (``mkstemp`` makes 0600, which would make shared reports private)."""
     try:
         return stat.S_IMODE(path.stat().st_mode)
     except FileNotFoundError:
@@ -89,9 +79,7 @@ def file_mode_for(path: Path) -> int:
 
 
 def atomic_save_bytes(data: bytes, path: Path) -> None:
-    """Write to a temporary file in the same folder, fsync, rename over ``path``, fsync the folder.
-
-    The file gets the permissions a plain write would give it (:func:`file_mode_for`)."""
+    """Write to a temporary file beside ``path``, fsync, rename over it, fsync the folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = file_mode_for(path)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -118,9 +106,7 @@ def atomic_save_bytes(data: bytes, path: Path) -> None:
 
 
 def save_checkpoint(obj: dict[str, Any], ckpt_dir: Path, step: int, keep: int) -> Path:
-    """Write step ``step``'s checkpoint, then prune: files of later steps belong to an abandoned future
-    (a corrupt newest file that a resume skipped, or a resume from an earlier step) and go, and of the
-    rest only the newest ``keep`` stay."""
+    """Write step ``step``'s checkpoint, then drop later steps' files and all but the newest ``keep``."""
     path = checkpoint_path(ckpt_dir, step)
     atomic_save(obj, path)
     current = [p for p in list_checkpoints(ckpt_dir) if int(p.stem.split("_")[1]) <= step]
@@ -140,8 +126,7 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 
 def _short_reason(message: str) -> str:
-    """torch.load's reason without its page of weights_only advice: the first sentence, and the unpickler's
-    own finding when it names one (a text file given as a checkpoint: "Unsupported operand 35")."""
+    """torch.load's reason without its weights_only advice: the first sentence and the unpickler's finding."""
     first = message.strip().split(". ")[0].splitlines()[0] if message.strip() else "unreadable"
     _, found, rest = message.partition("WeightsUnpickler error:")
     detail = next((line.strip() for line in rest.splitlines() if line.strip()), "") if found else ""

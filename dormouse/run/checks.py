@@ -1,23 +1,6 @@
-"""Whether a run is valid: the checks ``dormouse logs --check`` reports and ``dormouse ab`` marks an arm invalid by.
-
-They read a run as dormouse.run.reader reads it: its evals are metrics.jsonl's rows (a bare train.log's
-eval lines where a log comes without them), so what decides validity and completeness is the record, never
-the rounded copy. Every finding names the file and line a person reads it at (dormouse.run.reader.Finding).
-
-* the selected arm's counter reads 0 or ``ran != asked`` (a dead arm: the mechanism did not run);
-* the selected arm's ``asked`` is not 2 x the eval's ``depth_sum`` (the depths the schedule drew for the
-  window's training steps): a sublayer the loop skipped, which lowers ran and asked together;
-* an unselected arm's counter is non-zero (a leaking arm: two mechanisms ran);
-* an arm that is not registered, or not the one config.yaml selects;
-* a NaN/inf loss or bpb;
-* evals missing (none at all, or a multiple of ``train.eval_every`` skipped);
-* a run that ended without its final eval (no ``done`` line, or the last eval step is not
-  ``train.steps`` from the run's ``config.yaml``);
-* each copy's own integrity: a torn last line in ``train.log`` or ``metrics.jsonl`` (a write cut short by a
-  crash or a full disk; a resume cuts it, dormouse.train.metrics) and a ``metrics.jsonl`` line that is not a
-  JSON row (a torn line that an append extended before that repair existed: the row after it is lost to
-  every reader). The reader's own findings (a malformed or out-of-order log line, no log) come first.
-"""
+"""Whether a run is valid (``dormouse logs --check``, and ``dormouse ab``'s invalid arms): a dead or leaking arm,
+``asked`` not ``2 x depth_sum``, the wrong arm, a non-finite loss or bpb, missing or final evals absent, torn or
+non-JSON lines. Every finding names its file and line."""
 
 from __future__ import annotations
 
@@ -35,9 +18,7 @@ TORN_ADVICE = ("a write cut short (a crash or a full disk); readers skip it, and
 
 
 def counter_fault(name: str, values: dict[str, Any]) -> str | None:
-    """What is wrong with the counter ``name`` of an eval row, or None: the selected arm (the row's ``arm``)
-    must read ran = asked > 0 (``reads 0``, ``ran != asked``: a dead arm), every other arm 0/0 (``leaks``).
-    The one owner of the rule; the ``dormouse logs`` table marks the cells it faults."""
+    """The fault of counter ``name`` in a row, or None: selected ran = asked > 0, others 0/0."""
     ran, asked = values[f"{name}_ran"], values[f"{name}_asked"]
     if name != values.get("arm"):
         return "leaks" if ran != 0 or asked != 0 else None
@@ -78,7 +59,7 @@ def _check_row(run: RunReading, row: EvalRow) -> None:
     v, arm = row.values, row.values["arm"]
     # `asked` means asked: the depths the schedule drew for the window's training forwards ask for two
     # sublayer aggregations per iteration. A sublayer the loop skipped lowers ran and asked together, which
-    # the check above cannot see; this one can. (Rows written before these fields existed lack them.)
+    # the check above cannot see; this one can. (A row without depth_sum is not checked.)
     if arm in ARMS and isinstance(v.get("depth_sum"), int) and v[f"{arm}_asked"] != 2 * v["depth_sum"]:
         asked, want = v[f"{arm}_asked"], 2 * v["depth_sum"]
         run.add_at(row, "asked-mismatch", f"selected arm {arm} asked={asked} but the window's "
@@ -115,8 +96,7 @@ def _check_completeness(run: RunReading) -> None:
 
 
 def _check_torn(run: RunReading, path: Path, n_lines: int) -> None:
-    """A last line without its newline (dormouse.run.loglines.torn_tail): reported, at that line, in a run not
-    yet resumed (a resume cuts it and says so in a ``repair`` line)."""
+    """A torn last line, reported in a run not yet resumed (a resume cuts it)."""
     torn = torn_tail(path)
     if torn:
         run.findings.append(Finding(path, n_lines, "torn-line", f"the last line ({torn} bytes) has no newline: "
@@ -140,8 +120,7 @@ def _check_metrics_file(run: RunReading, path: Path) -> None:
 
 
 def check_run(run: RunReading) -> RunReading:
-    """Add the validity checks' findings to a read run and order every finding by line; returns ``run``.
-    A run without a log (none, or a file that is not one) keeps the reader's one finding."""
+    """Add the validity findings to a read run, every finding ordered by line; returns ``run``."""
     if not run.has_log:
         return run
     for row in run.evals:

@@ -1,34 +1,28 @@
-"""Where things live on disk: the one owner of the file names in a run directory and a comparison directory.
+"""Where things live on disk: the one owner of the file names in run, comparison and study directories.
 
 A run, ``<run.dir>/<run.name>/``::
 
     config.yaml       the resolved config the run trained with
-    provenance.json   commit, versions, device, dtype, kernel path, corpus hash, parameter counts, the arm's plugin
+    provenance.json   commit, versions, device, dtype, kernel path, corpus hash, parameter counts, plugin
     train.log         provenance header, then eval / resume / interrupted / done lines (dormouse.run.loglines)
     metrics.jsonl     one row per eval line
-    checkpoints/      step_XXXXXXXX.pt (the names inside are dormouse.run.checkpoint's)
-    <arm plot>.png    at the end, what the arm learned: the arm's own ``plot_file`` (dormouse.arms), e.g.
-                      attnres_map.png, rezero_alpha.png, gr_gates.png
-    wandb_id.txt      only with logging.wandb on: the wandb run id, so a resumed run continues that run
-    run.lock          held by the `dormouse train` writing the run (dormouse.train.start.run_lock); names its pid
-    ab_error.txt      only when `dormouse ab` caught an error in this run: its traceback
+    checkpoints/      step_XXXXXXXX.pt
+    <arm plot>.png    what the arm learned (the arm's ``plot_file``)
+    wandb_id.txt      with logging.wandb on: the wandb run id a resume continues
+    run.lock          held by the `dormouse train` writing the run; names its pid
+    ab_error.txt      the traceback of an error `dormouse ab` caught in this run
 
-A comparison, ``<root>/<name>/`` (root ``runs/ab`` unless ``--root``): one run directory per (arm,
-replicate) pair, named ``<arm>-s<init seed>``, plus ``registration.json``, ``design.json`` (the design card),
-``results.json``, ``report.md`` and the plots (bpb vs tokens, bpb by depth, the forest plot, with a tune stage
-bpb vs lr, and each arm's learned values averaged over its seeds: ``<plot name>_<arm>.png``), and how the
-pairs were launched::
+A comparison, ``<root>/<name>/``: one run per pair, ``<arm>-s<init seed>``, plus ``registration.json``,
+``design.json``, ``results.json``, ``report.md``, plots, and the launch records::
 
-    ab.lock           held by the running `dormouse ab` (dormouse.ab.lock); names its pid and host
+    ab.lock           held by the running `dormouse ab`; names its pid and host
     locks/PAIR.lock   held by whichever process trains the pair
-    launch/PAIR.json  the pair's attempts: where, with how many threads, by which launcher, how it ended
-    launch/PAIR.out   a worker's or cluster job's own output (--jobs, --launcher slurm)
-    submitit/         submitit's job pickles and logs (--launcher slurm; launcher.folder moves it)
-    wandb_id.txt      only when its runs log to wandb: the id of its verdict summary run (dormouse.ab.wandb_summary)
+    launch/PAIR.json  the pair's attempts: where, threads, launcher, how it ended
+    launch/PAIR.out   a worker's or cluster job's output
+    submitit/         submitit's job pickles and logs (--launcher slurm)
+    wandb_id.txt      the id of the verdict summary run, when logging to wandb
 
-A study, ``<root>/<study>/`` (dormouse.ab.study): one comparison directory per point, named ``<axis leaf>-<value>``
-(``max_iter-4/``), plus the study's ``registration.json``, ``design.json`` (the study card), ``results.json``,
-``report.md``, ``ab.lock`` and its plots (each arm's Δ against the axis, bpb@k per point).
+A study, ``<root>/<study>/``: one comparison per point, ``<axis leaf>-<value>``, plus the same record files.
 """
 
 from __future__ import annotations
@@ -193,8 +187,7 @@ class ComparisonFiles:
 
 @dataclass(frozen=True)
 class StudyFiles:
-    """The paths of one study directory, ``<root>/<study>/``: one comparison directory per point
-    (``ComparisonFiles(study_dir / '<point>')``), and the study's own stamp, card, results, report and plots."""
+    """The paths of one study directory: a comparison per point and the study's own records and plots."""
 
     dir: Path
 

@@ -1,20 +1,6 @@
-"""An advisory lock with the holder's name on it: one process at a time per comparison, pair or run.
-
-Two processes writing one directory interleave or delete each other's files (two ``dormouse train`` on one
-``run.name`` interleave ``metrics.jsonl``; two ``dormouse ab`` train the same pair twice). The lock is the
-kernel's ``flock`` on a file: the kernel releases it when its holder dies, however it dies (Ctrl-C,
-SIGKILL, the OOM killer), so a lock can never be held by a dead process. The file's *content* names the
-holder (pid, host, start time, command) for the refusal message. Content left behind with no flock on it
-is a stale lock: the previous holder died without cleaning up; it is taken over, and the caller is told
-whose it was.
-
-``flock`` is per open file description, so a second :class:`HolderLock` in the same process is refused
-like another process would be. On a shared filesystem (a SLURM cluster's home or scratch) the Linux NFS
-client implements ``flock`` with NFS byte-range locks, so processes on two nodes exclude each other as
-well; a filesystem without lock support makes :meth:`HolderLock.acquire` fail loudly, never pretend.
-
-Users: :mod:`dormouse.ab.lock` (the comparison and its pairs) and :mod:`dormouse.train.start` (a run).
-"""
+"""An advisory lock naming its holder (pid, host, start, command): one process at a time per comparison, pair or
+run. It is ``flock`` on a file, released by the kernel whenever the holder dies (content without a flock is a
+stale lock, taken over); per open file description, and across NFS nodes."""
 
 from __future__ import annotations
 
@@ -84,8 +70,7 @@ def is_locked(path: Path) -> bool:
 
 
 class HolderLock:
-    """``with HolderLock(path, what) as lock:`` — refused with :class:`LockHeld` while another live process
-    holds it; ``lock.took_over`` is the stale holder's record when one was taken over."""
+    """``with HolderLock(path, what)``: :class:`LockHeld` while a live process holds it; ``took_over``."""
 
     def __init__(self, path: Path, what: str, advice: str = DEFAULT_ADVICE,
                  where_to_move: str = "the directory") -> None:

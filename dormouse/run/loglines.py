@@ -1,37 +1,12 @@
-"""Every line a run writes about its progress: the one owner of their formats (docs/model.md, "The eval line").
+"""Every line a run writes about its progress, formatter and parser side by side (docs/model.md, "The eval line").
+``train.log`` holds ``# key: value`` provenance, then ``eval``, ``resume``, ``interrupted``, ``repair`` and ``done``
+lines; ``metrics.jsonl`` one JSON row per eval, each step once after a resume (:func:`replay`)::
 
-``train.log`` holds, in order, ``# key: value`` provenance lines, then per evaluation one ``eval`` line, a
-``resume`` line where a run continued from a checkpoint, an ``interrupted`` line where it stopped early and a
-final ``done`` line. ``metrics.jsonl`` holds one JSON row per evaluation with the eval line's fields
-unformatted (plus a few the line leaves out). Each kind has its formatter and its parser here, side by side,
-and ``tests/run/test_loglines.py`` round-trips every kind::
-
-    eval step=400 tokens=1.64M train_loss_nats=1.412 bpb=2.037 bpb@1=2.410 ... lr=2.4e-04 tok/s=8.1k depth=4.0
-         arm=attnres rezero=0/0 gr=0/0 attnres=3600/3600 learned=emb_w:0.2113 kernel=torch skipped=0
-         window_steps=450 depth_sum=1800
+    eval step=400 tokens=1.64M train_loss_nats=1.412 bpb=2.037 bpb@1=2.410 ... arm=attnres rezero=0/0 ...
     resume step=400 from=runs/x/checkpoints/step_00000400.pt
-    interrupted step=437
     done step=2400 wall_s=339.2
 
-Every registered arm's counter is always on the eval line (unselected arms as 0/0) so a leaking arm is
-visible; the arms are the registry's (dormouse.arms.registry), in its order. A line written before an arm
-was registered lacks that arm's counter: it parses, and the arm reads as absent (it could not have run).
-``train_loss_nats`` is the eval window's mean training loss in nats per byte (metrics.jsonl: ``loss``); ``bpb``
-and ``bpb@k`` are the fixed eval set's bits per byte. Lines written before the label read ``loss=``; both parse.
-The line shows a row by name (:func:`eval_fields`): a field added to the row appears as ``name=value``.
-
-A resumed run replays its evaluations from the checkpoint's step. ``metrics.jsonl`` holds each step once: the
-resume rewrites it (atomically) without the rows of the steps it abandons, so a plain JSON-lines reader
-(``pandas.read_json(path, lines=True)``) reads the run's one history (dormouse.train.metrics.settle_metrics).
-``train.log`` is the record of what happened, for people: it keeps the abandoned eval lines, then the
-``resume`` line, then the replayed ones. The rule that a replayed row replaces the earlier ones from its step
-on is :func:`replay`, used by the run reader (dormouse.run.reader), the A/B run records and every reader of a
-file written before the rewrite.
-
-Both files are appended to; a crash or a full disk mid-write leaves a last line without its newline (a
-*torn* line, :func:`torn_tail`). A resume cuts it before appending and records the cut in ``train.log`` as a
-``repair`` line; ``dormouse logs --check`` reports one it finds in a run not yet resumed.
-"""
+Every registered arm's counter is on the eval line (unselected as 0/0), so a leaking arm shows."""
 
 from __future__ import annotations
 
@@ -67,9 +42,7 @@ class LogLineError(DormouseError, ValueError, exit_code=2):
 # --- numbers ---------------------------------------------------------------------------------------------
 
 def human(n: float) -> str:
-    """3 significant figures with a k/M/G/T/P suffix: 1638400 -> '1.64M', 2.5e15 FLOPs -> '2.5P'; below 1000 an
-    int as itself, a float to 3 figures. The one owner of this rule (the eval line's counts, the A/B status's
-    tokens and FLOPs); :func:`parse_count` is its inverse."""
+    """3 significant figures with a k/M/G/T/P suffix (1638400 -> '1.64M'); :func:`parse_count` inverts it."""
     for div, suffix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(n) >= div:
             return f"{n / div:.3g}{suffix}"
@@ -110,20 +83,20 @@ def _pairs(line: str, head: str) -> list[tuple[str, str]]:
 # it does not know. What stays off the line lives in metrics.jsonl only (:data:`FILE_ONLY`, ``probe/...``).
 
 # `learned=<name>:<value>`: the arm's one-number summary from its learned-value probes (dormouse.arms.probes; each
-# arm names its own); metrics.jsonl keeps "learned" (the value) and "learned_name". A row without one (a run
-# from before the probes) omits it.
+# arm names its own); metrics.jsonl keeps "learned" (the value) and "learned_name";
+# a row may lack it.
 LEARNED = "learned"
 # The training loss the eval line reports is the window's mean cross-entropy in nats per byte, printed
 # beside the eval set's bpb (bits): the line labels it with its unit. metrics.jsonl keeps the key "loss".
 LINE_LABELS = {"loss": "train_loss_nats"}
-_LINE_KEYS = {label: key for key, label in LINE_LABELS.items()}  # and lines written before the label: loss=
+_LINE_KEYS = {label: key for key, label in LINE_LABELS.items()}  # the bare key (loss=) parses too
 # The head of the line, in this order; the bpb@k columns follow bpb, the counters follow arm.
 _HEAD = ("step", "tokens", "loss", "bpb")
 _MIDDLE = ("lr", "tok/s", "depth", "arm")
 _TAIL = (LEARNED, "kernel", "skipped")
 # What the window's schedule asked, from the loop's own depth draws (not from the counters): the training
 # forwards of the window (skipped updates included) and the sum of their depths over every rank. The loop
-# always writes them; lines written before they existed lack them, so they close the line when present.
+# always writes them; a line may lack them, so they close the line when present.
 # `dormouse logs --check` verifies the selected arm's asked = 2 x depth_sum (two sublayers per iteration).
 WINDOW_COLUMNS = ("window_steps", "depth_sum")
 # Row fields kept in metrics.jsonl (and wandb) but not on the line: cost figures and the learned summary's
@@ -133,8 +106,7 @@ PROBE_PREFIX = "probe/"
 
 
 def counter_names(keys: Any) -> list[str]:
-    """The counters among a row's keys: every ``<name>`` with both ``<name>_ran`` and ``<name>_asked``;
-    the registry's arms (:data:`dormouse.config.schema.ARMS`) first in its order, then any other in row order."""
+    """The counters among a row's keys (both ``_ran`` and ``_asked``), registry arms first."""
     keys = list(keys)
     found = [k[: -len("_ran")] for k in keys if k.endswith("_ran") and f"{k[: -len('_ran')]}_asked" in keys]
     return [a for a in ARMS if a in found] + [a for a in found if a not in ARMS]
@@ -151,9 +123,7 @@ def _on_line(key: str, value: Any) -> bool:
 
 
 def eval_fields(row: dict[str, Any]) -> list[str]:
-    """The eval line's fields for ``row``, by name: the known ones in their fixed order (a counter stands for
-    its ``<name>_ran``/``<name>_asked`` pair), then every other scalar field in the row's order, then the
-    window columns. ``dormouse logs`` orders its columns with this function too."""
+    """The eval line's fields for ``row``: known ones in fixed order, other scalars, then window columns."""
     counters = counter_names(row)
     counter_keys = {f"{c}_{part}" for c in counters for part in ("ran", "asked")}
     known = [*_HEAD, *_depth_keys(row), *_MIDDLE, *counters, *_TAIL]
@@ -164,8 +134,7 @@ def eval_fields(row: dict[str, Any]) -> list[str]:
 
 
 def cell(key: str, row: dict[str, Any]) -> str:
-    """One field of ``row`` as the eval line writes it (rounded: 4 decimals of bpb, 3 figures of counts).
-    A counter ``<name>`` is ``ran/asked``; ``learned`` is ``<name>:<value>``."""
+    """One field of ``row`` as the eval line writes it, rounded; a counter as ``ran/asked``."""
     if f"{key}_ran" in row and f"{key}_asked" in row:
         return f"{row[f'{key}_ran']}/{row[f'{key}_asked']}"
     if key == LEARNED:
@@ -179,8 +148,7 @@ def cell(key: str, row: dict[str, Any]) -> str:
 
 
 def format_eval_line(row: dict[str, Any], max_iter: int | None = None) -> str:
-    """Render a metrics row as the eval line, by name (:func:`eval_fields`). ``max_iter`` is not needed:
-    the bpb@k fields are the row's own (the argument is accepted for callers written before)."""
+    """Render a metrics row as the eval line, by name; ``max_iter`` is accepted and unused."""
     return "eval " + " ".join(f"{LINE_LABELS.get(key, key)}={cell(key, row)}" for key in eval_fields(row))
 
 
@@ -215,10 +183,7 @@ def _convert(key: str, value: str, out: dict[str, Any]) -> None:
 
 
 def missing_fields(row: dict[str, Any]) -> list[str]:
-    """The fields an eval cannot be checked without that ``row`` lacks, keyed as metrics.jsonl keys them:
-    step, loss, bpb, arm and the selected arm's counter (named by the arm). A registry arm added after a row
-    was written is absent from it: not required (the row then cannot show that arm leaking, and the checks
-    say nothing about it). The one rule for an eval line (:func:`parse_eval_line`) and a metrics.jsonl row."""
+    """The fields ``row`` lacks that the checks need: step, loss, bpb, arm, the selected arm's counter."""
     missing = [k for k in _REQUIRED if k not in row]
     arm = row.get("arm")
     if arm in ARMS and (f"{arm}_ran" not in row or f"{arm}_asked" not in row):
@@ -227,12 +192,7 @@ def missing_fields(row: dict[str, Any]) -> list[str]:
 
 
 def parse_eval_line(line: str) -> dict[str, Any]:
-    """Parse one eval line into a dict keyed like a metrics.jsonl row.
-
-    ``tokens`` becomes an int (to the 3 significant figures the line keeps), ``tok/s`` a float, counters
-    ``<arm>=<ran>/<asked>`` become ``<arm>_ran`` and ``<arm>_asked``. ``nan``/``inf`` parse as floats (the
-    checks report them). Raises :class:`LogLineError` naming the bad field.
-    """
+    """One eval line as a metrics.jsonl-keyed dict; :class:`LogLineError` names a bad field."""
     out: dict[str, Any] = {}
     for label, value in _pairs(line.strip(), EVAL):
         key = _LINE_KEYS.get(label, label)
@@ -296,8 +256,7 @@ def parse_done_line(line: str) -> dict[str, Any]:
 
 
 def format_repair_line(file: str, torn_bytes: int, dropped_rows: int = 0) -> str:
-    """What a resume repaired in an append-only file before appending to it: the bytes of a torn last line it
-    cut (a write cut short) and, for metrics.jsonl, the rows it dropped (abandoned or superseded steps)."""
+    """What a resume repaired before appending: the torn bytes cut and the rows dropped."""
     return f"{REPAIR} file={file} torn_bytes={torn_bytes} dropped_rows={dropped_rows}"
 
 
@@ -330,8 +289,7 @@ def format_metrics_row(row: dict[str, Any]) -> str:
 
 
 def parse_metrics_row(line: str) -> dict[str, Any]:
-    """One metrics.jsonl row; raises :class:`LogLineError` for a line that is not a row with a step (a write
-    cut short by a kill)."""
+    """One metrics.jsonl row; :class:`LogLineError` for a line without a step."""
     try:
         row = json.loads(line)
         int(row["step"])
@@ -341,9 +299,7 @@ def parse_metrics_row(line: str) -> dict[str, Any]:
 
 
 def torn_tail(path: Path) -> int:
-    """How many bytes of ``path`` follow its last newline: a last line without its newline is a write cut short
-    (a kill, a crash or a full disk mid-append; every writer ends each line with one). 0 when the file ends
-    with a newline, is empty or does not exist."""
+    """Bytes of ``path`` after its last newline (a write cut short); 0 when it ends in one, is empty or absent."""
     try:
         with path.open("rb") as f:
             end = f.seek(0, 2)
@@ -362,17 +318,12 @@ def torn_tail(path: Path) -> int:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The effective rows of a metrics.jsonl: each step once. A resume rewrites the file without the steps it
-    abandons (dormouse.train.metrics.settle_metrics); a file written before that rule holds a replayed step twice, so
-    a row whose step does not advance still supersedes the earlier rows from that step on (:func:`replay`).
-    Unparseable lines (a write cut short) are skipped; ``dormouse logs --check`` reports them. No file: no
-    rows."""
+    """The effective rows of a metrics.jsonl, each step once; unparseable lines skipped."""
     return [row for _, row in read_metrics_lines(path)]
 
 
 def read_metrics_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """:func:`read_metrics`' rows, each with its 1-based line number in the file: where a finding about the
-    row points when no train.log line shows it (dormouse.run.reader)."""
+    """:func:`read_metrics`' rows with their 1-based line numbers."""
     rows: list[tuple[int, dict[str, Any]]] = []
     if not path.is_file():
         return rows
@@ -386,8 +337,7 @@ def read_metrics_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
 
 
 def last_eval_phrase(rows: list[dict[str, Any]]) -> str:
-    """How far a run's evals got, for a message about a run that stopped: ``stopped before its first eval``,
-    or ``last eval at step N (bpb B)``, never ``step None``."""
+    """``stopped before its first eval`` or ``last eval at step N (bpb B)``, for a stopped run."""
     if not rows:
         return "stopped before its first eval"
     last = rows[-1]
@@ -398,7 +348,6 @@ def last_eval_phrase(rows: list[dict[str, Any]]) -> str:
 # --- the replay rule --------------------------------------------------------------------------------------
 
 def replay(rows: list[Row], row: Row, step_of: Callable[[Row], int]) -> list[Row]:
-    """``rows`` with ``row`` appended; a row whose step does not advance is a replay after a resume, and it
-    supersedes every earlier row from its step on."""
+    """``rows`` plus ``row``, which supersedes every earlier row from its step on."""
     step = step_of(row)
     return [*(r for r in rows if step_of(r) < step), row]

@@ -1,23 +1,5 @@
-"""A run directory read into one typed record: what it trained with, its evals, and how it ended.
-
-A run writes each evaluation twice (dormouse.run.loglines): a row in ``metrics.jsonl``, every number whole,
-and an ``eval`` line in ``train.log``, rounded for people. ``metrics.jsonl`` is the record: where a run
-directory has it, the evals read here are its rows (each step once, a replay superseding:
-:func:`dormouse.run.loglines.read_metrics_lines`). ``train.log`` adds what only it holds: the ``done`` line of
-a run that finished, and the line at which a person finds each eval, which findings and ``dormouse logs``
-cite. A ``train.log`` without its ``metrics.jsonl`` (a log copied from a cluster alone, or a log file under
-another name) is read from its eval lines, parsed into the same rows (:func:`dormouse.run.loglines.
-parse_eval_line`).
-
-Reading never raises on bad content: what cannot be read is a :class:`Finding` (a malformed line, an eval
-step going back without a ``resume``, a metrics row short of a field the checks need, an unreadable
-config.yaml, no train.log, a file that is not a log).
-Whether the run is valid is dormouse.run.checks'.
-
-Lines of train.log that start with neither ``eval `` nor ``done `` are ignored, except ``resume``: after a
-resume the log replays evals from the checkpoint's step, so a step going back is expected there and the
-replayed evals supersede the earlier ones.
-"""
+"""A run directory read into one typed record: its config, its evals (metrics.jsonl's rows, or a bare train.log's
+lines) and how it ended. Reading never raises on bad content: what cannot be read is a :class:`Finding`."""
 
 from __future__ import annotations
 
@@ -67,13 +49,8 @@ class Finding:
 
 @dataclass
 class EvalRow:
-    """One evaluation of a run: its row, and where a person reads it.
-
-    ``values`` is the record's row: the metrics.jsonl row (every digit) where the run has that file, else
-    the train.log eval line parsed (typed as metrics.jsonl types it). ``line`` is the train.log line that
-    shows the eval (None when no line does: a row whose line was lost), ``logged`` that line parsed, rounded
-    as the line writes it. ``at`` is where a finding about the eval points: that train.log line, else the
-    row's own line in metrics.jsonl."""
+    """One evaluation: ``values`` its row, ``line`` the train.log line showing it (or None), ``logged`` that line
+    parsed, ``at`` where a finding points."""
 
     values: dict[str, Any]
     line: int | None
@@ -87,8 +64,7 @@ class EvalRow:
 
 @dataclass
 class RunReading:
-    """Everything :func:`read_run` learned about one run, and the findings of reading it (dormouse.run.checks
-    adds the validity checks' findings to the same list)."""
+    """Everything :func:`read_run` learned about one run, and the findings."""
 
     path: Path  # the train.log (which may not exist)
     metrics: Path | None = None  # the record, when it is metrics.jsonl; None: the log's eval lines are
@@ -155,8 +131,7 @@ def _read_config(run: RunReading) -> None:
 
 
 def _read_log_lines(run: RunReading, lines: list[str]) -> list[EvalRow]:
-    """train.log's effective eval lines, parsed; sets the run's ``done`` line. A malformed line and a step
-    going back without a ``resume`` before it are findings, and no eval."""
+    """train.log's effective eval lines, parsed; a malformed line or an unexplained step back is a finding."""
     evals: list[EvalRow] = []
     resumed = False  # a resume line was seen since the last eval: the next step may go back
     for n, line in enumerate(lines, start=1):
@@ -186,9 +161,7 @@ def _read_log_lines(run: RunReading, lines: list[str]) -> list[EvalRow]:
 
 
 def _metrics_rows(run: RunReading, metrics: Path, logged: list[EvalRow]) -> list[EvalRow]:
-    """metrics.jsonl's effective rows, each with the train.log eval line of its step (when one shows it). A row
-    without a field the checks need (:func:`dormouse.run.loglines.missing_fields`) is a finding, and no eval.
-    (A line that is not a JSON row at all is dormouse.run.checks' to report: a torn write.)"""
+    """metrics.jsonl's rows with their train.log lines; a row missing a needed field is a finding."""
     shown = {row.step: row for row in logged}
     evals = []
     for n, values in read_metrics_lines(metrics):
@@ -212,10 +185,7 @@ def _is_not_a_log(path: Path, run: RunReading, lines: list[str], logged: list[Ev
 
 
 def read_run(path: Path | str) -> RunReading:
-    """Read one run: ``path`` is its directory or its train.log. Never raises on bad content.
-
-    The evals are metrics.jsonl's rows where the log is a run directory's train.log and metrics.jsonl is
-    beside it, else the log's eval lines."""
+    """Read one run from its directory or train.log; never raises on bad content."""
     path = Path(path)
     log_path = path if path.is_file() else RunFiles(path).log
     run = RunReading(path=log_path)
@@ -241,12 +211,7 @@ def read_run(path: Path | str) -> RunReading:
 
 
 def find_runs(path: Path | str) -> list[Path]:
-    """The run directories (or train.log files) ``path`` stands for.
-
-    A train.log file or a run directory stands for itself; any other directory (an A/B comparison)
-    for every run below it. A directory with no train.log anywhere is returned as a run, so that
-    reading it reports the missing log rather than silently checking nothing.
-    """
+    """The runs ``path`` stands for; a directory without a train.log is one, so its missing log is reported."""
     path = Path(path)
     if path.is_file() or RunFiles(path).log.is_file() or RunFiles(path).config.is_file():
         return [path]

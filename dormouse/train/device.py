@@ -1,6 +1,5 @@
-"""Where and in what precision a run computes: the device ``train.device`` names, the compute dtype
-``train.dtype`` resolves to on it, and the autocast context that applies it. One owner for the three, read by
-the loop, the preflight and ``dormouse eval``."""
+"""The device ``train.device`` names, the compute dtype ``train.dtype`` resolves to on it, and its autocast
+context: one owner for the loop, the preflight and ``dormouse eval``."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ from dormouse.train.distributed import DistInfo
 
 
 def resolve_device(requested: str, info: DistInfo) -> torch.device:
-    """``auto`` = CUDA when present, else CPU; under torchrun ``cuda`` is this rank's device. A device that
-    does not exist was refused by :func:`dormouse.train.preflight.check_environment`."""
+    """``auto`` is CUDA when present, else CPU; under torchrun ``cuda`` is this rank's device."""
     if requested == "auto":
         requested = "cuda" if torch.cuda.is_available() else "cpu"
     if requested == "cuda" and info.enabled:
@@ -23,14 +21,12 @@ def resolve_device(requested: str, info: DistInfo) -> torch.device:
 
 
 def compute_dtype(requested: str, device: torch.device) -> str:
-    """``train.dtype`` resolved on ``device``: "bf16-autocast" or "fp32" (the string provenance records).
-    "auto" is bf16 autocast on CUDA (its tensor cores) and fp32 on CPU (where bf16 matmuls are slow)."""
+    """``train.dtype`` on ``device``: ``auto`` is bf16-autocast on CUDA, fp32 on CPU (slow bf16 matmuls)."""
     if requested == "auto":
         return "bf16-autocast" if device.type == "cuda" else "fp32"
     return "bf16-autocast" if requested == "bf16" else "fp32"
 
 
 def autocast_context(dtype: str, device: torch.device) -> Any:
-    """A context running the forward in ``dtype`` (:func:`compute_dtype`): bf16 autocast on the device's own
-    type (CPU autocast on CPU), or nothing for fp32."""
+    """bf16 autocast on the device's type for ``dtype`` bf16-autocast, else nothing."""
     return torch.autocast(device.type, dtype=torch.bfloat16) if dtype == "bf16-autocast" else nullcontext()

@@ -1,8 +1,5 @@
-"""torch.distributed under torchrun: process-group set-up and the few collectives the loop needs.
-
-``torchrun --nproc_per_node=N -m dormouse train ...`` sets RANK, WORLD_SIZE and LOCAL_RANK; without them
-this is a single process and every helper here is a no-op. Backend: NCCL on CUDA, gloo on CPU.
-"""
+"""torch.distributed under torchrun (RANK, WORLD_SIZE, LOCAL_RANK; without them every helper is a no-op):
+process-group set-up, NCCL on CUDA and gloo on CPU, and the few collectives the loop needs."""
 
 from __future__ import annotations
 

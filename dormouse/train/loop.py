@@ -1,20 +1,7 @@
-"""The training loop: short and explicit, in the spirit of nanoGPT.
-
-``train(cfg)`` does, in order: validate the data, build the model, prepare the run directory (or resume
-it), then for each step: draw the depth and the batch (both pure functions of (seed, step), so a resumed
-run and every arm of a comparison replay them), forward, mean cross-entropy over the readouts, backward,
-clip, AdamW with warmup + cosine; every ``train.eval_every`` steps and at the end, evaluate the fixed eval
-set at every depth and build that eval's metrics row once (:func:`_metrics_row`); the run's
-:class:`dormouse.train.metrics.Metrics` hands it to its sinks (the eval line on the terminal and in ``train.log``,
-the ``metrics.jsonl`` row, wandb).
-
-The loop reads in one place (:func:`_loop`): :func:`train_step` does one step; the last step evaluates,
-checkpoints and writes ``done``; a signal checkpoints and stops. Everything that changes from step to step
-is one :class:`dormouse.train.state.LoopState`, saved whole under one key of the checkpoint beside the model
-and optimizer, so a resumed run is bit-identical on CPU; the metrics history is read back from
-``metrics.jsonl``, not carried in checkpoints. The lines written to ``train.log`` are formatted by
-:mod:`dormouse.run.loglines`, the files' names come from :mod:`dormouse.run.files`.
-"""
+"""The training loop, short and explicit in the spirit of nanoGPT: per step, depth and batch from (seed, step),
+forward, mean cross-entropy over the readouts, backward, clip, AdamW with warmup + cosine; on the eval cadence
+the fixed eval set at every depth, one row to the :class:`~dormouse.train.metrics.Metrics` sinks. All per-step
+state is one :class:`~dormouse.train.state.LoopState` in the checkpoint, so a CPU resume is bit-identical."""
 
 from __future__ import annotations
 
@@ -149,8 +136,7 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SI
 
 
 class _SignalFlag:
-    """SIGINT/SIGTERM/SIGUSR2 set a flag; the loop finishes its step, checkpoints and exits 128 + the
-    signal's number (130, 143, 140)."""
+    """SIGINT/SIGTERM/SIGUSR2 set a flag; the loop checkpoints after the step and exits 128 + signal."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
@@ -179,8 +165,7 @@ def _in_main_thread() -> bool:
 
 
 class _Progress:
-    """A rich progress bar on a terminal (step, loss, tok/s, ETA); off a terminal a plain line now and then
-    (:mod:`dormouse.train.progress_line`); nothing with ``logging.progress=off``."""
+    """A rich bar on a terminal, a plain line now and then off one, nothing with ``logging.progress=off``."""
 
     def __init__(self, mode: str, total: int, start: int, enabled: bool) -> None:
         self.bar = None
@@ -211,9 +196,7 @@ class _Progress:
 
 
 def _wandb_run(cfg: DictConfig, files: RunFiles, resumed: bool) -> WandbSink | None:
-    """The wandb run's sink (or None when off); wandb's files go under ``WANDB_DIR`` when the user set it
-    (:func:`dormouse.train.metrics.wandb_dir`). Its id is kept in the run directory: a resumed run continues
-    the same wandb run (``resume="allow"``) instead of starting a new one; a fresh start gets a fresh id."""
+    """The wandb sink (or None); its id is kept in the run directory so a resume continues the wandb run."""
     mode = str(cfg.logging.wandb)
     if mode == "disabled":
         return None
@@ -234,8 +217,7 @@ def _wandb_run(cfg: DictConfig, files: RunFiles, resumed: bool) -> WandbSink | N
 
 
 def _run_config(cfg: DictConfig, run_name: str) -> DictConfig:
-    """The config the run trains with and records, made once: interpolations resolved, ``run.name`` filled
-    in, closed (struct mode)."""
+    """The config the run trains with and records: resolved, ``run.name`` filled in, struct mode."""
     container = OmegaConf.to_container(cfg, resolve=True)
     container["run"]["name"] = run_name
     out = OmegaConf.create(container)
@@ -244,8 +226,7 @@ def _run_config(cfg: DictConfig, run_name: str) -> DictConfig:
 
 
 def _report_kernel(cfg: DictConfig, kernel: KernelChoice, info: DistInfo) -> str:
-    """The read path the preflight decided (:func:`dormouse.train.preflight.check_environment`, the one
-    decision), its reason said when ``auto`` chose it (never a silent fallback)."""
+    """The read path the preflight decided, with the reason when ``auto`` chose it."""
     if str(cfg.model.kernel) == "auto" and kernel.path != "none" and info.is_main:
         print(f"kernel: model.kernel=auto -> {kernel.path} ({kernel.why})", flush=True)
     return kernel.path
@@ -378,8 +359,7 @@ def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: st
 
 
 def _resume_point(run: _Run) -> tuple[dict[str, Any] | None, Path | None]:
-    """The checkpoint to resume from, if any. Rank 0 decides; every rank refuses together or resumes from
-    the same checkpoint."""
+    """The checkpoint to resume from, if any; rank 0 decides for every rank."""
     state, source, refusal = None, None, None
     if run.info.is_main:
         try:
@@ -398,12 +378,8 @@ def _resume_point(run: _Run) -> tuple[dict[str, Any] | None, Path | None]:
 
 
 def _open_run_dir(run: _Run, loop: LoopState, resumed_from: Path | None) -> None:
-    """Rank 0: write config.yaml and provenance.json, start (or continue) train.log, announce the run.
-
-    A resume first settles the append-only files (dormouse.train.metrics, issue 31): a torn last line of train.log
-    or metrics.jsonl (a crash or a full disk mid-write) is cut, and metrics.jsonl is rewritten atomically
-    without the rows of the steps the resume abandons, so the first new row starts a line of its own and the
-    file holds each step once; train.log records each repair as a ``repair`` line after the ``resume`` line."""
+    """Rank 0: write config.yaml and provenance.json, start or continue train.log; a resume first settles the
+    append-only files, logging each ``repair``."""
     files, cfg = run.files, run.cfg
     try:
         files.dir.mkdir(parents=True, exist_ok=True)
@@ -441,9 +417,7 @@ def _open_run_dir(run: _Run, loop: LoopState, resumed_from: Path | None) -> None
 
 
 def _history(run: _Run, step: int, source: Path | None) -> list[dict[str, Any]]:
-    """The metrics rows up to ``step`` of a run resumed from ``source``: its own metrics.jsonl, or, resumed
-    into a new directory, that of the run the checkpoint belongs to (``<run>/checkpoints/step_N.pt``).
-    Rows past ``step`` belong to the future the resume abandons (dormouse.run.loglines.replay)."""
+    """The metrics rows up to ``step`` of the run the resumed checkpoint belongs to."""
     path = run.files.metrics
     owner = RunFiles.of_checkpoint(source) if source is not None else None
     if not path.exists() and owner is not None:
@@ -452,9 +426,7 @@ def _history(run: _Run, step: int, source: Path | None) -> list[dict[str, Any]]:
 
 
 def _loop(run: _Run, loop: LoopState, stop_at_step: int | None) -> TrainResult:
-    """Step until ``train.steps``: eval every ``train.eval_every`` steps, checkpoint every
-    ``train.ckpt_every``; the last step always evaluates and checkpoints, then the run says ``done``. A
-    signal (or ``stop_at_step``) checkpoints and stops instead."""
+    """Step until ``train.steps``, evaluating and checkpointing on cadence and at the end; a signal stops it."""
     t, info = run.cfg.train, run.info
     losses: list[float] = []
     run.start_time = time.time()
@@ -499,13 +471,7 @@ def _loop(run: _Run, loop: LoopState, stop_at_step: int | None) -> TrainResult:
 
 
 def train_step(run: _Run, loop: LoopState) -> float:
-    """One training step; returns this rank's loss.
-
-    The depth and the batch are pure functions of (seed, step), so a resumed run and every arm of a
-    comparison replay them. Forward and backward over ``train.grad_accum`` micro-batches
-    (:func:`accumulate_gradients`), clip, AdamW at the step's learning rate. A non-finite loss or gradient
-    norm stops the run (``train.nonfinite=stop``) or skips the update and counts it (``skip``).
-    """
+    """One training step; returns this rank's loss. A non-finite loss stops or skips (``train.nonfinite``)."""
     cfg, t, info = run.cfg, run.cfg.train, run.info
     t0 = time.perf_counter()
     depth = depth_for_step(int(t.seed), loop.step, run.model.max_iter, bool(cfg.model.random_depth))
@@ -544,15 +510,8 @@ def train_step(run: _Run, loop: LoopState) -> float:
 
 def accumulate_gradients(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, depth: int, readouts: str,
                          accum: int, autocast: Any, nonfinite: Any = None) -> float:
-    """Forward and backward ``x, y`` as ``accum`` equal micro-batches, each loss scaled by ``1/accum``;
-    returns the batch's loss (a non-finite micro-batch's loss as soon as one is: no further backward).
-
-    The batch's loss is the mean over its rows of the per-row mean cross-entropy (:func:`readout_loss`), so
-    with equal micro-batches L = (1/accum) * sum_i L_i and, by linearity of the gradient,
-    grad L = sum_i grad(L_i / accum): the summed gradients are the full batch's, up to float32 rounding
-    (tests/train/test_trainer_knobs.py). ``nonfinite(v)`` says whether a micro-batch's loss ``v`` stops the step
-    (a collective under torchrun: every rank answers together); under DDP the gradients are all-reduced
-    once, on the last micro-batch (``no_sync`` before it)."""
+    """Forward and backward ``x, y`` as ``accum`` micro-batches, each loss scaled by ``1/accum`` so the summed gradients
+    are the full batch's; returns the loss. DDP all-reduces once, on the last micro-batch."""
     is_bad = nonfinite or (lambda v: not math.isfinite(v))
     total = 0.0
     for i, (xb, yb) in enumerate(zip(x.chunk(accum), y.chunk(accum), strict=True)):
@@ -570,8 +529,7 @@ def accumulate_gradients(model: torch.nn.Module, x: torch.Tensor, y: torch.Tenso
 
 
 def eval_and_log(run: _Run, loop: LoopState) -> None:
-    """Close the eval window: evaluate the fixed eval set at every depth, build the metrics row once and hand
-    it to the run's sinks (rank 0: terminal, train.log, metrics.jsonl, wandb), and open a new window."""
+    """Close the eval window: evaluate at every depth, hand the row to the sinks, open a new window."""
     totals = loop.window.summed(run.model.counters, run.info, run.device)
     bad_eval = False
     if run.info.is_main:
@@ -609,8 +567,7 @@ def _metrics_row(run: _Run, loop: LoopState, totals: WindowTotals) -> dict[str, 
 
 
 def _checkpoint_state(run: _Run, loop: LoopState) -> dict[str, Any] | None:
-    """Model, optimizer, loop state and config (a collective: every rank calls it at the same steps; rank 0
-    gets the state, the others None)."""
+    """Model, optimizer, loop state and config; a collective (rank 0 gets it, others None)."""
     totals = loop.window.summed(run.model.counters, run.info, run.device)
     if not run.info.is_main:
         return None
@@ -628,12 +585,8 @@ def write_checkpoint(run: _Run, loop: LoopState) -> Path | None:
 
 
 def write_best_checkpoint(run: _Run, loop: LoopState) -> None:
-    """``train.keep_best``: right after an eval, write ``checkpoints/best.pt`` (atomically) when that eval's
-    bpb is lower than every earlier eval's of the run (its history included, after a resume); a tie keeps
-    the earlier one. A collective, like :func:`write_checkpoint`.
-
-    For reading and sampling only: an A/B verdict reads each pair's *final* eval, never the best (choosing
-    the best of several looks on the eval set would bias every arm toward its luckiest eval)."""
+    """``train.keep_best``: write ``checkpoints/best.pt`` when this eval beats every earlier one; for reading only, as
+    a verdict reads final evals (a best-of-many look is biased)."""
     state = _checkpoint_state(run, loop)
     if state is None:
         return

@@ -1,27 +1,7 @@
-"""The metrics component: an eval's row is built once and handed, whole, to each of its sinks.
-
-A row is one ``dict`` keyed by field name (the metrics.jsonl row: ``step``, ``bpb``, ``bpb@k``, the
-counters ``<arm>_ran``/``<arm>_asked``, the arm's ``probe/...`` fields, ...; dormouse.train.loop builds it). The
-:class:`Metrics` component keeps the run's rows and writes each new one to every sink, in torchtitan's
-shape (one logger, several backends):
-
-* :class:`TerminalSink`: the eval line on the terminal (above the progress bar when there is one);
-* :class:`TrainLogSink`: the same line appended to ``train.log``;
-* :class:`JsonlSink`: the row, every digit, appended to ``metrics.jsonl``;
-* :class:`WandbSink`: the row's numbers (and the probes as named scalars) to a wandb run; between evals each
-  step's training loss (``train/loss``), and at the run's end its plots as images, so a wandb user finds the
-  loss curve and the pictures where they look for them.
-
-No sink knows a field's position: the line is rendered by name (:func:`dormouse.run.loglines.format_eval_line`),
-metrics.jsonl and wandb are keyed by name, and ``dormouse logs`` selects its columns by name, so a field
-added to the row appears under its own name everywhere and moves nothing else
-(tests/train/test_metrics_sinks.py).
-
-``train.log`` and ``metrics.jsonl`` are append-only, and a crash or a full disk can cut an append short. A
-resume settles both before it appends (:func:`cut_torn_tail`, :func:`settle_metrics`): the torn last line is
-cut, and metrics.jsonl is rewritten atomically to hold each step up to the resume's once, so the first new
-row never lands on a partial line and a plain JSON-lines reader gets each step once.
-"""
+"""The metrics component: an eval's row (a dict keyed by field name, the metrics.jsonl row) is built once and
+handed whole to each sink, in torchtitan's shape: the terminal, ``train.log``, ``metrics.jsonl`` and wandb.
+Sinks render fields by name, so a new field shows everywhere and moves nothing. A resume settles the
+append-only files first (:func:`cut_torn_tail`, :func:`settle_metrics`)."""
 
 from __future__ import annotations
 
@@ -46,8 +26,7 @@ Row = dict[str, Any]
 
 
 class Sink(Protocol):
-    """Where an eval's row goes. ``write`` gets every row in step order; ``train_loss`` each step's training
-    loss between them; ``images`` the run's plots once, at its end; ``close`` ends a finished run."""
+    """Where an eval's row goes: ``write`` rows in step order, ``train_loss`` per step, ``images`` at the end."""
 
     def write(self, row: Row) -> None: ...
 
@@ -59,8 +38,7 @@ class Sink(Protocol):
 
 
 class RowSink:
-    """A sink of eval rows only: the per-step loss, the plots and the end are not its business (the files
-    and the terminal keep one line per eval; the plots are files already)."""
+    """A sink of eval rows only (the files and the terminal keep one line per eval)."""
 
     def train_loss(self, step: int, loss: float) -> None:
         pass
@@ -105,8 +83,7 @@ class JsonlSink(RowSink):
 
 
 def wandb_scalars(row: Row) -> dict[str, float]:
-    """What wandb gets of a row: every number under its row name, and the probe lists as named scalars
-    (``probe/alpha/attn1``, ...: dormouse.arms.probes.probe_scalars). Strings and lists stay in metrics.jsonl."""
+    """A row's numbers for wandb, the probe lists as named scalars; strings and lists stay in metrics.jsonl."""
     numbers = {k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     return {**numbers, **probe_scalars(row)}
 
@@ -115,18 +92,13 @@ TRAIN_LOSS = "train/loss"  # wandb's key of the per-step training loss (the rows
 
 
 def wandb_dir(run_dir: Path) -> str:
-    """Where wandb writes its files: ``WANDB_DIR`` when the user set it (wandb's own setting, which a wandb
-    user keeps off a small home or a synced disk), else the run directory."""
+    """Where wandb writes: ``WANDB_DIR`` when set, else the run directory."""
     return os.environ.get("WANDB_DIR") or str(run_dir)
 
 
 @dataclass
 class WandbSink:
-    """The row's numbers logged to a wandb run at the row's step, each step's training loss between them
-    (``train/loss``), the run's plots as ``wandb.Image`` (``plots/<file stem>``); ``close`` finishes the run.
-
-    Every step's loss rather than every N: one small dict per step is nothing beside a step's compute, and
-    a wandb user smooths the curve in the UI rather than choosing N in advance."""
+    """The row's numbers to wandb at its step, each step's ``train/loss`` between, and the plots at the end."""
 
     run: Any  # a wandb Run (or anything with ``log(dict, step=)`` and ``finish()``)
     image: Callable[[str], Any] | None = None  # wandb.Image (the caller's wandb); None: no plots logged
@@ -147,9 +119,7 @@ class WandbSink:
 
 @dataclass
 class Metrics:
-    """The run's rows (``rows``: the history up to a resume's step, then each eval's) and their sinks.
-
-    A process that writes nothing (a rank other than 0) has no sinks; its rows stay empty."""
+    """The run's rows (the history up to a resume's step, then each eval's) and their sinks; none on ranks > 0."""
 
     sinks: list[Sink] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)
@@ -183,12 +153,7 @@ class Metrics:
 
 
 def cut_torn_tail(path: Path) -> int:
-    """Cut a torn last line off an append-only file (:func:`dormouse.run.loglines.torn_tail`: the bytes after its
-    last newline) and return how many bytes went; 0 when it ends with a newline or does not exist.
-
-    Why: the next append would otherwise extend the partial line, and the first new line would be lost to
-    every line reader. ``truncate`` is one system call (the file is its whole lines before and after), and the
-    file is fsynced so the cut reaches the disk before anything is appended."""
+    """Cut (and fsync) a torn last line off an append-only file, so the next append starts a line."""
     torn = torn_tail(path)
     if torn:
         with path.open("r+b") as f:
@@ -200,8 +165,7 @@ def cut_torn_tail(path: Path) -> int:
 
 @dataclass
 class Settled:
-    """What :func:`settle_metrics` found: the rows up to the resume's step (each step once), the bytes of a
-    torn last line and the rows it dropped (steps past the resume's, superseded replays, unparseable lines)."""
+    """What :func:`settle_metrics` found: the rows kept, the torn bytes and the rows dropped."""
 
     rows: list[Row] = field(default_factory=list)
     torn_bytes: int = 0
@@ -213,14 +177,8 @@ class Settled:
 
 
 def settle_metrics(path: Path, step: int, *, write: bool = True) -> Settled:
-    """metrics.jsonl made the history of a run resumed at ``step``: each step up to ``step`` once, in order.
-
-    The rule (docs/model.md, "resume"): a resume replays the evaluations after its checkpoint's step, so the
-    rows of later steps belong to a future the resume abandons, and go; a row whose step does not advance
-    supersedes the earlier ones from its step on (:func:`dormouse.run.loglines.replay`: a file written before this
-    rule); a torn last line and any line that is not a row are dropped. When anything goes, the file is
-    rewritten atomically (the old file or the new, never half of one), keeping each kept row's line as it
-    was written; ``write=False`` only reports (``dormouse logs``)."""
+    """Rewrite metrics.jsonl atomically as a run resumed at ``step``: each step up to it once, later and torn lines
+    dropped (docs/model.md, "resume"); ``write=False`` only reports."""
     if not path.is_file():
         return Settled()
     data = path.read_bytes()

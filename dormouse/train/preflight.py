@@ -1,27 +1,7 @@
-"""``dormouse validate``: a dry run of everything ``dormouse train`` would refuse before step 0.
-
-The config's values are checked by :func:`dormouse.config.schema.validate` (pure: composing a config touches
-no file and no device). This module checks the rest, what the machine decides, with the *same* functions
-``train`` calls, so the two can never disagree:
-
-* the environment, :func:`check_environment`: the files the config names exist (``data.path``, a
-  ``train.resume`` checkpoint), CUDA is there for ``train.device=cuda[:N]``, and the selected arm's kernel
-  runs on the device. That last is the one decision of the read path (the arm's ``choose_kernel``): ``train``
-  runs what it decided and decides nothing again;
-* the data source: :func:`dormouse.data.load_corpus` (the file or folder exists and is readable, the
-  corpus holds one ``seq_len + 1`` window in each split, a Hugging Face dataset is reachable or cached);
-* the run directory: :func:`dormouse.train.start.prepare_run_dir` in dry-run mode (an existing run without
-  ``train.resume``/``train.overwrite``, a resume whose checkpoint is unreadable or whose config differs),
-  and that the directory can be created and is not in use by another ``train`` (its lock);
-* what :func:`start_refusals` refuses, which ``train`` also calls before it creates anything:
-  ``logging.wandb=online`` without credentials, and a training step that cannot fit in the device's memory
-  (:func:`dormouse.train.step_notice.memory_refusal`).
-
-:func:`config_warnings` are what runs but is probably not what was meant (``train.warmup >= train.steps``):
-``train`` and ``validate`` print them and go on.
-
-Nothing is created, removed or trained. Each problem is one line; each passing check says what it found.
-"""
+"""``dormouse validate``: a dry run of everything ``dormouse train`` would refuse before step 0, using the same
+functions ``train`` calls so the two cannot disagree: :func:`check_environment` (files, CUDA, the arm's
+kernel), the data (:func:`dormouse.data.load_corpus`), the run directory in dry-run mode and its lock, and
+:func:`start_refusals`. :func:`config_warnings` flag what runs but is probably unmeant. Nothing is created."""
 
 from __future__ import annotations
 
@@ -62,18 +42,14 @@ class KernelChoice:
 
 @dataclass
 class Environment:
-    """What the machine says about a config whose values are valid: the refusals, one line each, and, when
-    there is none, the read path decided for the run's device."""
+    """The machine's refusals of a valid config, and the read path decided when there are none."""
 
     problems: list[str] = field(default_factory=list)
     kernel: KernelChoice | None = None
 
 
 def check_environment(cfg: DictConfig, device: torch.device) -> Environment:
-    """The machine's checks of a valid config, for a run on ``device`` (:func:`resolve_device`'s): the files it
-    names exist, CUDA is there when asked for, and the selected arm's kernel, decided here, once, when the rest
-    passed (``train`` runs the path decided; nothing decides it again). ``validate`` and ``train`` both call
-    it before they create anything; composing and validating the config never reach it."""
+    """The machine's checks on ``device``: named files, CUDA, and the arm's kernel (decided here, once)."""
     problems = _missing_files(cfg) + _missing_cuda(str(cfg.train.device))
     if problems:
         return Environment(problems)
@@ -86,8 +62,7 @@ def environment_problems(cfg: DictConfig) -> list[str]:
 
 
 def _missing_files(cfg: DictConfig) -> list[str]:
-    """The files the config names that must exist before anything starts: the data, a resume's checkpoint
-    (what they hold, dormouse.data.load_corpus and prepare_run_dir say)."""
+    """The files the config names that must exist: the data and a resume's checkpoint."""
     d, t = cfg.data, cfg.train
     lines = []
     if d.path is not None and not Path(os.path.expanduser(str(d.path))).exists():
@@ -111,8 +86,7 @@ def _missing_cuda(device: str) -> list[str]:
 
 
 def _decide_kernel(cfg: DictConfig, device: torch.device) -> Environment:
-    """The selected arm's read path on ``device`` (the decision is the arm's: ResidualArm.choose_kernel), or
-    the refusal of a ``model.kernel`` it cannot honour there."""
+    """The selected arm's read path on ``device`` (``choose_kernel``), or the refusal of ``model.kernel``."""
     m = cfg.model
     arm = arm_class(arm_name(cfg))
     shown = device.type if str(cfg.train.device) == "auto" else str(cfg.train.device)
@@ -166,9 +140,7 @@ WANDB_REFUSAL = ("logging.wandb=online needs credentials (WANDB_API_KEY or `wand
 
 
 def start_refusals(cfg: DictConfig, device: torch.device, world_size: int = 1) -> list[str]:
-    """What ``train`` refuses before it creates anything, beyond the config's own fields (load_config), the
-    data and the run directory (prepare_run_dir): the same function ``validate`` calls, so whatever
-    ``validate`` refuses ``train`` refuses too, before the run directory exists (issue 31, item 10)."""
+    """What ``train`` refuses before creating anything (wandb credentials, memory); ``validate`` shares it."""
     out = []
     if str(cfg.logging.wandb) == "online" and not _wandb_credentials():
         out.append(WANDB_REFUSAL)

@@ -1,15 +1,9 @@
-"""The plain progress line: what a run whose output is not a terminal prints now and then.
-
-On a terminal the loop draws a progress bar (rich); in a file or a pipe (``> run.log``, a cluster job's
-log, ``nohup``) a bar is either garbage or nothing, and the only lines are the evals', which on a busy
-machine can be many minutes apart. So off a terminal, a plain line every :data:`EVERY_S` seconds says the
-run is alive, where it is and when it should end::
+"""The plain progress line a run prints every :data:`EVERY_S` seconds when its output is not a terminal (where
+no bar can be drawn and evals may be minutes apart)::
 
     progress step 120/2000 (6%)  loss 2.345  1,234 tok/s  elapsed 30s  eta 7m50s
 
-Time-based, not every N steps: a step takes milliseconds on a GPU and seconds on a busy CPU, and a line
-every 30 s reads the same on both (a few lines per eval interval, never a flood).
-"""
+Time-based, not every N steps, so it reads the same on a fast GPU and a busy CPU."""
 
 from __future__ import annotations
 
@@ -31,8 +25,7 @@ def duration(seconds: float) -> str:
 
 
 def progress_line(step: int, total: int, loss: float, tok_s: float, elapsed_s: float, steps_done: int) -> str:
-    """The line at ``step`` of ``total``, ``steps_done`` steps and ``elapsed_s`` seconds into this process's
-    run (a resumed run's ETA is paced by its own steps, not the checkpoint's)."""
+    """The line at ``step`` of ``total``; the ETA is paced by this process's own steps."""
     eta = (total - step) * elapsed_s / steps_done if steps_done > 0 else float("nan")
     return (f"progress step {step}/{total} ({100 * step // max(total, 1)}%)  loss {loss:.3f}  {tok_s:,.0f} tok/s  "
             f"elapsed {duration(elapsed_s)}  eta {duration(eta) if eta == eta else '?'}")

@@ -1,13 +1,6 @@
-"""The learning-rate schedule, and the rule that keeps a resumed run on one schedule.
-
-``lr_at`` is the schedule of the whole run: linear warmup to ``train.lr`` over ``train.warmup`` steps, then a
-cosine from ``train.lr`` to ``train.lr * train.min_lr_ratio`` at step ``train.steps``. It depends on four
-keys (:data:`SCHEDULE_KEYS`). A resume that changes one of them is allowed only when the steps already
-taken had exactly the learning rates the new schedule gives them (for example, a longer run resumed while
-still in warmup): then the resumed run follows the new schedule at every step. Anything else would bend the
-schedule mid-run, so the run would follow neither the old schedule nor the new one:
-:func:`schedule_change_problem` says so, naming the key and the way out.
-"""
+"""The learning-rate schedule: linear warmup to ``train.lr`` over ``train.warmup`` steps, then cosine to
+``lr * min_lr_ratio`` at ``train.steps``. A resume may change a :data:`SCHEDULE_KEYS` key only if every step
+taken keeps its learning rate (:func:`schedule_change_problem`), else the run would follow neither schedule."""
 
 from __future__ import annotations
 
@@ -27,8 +20,7 @@ def lr_at(step: int, cfg: Any) -> float:
 
 
 def schedule_change_problem(old: Any, new: Any, steps_done: int) -> str | None:
-    """Why resuming a run that took ``steps_done`` steps under config ``old`` with config ``new`` would leave
-    it on no single schedule, or None when every step taken had the new schedule's learning rate."""
+    """Why resuming with ``new`` after ``steps_done`` steps of ``old`` leaves no single schedule, or None."""
     changed = [k for k in SCHEDULE_KEYS if _get(old, k) != _get(new, k)]
     if not changed:
         return None

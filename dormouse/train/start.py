@@ -1,18 +1,8 @@
 """The run directory: what a run records about itself (provenance) and whether it may start or resume.
 
-``runs/<run.name>/`` holds one run. Starting over a directory that already holds a run is refused unless
-``train.resume`` or ``train.overwrite`` says what to do with it, and a resume whose config differs from the
-checkpoint's in anything but the eval/checkpoint cadence and logging is refused with every differing key and
-both values named; a change
-of the learning-rate schedule (train.steps, warmup, lr, min_lr_ratio) is allowed only when every step already
-taken keeps its learning rate. A resume's default config is the run's saved one (nanoGPT's
-``init_from='resume'``; :func:`resume_config`): ``dormouse train run.name=X train.resume=auto`` continues X as it
-was, and only the keys given on the command line differ from it.
-
-One process at a time writes a run: ``dormouse train`` holds ``<run>/run.lock`` (:func:`hold_run`, the
-holder lock of :mod:`dormouse.run.lock`, the same a comparison has) from before it decides to start, resume or
-replace the run until it exits, so a second ``train`` on the same ``run.name`` is refused before it touches a
-file, whatever ``train.overwrite`` says.
+Starting over an existing run needs ``train.resume`` or ``train.overwrite``; a resume's default config is the
+run's saved one (nanoGPT's ``init_from='resume'``), and one that changes what the run computes is refused
+naming each key with both values. ``<run>/run.lock`` (:func:`hold_run`) makes one process at a time write a run.
 """
 
 from __future__ import annotations
@@ -49,7 +39,7 @@ from dormouse.train.state import checkpoint_step
 
 # Keys that may differ between a checkpoint's config and a resuming run's: the eval/checkpoint cadence and
 # logging, and how a step's batch is split into micro-batches (train.grad_accum: the same step up to float32
-# rounding, e.g. resumed on a smaller GPU; a checkpoint from before the key has none). The schedule's keys
+# rounding, e.g. resumed on a smaller GPU; a checkpoint's config may lack the key). The schedule's keys
 # (dormouse.train.schedule.SCHEDULE_KEYS: train.steps among them) may change only when
 # the steps already taken keep their learning rates (schedule_change_problem).
 RESUMABLE_CHANGES = ("train.eval_every", "train.ckpt_every", "train.keep_ckpts", "train.keep_best",
@@ -62,9 +52,7 @@ RUN_IN_USE_ADVICE = ("wait for it to finish, or stop it (Ctrl-C checkpoints it; 
 
 
 def default_run_name(cfg: DictConfig, started: str | None = None) -> str:
-    """``<stem>-<start time>``, for a run started without ``run.name``; the stem is the arm's to give
-    (``ResidualArm.run_name_stem``: Block AttnRes says its block size, ``attnres_block2-…``). ``started``
-    stands in for the time (``dormouse validate`` shows ``<start time>``)."""
+    """``<stem>-<start time>`` for a run without ``run.name``; the stem is the arm's."""
     stem = arm_class(arm_name(cfg)).run_name_stem(cfg.model)
     return f"{stem}-{started or datetime.now().strftime('%Y%m%d-%H%M%S-%f')}"
 
@@ -79,8 +67,7 @@ def run_lock(files: RunFiles) -> HolderLock:
 
 
 def run_in_use(files: RunFiles) -> str | None:
-    """The refusal a ``train`` on this run would meet now (another live process holds its lock), else None;
-    read-only, for ``dormouse validate``."""
+    """The refusal a ``train`` on this run would meet now (its lock held), else None; read-only."""
     if not is_locked(files.lock):
         return None
     return str(LockHeld(files.lock, f"run {files.dir}", read_holder(files.lock) or {}, RUN_IN_USE_ADVICE))
@@ -88,14 +75,8 @@ def run_in_use(files: RunFiles) -> str | None:
 
 @contextmanager
 def hold_run(cfg: DictConfig, info: DistInfo) -> Iterator[None]:
-    """Rank 0 holds the run's lock for the whole run; a refusal is every rank's (no rank waits for a rank
-    that left). A stale lock (its holder died) is taken over, and the takeover is said on stderr.
-
-    A start that ends before the run holds a record of itself (:func:`has_record`: a metrics row or a
-    checkpoint) leaves nothing that blocks the same command: in a directory that held no run when this call
-    began, what this process created there is removed again (the whole directory when it created it). So a
-    refused start, a full disk at the first writes (config.yaml, provenance.json, train.log) or a crash before
-    the first eval leaves no half-made run for ``train`` to refuse next time (issue 31, item 8)."""
+    """Rank 0 holds the run's lock for the whole run (taking over a stale one); a start that ends before the run has a
+    record (:func:`has_record`) removes what it created."""
     files = RunFiles(Path(str(cfg.run.dir)) / str(cfg.run.name))
     lock, refusal, failure = None, None, None
     created, fresh, before = False, False, set()
@@ -140,16 +121,14 @@ def hold_run(cfg: DictConfig, info: DistInfo) -> Iterator[None]:
 
 
 def has_record(files: RunFiles) -> bool:
-    """Whether a run directory holds a record of a run worth keeping: a complete metrics row or a checkpoint.
-    Before either, a start that failed can be rerun from scratch and loses nothing (:func:`hold_run`)."""
+    """Whether a run directory holds a complete metrics row or a checkpoint (else a rerun loses nothing)."""
     from dormouse.run.loglines import read_metrics
 
     return bool(list_checkpoints(files.checkpoints)) or bool(read_metrics(files.metrics))
 
 
 def _remove_new_entries(files: RunFiles, before: set[str]) -> None:
-    """Remove what a failed start created in its run directory (every entry not in ``before``), keeping the
-    lock this process holds; what was there before it began stays."""
+    """Remove what a failed start created in its run directory, keeping this process's lock."""
     for entry in list(files.dir.iterdir()):  # listed first: a folder read while entries go may skip some
         if entry == files.lock or entry.name in before:
             continue
@@ -160,13 +139,8 @@ def _remove_new_entries(files: RunFiles, before: set[str]) -> None:
 
 
 def write_failure(exc: OSError, cfg: DictConfig) -> TrainError:
-    """The one line for a run that stopped because a write failed (most often a full disk), true about what
-    is left: read from the disk after :func:`hold_run` removed a start that had no record yet.
-
-    * nothing of the run is left: it had not started, so the same command starts it again;
-    * a checkpoint is left: it is intact (every checkpoint is written atomically, dormouse.run.checkpoint), and
-      the resume command continues from it (a torn last line of train.log or metrics.jsonl is cut then);
-    * a record but no checkpoint: nothing to resume from; train.overwrite=true starts it again."""
+    """The one line for a run stopped by a failed write, true to what is left: nothing (rerun), a checkpoint
+    (resume) or a record without one (overwrite)."""
     files = RunFiles(Path(str(cfg.run.dir)) / str(cfg.run.name))
     where = f"cannot write {exc.filename}" if exc.filename else f"a write to {files.dir} failed"
     fix = "free disk space" if exc.errno in DISK_FULL else "make the run directory writable"
@@ -211,11 +185,8 @@ KERNEL_ISA_FLAGS = ("fma", "avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vn
 
 
 def cpu_description() -> dict[str, Any]:
-    """The CPU a run computed on, as far as it decides its rounding: the model name, torch's own dispatch level
-    (``torch.backends.cpu.get_cpu_capability()``: DEFAULT, AVX2, AVX512, ...) and which of
-    :data:`KERNEL_ISA_FLAGS` the CPU has. A CPU run is bit-identical on a machine with the same description
-    (and thread count); a re-run on another is only close, and this is how to tell which (a resumed published
-    pair re-run on another CPU differed by 3e-6 bpb, an uninterrupted one by 3e-4)."""
+    """The CPU as far as it decides rounding (model, torch dispatch level, :data:`KERNEL_ISA_FLAGS`): runs are
+    bit-identical only on the same description and thread count."""
     model, flags = platform.processor() or platform.machine(), set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -276,8 +247,8 @@ def config_differences(old: DictConfig, new: DictConfig) -> list[str]:
     """Dotted keys whose values differ, ignoring those a resume may change (budget, logging)."""
     from dormouse.config.schema import schema
 
-    # A key the checkpoint's config lacks was added to the schema after it was written: it ran with what is
-    # now that key's default (e.g. train.grad_accum=1), so it differs only if the new value is not the default.
+    # A key the checkpoint's config lacks ran with that key's schema default (e.g. train.grad_accum=1), so it
+    # differs only if the new value is not the default.
     defaults = _flat(OmegaConf.to_container(OmegaConf.structured(schema()), resolve=True))
     a = {**defaults, **_flat(OmegaConf.to_container(old, resolve=True))}
     b = _flat(OmegaConf.to_container(new, resolve=True))
@@ -305,10 +276,7 @@ def resume_command(cfg: DictConfig) -> str:
 
 
 def saved_config(cfg: DictConfig) -> tuple[Path, DictConfig] | None:
-    """The config the run a resume continues was saved with: ``<run>/config.yaml`` when ``train.resume=auto``
-    finds a checkpoint in that run, or the config inside the checkpoint ``train.resume=PATH`` names; None when
-    there is nothing to resume (a fresh start, or a checkpoint that cannot be read: prepare_run_dir and
-    the preflight refuse that in their own words)."""
+    """The saved config of the run a resume continues; None when there is nothing readable to resume."""
     resume = str(cfg.train.resume)
     if resume == "never" or cfg.run.name is None:
         return None
@@ -328,8 +296,7 @@ def saved_config(cfg: DictConfig) -> tuple[Path, DictConfig] | None:
 
 
 def explicit_keys(overrides: list[str]) -> list[str]:
-    """The dotted keys the command line sets: each ``key=value``, and every key a preset file sets
-    (``preset=9m`` sets what conf/preset/9m.yaml holds). Parsed with Hydra's own grammar."""
+    """The dotted keys the command line sets, a preset's keys included (Hydra's grammar)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     keys: list[str] = []
@@ -344,10 +311,7 @@ def explicit_keys(overrides: list[str]) -> list[str]:
 
 
 def resume_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
-    """The config a resume runs with (nanoGPT's ``init_from='resume'``): the run's saved config is the default,
-    and only the keys given on the command line (``overrides``, already composed into ``cfg``) differ from it;
-    :func:`prepare_run_dir` then refuses those that change what the run computes, naming each with both
-    values. ``cfg`` itself when there is nothing to resume."""
+    """The config a resume runs with: the run's saved one, only the command line's ``overrides`` differing."""
     found = saved_config(cfg)
     if found is None:
         return cfg
@@ -367,15 +331,8 @@ def resume_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
 
 
 def prepare_run_dir(cfg: DictConfig, *, dry_run: bool = False) -> tuple[Path, dict[str, Any] | None, Path | None]:
-    """The run directory, and the checkpoint to resume from (if any).
-
-    ``dry_run`` (``dormouse validate``) decides the same and refuses the same, but removes nothing.
-
-    A directory that already holds a run is refused unless ``train.resume`` or ``train.overwrite`` says
-    what to do with it; a resume whose config differs in anything but the cadence and logging (or a schedule
-    change that keeps every step taken) is refused naming every differing key with both values, old -> new.
-    (The config a resume starts from is the run's saved one: :func:`resume_config`.)
-    """
+    """The run directory and the checkpoint to resume from; refuses an existing run unless resumed or overwritten.
+    ``dry_run`` removes nothing."""
     files = RunFiles(Path(cfg.run.dir) / str(cfg.run.name))
     run_dir, ckpt_dir = files.dir, files.checkpoints
     resume = str(cfg.train.resume)
@@ -418,8 +375,7 @@ def prepare_run_dir(cfg: DictConfig, *, dry_run: bool = False) -> tuple[Path, di
 
 
 def _load_resumed_plugins(cfg: DictConfig) -> bool:
-    """Load the plugins recorded by the run a resume may continue (``train.resume=auto``: run.dir/run.name;
-    a checkpoint path: its run); True when that registered an arm this process did not know."""
+    """Load the plugins the resumed run recorded; True when that registered a new arm."""
     resume = str(cfg.train.resume)
     if resume == "auto" and cfg.run.name is not None:
         run: RunFiles | None = RunFiles(Path(str(cfg.run.dir)) / str(cfg.run.name))
@@ -436,10 +392,7 @@ def _load_resumed_plugins(cfg: DictConfig) -> bool:
 
 
 def load_run_config(overrides: list[str] | None = None) -> DictConfig:
-    """The config a run starts with: composed from ``overrides``; when it may resume, the run's saved config is
-    the default for every key not given (:func:`resume_config`); then validated for the ranks this process was
-    launched with (raises :class:`ConfigError` with every bad field). What the machine decides (files, CUDA,
-    the kernel) the preflight checks: :func:`dormouse.train.preflight.check_environment`."""
+    """The config a run starts with (saved config under ``overrides`` when resuming), validated."""
     cfg = compose_config(overrides)
     if str(cfg.train.resume) != "never":
         if _load_resumed_plugins(cfg):  # the run's plugin arm: its switch must be in the schema composed

@@ -1,25 +1,11 @@
-"""The training loop's changing state, in one object that checkpoints itself (torchtitan's shape).
-
-Everything that changes from one step to the next and is not a model or optimizer tensor lives in
-:class:`LoopState`: the step, the tokens seen, the skipped steps, the open eval window, the probe counters
-of the open window and the CPU RNG. ``state_dict()`` is the loop's part of a checkpoint, kept under the one
-key :data:`LOOP_KEY` (torchtitan's ``train_state``), and ``load_state_dict()`` its inverse, so "nothing the
-loop needs lives outside the checkpoint" holds by construction: a field added here is saved and restored
-with the others. The data order, the depth sequence and the learning rate are functions of the step
-(dormouse.data, dormouse.train.loop) and need no state of their own; together this makes a resumed run
-bit-identical on CPU.
-
-The metrics history is not loop state: nothing the loop computes reads an earlier eval's row, and the rows
-grow with the run, so a checkpoint does not carry them; ``metrics.jsonl`` holds them (dormouse.train.metrics).
-
-A checkpoint has this layout (dormouse.train.loop.write_checkpoint)::
+"""The training loop's changing state in one object that checkpoints itself (torchtitan's ``train_state``):
+:class:`LoopState` (step, tokens, skips, the open eval window and its counters, the CPU RNG) under
+:data:`LOOP_KEY`, so a field added here is saved with the rest. Checkpoint layout::
 
     {"model": ..., "optimizer": ..., "config": {...},
      "loop": {"step", "tokens", "skipped", "window": {...}, "probes": {...}, "rng_cpu"}}
 
-Checkpoints written before the layout (the loop's keys at the top level beside a ``metrics`` list) still
-load: :func:`loop_part` reads either, and the old ``metrics`` list is ignored.
-"""
+:func:`loop_part` also reads checkpoints with the loop's keys at the top level."""
 
 from __future__ import annotations
 
@@ -42,12 +28,7 @@ class WindowTotals:
 
 @dataclass
 class Window:
-    """Sums over the training steps since the last eval line; the eval line reports their means.
-
-    ``steps``, ``tokens`` and ``depth_sum`` are the same on every rank (a skip is decided by all ranks
-    together, ``tokens`` counts every rank's batch); ``loss_sum`` and the probe counters are this rank's
-    own, summed over ranks by :meth:`summed`; ``time`` is this rank's wall time in training steps.
-    """
+    """Sums since the last eval line; ``loss_sum`` and the counters are per rank (:meth:`summed`), the rest shared."""
 
     loss_sum: float = 0.0  # losses of the steps that updated the weights (skipped steps have none)
     steps: int = 0  # steps that updated the weights
@@ -60,8 +41,7 @@ class Window:
     forward_depth_sum: int = 0
 
     def add_forward(self, depth: int, passes: int = 1) -> None:
-        """A training step's forward at the depth drawn for it, run as ``passes`` micro-batches (gradient
-        accumulation): each pass asks the arm at every sublayer, so the depth counts once per pass."""
+        """A step's forward at its depth, run as ``passes`` micro-batches (each asks every sublayer)."""
         self.forwards += 1
         self.forward_depth_sum += depth * passes
 
@@ -76,8 +56,7 @@ class Window:
             setattr(self, f.name, f.default)
 
     def summed(self, counters: ProbeCounters, info: DistInfo, device: torch.device) -> WindowTotals:
-        """The loss sum and the trained model's probe ``counters`` over all ranks: a collective, so every rank
-        calls it at the same step. float64, so integer counters stay exact."""
+        """The loss sum and ``counters`` over all ranks in float64 (exact counts); a collective."""
         snapshot = counters.snapshot()
         sums = all_reduce_sum([self.loss_sum, *snapshot.values()], info, device)
         return WindowTotals(sums[0], {k: int(v) for k, v in zip(snapshot, sums[1:], strict=True)})
@@ -100,17 +79,14 @@ class LoopState:
     window: Window = field(default_factory=Window)
 
     def state_dict(self, totals: WindowTotals) -> dict[str, Any]:
-        """The loop's part of a checkpoint. The open window's loss sum and probe counters are per rank, so
-        the checkpoint holds their sums over ranks (``totals``, from :meth:`Window.summed`); after a resume
-        rank 0 carries them."""
+        """The loop's part of a checkpoint, per-rank sums stored summed over ranks (rank 0 carries them)."""
         window = self.window.state_dict()
         window["loss_sum"] = totals.loss_sum
         return {"step": self.step, "tokens": self.tokens, "skipped": self.skipped, "window": window,
                 "probes": dict(totals.counters), "rng_cpu": torch.get_rng_state()}
 
     def load_state_dict(self, state: dict[str, Any], counters: ProbeCounters, *, carries_sums: bool) -> None:
-        """Restore from a checkpoint, the open window's probe counts into the trained model's ``counters``;
-        ``carries_sums`` on rank 0 only (see :meth:`state_dict`)."""
+        """Restore from a checkpoint, the window's counts into the model's ``counters``."""
         self.step, self.tokens, self.skipped = int(state["step"]), int(state["tokens"]), int(state["skipped"])
         self.window.load_state_dict(state["window"])
         torch.set_rng_state(state["rng_cpu"])
@@ -125,8 +101,7 @@ LOOP_KEY = "loop"
 
 
 def loop_part(checkpoint: dict[str, Any]) -> dict[str, Any]:
-    """The loop's part of a loaded checkpoint: ``checkpoint["loop"]``; a checkpoint from before that layout
-    kept the loop's keys at its top level, and they are read from there."""
+    """``checkpoint['loop']``, or the top level of a checkpoint that kept the loop's keys there."""
     return checkpoint[LOOP_KEY] if LOOP_KEY in checkpoint else checkpoint
 
 

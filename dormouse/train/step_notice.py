@@ -1,16 +1,7 @@
-"""Notices that a step cannot fit in time or memory, so a run that cannot finish is not silent (issue 24:
-``data.seq_len=100000`` ran ten silent minutes before anyone knew).
-
-* before anything is created, :func:`memory_refusal`: the memory a training step needs
-  (:func:`step_memory`: parameters, gradients, AdamW state and the activations kept for the backward) against
-  the memory the device has in all; a config that cannot fit is refused in one line, by ``validate`` and by
-  ``train`` alike (issue 31: ``model.d_model=100000`` gave a traceback at allocation);
-* before step 0, :func:`memory_warning`: a rough upper bound on one step's attention memory against the
-  memory available; a warning, never a refusal (the bound is crude, see :func:`attention_bytes`);
-* after the first step, :func:`first_step_line`: that step's wall time and, at that pace, the time to the
-  first eval and to the end (the step includes warm-up, so the projection is pessimistic if anything); a
-  compiled run's first step is mostly compilation, so its projection comes after the second step.
-"""
+"""Notices that a step cannot fit in time or memory, so a run that cannot finish is not silent:
+:func:`memory_refusal` before anything is created (the step's memory against the device's total),
+:func:`memory_warning` before step 0 (a crude attention bound, never a refusal) and :func:`first_step_line`
+after the first step (its time, projected to the next eval and the end; after the second when compiling)."""
 
 from __future__ import annotations
 
@@ -27,17 +18,12 @@ _GIB = 2**30
 
 
 def attention_bytes(micro_batch: int, n_heads: int, seq_len: int, max_iter: int) -> int:
-    """Bytes of attention scores one micro-batch's step may hold: micro_batch x n_heads x seq_len^2 scores,
-    4 bytes each (float32; autocast's bf16 halves the matmul's output but the softmax runs in float32), one
-    matrix per iteration of the shared block (each is saved for the backward). PyTorch's math attention path
-    materialises them; the flash and memory-efficient kernels do not, so this is an upper bound, which is why
-    it only warns."""
+    """Upper bound on attention-score bytes per micro-batch step: ``B * n_heads * seq_len^2 * 4 * depth``."""
     return micro_batch * n_heads * seq_len * seq_len * 4 * max_iter
 
 
 def available_memory(device: torch.device) -> int | None:
-    """Free bytes where the step runs: the GPU's free memory on CUDA, the machine's available physical pages
-    on CPU (os.sysconf; None where the platform does not say)."""
+    """Free bytes on the device (GPU free memory, or available physical pages); None if unknown."""
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
     try:
@@ -66,10 +52,7 @@ class StepMemory:
 
 
 def param_count(cfg: DictConfig) -> int:
-    """The model's parameters without building it: the embedding (and the untied head), the shared block's
-    attention (qkv and proj, 4 d^2) and SwiGLU (gate_up and down, 3 d h), the norms, and the arm's own
-    parameters counted on PyTorch's meta device (no memory; an AttnRes input query alone is
-    (3 max_iter) d^2)."""
+    """The model's parameter count without building it; the arm's own parameters are counted on the meta device."""
     from dormouse.arms.registry import arm_class
     from dormouse.config.schema import arm_name
     from dormouse.model.looped import swiglu_hidden
@@ -83,24 +66,10 @@ def param_count(cfg: DictConfig) -> int:
 
 
 def step_memory(cfg: DictConfig, world_size: int = 1) -> StepMemory:
-    """The memory one rank's training step needs, an estimate (issue 31, item 10).
-
-    * state: 16 bytes per parameter, the float32 weight, its gradient and AdamW's two moments (exp_avg,
-      exp_avg_sq); under DDP (``world_size > 1``) 4 more, its gradient buckets;
-    * activations, for one micro-batch (train.batch_size / ranks / train.grad_accum rows of data.seq_len
-      tokens), 4 bytes per value kept for the backward, per token: the embedding (d); per iteration of the
-      shared block, the attention sublayer's norm input and output, q, k, v, the rotated q and k, the
-      attention output and the projection (about 10 d) and the SwiGLU's norm input and output, its gate and
-      up halves, their product and the down projection (3 d + 3 h); per readout (every iteration with
-      train.readout=all, the last with last) the final norm (d) and the logits with their log-softmax
-      (2 x 256).
-
-    Left out: the attention scores, which the flash and memory-efficient kernels never materialise (the
-    math path's are :func:`attention_bytes`, a warning), the eval's forward (no gradients, smaller), and the
-    allocator's slack. The activations are counted in float32 where autocast keeps some in bf16, so what is
-    counted is overstated at most twofold; what is left out keeps it from being a bound of the step's peak.
-    It is compared with the device's whole memory (:func:`memory_refusal`), so it refuses a config only when
-    the step cannot fit by a wide margin (model.d_model=100000: 1.8 TiB), never a shipped preset."""
+    """Estimated bytes of one rank's training step: 16 per parameter (weight, gradient, two AdamW moments; 4 more under
+    DDP) plus float32 activations kept for the backward, about ``d + depth (13 d + 3 h) + readouts (d + 512)`` per
+    token. It leaves out attention scores and allocator slack and overstates bf16, so it refuses only configs
+    that miss by a wide margin."""
     from dormouse.model.looped import swiglu_hidden
 
     t, m = cfg.train, cfg.model
@@ -114,9 +83,7 @@ def step_memory(cfg: DictConfig, world_size: int = 1) -> StepMemory:
 
 
 def device_memory(device: torch.device) -> int | None:
-    """All the memory the device has (not what is free now): the GPU's total on CUDA, the machine's physical
-    memory on CPU (os.sysconf); None where the platform does not say. A refusal compares with this, so it is
-    a property of the config and the machine, the same in ``validate`` and ``train`` whatever else runs."""
+    """The device's total memory (GPU or physical RAM), so a refusal depends on config and machine only."""
     if device.type == "cuda":
         return int(torch.cuda.get_device_properties(device).total_memory)
     try:
@@ -132,8 +99,7 @@ def size(n: float) -> str:
 
 
 def memory_refusal(cfg: DictConfig, device: torch.device, world_size: int = 1) -> str | None:
-    """The one-line refusal of a config whose training step (:func:`step_memory`) needs more memory than the
-    device has in all (:func:`device_memory`); None when it fits or the device's memory is unknown."""
+    """The refusal of a config whose step needs more than the device's total memory, else None."""
     need, have = step_memory(cfg, world_size), device_memory(device)
     if have is None or need.total <= have:
         return None
@@ -146,8 +112,7 @@ def memory_refusal(cfg: DictConfig, device: torch.device, world_size: int = 1) -
 
 
 def memory_warning(cfg: DictConfig, device: torch.device, world_size: int) -> str | None:
-    """The warning line when :func:`attention_bytes` of one rank's micro-batch exceeds MEMORY_WARN_FRACTION
-    of :func:`available_memory`; None when it fits or the available memory is unknown."""
+    """A warning when the attention bound exceeds MEMORY_WARN_FRACTION of available memory, else None."""
     t, m = cfg.train, cfg.model
     micro = max(1, int(t.batch_size) // world_size // int(t.grad_accum))
     seq_len = int(cfg.data.seq_len)
@@ -174,11 +139,7 @@ def duration(seconds: float) -> str:
 
 def first_step_line(step_s: float, step: int, eval_every: int, steps: int, *, compiling: bool = False,
                     label: str = "first step") -> str:
-    """After the first step this process ran (``step`` = the step just finished): its wall time and, at that
-    pace, the time to the next eval (the next multiple of ``eval_every``, or the last step) and to ``steps``.
-
-    ``compiling``: the step included ``torch.compile``'s compilation (``train.compile=true``), which can take a
-    hundred times a step: no projection from it (the loop says the pace after the next step, ``label``)."""
+    """The step's time and, at that pace, the time to the next eval and the end; none while compiling."""
     if compiling:
         return f"{label}: {duration(step_s)} (it compiled the model: train.compile; the pace follows the next step)"
     next_eval = min(steps, -(-step // eval_every) * eval_every)  # the loop evaluates after steps k*eval_every

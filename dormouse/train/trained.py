@@ -1,11 +1,6 @@
-"""A trained run's model read back from its checkpoint, for the commands that use one without training it
-(``dormouse sample``, ``dormouse eval``, scripts/show_learned.py).
-
-:func:`find_checkpoint` finds the checkpoint a request names (a run directory's newest, or a file);
-:func:`load_model` rebuilds the model from the checkpoint's own saved config; :func:`resolve_device` is the
-device it is loaded onto. Every request that cannot be honoured is a :class:`ModelLoadError` whose message
-says what was given and what to give instead.
-"""
+"""A trained run's model read back from its checkpoint for ``sample``, ``eval`` and scripts: :func:`find_checkpoint`,
+:func:`load_model` (from the checkpoint's saved config) and :func:`resolve_device`; a request that cannot be
+honoured is a :class:`ModelLoadError` saying what to give instead."""
 
 from __future__ import annotations
 
@@ -26,13 +21,11 @@ from dormouse.train.state import checkpoint_step
 
 
 class ModelLoadError(DormouseError, ValueError, exit_code=2):
-    """A trained model that cannot be loaded as asked: no such run or checkpoint, an unreadable one, or a
-    device this machine lacks (bad input, exit 2). The message names what was given and what to give instead."""
+    """A trained model that cannot be loaded as asked (exit 2); names what was given and what to give."""
 
 
 def find_checkpoint(run_dir: Path, checkpoint: Path | None = None) -> Path:
-    """``checkpoint`` when given, else the newest ``RUN_DIR/checkpoints/step_*.pt``; a path that is not a
-    run directory is refused saying what it is instead (a checkpoint file, a comparison)."""
+    """``checkpoint`` when given, else the run's newest ``checkpoints/step_*.pt``."""
     if checkpoint is not None:
         if not checkpoint.is_file():
             raise ModelLoadError(f"--checkpoint {checkpoint}: no such file")
@@ -56,10 +49,7 @@ def find_checkpoint(run_dir: Path, checkpoint: Path | None = None) -> Path:
 
 
 def load_model(path: Path, device: torch.device | str = "cpu") -> tuple[LoopedByteLM, Any, int]:
-    """The model of a checkpoint (its own saved config), in eval mode: ``(model, cfg, step)``.
-
-    The read path is the torch one: sampling and eval-only scoring are forwards, nothing trains.
-    """
+    """The model of a checkpoint in eval mode on the torch read path: ``(model, cfg, step)``."""
     try:
         state = load_checkpoint(path)
     except CheckpointError as exc:

@@ -1,4 +1,4 @@
-"""The comparison's ETA under `--jobs` (issue 24: `--status` had none until a pair finished): the pairs
+"""The comparison's ETA under `--jobs` (known before the first pair finishes): the pairs
 running now and the pending ones after them, on as many slots as pairs run at once. The oracle is the
 schedule worked by hand (the launcher starts the next pair on the first slot that frees)."""
 

@@ -1,6 +1,5 @@
-"""`dormouse ab NAME`: a mistyped name or a missing file is told what it is (issue 24, "error messages that
-miss the mistake"): a path is a path, not "not a plain name"; a near-miss name gets the closest registered
-names (difflib)."""
+"""`dormouse ab NAME`: a mistyped name or a missing file is told what it is: a path is a path, not "not a plain
+name"; a near-miss name gets the closest registered names (difflib)."""
 
 from __future__ import annotations
 

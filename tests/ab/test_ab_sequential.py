@@ -1,6 +1,6 @@
 """Protocol v2's decision rule (dormouse/ab/sequential.py): hand-checkable cases against scipy/statsmodels
 computed here from the equations (independent oracles), the contract of ``decide``, and the rule's error
-rates by Monte Carlo (issue 22, item 5; each gate's perturbation is in tests/falsification/perturbations_sequential.py).
+rates by Monte Carlo (each gate's perturbation is in tests/falsification/perturbations_sequential.py).
 
 Monte-Carlo bound: a rate estimated from n_sim independent comparisons has standard error
 √(p(1 − p)/n_sim); a rate whose true value is ≤ α is accepted up to α + 3·√(α(1 − α)/n_sim) (one-sided,
@@ -142,7 +142,7 @@ def test_worse_needs_the_significance_better_needs():
         assert e.interval == pytest.approx((-d.interval[1], -d.interval[0]))
 
 
-# ---- the procedure's error rates, by Monte Carlo (issue 22, item 5) -------------------------------------
+# ---- the procedure's error rates, by Monte Carlo -----------------------------------------------------
 
 SCHEDULES = [(5,), (3, 6, 9), (4, 8, 12, 16, 20)]
 ARM_COUNTS = [1, 3, 5]

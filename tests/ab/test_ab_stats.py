@@ -16,7 +16,7 @@ def test_one_value_has_no_spread() -> None:
 # (Holm), < 0 / > 0 strictly (side), and the open interval (-delta, +delta) (tie).
 
 
-# ---- protocol v2: reported beside the verdict (issue 22, item 6) ----------------------------------------
+# ---- protocol v2: reported beside the verdict ------------------------------------------------------------
 
 def test_probability_of_improvement_counts_replicates_below_zero_with_clopper_pearson() -> None:
     import numpy as np

@@ -121,7 +121,7 @@ ON_THE_FAMILY_EDGE = [-0.05 - _C, -0.05, -0.05 + _C]
 
 def test_a_failed_arm_stays_in_the_multiplicity_family(plan: Any) -> None:
     """An arm whose runs failed is invalid and keeps its share of α: the others are judged at α / 3, the
-    registered family, not at α / 2 (issue 22, item 7: a failed arm dropping out shrinks the family)."""
+    registered family, not at α / 2 (a failed arm dropping out would shrink the family)."""
     p = p_two_sided_df2(ON_THE_FAMILY_EDGE)
     assert 0.05 / 3 < p < 0.05 / 2, p  # the planted case: decided by the family size
     diffs = {"gr": ON_THE_FAMILY_EDGE, "attnres_full": [0.0, 0.001, -0.001], "attnres_block": [0.02, 0.0, 0.01]}

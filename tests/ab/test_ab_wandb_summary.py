@@ -1,4 +1,4 @@
-"""A comparison's verdict reaches wandb as one summary run grouped with its runs (issue 36), only when its
+"""A comparison's verdict reaches wandb as one summary run grouped with its runs, only when its
 runs log to wandb, offline unless they are online, never prompting; each look updates the same run."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the decision rule assumes, stated and checked (issue 34, items 3 and 4): the design card's lines for
+"""What the decision rule assumes, stated and checked: the design card's lines for
 skewed paired differences, the registered α hold-back, the pooled skewness beside the verdicts, and the A/A
 calibration check (an interval for the A/A paired sd against the registered pilot sd, with its power).
 

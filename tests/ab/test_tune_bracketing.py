@@ -1,4 +1,4 @@
-"""The bracketing tune rule (issue 34 items 1 and 6; dormouse/ab/tune_rule.py): extension beyond an edge the
+"""The bracketing tune rule (dormouse/ab/tune_rule.py): extension beyond an edge the
 best lr sits at, the extension budget, a divergence stopping a side (stability-limited), a second seed for
 the best lr and its neighbours within the gap, the choice by the mean over every tune replicate run at an
 lr, the unbracketed flag, one budget for every arm; the registration's fields; and a Monte-Carlo run of the
@@ -123,7 +123,7 @@ def test_the_second_seed_is_one_more_stream_disjoint_from_the_confirmatory_ones(
         load_spec("tb", reg)  # only the second seed (9003) overlaps the confirmatory init seeds
 
 
-# --- the choice is the mean over every replicate (issue 34 item 6) ----------------------------------------
+# --- the choice is the mean over every replicate -----------------------------------------------------
 
 def test_the_choice_is_the_mean_over_the_tune_replicates_not_the_first() -> None:
     rows = {1.0: [2.30, 2.30], 2.0: [1.90, 2.20], 4.0: [2.00, 2.01], 8.0: [2.30, 2.30]}
@@ -195,7 +195,7 @@ def test_a_geometric_grid_gives_its_ratio_and_extension_points(tmp_path: Path) -
     assert r.budget == (3 + 3) * 3
 
 
-# --- the rule family, by simulation (issue 34: the audit's numbers) ---------------------------------------
+# --- the rule family, by simulation (the audit's numbers) -------------------------------------------------
 
 MC_GRID = (2.0e-3, 3.0e-3, 4.5e-3)  # residual_cpu2's grid, ratio 1.5
 

@@ -1,6 +1,6 @@
-"""The report's tune section and the learning-rate plot (issue 34 item 2; dormouse/ab/tune_report.py,
+"""The report's tune section and the learning-rate plot (dormouse/ab/tune_report.py,
 dormouse/ab/plots.py ``draw_lr``), from hand-made ``results.json`` documents with and without the bracketing
-stage's keys, and from the published residual_cpu2 result (which has only the old ones)."""
+stage's keys, and from the published residual_cpu2 result (which lacks them)."""
 
 from __future__ import annotations
 

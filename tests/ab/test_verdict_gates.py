@@ -1,4 +1,4 @@
-"""Two gates of the verdict path (issue 22 item 7), each through `train` itself:
+"""Two gates of the verdict path, each through `train` itself:
 
 * the seed reaches the shared initial weights: two ``train.seed`` values start from different weights (else
   every replicate of a comparison would start from the same ones and the seeds would measure data order

@@ -1,4 +1,4 @@
-"""Each arm's starting point and the independence of its per-slot parameters (issue 10, gate 5).
+"""Each arm's starting point and the independence of its per-slot parameters.
 
 The starting values are the papers' and are asserted as literal values (ReZero alpha = 0; GR W = 0 and
 b = -2; AttnRes queries = 0 and key gains = 1). Per-slot independence: slot s belongs to iteration s // 2, so

@@ -1,6 +1,6 @@
 """The arms: each one's parameters move the logits at every depth, and the counters prove what ran.
 
-A counter that fires while the output does not move is a dead arm (the brief's rule 3), so every arm is
+A counter that fires while the output does not move is a dead arm, so every arm is
 checked both ways: its ``ran`` equals the driver's ``asked``, and perturbing its parameters changes the
 logits of every readout.
 """

@@ -3,7 +3,7 @@ against independent oracles.
 
 * The state is the plain sum: every sublayer's input (hooked on the model's own forward) equals the embedding
   plus the earlier sublayer outputs, summed in float64 from the hooked values.
-* Its counters move with the output (rule 3): ran = asked = 2 x depth, every other arm 0/0, and the update it
+* Its counters move with the output: ran = asked = 2 x depth, every other arm 0/0, and the update it
   absorbs reaches the logits: bumping iteration k's MLP output moves readout k and every later one.
 * Its probe, the per-slot mean of ||f(x)|| / ||x||, equals a float64 recomputation on a float64 copy of the
   model (hooks, not the probe's trace).

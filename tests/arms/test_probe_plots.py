@@ -98,7 +98,7 @@ def _drawn_labels(monkeypatch, arm: type, row: dict, tmp_path: Path) -> tuple[st
 
 def test_error_bars_say_what_they_are_the_same_way_for_every_arm(monkeypatch, tmp_path: Path):
     """One run's gate bars are its sd over channels; a comparison's (a seed mean) are the sd over seeds, as
-    ReZero's |alpha| (issue 24: the comparison's gate plot said "over channels"); no bars, no word of them."""
+    ReZero's |alpha| (never "over channels"); no bars, no word of them."""
     import statistics
 
     from dormouse.arms.plots import mean_probe_row

@@ -1,7 +1,7 @@
 """A new arm is one class: a toy arm defined only in this file runs through everything dormouse does with an
 arm -- config (its switch and its options, refused next to another arm), `train`, `dormouse logs --check`,
 the learned-value probes and the eval line's ``learned=``, the per-run plot, and an A/B report -- with no
-edit to the package (issue 21: the package derives every per-arm place from the registry).
+edit to the package (the package derives every per-arm place from the registry).
 
 The toy arm is ``x <- x + beta_s f(x)`` with beta_s per slot starting at ``model.toy.start`` (a ReZero that
 does not start at zero). It is registered for this module only: the fixture removes it afterwards, so no

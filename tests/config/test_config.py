@@ -163,9 +163,9 @@ def resolved_config(output: str) -> str:
     return "".join(line for line in output.splitlines(keepends=True) if not line.startswith("# "))
 
 
-# Keys added to the schema since the record, each at the default that keeps the recorded behaviour (issue 24:
-# wandb as teams use it, gradient accumulation, the best checkpoint, HF datasets' configs and val splits,
-# the compute dtype; issue 35: what train.compile compiles, which changes nothing while train.compile=false).
+# Keys the record lacks, each at the default that keeps the recorded behaviour (wandb as teams use it,
+# gradient accumulation, the best checkpoint, HF datasets' configs and val splits, the compute dtype, and what
+# train.compile compiles, which changes nothing while train.compile=false).
 ADDED_SINCE = {"logging": {"wandb_entity": None, "wandb_tags": []},
                "train": {"grad_accum": 1, "keep_best": False, "dtype": "auto", "compile_scope": "regional"},
                "data": {"hf_config": None, "hf_val_split": "auto", "hf_streaming": False}}
@@ -194,8 +194,8 @@ def test_each_preset_composes_to_the_config_recorded_before_defaults_moved(prese
     """The schema's defaults are the CPU default and a preset holds only what differs; the composed configs
     must stay value-identical to the ones `dormouse validate preset=NAME` printed at commit ea582a6, when
     every preset repeated its values (tests/data/validate_preset_NAME.yaml, recorded then). One deliberate
-    change since: the 9m preset's data.eval_bytes is 249345 (was 1048576, silently cut to the val split;
-    issue 10 refuses that)."""
+    change since: the 9m preset's data.eval_bytes is 249345 (1048576 would exceed the val split, which is
+    refused, never cut)."""
     expected = (Path(__file__).parents[1] / "data" / f"validate_preset_{preset}.yaml").read_text()
     result = run_cli("validate", f"preset={preset}")
     assert result.exit_code == 0, result.output

@@ -1,4 +1,4 @@
-"""The falsification record: part of the test suite (the brief's rule 2, "a gate must be able to go red").
+"""The falsification record: part of the test suite (a gate must be able to go red).
 
 - ``perturbations_*.py``: the named defects, each keyed to the definition it perturbs (``file`` +
   ``function``) and a pattern inside it (``old`` -> ``new``), with the gates it must turn red;

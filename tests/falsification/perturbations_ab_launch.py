@@ -1,4 +1,4 @@
-"""Perturbations of how a comparison's pairs are launched (issues 12, 24 and 31): the `ab NAME` refusals, the
+"""Perturbations of how a comparison's pairs are launched: the `ab NAME` refusals, the
 locks, the per-pair slots, the submitit requeue hook, --status and its ETA under --jobs, the live board,
 errors said once, a pair's life under faults (no finished run deleted) and workers that outlive no driver
 (tests/falsification; format in perturbations_attnres.py). ``protects`` names what a defect here would
@@ -255,7 +255,7 @@ PERTURBATIONS: list[dict] = [
         "old": "                else sum(projected) / len(projected) if projected else None)\n",
         "new": "                else None)\n",
         "gates": [_ETA + "test_two_slots_before_any_pair_finished_give_an_eta_from_the_running_pairs_pace"],
-        "why": "under --jobs N the first N pairs run together, so no ETA until the first wave ends (issue 24)",
+        "why": "under --jobs N the first N pairs run together, so no ETA until the first wave ends",
         "protects": "A/B rule",
     },
     {
@@ -276,8 +276,8 @@ PERTURBATIONS: list[dict] = [
         "old": "unreadable = unreadable_checkpoints(pair) if isinstance(exc, CHECKPOINT_REFUSALS) else None\n",
         "new": "unreadable = f\"{type(exc).__name__}: {exc}\"\n",
         "gates": [_NO_RETRAIN + "[UncompletedJobError-after_a_checkpoint-resume]", _NO_RETRAIN],
-        "why": "issue 31: any exception during a resume (submitit's UncompletedJobError from its signal "
-               "handler) was taken for an unreadable checkpoint: the run was removed and trained again from "
+        "why": "any exception during a resume (submitit's UncompletedJobError from its signal "
+               "handler) is taken for an unreadable checkpoint: the run was removed and trained again from "
                "step 0",
         "protects": "A/B rule",
     },
@@ -288,7 +288,7 @@ PERTURBATIONS: list[dict] = [
         "old": "    if state != \"complete\":\n",
         "new": "    if True:\n",
         "gates": [_NO_RETRAIN + "[UncompletedJobError-during_plots-resume]", _NO_RETRAIN],
-        "why": "issue 31: a pair whose final eval and checkpoint are on disk fails when the scheduler's "
+        "why": "a pair whose final eval and checkpoint are on disk fails when the scheduler's "
                "exception comes during its probe plots (USR2 after the loop), and is trained again",
         "protects": "A/B rule",
     },
@@ -334,7 +334,7 @@ PERTURBATIONS: list[dict] = [
         "old": "    if driver is not None:\n",
         "new": "    if False:\n",
         "gates": [_T + "test_a_killed_driver_leaves_no_process_and_a_rerun_loses_and_repeats_nothing"],
-        "why": "issue 31: SIGKILL of `dormouse ab --jobs 2` left its workers training to the end, then alive "
+        "why": "SIGKILL of `dormouse ab --jobs 2` leaves its workers training to the end, then alive "
                "forever with the fork server and resource tracker (~1.1 GB), each pair still holding its lock",
         "protects": "A/B rule",
     },
@@ -368,7 +368,7 @@ PERTURBATIONS: list[dict] = [
         "new": "    if final_row(rows, pair.steps) is not None and read_run(pair.run_dir).finished:\n",
         "gates": [_LIFE + "test_a_run_with_its_final_eval_but_no_checkpoint_is_kept",
                   _LIFE + "test_a_run_killed_between_its_final_eval_row_and_its_final_checkpoint_is_complete"],
-        "why": "the rule before issue 31: a run needs its done line to be complete, so one whose final eval row "
+        "why": "a run needs its done line to be complete, so one whose final eval row "
                "is on disk but which stopped before its final checkpoint or done line is restarted or resumed "
                "from an earlier checkpoint, and its counted number retrained",
         "protects": "A/B rule",

@@ -85,7 +85,7 @@ PERTURBATIONS: list[dict] = [
         "new": "        self.counters = ResidualArm.__dict__.get(\"shared_counters\") or ProbeCounters()\n"
                "        ResidualArm.shared_counters = self.counters\n",
         "gates": [_T + "test_two_models_in_one_process_each_count_their_own_iterations"],
-        "why": "the counters one object for every model in the process (the old module-level PROBES): an A/B "
+        "why": "the counters one object for every model in the process (a module-level PROBES): an A/B "
                "run's pairs, or a reference model beside the trained one, count into each other's window, and "
                "pausing one pauses all",
         "protects": "counters",

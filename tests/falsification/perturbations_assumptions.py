@@ -1,8 +1,7 @@
-"""Perturbations of what the A/B rule assumes, stated and checked (issue 34, items 3 and 4; format in
+"""Perturbations of what the A/B rule assumes, stated and checked (format in
 perturbations_attnres.py, plus ``protects``): the design card's skew lines, the registered α hold-back, the
 pooled skewness beside the verdicts, and the A/A calibration check (the A/A paired sd's interval against the
-registered pilot sd, and its stated power). They replace the F test's perturbations of issue 22.
-"""
+registered pilot sd, and its stated power). """
 
 from __future__ import annotations
 
@@ -76,7 +75,7 @@ PERTURBATIONS: list[dict] = [
         "gates": [_T + "test_the_aa_checks_false_alarms_are_split_between_both_sides_at_the_pilot_sd",
                   _T + "test_the_aa_interval_is_the_chi_square_interval_and_says_which_side"],
         "why": "the A/A check sees only noise larger than the pilot's: a design made pessimistic by too large a "
-               "pilot sd always 'agrees' (issue 34: the missing gate of the check's two-sidedness)",
+               "pilot sd always 'agrees' (the gate of the check's two-sidedness)",
         "protects": "A/B rule",
     },
     {

@@ -1,4 +1,4 @@
-"""Perturbations of the registered bad-run policy (issue 34 item 5; dormouse/ab/bad_runs.py; tests/falsification;
+"""Perturbations of the registered bad-run policy (dormouse/ab/bad_runs.py; tests/falsification;
 format in perturbations_attnres.py, plus ``protects``).
 
 The policy replaces runs, so each way it could select on the data, or hide an arm that fails to learn, is

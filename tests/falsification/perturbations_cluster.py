@@ -1,8 +1,7 @@
-"""Perturbations of what the SLURM launcher makes of what SLURM says (issue 31: a pair cancelled while pending
-hung the driver, a SIGTERM requeue ended the look, submitit's requeue killed by its own SIGTERM reported a
-running pair failed, failures named a log path and another job id). Each reverts one fix; the gates are
-tests/flows/test_ab_cluster.py's, which need no cluster (the same behaviours against a real SLURM are
-tests/flows/test_ab_slurm.py's, which the falsification runner cannot count on). Format in
+"""Perturbations of what the SLURM launcher makes of what SLURM says: a pair cancelled while pending, a SIGTERM
+requeue, submitit's requeue killed by its own SIGTERM, a failure's reason and its job id. Each reverts one rule;
+the gates are tests/flows/test_ab_cluster.py's, which need no cluster (the same behaviours against a real SLURM
+are tests/flows/test_ab_slurm.py's, which the falsification runner cannot count on). Format in
 perturbations_attnres.py, plus ``protects``."""
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ PERTURBATIONS: list[dict] = [
                   _C + "test_a_job_that_died_without_a_result_is_failed_and_a_job_squeue_cannot_see_is_not"],
         "why": "no bound on the wait for a job SLURM no longer lists: a pair cancelled while pending (or a job "
                "killed without a result, without accounting) hangs `dormouse ab` forever, the board showing "
-               "it running (issue 31, item 2)",
+               "it running",
         "protects": "A/B rule",
     },
     {
@@ -59,8 +58,7 @@ PERTURBATIONS: list[dict] = [
         "new": "                and False):\n",
         "gates": [_C + "test_a_sigterm_that_was_a_requeue_ends_the_job_without_a_result"],
         "why": "a SIGTERM from `scontrol requeue` or PreemptMode=REQUEUE is returned as an interrupted pair: the "
-               "look ends with every arm invalid and exit 1 while SLURM finishes the requeued job unobserved "
-               "(issue 31, item 3)",
+               "look ends with every arm invalid and exit 1 while SLURM finishes the requeued job unobserved",
         "protects": "A/B rule",
     },
     {
@@ -95,7 +93,7 @@ PERTURBATIONS: list[dict] = [
         "new": "        if True:\n",
         "gates": [_C + "test_submitits_requeue_killed_by_its_own_sigterm_is_a_requeue_not_a_failure"],
         "why": "`scontrol requeue` killed by the requeue it asked for raises CalledProcessError: the pair is "
-               "reported failed while the requeued job goes on running it (issue 31, item 4)",
+               "reported failed while the requeued job goes on running it",
         "protects": "A/B rule",
     },
     {
@@ -127,7 +125,7 @@ PERTURBATIONS: list[dict] = [
         "old": "    if _TRACE_RULE in lines:\n",
         "new": "    if False:\n",
         "gates": [_C + "test_a_failure_names_its_reason_not_the_log_path"],
-        "why": "a failed job's note is the error's last line, a log path, not the exception (issue 31, item 5)",
+        "why": "a failed job's note is the error's last line, a log path, not the exception",
         "protects": "A/B rule",
     },
     {

@@ -1,5 +1,5 @@
 """Perturbations of what a config reaches before a run starts: a user's preset files, the completion of
-config keys, the preflight warnings and a sweep's run folders (issue 24; tests/falsification; format in
+config keys, the preflight warnings and a sweep's run folders (tests/falsification; format in
 perturbations_attnres.py, plus ``protects``)."""
 
 from __future__ import annotations

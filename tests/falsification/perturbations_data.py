@@ -1,6 +1,6 @@
 """Perturbations of what a run reads and scores: the corpus split, the eval set's size, a folder's or a Hugging
-Face dataset's files, and `dormouse eval` reading the run's own split and dtype (issues 10 and 24;
-tests/falsification; format in perturbations_attnres.py, plus ``protects``)."""
+Face dataset's files, and `dormouse eval` reading the run's own split and dtype
+(tests/falsification; format in perturbations_attnres.py, plus ``protects``)."""
 
 from __future__ import annotations
 

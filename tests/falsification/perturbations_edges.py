@@ -1,4 +1,4 @@
-"""Perturbations of the rough edges a new user met (issue 36): a run's progress off a terminal, what wandb
+"""Perturbations of the rough edges a new user meets: a run's progress off a terminal, what wandb
 gets (its own directory setting, the training loss between evals, the plots), and how many threads the
 cluster path starts on one machine (tests/falsification; format in perturbations_attnres.py, plus
 ``protects``). The data and override edges are in perturbations_data.py and perturbations_config.py."""

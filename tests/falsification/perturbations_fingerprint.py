@@ -1,4 +1,4 @@
-"""Perturbations of what the code fingerprint covers (dormouse/ab/fingerprint.py; issue 33): each drops one
+"""Perturbations of what the code fingerprint covers (dormouse/ab/fingerprint.py): each drops one
 source that computes a run from the fingerprint, or adds one that does not, and tests/ab/test_fingerprint_covers.py
 must go red (tests/falsification; format in perturbations_attnres.py). A source left out is one whose edit joins
 a resumed comparison unseen; one wrongly added invalidates a running comparison for an edit that changes no run.
@@ -72,8 +72,8 @@ PERTURBATIONS: list[dict] = [
         "old": "            (\"kernels\", Path(dormouse_kernels.__file__).resolve().parent, set(), \"*.py\"),\n",
         "new": "",
         "gates": [_C + "test_the_kernels_are_covered"],
-        "why": "the fused AttnRes kernels are not in the fingerprint: a reordered sum in a kernel (issue 22's "
-               "0.01 bpb) joins a resumed comparison unseen",
+        "why": "the fused AttnRes kernels are not in the fingerprint: a reordered sum in a kernel (0.01 "
+               "bpb) joins a resumed comparison unseen",
         "protects": "A/B rule",
     },
     {

@@ -1,9 +1,8 @@
 """Perturbations of the fused AttnRes kernels (kernels/ = dormouse_kernels): defects tests/arms/test_kernels.py
 must catch. Run by tests/falsification (format in perturbations_attnres.py).
 
-Each one is a defect a fused attention kernel is known to ship with: the first three are the brief's
-(and the predecessor's, shared/seeds/: the RMSNorm derivative without its 1/d stayed green through
-every test of the earlier crate), the rest are the ways the online softmax, the persistent grid, the
+Each one is a defect a fused attention kernel is known to ship with: the first three are classic (the
+RMSNorm derivative without its 1/d among them), the rest are the ways the online softmax, the persistent grid, the
 masking and the source table go wrong silently.
 """
 
@@ -21,8 +20,8 @@ PERTURBATIONS: list[dict] = [
         "old": "import torch\nfrom torch import Tensor\n",
         "new": "import torch\nfrom torch import Tensor\n\nimport dormouse.ops.attnres  # noqa: F401\n",
         "gates": ["tests/flows/test_layering.py::test_the_kernels_import_nothing_from_dormouse"],
-        "why": "the kernels import dormouse again while dormouse.ops.attnres imports the kernels: the import cycle of "
-               "issue 21 (which module loads first decides what the other sees)",
+        "why": "the kernels import dormouse again while dormouse.ops.attnres imports the kernels: an import cycle "
+               "(which module loads first decides what the other sees)",
         "protects": "kernels",
     },
     {

@@ -32,7 +32,7 @@ PERTURBATIONS: list[dict] = [
         "old": 'return f"{DONE} step={step} wall_s={wall_s:.1f}"',
         "new": 'return f"{DONE} step={step} wall_s={wall_s:.2f}"',
         "gates": [_T + "test_done_line_round_trips_the_trainers_line"],
-        "why": "a format drift in a line kind that used to be a raw f-string in train.py",
+        "why": "a format drift in a line kind written by a raw f-string",
         "protects": "counters",
     },
     {
@@ -65,7 +65,7 @@ PERTURBATIONS: list[dict] = [
         "new": "    max_iter: int = 4  #",
         "gates": ["tests/config/test_config.py::test_each_preset_composes_to_the_config_recorded_before_defaults_moved"],
         "why": "the CPU preset no longer repeats the defaults, so a schema edit changes `dormouse train` "
-        "with no arguments (the dataclass default of 4 that the preset used to hide)",
+        "with no arguments (the dataclass default of 4, which the preset overrides)",
         "protects": "training loop",
     },
     {
@@ -80,7 +80,7 @@ PERTURBATIONS: list[dict] = [
         "the loss and depth of only the steps since the resume",
         "protects": "training loop",
     },
-    # --- one row, every sink, by name (issue 21 item 3; tests/train/test_metrics_sinks.py) --------------------------
+    # --- one row, every sink, by name (tests/train/test_metrics_sinks.py) ---------------------------------------------
     {
         "name": "eval_line_drops_a_field_it_does_not_know",
         "file": _LINES,
@@ -97,13 +97,13 @@ PERTURBATIONS: list[dict] = [
         "file": "dormouse/cli/logs.py",
         "function": "run_table",
         "old": "    cells = {c: [_cell_text(c, r) for r in run.evals] for c in cols}\n",
-        # the old table: cells from the trainer's fixed field list, zipped against the headers (grad_norm's
-        # column gets window_steps' value, as issue 21 saw)
+        # cells from a fixed field list, zipped against the headers (grad_norm's column gets window_steps'
+        # value)
         "new": "    fixed = ['line', 'step', 'tokens', 'loss', 'bpb', 'bpb@1', 'bpb@2', 'lr', 'tok/s', 'depth', 'arm',"
         " 'rezero', 'gr', 'attnres', 'learned', 'kernel', 'skipped', 'window_steps', 'depth_sum']\n"
         "    cells = {c: [_cell_text(k, r) for r in run.evals] for c, k in zip(cols, fixed + ['?'] * len(cols))}\n",
         "gates": [_SINKS + "test_an_added_field_shows_under_its_own_name_in_every_logs_view"],
-        "why": "the defect issue 21 found: headers from the row, cells from a fixed column list, so adding "
+        "why": "headers from the row, cells from a fixed column list, so adding "
         "grad_norm put window_steps' value under grad_norm and shifted the next column",
         "protects": "counters",
     },
@@ -125,7 +125,7 @@ PERTURBATIONS: list[dict] = [
         "old": "*(_plain(c, r.values) for c in cols)",
         "new": "*(_plain(c, r.logged or r.values) for c in cols)",
         "gates": [_SINKS + "test_tsv_and_json_give_every_digit_from_metrics_jsonl"],
-        "why": "issue 24: `logs --format tsv` re-parsed the rounded train.log (tokens 2.46M where metrics.jsonl "
+        "why": "`logs --format tsv` re-parses the rounded train.log (tokens 2.46M where metrics.jsonl "
         "has 2457617) although the README promises every value",
         "protects": "counters",
     },
@@ -136,7 +136,7 @@ PERTURBATIONS: list[dict] = [
         "old": "        if used + need(c) <= width:\n",
         "new": "        if True:\n",
         "gates": [_SINKS + "test_the_table_fits_a_terminal_and_bpb_stays_readable"],
-        "why": "issue 24: on an 80- or 120-column terminal rich cut every column to `b…`, so bpb could not be read",
+        "why": "on an 80- or 120-column terminal rich cuts every column to `b…`, so bpb cannot be read",
         "protects": "counters",
     },
     {
@@ -151,7 +151,7 @@ PERTURBATIONS: list[dict] = [
         "since (and the published ones' `loss=` lines, by the same table) would lose the training loss",
         "protects": "counters",
     },
-    # --- checkpoints: the loop state under one key, no metrics history (issue 21 item 5) ---------------------
+    # --- checkpoints: the loop state under one key, no metrics history -------------------------------------
     {
         "name": "checkpoint_carries_the_metrics_history",
         "file": "dormouse/train/loop.py",
@@ -183,7 +183,7 @@ PERTURBATIONS: list[dict] = [
         "directory) would hold only the evals after the resume",
         "protects": "training loop",
     },
-    # --- dormouse logs' messages (issue 24) ---------------------------------------------------------------------
+    # --- dormouse logs' messages ------------------------------------------------------------------------------
     {
         "name": "a_text_file_reads_as_missing_eval",
         "file": "dormouse/run/reader.py",
@@ -191,10 +191,10 @@ PERTURBATIONS: list[dict] = [
         "old": "    return (path.is_file() and path.name != LOG and not logged and run.done is None\n",
         "new": "    return (False\n",
         "gates": ["tests/flows/test_logs.py::test_a_text_file_that_is_not_a_log_says_so"],
-        "why": "issue 24: `logs notes.txt` said missing-eval, not that the file is not a train.log",
+        "why": "`logs notes.txt` says missing-eval, not that the file is not a train.log",
         "protects": "counters",
     },
-    # --- the run reader and its checks (issue 32: metrics.jsonl is the record) -----------------------------
+    # --- the run reader and its checks (metrics.jsonl is the record) ----------------------------------------
     {
         "name": "reader_takes_train_log_over_metrics_jsonl",
         "file": "dormouse/run/reader.py",

@@ -1,5 +1,5 @@
-"""Perturbations of the training loop and the arms' set-up (issue 10, gates 1-6; issue 24's dtype, notices,
-gradient accumulation, best checkpoint and wandb tags; issue 31's optimizer groups across a resume;
+"""Perturbations of the training loop and the arms' set-up (the dtype, notices, gradient
+accumulation, best checkpoint, wandb tags and the optimizer groups across a resume;
 tests/falsification; format in perturbations_attnres.py, plus ``protects``). What a run reads and scores is
 perturbed in perturbations_data.py.
 
@@ -67,7 +67,7 @@ PERTURBATIONS: list[dict] = [
         "new": "        problem = None\n",
         "gates": ["tests/train/test_resume_schedule.py::"
                   "test_changing_train_steps_after_warmup_is_refused_naming_the_key_and_the_way_out"],
-        "why": "a resume may change train.steps mid-cosine (as before): the run follows neither schedule",
+        "why": "a resume may change train.steps mid-cosine: the run follows neither schedule",
         "protects": "training loop",
     },
     # --- gate 3: the optimizer the loop builds ---------------------------------------------------------------
@@ -237,7 +237,7 @@ PERTURBATIONS: list[dict] = [
                "silent\n",
         "new": "                if first is not None and not info.is_main:\n",
         "gates": [_N + "test_first_step_prints_its_time_off_a_terminal_before_the_first_eval"],
-        "why": "a run whose step takes minutes prints nothing off a terminal until its first eval (issue 24)",
+        "why": "a run whose step takes minutes prints nothing off a terminal until its first eval",
         "protects": "training loop",
     },
     {
@@ -314,7 +314,7 @@ PERTURBATIONS: list[dict] = [
         "gates": ["tests/flows/test_resume_signal.py::test_a_run_interrupted_by_a_signal_and_resumed_is_bit_identical"],
         "why": "the AdamW groups list the parameters in a set's (str-hash) order: the same within one process, "
                "so an in-process resume passes, but a resumed pair is another process and the checkpoint's "
-               "moments (matched by position) land on other parameters (issue 31 item 9)",
+               "moments (matched by position) land on other parameters",
         "protects": "training loop",
     },
 ]

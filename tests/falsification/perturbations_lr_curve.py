@@ -1,4 +1,4 @@
-"""Perturbations of the learning-rate curve in the report (issue 34 item 2; dormouse/ab/tune_report.py, the
+"""Perturbations of the learning-rate curve in the report (dormouse/ab/tune_report.py, the
 learning-rate plot and the forest plot's flag in dormouse/ab/plots.py; tests/ab/test_tune_report.py,
 tests/ab/test_ab_plots.py; format in perturbations_attnres.py, plus ``protects``).
 

@@ -1,5 +1,5 @@
-"""Perturbations of the learned-value probes and their plots, the sampler and the CLI surface of issue 13
-(and issue 24's bars and streamed samples; tests/falsification; format in perturbations_attnres.py).
+"""Perturbations of the learned-value probes and their plots, the sampler and the CLI surface (the
+bars and streamed samples included; tests/falsification; format in perturbations_attnres.py).
 ``protects`` names what the gate guards."""
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ PERTURBATIONS: list[dict] = [
         "new": "    handles = []\n",
         "gates": ["tests/arms/test_probe_plots.py::test_slot_plot_says_which_colour_is_which_sublayer_and_keeps_the_init"
                   "_line_in_view"],
-        "why": "blue and orange bars with nothing saying which is attention and which is MLP (issue 24)",
+        "why": "blue and orange bars with nothing saying which is attention and which is MLP",
         "protects": "probes",
     },
     {
@@ -112,7 +112,7 @@ PERTURBATIONS: list[dict] = [
         "new": "                 layout=None)\n",
         "gates": ["tests/arms/test_probe_plots.py::test_map_with_few_sources_keeps_entropies_clear_of_the_colour_bar_and"
                   "_the_title_whole"],
-        "why": "the map laid out by hand again: with few sources the entropies run under the colour bar (issue 24)",
+        "why": "the map laid out by hand: with few sources the entropies run under the colour bar",
         "protects": "probes",
     },
     {
@@ -123,7 +123,7 @@ PERTURBATIONS: list[dict] = [
         "new": "        out = super().mean_over_seeds(rows)\n",
         "gates": ["tests/arms/test_probe_plots.py::test_error_bars_say_what_they_are_the_same_way_for_every_arm"],
         "why": "a comparison's gate plot carries the seeds' mean sd over channels beside an |alpha| plot whose "
-               "bars are the sd over seeds (issue 24)",
+               "bars are the sd over seeds",
         "protects": "probes",
     },
     {

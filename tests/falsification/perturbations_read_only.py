@@ -1,4 +1,4 @@
-"""Perturbations of the read-only commands' rules (issue 36): help and --version answer without importing
+"""Perturbations of the read-only commands' rules: help and --version answer without importing
 torch, `dormouse logs` with no path reads runs/ and refuses a folder with no run, and a comparison's folder
 is one table, a row per arm, from results.json when the comparison wrote it; `logs` and `ab --list` import
 no torch (the registry declares the built-in arm names, checked against their classes) and `ab --list` no
@@ -89,7 +89,7 @@ PERTURBATIONS: list[dict] = [
         "old": "        if run.run_dir.resolve() in summarized and not per_run:\n",
         "new": "        if False:\n",
         "gates": [_CMP + "test_a_comparison_shows_each_runs_table_only_with_runs"],
-        "why": "issue 36: a comparison printed one table per run (12 for a small one) under the summary; the "
+        "why": "a comparison prints one table per run (12 for a small one) under the summary; the "
                "runs are on request (--runs)",
         "protects": "counters",
     },
@@ -98,8 +98,8 @@ PERTURBATIONS: list[dict] = [
         "name": "arms_package_defines_the_builtin_arms",
         "file": "dormouse/arms/__init__.py",
         "function": "<module>",
-        "old": "dormouse.model.looped).\n\"\"\"\n",
-        "new": "dormouse.model.looped).\n\"\"\"\n\nfrom dormouse.arms import builtin  # noqa: F401\n",
+        "old": "the built-in ones.\"\"\"\n",
+        "new": "the built-in ones.\"\"\"\n\nfrom dormouse.arms import builtin  # noqa: F401\n",
         "gates": [_FAST + "test_logs_of_runs_and_a_comparison_does_not_import_torch",
                   _FAST + "test_ab_list_imports_neither_torch_nor_scipy",
                   _NAMES + "test_the_arm_names_and_a_configs_arm_are_read_without_importing_torch"],

@@ -1,4 +1,4 @@
-"""Perturbations of reading a comparison (issue 36, part B; format in perturbations_attnres.py, plus
+"""Perturbations of reading a comparison (format in perturbations_attnres.py, plus
 ``protects``): the design card's one power line when the expected effect is the SESOI, the one owner of how a
 confidence level is printed, the console's A/A row pointing at a check it prints, the forest plot's legend
 clear of its title, ``--status`` at 80 columns, and a comparison given by path named by its path again.

@@ -1,4 +1,4 @@
-"""Perturbations of the AttnRes read path's precision and speed work (issues 10 and 11): tests/falsification.
+"""Perturbations of the AttnRes read path's precision and speed work: tests/falsification.
 
 Format: see perturbations_attnres.py; each dict also names what its gate ``protects`` (one of
 "mechanism", "kernels", "training loop", "data/eval", "arms' set-up", "A/B rule", "counters").
@@ -20,7 +20,7 @@ PERTURBATIONS: list[dict] = [
         "old": "    with _outside_autocast(x.device):\n        x = x.to(_compute_dtype(x.dtype))\n",
         "new": "    if True:\n        x = x.to(_compute_dtype(x.dtype))\n",
         "gates": [_TARMS + "test_block_two_phase_eval_under_autocast_reads_in_float32"],
-        "why": "issue 10's defect: Phase 1 scores (x @ q) left inside CUDA bf16 autocast, so Block AttnRes is "
+        "why": "Phase 1 scores (x @ q) left inside CUDA bf16 autocast, so Block AttnRes is "
         "evaluated on bf16 scores while it trains through the fp32 path",
         "protects": "data/eval",
     },
@@ -31,11 +31,11 @@ PERTURBATIONS: list[dict] = [
         "old": "    with _outside_autocast(sources[0].device):\n",
         "new": "    if True:\n",
         "gates": [_TA + "test_depth_attend_under_autocast_is_its_fp32_result"],
-        "why": "issue 10's defect: the torch read's score matmul left inside bf16 autocast (every CUDA run with "
+        "why": "the torch read's score matmul left inside bf16 autocast (every CUDA run with "
         "model.kernel=torch reads with ~1 % score error at |s| ~ 20)",
         "protects": "mechanism",
     },
-    # --- the torch read's one-pass backward and its cached inverse RMS (issue 11) -----------------------
+    # --- the torch read's one-pass backward and its cached inverse RMS ------------------------------------
     {
         "name": "read_backward_without_the_g_dot_out_shift",
         "file": _ATTNRES,
@@ -67,7 +67,7 @@ PERTURBATIONS: list[dict] = [
         "(the forward is unchanged: only a gradient gate sees it)",
         "protects": "mechanism",
     },
-    # --- the query table's key scores (issue 11): one [..., d] x [d, R] product per source ---------------
+    # --- the query table's key scores: one [..., d] x [d, R] product per source ---------------
     {
         "name": "key_scores_backward_without_the_norm_path",
         "file": _ATTNRES,
@@ -129,7 +129,7 @@ PERTURBATIONS: list[dict] = [
         "why": "the key scores' backward left to an enclosing autocast: its matmuls run in bf16",
         "protects": "mechanism",
     },
-    # --- RoPE and the SwiGLU gate with hand-written backwards (issue 11) ----------------------------------
+    # --- RoPE and the SwiGLU gate with hand-written backwards -------------------------------------------
     {
         "name": "rope_backward_rotates_forward",
         "file": "dormouse/model/looped.py",
@@ -216,7 +216,7 @@ PERTURBATIONS: list[dict] = [
         "why": "the Block partial b_n^i changes at every push but keeps the inverse RMS of b_n^{i-1}",
         "protects": "mechanism",
     },
-    # --- the probe counters inside the graph (issue 11) ------------------------------------------------
+    # --- the probe counters inside the graph ---------------------------------------------------------
     {
         "name": "counter_skipped_while_compiling",
         "file": "dormouse/arms/probes.py",
@@ -237,10 +237,10 @@ PERTURBATIONS: list[dict] = [
         "old": "    def count_asked(self, arm: str, n: int = 1) -> None:\n",
         "new": "    @torch.compiler.disable\n    def count_asked(self, arm: str, n: int = 1) -> None:\n",
         "gates": [_TARMS + "test_whole_model_compiles_as_one_graph_with_eager_losses_and_counts"],
-        "why": "the counter incremented outside the graph (the old design): a graph break at every sublayer",
+        "why": "the counter incremented outside the graph: a graph break at every sublayer",
         "protects": "counters",
     },
-    # --- one online-softmax merge, guarding m = -inf (issue 9, item 7) ---------------------------------
+    # --- one online-softmax merge, guarding m = -inf -----------------------------------------------
     {
         "name": "merge_without_the_empty_state_guard",
         "file": "kernels/merge_torch.py",  # the one merge (dormouse.ops.attnres.online_softmax_merge)
@@ -261,7 +261,7 @@ PERTURBATIONS: list[dict] = [
         "why": "the read's one-pass backward left to an enclosing autocast: its dq matmul runs in bf16",
         "protects": "mechanism",
     },
-    # --- RMSNorm's hand-written CPU backward (issue 11, fourth pass) -----------------------------------
+    # --- RMSNorm's hand-written CPU backward -----------------------------------------------------------
     {
         "name": "rms_norm_backward_without_the_projection_term",
         "file": _NORM,

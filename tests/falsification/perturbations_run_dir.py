@@ -1,9 +1,9 @@
-"""Perturbations of what keeps a run's directory its own (issue 24: two `train` on one run, a run name that
+"""Perturbations of what keeps a run's directory its own (two `train` on one run, a run name that
 leaves the run root, a resume that takes its saved config and refuses one that changes what the run computes;
 tests/falsification; format in perturbations_attnres.py, plus ``protects``).
 
 A run directory is the loop's record: two writers interleave its metrics, a name with `..` writes (and with
-train.overwrite=true deletes) outside run.dir. Issue 31 added what a disk does to it: a torn last line that a
+train.overwrite=true deletes) outside run.dir. Then what a disk does to it: a torn last line that a
 resume would extend, a replay that leaves a step twice in metrics.jsonl, a full disk whose half-made run
 blocks the same command or whose message claims a checkpoint that is not there, and a start that `validate`
 refuses but `train` begins.
@@ -107,7 +107,7 @@ PERTURBATIONS: list[dict] = [
                "which side to change",
         "protects": "training loop",
     },
-    # --- issue 31: append-only files, a full disk, validate's refusals ----------------------------------
+    # --- append-only files, a full disk, validate's refusals -------------------------------------------
     {
         "name": "torn_last_line_not_seen",
         "file": "dormouse/run/loglines.py",
@@ -136,7 +136,7 @@ PERTURBATIONS: list[dict] = [
         "old": "        settled = settle_metrics(files.metrics, loop.step)\n",
         "new": "        settled = settle_metrics(files.metrics, loop.step, write=False)\n",
         "gates": [_TORN],
-        "why": "issue 31's defect: the resume appends the first new metrics row onto the torn one, and that row "
+        "why": "the resume appends the first new metrics row onto the torn one, and that row "
                "is lost to every JSON reader",
         "protects": "training loop",
     },
@@ -221,7 +221,7 @@ PERTURBATIONS: list[dict] = [
         "old": "        \"cpu\": cpu_description(),\n",
         "new": "",
         "gates": ["tests/train/test_train.py::test_each_arm_trains_end_to_end_through_the_cli"],
-        "why": "issue 31 item 9: a run does not record the CPU features that choose its kernels, so a re-run "
+        "why": "a run does not record the CPU features that choose its kernels, so a re-run "
                "that differs cannot tell the machine's rounding from a broken resume",
         "protects": "training loop",
     },

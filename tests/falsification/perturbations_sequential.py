@@ -1,4 +1,4 @@
-"""Perturbations of protocol v2's decision rule (issue 22; dormouse/ab/sequential.py; tests/falsification;
+"""Perturbations of protocol v2's decision rule (dormouse/ab/sequential.py; tests/falsification;
 format in perturbations_attnres.py, plus ``protects``).
 
 Each turns the registered rule into a plausible other one: the v1 margin back, α not spent across looks,
@@ -24,7 +24,7 @@ PERTURBATIONS: list[dict] = [
         "gates": ["tests/ab/test_ab_verdict.py::test_the_registry_states_the_designs_own_checks",
                   _T + "test_design_problems_name_each_bad_field"],
         "why": "a SESOI of 0 passes the design's one check, so the registry accepts a file whose equivalence test "
-               "has no margin (issue 32: the design owns its checks, the registry states them)",
+               "has no margin (the design owns its checks, the registry states them)",
         "protects": "A/B rule",
     },
     {
@@ -34,7 +34,7 @@ PERTURBATIONS: list[dict] = [
         "old": "    margin = sesoi  # registered before any run",
         "new": "    margin = np.maximum(sesoi, 2 * se * np.sqrt(lb.n))  # registered before any run",
         "gates": [_T + "test_tie_at_the_sesoi_is_at_most_alpha"],
-        "why": "the old v1 rule back: the equivalence margin is max(SESOI, 2·sd of the data) instead of the "
+        "why": "protocol v1's rule: the equivalence margin is max(SESOI, 2·sd of the data) instead of the "
                "registered SESOI, a noise scale that does not shrink with replicates",
         "protects": "A/B rule",
     },

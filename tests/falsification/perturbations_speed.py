@@ -1,4 +1,4 @@
-"""Perturbations of what issue 23 added to the training path: a comparison compiles once (tests/falsification;
+"""Perturbations of the training path's speed work: a comparison compiles once (tests/falsification;
 format in perturbations_attnres.py). ``protects`` names what a defect here would break."""
 
 from __future__ import annotations

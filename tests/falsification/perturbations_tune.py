@@ -1,4 +1,4 @@
-"""Perturbations of the tune stage's gates (issue 25 item 1; dormouse/ab/tune.py; tests/ab/test_ab_tune.py;
+"""Perturbations of the tune stage's gates (dormouse/ab/tune.py; tests/ab/test_ab_tune.py;
 format in perturbations_attnres.py, plus ``protects``).
 
 Each is a plausible one-line defect in the rule, the seed streams, the A/A arm's lr, the confirmatory pairs'
@@ -118,8 +118,8 @@ PERTURBATIONS: list[dict] = [
         "new": "        diverged = False\n",
         "gates": [_G + "test_each_attempt_records_whether_its_run_diverged",
                   _G + "test_a_resume_recomputes_the_same_choice_without_rerunning_tune_pairs"],
-        "why": "the attempt record says no run diverged: a resume re-runs the diverged tune pairs (issue 32: "
-               "divergence is a recorded fact, not a grep of the error text)",
+        "why": "the attempt record says no run diverged: a resume re-runs the diverged tune pairs "
+               "(divergence is a recorded fact, not a grep of the error text)",
         "protects": "A/B rule",
     },
     {
@@ -156,7 +156,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "tune_report_does_not_mark_the_choice",
-        "file": "dormouse/ab/tune_report.py",  # the report's tune section (issue 34 moved it from tune.markdown)
+        "file": "dormouse/ab/tune_report.py",  # the report's tune section
         "function": "_cell",
         "old": "    return f\"**{text}** ←\" if chosen is not None and lr_key(chosen) == lr_key(lr) else text\n",
         "new": "    return text\n",

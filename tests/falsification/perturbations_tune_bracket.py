@@ -1,4 +1,4 @@
-"""Perturbations of the bracketing tune rule (issue 34 items 1 and 6; dormouse/ab/tune_rule.py, the tune
+"""Perturbations of the bracketing tune rule (dormouse/ab/tune_rule.py, the tune
 stage's plan and registration; tests/ab/test_tune_bracketing.py; format in perturbations_attnres.py, plus
 ``protects``).
 
@@ -94,7 +94,7 @@ PERTURBATIONS: list[dict] = [
         "old": "    return min(sorted(finals), key=lambda lr: fmean(finals[lr]))\n",
         "new": "    return min(sorted(finals), key=lambda lr: finals[lr][0])\n",
         "gates": [_G + "test_the_choice_is_the_mean_over_the_tune_replicates_not_the_first"],
-        "why": "issue 34 item 6: the choice reads the first tune replicate only, not the mean over all",
+        "why": "the choice reads the first tune replicate only, not the mean over all",
         "protects": "A/B rule",
     },
     {
@@ -104,7 +104,7 @@ PERTURBATIONS: list[dict] = [
         "old": "for lr in rule.grid for j in range(rule.replicates) if (lr, j) not in values]",
         "new": "for lr in rule.grid for j in range(1) if (lr, j) not in values]",
         "gates": [_G + "test_the_choice_is_the_mean_over_the_tune_replicates_not_the_first"],
-        "why": "issue 34 item 6: the grid runs one tune replicate whatever is registered, so the mean is the first",
+        "why": "the grid runs one tune replicate whatever is registered, so the mean is the first",
         "protects": "A/B rule",
     },
     {

@@ -1,8 +1,8 @@
-"""Perturbations of the A/B rule (issues 10 and 22; tests/falsification; format in perturbations_attnres.py,
+"""Perturbations of the A/B rule (tests/falsification; format in perturbations_attnres.py,
 plus ``protects``).
 
 The verdict is what a researcher reads: each of these turns a registered rule into a plausible other one
-(the old "tie unless proven" rule of protocol 1, a closed band, a failed arm leaving the family, the best
+(protocol 1's "tie unless proven" rule, a closed band, a failed arm leaving the family, the best
 eval for the final one, the A/A arm on its baseline's data order).
 """
 
@@ -43,7 +43,7 @@ PERTURBATIONS: list[dict] = [
         "old": "    diffs = list(state.diffs.get(arm, [])) if role != \"baseline\" else []\n",
         "new": "    diffs = paired_differences(recs, base, \"bpb\") if role != \"baseline\" else []\n",
         "gates": [_V + "test_the_report_states_the_paired_differences_the_looks_decided_on"],
-        "why": "the report computes Δ a second time instead of stating the looks' (issue 32): two owners of one "
+        "why": "the report computes Δ a second time instead of stating the looks': two owners of one "
                "rule, free to drift apart, and a report that may state other differences than the ones decided on",
         "protects": "A/B rule",
     },
@@ -78,7 +78,7 @@ PERTURBATIONS: list[dict] = [
                "[a for a in spec.tested if a in out.invalid]))\n",
         "gates": [_V + "test_a_failed_arm_stays_in_the_multiplicity_family"],
         "why": "an arm whose runs failed drops out of the multiplicity family, which shrinks it and loosens "
-               "every other arm's correction (issue 22, item 7)",
+               "every other arm's correction",
         "protects": "A/B rule",
     },
     {
@@ -89,7 +89,7 @@ PERTURBATIONS: list[dict] = [
         "new": "        return min(rows, key=lambda r: r[\"bpb\"])\n",
         "gates": [_V + "test_the_metric_is_the_registered_final_eval_not_the_best"],
         "why": "the metric is the best eval row instead of the registered final one: early stopping chosen "
-               "after the fact, which favours the noisier arm (issue 22, item 7)",
+               "after the fact, which favours the noisier arm",
         "protects": "A/B rule",
     },
     {

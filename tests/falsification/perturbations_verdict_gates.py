@@ -1,4 +1,4 @@
-"""Perturbations of two gates the verdict path lacked (issue 22 item 7; tests/falsification; format in
+"""Perturbations of two gates the verdict path keeps (tests/falsification; format in
 perturbations_attnres.py, plus ``protects``).
 
 An audit applied plausible one-line defects to the code that decides a verdict; these two left the suite

@@ -1,4 +1,4 @@
-"""What the SLURM launcher makes of what SLURM says (issue 31), without a cluster: the decisions of
+"""What the SLURM launcher makes of what SLURM says, without a cluster: the decisions of
 dormouse/ab/cluster.py as pure functions, and the driver's poll loop and the job's own SIGTERM / requeue
 handling with squeue, scontrol and the clock faked. The same behaviours against a real single-node SLURM:
 tests/flows/test_ab_slurm.py."""
@@ -33,7 +33,7 @@ from dormouse.ab.launch import DONE, FAILED, INTERRUPTED, Job, LaunchError, Outc
 
 def test_a_job_squeue_does_not_list_and_sacct_does_not_know_is_absent_not_pending() -> None:
     """A pair cancelled while pending: SLURM keeps no record (squeue lists nothing, sacct UNKNOWN), which
-    submitit counts as unfinished forever (issue 31, item 2)."""
+    submitit counts as unfinished forever."""
     assert queue_verdict("", "UNKNOWN", False) == "absent"
     assert queue_verdict("", "PENDING", False) == "absent"  # sacct's record lags; squeue is current
     assert queue_verdict("CANCELLED", "UNKNOWN", False) == "ended"
@@ -91,7 +91,7 @@ slurmstepd-vm: error: *** JOB 6 ON vm CANCELLED AT 2026-12-02T21:29:02 ***
 
 
 def test_a_failure_names_its_reason_not_the_log_path() -> None:
-    """The report showed the error's last line, which is always a log path (issue 31, item 5)."""
+    """A failure's reason is the error itself, not its last line (always a log path)."""
     assert failure_reason(FAILED_TEXT) == ("subprocess.CalledProcessError: Command '['scontrol', 'requeue', "
                                            "'3_1']' died with <Signals.SIGTERM: 15>.")
     reason = failure_reason(UNCOMPLETED_TEXT)
@@ -162,7 +162,7 @@ def _launcher(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, clock: Clock, que
 def test_a_pair_cancelled_while_pending_is_failed_after_lost_after_s_not_waited_on_forever(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Job 3_1 runs and finishes; 3_2 is cancelled while pending (squeue stops listing it, sacct never
-    knew it): it is failed, with a line that says why, after lost_after_s (issue 31, item 2)."""
+    knew it): it is failed, with a line that says why, after lost_after_s."""
     jobs = [FakeJob(tmp_path, "3_1"), FakeJob(tmp_path, "3_2")]
 
     def queue() -> dict[str, str]:
@@ -210,7 +210,7 @@ def test_a_job_that_died_without_a_result_is_failed_and_a_job_squeue_cannot_see_
 def test_a_result_written_before_a_requeue_is_set_aside_and_the_requeued_job_waited_for(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The job returned interrupted (SIGTERM, 143) and SLURM then requeued it (its restart count went
-    up): the driver keeps waiting, and reports the requeued job's outcome (issue 31, item 3)."""
+    up): the driver keeps waiting, and reports the requeued job's outcome."""
     job = FakeJob(tmp_path, "5_0")
     job.finish(Outcome("c-s1", INTERRUPTED, "interrupted (SIGTERM); rerun to resume", 143, {"restarts": 0}))
 
@@ -264,7 +264,7 @@ def _sigterm_pair() -> Outcome:
 def test_a_sigterm_that_was_a_requeue_ends_the_job_without_a_result(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """scontrol requeue and PreemptMode=REQUEUE send SIGTERM: the pair checkpoints and returns 143, and the
-    job ends without a result so that the requeued job resumes it (issue 31, item 3)."""
+    job ends without a result so that the requeued job resumes it."""
     _in_an_array_task(monkeypatch, tmp_path)
     monkeypatch.setattr(cluster, "slurm_job_info", lambda job_id: {"JobState": "COMPLETING", "Restarts": "1"})
     with pytest.raises(SystemExit):
@@ -274,7 +274,7 @@ def test_a_sigterm_that_was_a_requeue_ends_the_job_without_a_result(
 def test_a_sigterm_that_was_a_cancel_returns_interrupted_with_the_boards_job_id(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A cancel (restart count unchanged) returns the interrupted outcome; the attempt record's job id is
-    the array task's as the board shows it, 3_1, not SLURM_JOB_ID's 5 (issue 31, item 5)."""
+    the array task's as the board shows it, 3_1, not SLURM_JOB_ID's 5."""
     _in_an_array_task(monkeypatch, tmp_path)
     monkeypatch.setattr(cluster, "slurm_job_info", lambda job_id: {"JobState": "COMPLETING", "Restarts": "0"})
     outcome = PairJob(_sigterm_pair, (), None)()
@@ -287,7 +287,7 @@ def test_submitits_requeue_killed_by_its_own_sigterm_is_a_requeue_not_a_failure(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`scontrol requeue` killed by the SIGTERM of the requeue it asked for (1 requeue in 13 on a real
     cluster): the job is requeued, so the job's requeue succeeds; when the count did not go up, the
-    error is raised as before (issue 31, item 4)."""
+    error is raised."""
     _in_an_array_task(monkeypatch, tmp_path)
     PairJob(lambda: Outcome("f-s1", DONE), (), None)()  # installs the job's requeue
     env = submitit.JobEnvironment()
@@ -342,7 +342,7 @@ def test_slurm_off_a_cluster_is_refused_even_on_a_machine_with_slurm_installed(
     assert not (tmp_path / "ab").exists()
 
 
-# --- launcher.cluster=local on a small machine (issue 36) -----------------------------------------------
+# --- launcher.cluster=local on a small machine ----------------------------------------------------------
 
 def test_local_cluster_jobs_never_start_more_threads_than_cores() -> None:
     from dormouse.ab.launch import cluster_share, local_cluster_share

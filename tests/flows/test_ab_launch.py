@@ -162,8 +162,8 @@ def _what_the_worker_had(key: str) -> Outcome:
 
 
 def test_slot_workers_start_with_torch_and_the_trainer_already_imported() -> None:
-    """Issue 24: every `--jobs` worker re-imported torch (and torch._dynamo on its first optimizer), seconds
-    per worker before its first pair. Workers are forked from the standard library's fork server, which
+    """A `--jobs` worker does not re-import torch (and torch._dynamo on its first optimizer), seconds per
+    worker before its first pair. Workers are forked from the standard library's fork server, which
     imported them once (multiprocessing.set_forkserver_preload): not started by this process (spawn)."""
     launcher = ProcessLauncher(plan_slots(2, cuda=False, threads=1))
     outcomes = launcher.run([Job(f"j{i}", _what_the_worker_had, (f"j{i}",)) for i in range(2)],
@@ -244,8 +244,8 @@ def _session(sid: int) -> list[int]:
 
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs /proc to find the processes")
 def test_a_killed_driver_leaves_no_process_and_a_rerun_loses_and_repeats_nothing(tmp_path: Path) -> None:
-    """Issue 31: SIGKILL of `dormouse ab --jobs 2` left its workers training to the end and then alive
-    forever, with the fork server and the resource tracker. Each worker watches its driver and stops its
+    """SIGKILL of `dormouse ab --jobs 2` must not leave its workers, the fork server or the resource tracker
+    alive. Each worker watches its driver and stops its
     pair the way SIGINT does (a checkpoint at the next step); then every process the driver started exits.
     Rerunning the command resumes the stopped pairs and finishes the comparison, every eval once."""
     reg = _registry(tmp_path, ORPHANS)

@@ -1,4 +1,4 @@
-"""`dormouse ab NAME --launcher slurm` against a real SLURM (issue 31): a comparison submitted as job
+"""`dormouse ab NAME --launcher slurm` against a real SLURM: a comparison submitted as job
 arrays, collected, bit-identical to a sequential run; USR2 preemption, SLURM's own time-limit signal and a
 SIGTERM requeue resumed; submitit's requeue killed by its own SIGTERM survived; a pair cancelled while
 pending and a job that dies without a result reported failed within launcher.lost_after_s, never a hang.
@@ -189,7 +189,7 @@ def test_slurm_pairs_equal_sequential_and_preempted_requeued_and_timed_out_pairs
     """Each look a job array on SLURM. gr-s1 is preempted (USR2, with submitit's `scontrol requeue` killed
     by its own SIGTERM), rezero-s1 requeued by `scontrol requeue` (SIGTERM), rezero-s2 waits at step 2 until
     SLURM's own time-limit signal: each resumes from its step-2 checkpoint in its requeued job, and every
-    pair's numbers equal the sequential run's, bit for bit (issue 31, items 3 and 4)."""
+    pair's numbers equal the sequential run's, bit for bit."""
     from test_ab_launch import _console, _deviation, _numbers, _verdicts
 
     reg, seq = sequential
@@ -215,8 +215,8 @@ def test_slurm_pairs_equal_sequential_and_preempted_requeued_and_timed_out_pairs
     text = console.export_text()
     assert not signaller.errors, signaller.errors
     assert set(signaller.done) == {"gr-s1", "rezero-s1"}, (signaller.done, text)
-    # No pair came back interrupted or failed: each requeued job was waited for (without the fix the board
-    # said "interrupted rezero-s1" and the look ended while the requeued job went on).
+    # No pair came back interrupted or failed: each requeued job was waited for (otherwise the board
+    # says "interrupted rezero-s1" and the look ends while the requeued job goes on).
     assert not re.search(r"^\S+ (interrupted|failed) ", text, re.M), text
     a, b = _numbers(seq), _numbers(out)
     assert a == b, f"SLURM pairs differ from sequential: deviation={_deviation(a, b):.3g} bound=0\n{text}"
@@ -243,7 +243,7 @@ def test_slurm_a_pair_cancelled_while_pending_and_a_job_that_dies_are_failed_not
     """One pair at a time (array_parallelism=1); the last pair's array task is cancelled while it pends
     (SLURM keeps no record of it), rezero-s2's job is killed before it writes a result, and sacct does not
     answer (a cluster without accounting): both are failed within lost_after_s, the look ends, the others
-    are done (issue 31, item 2)."""
+    are done."""
     from test_ab_launch import _console
 
     reg, _ = sequential

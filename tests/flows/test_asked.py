@@ -1,4 +1,4 @@
-"""`asked` means asked (issue 10, gate 8): `dormouse logs --check` verifies the selected arm's asked counter
+"""`asked` means asked: `dormouse logs --check` verifies the selected arm's asked counter
 against 2 x the sum of the depths the schedule drew for the window's training steps, which the eval line
 carries itself (``window_steps``, ``depth_sum``). A sublayer the loop skips lowers ran and asked together, so
 the ran = asked check cannot see it; this one can.

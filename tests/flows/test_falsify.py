@@ -41,7 +41,7 @@ def test_every_perturbation_is_keyed_and_applies_exactly_once() -> None:
 
 
 def test_every_perturbation_still_applies_when_its_pattern_also_occurs_elsewhere_in_its_file() -> None:
-    """The record's own keys, against an edit elsewhere in each file that the old file-wide rule called stale:
+    """The record's own keys, against an edit elsewhere in each file that a file-wide rule would call stale:
     a copy of the pattern in a new constant at the top, and the original moved down by a new function. Whole-file
     and module-level keys are left out: the new constant is module-level code, so for them the copy is inside
     the keyed span by definition."""

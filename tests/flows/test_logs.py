@@ -128,7 +128,7 @@ def test_missing_intermediate_eval_and_out_of_order_steps(tmp_path: Path) -> Non
 
 
 def test_a_text_file_that_is_not_a_log_says_so(tmp_path: Path) -> None:
-    """Issue 24: `logs notes.txt` said "missing-eval"; the problem is that it is not a train.log."""
+    """`logs notes.txt` says the file is not a train.log (not "missing-eval")."""
     notes = tmp_path / "notes.txt"
     notes.write_text("a shopping list\nmilk\n")
     run = checked_run(notes)

@@ -1,4 +1,4 @@
-"""A pair's life under faults (issue 31, item 1): no path deletes a finished run.
+"""A pair's life under faults: no path deletes a finished run.
 
 A pair at its final eval got USR2 during its final plots; submitit's handler raised ``UncompletedJobError``
 ("timed-out too many times"); ``pairjob._complete`` took that for an unresumable checkpoint, deleted the run
@@ -181,7 +181,7 @@ def _steps(pair: Pair) -> list[int]:
 def test_no_submitit_exception_at_any_point_of_a_pairs_life_deletes_or_retrains_it(
         tmp_path: Path, composed: Pair, submitit_handler: Callable[[bool], None], fault: str, point: str,
         attempt: str) -> None:
-    """Issue 31: a fault during the attempt keeps everything on disk; past the final eval the pair is done;
+    """A fault during the attempt keeps everything on disk; past the final eval the pair is done;
     otherwise it fails (or submitit's requeue exits), and the next attempt resumes it. No call starts it over
     from step 0, no file of the first life is replaced, nothing is set aside."""
     comp = tmp_path / "ab" / "t"

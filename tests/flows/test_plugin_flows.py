@@ -101,7 +101,7 @@ def test_a_bad_plugin_is_one_error_line_and_exit_2(tmp_path: Path, monkeypatch: 
     for args, words in ((["validate", "--plugin", "broken.py"], "plugin broken.py (--plugin) failed to import"),
                         (["validate", "--plugin", "empty.py"], "plugin empty.py (--plugin) defines no arm"),
                         (["--plugin", "nothere.py", "validate"], "plugin nothere.py (--plugin): no such file"),
-                        (["validate", "model.use_nosuch=true"], "model.use_nosuch")):  # an unknown switch, as before
+                        (["validate", "model.use_nosuch=true"], "model.use_nosuch")):  # an unknown switch
         result = CliRunner().invoke(app, args)
         errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
         assert result.exit_code == 2 and len(errors) == 1 and words in errors[0], (args, result.stderr)

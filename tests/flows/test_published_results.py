@@ -1,4 +1,4 @@
-"""The published comparisons (docs/results/residual_cpu/, issue 14; docs/results/residual_cpu2/, issue 25) are
+"""The published comparisons (docs/results/residual_cpu/, docs/results/residual_cpu2/) are
 the registered ones, and their verdicts follow the registered rules.
 
 For residual_cpu (protocol 1), these read two committed files and nothing else: the registration
@@ -31,7 +31,7 @@ from tests.helpers import published_comparison as published
 REPO = Path(__file__).resolve().parents[2]
 NAME = "residual_cpu"
 PUBLISHED = REPO / "docs" / "results" / NAME
-# The sizing target of issue 14: every model of the comparison below 2.6 val bpb (it has learned something).
+# The sizing target: every model of the comparison below 2.6 val bpb (it has learned something).
 BPB_CEILING = 2.6
 
 
@@ -137,7 +137,7 @@ def test_the_publication_names_its_command_commit_and_machine() -> None:
     published.assert_report_plots_exist(PUBLISHED)
 
 
-# --- residual_cpu2: protocol 2, a tune stage, looks (issue 25) -------------------------------------------------
+# --- residual_cpu2: protocol 2, a tune stage, looks ----------------------------------------------------------
 # The verdicts are replayed look by look from the per-run final bpb with the rule written out from
 # docs/ab-protocol.md (O'Brien-Fleming-type spending, Bonferroni over the registered family, TOST for a tie)
 # and scipy's normal and Student-t distributions, without calling dormouse.ab.sequential. The tune stage's

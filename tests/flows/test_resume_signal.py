@@ -1,4 +1,4 @@
-"""Resume is exact after an interrupt as well as after SIGKILL (issue 31, item 9).
+"""Resume is exact after an interrupt as well as after SIGKILL.
 
 The rule (dormouse/train/state.py, dormouse/train/loop.py): a run stopped by SIGINT or SIGTERM finishes the step it
 is in, checkpoints it and exits 128 + the signal; resumed, it is bit-identical on CPU at a fixed thread count

@@ -179,7 +179,7 @@ class _Recorder:
 
 
 def test_one_sample_streams_each_byte_as_it_is_generated_flushed(run_dir: Path):
-    """Issue 24: `sample --bytes 100000` wrote nothing for minutes; one sample is written as it is drawn."""
+    """One sample is written as it is drawn, so `sample --bytes 100000` is not minutes of nothing."""
     opts = SampleOptions(prompt="ROMEO:", n_bytes=30, temperature=0.0)
     out = _Recorder()
     _, _, (one,) = sample_run(run_dir, opts, stream=out)

@@ -40,7 +40,7 @@ def _linear_output_dtypes(overrides: list[str]) -> set[torch.dtype]:
                                                            ("auto", torch.float32, "fp32")])
 def test_train_dtype_bf16_runs_the_matmuls_in_bf16_on_cpu_and_fp32_does_not(tmp_path: Path, dtype: str,
                                                                             matmul: torch.dtype, recorded: str):
-    """bf16 on CPU is CPU autocast (rule 5: the stand-in for CUDA's bf16): every Linear's output is bf16.
+    """bf16 on CPU is CPU autocast (the stand-in for CUDA's bf16): every Linear's output is bf16.
     fp32 and auto (on CPU) leave every one float32. Provenance records what ran."""
     seen = _linear_output_dtypes([f"train.dtype={dtype}", f"run.dir={tmp_path}", "run.name=r"])
     assert seen == {matmul}

@@ -181,7 +181,7 @@ def _rel_dev(a: Tensor, b: Tensor) -> float:
 
 @pytest.mark.parametrize("sublayer", ["attention", "mlp"])
 def test_sublayers_under_bf16_autocast_stay_within_bf16_rounding_of_float32(sublayer: str) -> None:
-    """CUDA trains under bf16 autocast; CPU autocast stands in (rule 5). The hand-written Functions then see
+    """CUDA trains under bf16 autocast; CPU autocast stands in. The hand-written Functions then see
     bf16 inputs and gradients (RoPE's float32 rotation rounded once; the SwiGLU gate's one-buffer backward).
 
     Bound: autocast rounds each matmul's inputs and output to bf16 (2^-9 relative each) and accumulates in

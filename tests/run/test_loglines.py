@@ -59,8 +59,8 @@ def row(step: int, arm: str = "attnres", bpb: float = 1.875, max_iter: int = 3) 
 
 
 def test_eval_line_round_trips_the_trainers_line_to_the_byte() -> None:
-    """The only change since ea582a6 is the training loss's label, which now says its unit (issue 24); a
-    line written before still parses to the same row."""
+    """The training loss's label says its unit (``train_loss_nats``); a line with the bare ``loss=`` parses to
+    the same row."""
     values = parse_eval_line(TRAINER_EVAL)
     assert format_eval_line(values, 2) == TRAINER_EVAL.replace(" loss=", " train_loss_nats=")
     assert parse_eval_line(format_eval_line(values, 2)) == values
@@ -196,7 +196,7 @@ def test_learned_summary_round_trips_and_is_optional() -> None:
     assert f" {last}={r[f'{last}_ran']}/{r[f'{last}_asked']} learned=emb_w:0.2112 kernel=torch " in line
     v = parse_eval_line(line)
     assert v["learned_name"] == "emb_w" and v["learned"] == 0.2112
-    assert "learned" not in format_eval_line(row(300), 3)  # a run from before the probes
+    assert "learned" not in format_eval_line(row(300), 3)  # a row without probe fields
     with pytest.raises(LogLineError, match="learned"):
         parse_eval_line(line.replace("learned=emb_w:0.2112", "learned=0.2112"))
 

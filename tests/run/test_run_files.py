@@ -1,4 +1,4 @@
-"""A run's files survive what a disk does to them (issue 31, items 7, 8 and 10).
+"""A run's files survive what a disk does to them.
 
 * a torn last line of an append-only file (a crash mid-write) is cut before a resume appends, recorded in
   train.log, and reported by ``dormouse logs --check`` until then;

@@ -1,4 +1,4 @@
-"""The eval set (issue 10, gate 6 and the eval-size rule): eval reads the validation split and only it, and
+"""The eval set: eval reads the validation split and only it, and
 asks for no more than the val split holds.
 
 Gate 6 plants two corpora whose train halves are identical and whose val halves differ: every train byte is
@@ -78,7 +78,7 @@ def test_a_registered_comparison_that_asks_for_more_eval_than_val_is_refused_bef
 def test_the_default_eval_size_fits_a_short_val_split_and_says_so_but_an_explicit_one_is_never_cut(
         tmp_path: Path) -> None:
     # nanoGPT's tiny Shakespeare: 1,115,394 bytes, so a 55,769-byte val split at the default val_fraction,
-    # shorter than the old fixed default of 65,536 that refused it.
+    # shorter than 65,536 (DEFAULT_EVAL_BYTES), so the default fits itself to the split.
     import json
 
     from dormouse.data import eval_windows

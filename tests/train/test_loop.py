@@ -1,4 +1,4 @@
-"""What the training loop actually does (issue 10, gates 1-4), observed from outside it while it runs.
+"""What the training loop actually does, observed from outside it while it runs.
 
 Global hooks watch a real ``train(cfg)``: a module forward hook sees every forward the loop makes (which
 model, with what depth, how many attention sublayers ran, how many readouts were taken) and an optimizer

@@ -1,4 +1,4 @@
-"""One eval row, every sink, by name (issue 21 item 3): a field added to the row shows under its own name in
+"""One eval row, every sink, by name: a field added to the row shows under its own name in
 the eval line (terminal and train.log), metrics.jsonl, wandb and every view of `dormouse logs` (table, tsv,
 json), and every other field stays where it was.
 
@@ -194,7 +194,7 @@ def test_tsv_and_json_give_every_digit_from_metrics_jsonl(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("width", [80, 120])
 def test_the_table_fits_a_terminal_and_bpb_stays_readable(tmp_path: Path, width: int) -> None:
-    """Issue 24: at 80 or 120 columns every cell was cut to `b…`. The table keeps the columns that fit (step,
+    """At 80 or 120 columns no cell is cut to `b…`: the table keeps the columns that fit (step,
     bpb, the training loss, the arm's counter first) and names the ones it leaves out."""
     write_run(tmp_path / "a-run-with-a-long-name-20261201-120000-000000", rows())
     console = Console(record=True, width=width, force_terminal=True)

@@ -1,4 +1,4 @@
-"""Off a terminal a run says where it is now and then (issue 36: a log file showed nothing for 18 minutes)."""
+"""Off a terminal a run says where it is now and then (a log file is never silent for minutes)."""
 
 from __future__ import annotations
 

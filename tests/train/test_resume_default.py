@@ -1,4 +1,4 @@
-"""A resume's default is the run's saved config (nanoGPT's ``init_from='resume'``; issue 24): ``dormouse train
+"""A resume's default is the run's saved config (nanoGPT's ``init_from='resume'``): ``dormouse train
 run.name=X train.resume=auto`` continues X with the config it was saved with; an override given explicitly
 still wins, and one that changes what the run computes is refused naming every differing key, old -> new."""
 
@@ -33,7 +33,7 @@ def test_an_explicit_override_on_a_resume_wins_over_the_saved_config(tmp_path: P
     _interrupted(tmp_path)
     cfg = load_run_config([f"run.dir={tmp_path}", "run.name=r", "train.resume=auto", "train.eval_every=5"])
     assert cfg.train.eval_every == 5 and cfg.train.steps == 16  # given wins; the rest is the saved config's
-    # retyping every override (the old way) gives the same config
+    # retyping every override gives the same config
     again = load_run_config([*SAVED, f"run.dir={tmp_path}", "run.name=r", "train.resume=auto", "train.eval_every=5"])
     assert again == cfg
 

@@ -1,4 +1,4 @@
-"""Resume keeps the schedule (issue 10): a resumed run's learning rate at every step equals one schedule.
+"""Resume keeps the schedule: a resumed run's learning rate at every step equals one schedule.
 
 The learning rate each step applied is read from the optimizer the loop steps (tests/train/test_loop.py's
 observer) across the interrupted and the resumed process, and compared with the schedule written here:

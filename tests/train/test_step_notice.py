@@ -1,5 +1,5 @@
-"""A step that cannot fit in time or memory is not silent (issue 24: data.seq_len=100000 ran ten silent
-minutes at 1.8 GB, nothing printed off a terminal until the first eval)."""
+"""A step that cannot fit in time or memory is not silent (data.seq_len=100000 would run minutes
+at 1.8 GB with nothing printed off a terminal until the first eval)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def test_first_step_prints_its_time_off_a_terminal_before_the_first_eval(tmp_pat
 def test_a_compiled_run_projects_from_its_second_step_not_from_the_compilation(
         tmp_path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch):
     """train.compile=true: the first step holds the compilation (42 s against 0.1 s a step at residual_cpu's
-    shape, issue 23: its projection said 33 h for a 5-min pair), so it is named as such and the pace comes
+    shape: projected, it would say 33 h for a 5-min pair), so it is named as such and the pace comes
     from the second step. (compile_whole is replaced by the eager model: the loop is under test, not Inductor.)"""
     from dormouse.model.looped import LoopedByteLM
 
