@@ -46,9 +46,15 @@ def plugins_first(args: list[str]) -> list[str]:
 err = Console(stderr=True, highlight=False)
 
 
-def exit_code_of(exc: DormouseError, console: Console = err) -> int:
+# Ctrl-C that reached a command before any dormouse code turned it into Interrupted: 128 + SIGINT, as a shell says.
+CTRL_C_EXIT = 130
+
+
+def exit_code_of(exc: DormouseError | KeyboardInterrupt, console: Console = err) -> int:
     """Say ``exc`` on ``console`` (one ``error:`` line per message; nothing when its raiser said it already,
-    as an interrupted run did) and return the exit code its class declares."""
+    as an interrupted run did) and return the exit code its class declares (a bare Ctrl-C: 130)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return CTRL_C_EXIT
     if not exc.already_said:
         for line in exc.messages():
             print_error(console, line)
@@ -56,7 +62,8 @@ def exit_code_of(exc: DormouseError, console: Console = err) -> int:
 
 
 class ExitOnError(TyperGroup):
-    """The app's command group: a command that raises a :class:`DormouseError` exits with its code, said once.
+    """The app's command group: a command that raises a :class:`DormouseError` exits with its code, said once
+    (a sub-group's commands too: ``dormouse ab``'s verbs run inside this group's :meth:`invoke`); Ctrl-C 130.
 
     ``--plugin`` is the group's option (plugins load before a command composes its config) but is accepted
     anywhere on the line: :meth:`parse_args` moves each occurrence in front of the command's name."""
@@ -67,5 +74,5 @@ class ExitOnError(TyperGroup):
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
-        except DormouseError as exc:
+        except (DormouseError, KeyboardInterrupt) as exc:
             raise typer.Exit(exit_code_of(exc)) from None
