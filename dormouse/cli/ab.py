@@ -31,8 +31,10 @@ class CarryAction(str, Enum):
     save = "save"
     restore = "restore"
 
+
 # A flag that asked a question of `dormouse ab NAME`, and the verb that asks it.
 QUESTION_FLAGS = {"--plan": "plan", "--status": "status", "--design": "design", "--list": "list"}
+VALUE_OPTIONS = ("--root", "--jobs", "-j", "--threads", "--launcher")  # a run's options that take a value
 
 
 def refuse_question_flags(args: list[str]) -> None:
@@ -42,8 +44,10 @@ def refuse_question_flags(args: list[str]) -> None:
     words = args[: args.index("--")] if "--" in args else args
     asked = [flag for flag in QUESTION_FLAGS if flag in words]
     if asked:
-        name = next((w for w in words if not w.startswith("-") and w not in QUESTION_FLAGS.values()
-                     and w != RUN), "NAME")
+        # the comparison: the first word that is no option, no option's value and no verb
+        verbs = (RUN, *QUESTION_FLAGS.values())
+        name = next((w for i, w in enumerate(words) if not w.startswith("-") and w not in verbs
+                     and not (i and words[i - 1] in VALUE_OPTIONS)), "NAME")
         verb = QUESTION_FLAGS[asked[0]]
         raise ComparisonError([f"{asked[0]} is not an option of dormouse ab: ask `dormouse ab {verb}"
                                + ("`" if verb == "list" else f" {name}`")])

@@ -49,6 +49,7 @@ def test_ab_without_a_name_shows_its_verbs_and_how_to_find_a_comparison():
     (["smoke", "train.steps=4", "--design"],
      "--design is not an option of dormouse ab: ask `dormouse ab design smoke`"),
     (["--list"], "--list is not an option of dormouse ab: ask `dormouse ab list`"),
+    (["--jobs", "2", "smoke", "--status"], "--status is not an option of dormouse ab: ask `dormouse ab status smoke`"),
 ])
 def test_a_question_asked_as_a_flag_is_refused_naming_its_verb(args: list[str], said: str, tmp_path: Path):
     result = runner.invoke(app, ["ab", *args, "--root", str(tmp_path / "ab")])
