@@ -13,7 +13,7 @@ from dormouse.run.lock import Holder, HolderLock, LockHeld, is_locked, read_hold
 __all__ = ["Holder", "HolderLock", "LockHeld", "is_locked", "read_holder", "comparison_lock", "pair_lock"]
 
 COMPARISON_ADVICE = ("wait for it to finish, or stop it (Ctrl-C checkpoints its runs in progress) and rerun; "
-                     "`dormouse ab NAME --status` is safe meanwhile")
+                     "`dormouse ab status NAME` is safe meanwhile")
 _WHERE = "the comparison (--root)"
 
 

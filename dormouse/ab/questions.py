@@ -1,7 +1,7 @@
-"""The comparison's read-only questions: ``--plan`` (what a run would do), ``--status`` (where it stands) and
-``--design`` (the registered design's card, saved with the comparison). Each takes a registered name or a
-loaded registration (a study's point, dormouse/ab/study_command.py). Refusals raise; :mod:`dormouse.ab.command`
-turns them into ``error:`` lines and exit 2.
+"""The comparison's read-only questions: ``dormouse ab plan`` (what a run would do), ``status`` (where it stands)
+and ``design`` (the registered design's card, saved with the comparison). Each takes a registered name or a
+loaded registration (a study's point, dormouse/ab/study_command.py). Refusals raise; the CLI's one handler
+(dormouse/cli/exits.py) says them and exits 2.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _say(console: Console, line: str) -> None:
 
 def plan_command(name: str | Registered, overrides: list[str], *, root: Path, registry: Path | None,
                  launch: LaunchRequest, console: Console) -> None:
-    """``--plan``: compose and check everything a run would, print the plan and its looks, write nothing."""
+    """``plan``: compose and check everything a run would, print the plan and its looks, write nothing."""
     plan = build_plan(name, overrides, root, registry)
     try:
         settings = resolve_launch(launch, plan.pairs).settings()
@@ -45,7 +45,7 @@ def plan_command(name: str | Registered, overrides: list[str], *, root: Path, re
 
 def design_command(name: str | Registered, overrides: list[str], *, root: Path, registry: Path | None,
                    console: Console) -> None:
-    """``--design``: simulate the registered design, print its card and save it with the comparison (unless
+    """``design``: simulate the registered design, print its card and save it with the comparison (unless
     the comparison directory holds another registration's runs). Trains nothing."""
     plan = build_plan(name, overrides, root, registry)
     refuse_protocol_1(plan.reg)
@@ -62,14 +62,14 @@ def design_command(name: str | Registered, overrides: list[str], *, root: Path, 
 
 
 def status_command(name: str | Registered, *, root: Path, registry: Path | None, console: Console) -> int:
-    """``--status``: where a comparison stands, pair by pair and look by look (read-only; safe while it
+    """``status``: where a comparison stands, pair by pair and look by look (read-only; safe while it
     runs). Exit 0; 2 if never started."""
     reg = name if isinstance(name, Registered) else load_spec(name, registry)
     comp_dir = (Path(root) / reg.spec.name).resolve()
     stamp = read_stamp(comp_dir)
     if stamp is None:
         console.print(f"ab {reg.spec.name}: not started ({ComparisonFiles(comp_dir).registration} does not exist); "
-                      f"`dormouse ab {reg.argument} --plan` shows what it would run")
+                      f"`dormouse ab plan {reg.argument}` shows what it would run")
         return 2
     if stamp.get("sha256") != reg.sha256:
         console.print(f"[yellow]note:[/] {reg.source} changed since the comparison started; the runs below "

@@ -57,7 +57,7 @@ def _discard(comp_dir: Path, name: str, console: Console) -> None:
     busy = [p.name[: -len(".lock")] for p in ComparisonFiles(comp_dir).pair_locks.glob("*.lock") if is_locked(p)]
     if busy:
         raise ComparisonError([f"--restart: run(s) {', '.join(busy)} are still being trained by another "
-                               f"process (see `dormouse ab {name} --status`); stop them first"])
+                               f"process (see `dormouse ab status {name}`); stop them first"])
     console.print(f"[yellow]--restart:[/] discarding {comp_dir}")
     for entry in comp_dir.iterdir():
         if entry.name == LOCK:  # this process holds it

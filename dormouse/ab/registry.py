@@ -210,7 +210,7 @@ def _read_text(name: str, registry: Path | None) -> tuple[str, str]:
         close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
         hint = f"; did you mean {' or '.join(close)}?" if close else ""
         raise ABSpecError([f"no registered comparison {name!r} ({source} does not exist){hint} "
-                           f"registered: {', '.join(names) or 'none'} (dormouse ab --list)"])
+                           f"registered: {', '.join(names) or 'none'} (dormouse ab list)"])
     return path.read_text(encoding="utf-8"), source
 
 

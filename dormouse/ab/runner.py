@@ -32,7 +32,7 @@ from dormouse.ab.plan import ComparisonPlan, build_plan
 from dormouse.ab.registration import bind_registration, check_same_code, refuse_protocol_1
 from dormouse.ab.registry import ComparisonError, Registered
 from dormouse.ab.report import bad_run_lines, write_outputs
-from dormouse.ab.results import analyze
+from dormouse.ab.results import ComparisonResults, analyze
 from dormouse.ab.status import verdict_table
 from dormouse.ab.wandb_summary import log_verdict
 from dormouse.errors import Interrupted
@@ -40,8 +40,8 @@ from dormouse.run.files import AB_ROOT, LAUNCH
 
 
 def plan_pairs(reg: Registered, overrides: list[str], comp_dir: Path) -> list[Pair]:
-    """Every confirmatory pair of a registration composed and validated (protocol 1 too, for scripts/rerun_pair.py),
-    with a tune stage's lrs from ``comp_dir``'s ``tune.json`` or ``results.json``."""
+    """Every confirmatory pair of a registration composed and validated (protocol 1 too: `dormouse ab rerun`
+    re-runs a published pair), with a tune stage's lrs from ``comp_dir``'s ``tune.json`` or ``results.json``."""
     plan = build_plan(reg, overrides, Path(comp_dir).parent)
     chosen = tune.recorded_choice(Path(comp_dir))
     if plan.tune_pairs and chosen is not None:
@@ -63,12 +63,13 @@ def run_comparison(
     train_fn: TrainFn | None = None,
     registry: Path | None = None,
     launch: LaunchRequest | None = None,
-) -> Path:
-    """Run (or continue) comparison ``name`` look by look, write its results, return its directory. ``overrides``
-    apply after the registered ones and are part of the registration hash; ``train_fn`` defaults to
-    :func:`dormouse.train.loop.train` (a non-importable one needs the in-process launcher). Raises
-    :class:`ComparisonError` or :class:`LockHeld` before any run; a failed pair makes its arm ``invalid`` (still in
-    the family); a signal raises :class:`dormouse.errors.Interrupted` once the running pairs have checkpointed."""
+) -> ComparisonResults:
+    """Run (or continue) comparison ``name`` look by look, write its results and return them (``complete``: every
+    run the schedule needed finished). ``overrides`` apply after the registered ones and are part of the
+    registration hash; ``train_fn`` defaults to :func:`dormouse.train.loop.train` (a non-importable one needs the
+    in-process launcher). Raises :class:`ComparisonError` or :class:`LockHeld` before any run; a failed pair makes
+    its arm ``invalid`` (still in the family); a signal raises :class:`dormouse.errors.Interrupted` once the
+    running pairs have checkpointed."""
     console = console or Console()
     plan = build_plan(name, overrides, root, registry)
     refuse_protocol_1(plan.reg)
@@ -86,18 +87,19 @@ def run_comparison(
             console.print(f"[yellow]note:[/] {line}")
         card = ensure_design_card(plan, console)
         errors = _run_looks(plan, launcher, train_fn or _default_train_fn(), code.sha256, console)
-        results = _report(plan, launcher, errors, {k: v for k, v in stamp.items() if k != "registered"}, card)
+        written = _report(plan, launcher, errors, {k: v for k, v in stamp.items() if k != "registered"}, card)
+        results = written.to_json()
         log_verdict(plan.arm_cfgs[plan.reg.spec.baseline].logging, plan.comp_dir, results)  # wandb on: its summary run
     console.print(verdict_table(results))
     for line in bad_run_lines(results):  # the registered bad-run policy's finding, beside the verdicts
         console.print(line, soft_wrap=True, highlight=False)
     console.print(f"report: {plan.files.report}")
-    return plan.comp_dir
+    return written
 
 
 def _report(plan: ComparisonPlan, launcher: Launcher, errors: dict[str, str], stamp: dict[str, Any],
-            card: dict[str, Any]) -> dict[str, Any]:
-    """Replay the looks once more, analyse and write the outputs; returns ``results.json``'s content."""
+            card: dict[str, Any]) -> ComparisonResults:
+    """Replay the looks once more, analyse and write the outputs; returns the results as written."""
     def read(p: Pair) -> Any:
         return read_pair(p, errors.get(p.name))
 
@@ -107,7 +109,7 @@ def _report(plan: ComparisonPlan, launcher: Launcher, errors: dict[str, str], st
     results, records = analyze(plan, state, read, registration=stamp, design_card=card,
                                launch=_launch_record(plan, launcher, state))
     written, _ = write_outputs(plan.comp_dir, results, records)
-    return written.to_json()
+    return written
 
 
 def _launch_record(plan: ComparisonPlan, launcher: Launcher, state: Progress) -> dict[str, Any]:

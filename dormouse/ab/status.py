@@ -162,7 +162,7 @@ def render_plan(plan: ComparisonPlan, *, launch: dict[str, Any], registration: s
              "(from this comparison's finished runs on this CPU, per arm)")
     elif left:
         _say(console, "estimated wall time: unknown until a run of each arm has finished on this CPU "
-             "(then --plan and --status use the measured time)")
+             "(then plan and status use the measured time)")
 
 
 # --- the status -----------------------------------------------------------------------------------------

@@ -1,12 +1,11 @@
-"""``dormouse ab STUDY``'s questions: the comparison's questions asked of every point (dormouse/ab/questions.py),
+"""A registered study's read-only questions: the comparison's (dormouse/ab/questions.py) asked of every point,
 and the study's own answer above them.
 
-- a run: :func:`dormouse.ab.study_runner.run_study` (exit 0 when every point's schedule finished, 1 when a pair
-  of some point failed);
-- ``--plan``: each point's plan and tune stage, then the study's totals; writes nothing;
-- ``--design``: the study card (the whole study simulated), then the points' comparison card (the same design at
-  every point: α/P, the registered looks), saved with the study and each point;
-- ``--status``: each point's status (a point not started says so), then the study's verdicts so far (read only).
+- ``dormouse ab plan STUDY``: each point's plan and tune stage, then the study's totals; writes nothing;
+- ``dormouse ab design STUDY``: the study card (the whole study simulated), then the points' comparison card (the
+  same design at every point: α/P, the registered looks), saved with the study and each point;
+- ``dormouse ab status STUDY``: each point's status (a point not started says so), then the study's verdicts so
+  far (read only).
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from rich.console import Console
 
 from dormouse.ab.card import design_card_for, save_design_card
 from dormouse.ab.launch_request import LaunchRequest
-from dormouse.ab.pairjob import TrainFn
 from dormouse.ab.questions import plan_command, status_command
 from dormouse.ab.registration import read_stamp, registration_hash
 from dormouse.ab.status import tune_most_runs
@@ -26,7 +24,6 @@ from dormouse.ab.study import RegisteredStudy
 from dormouse.ab.study_runner import (
     build_point_plans,
     card_of,
-    run_study,
     save_study_card,
     study_dir,
     study_registration,
@@ -55,7 +52,7 @@ def study_plan(study: RegisteredStudy, overrides: list[str], *, root: Path, laun
     _say(console, f"study {study.name}: at most {most} runs over its {len(plans)} points (every tune budget spent, "
          "every confirmatory replicate run); fewer when arms decide early")
     _say(console, f"study {study.name}: the interaction is decided once every point is complete "
-         f"(`dormouse ab {study.argument} --design` shows its simulated error rates)")
+         f"(`dormouse ab design {study.argument}` shows its simulated error rates)")
 
 
 def study_design(study: RegisteredStudy, overrides: list[str], *, root: Path, console: Console) -> None:
@@ -81,7 +78,7 @@ def study_design(study: RegisteredStudy, overrides: list[str], *, root: Path, co
             save_design_card(plan, point_card)
 
 
-def study_status(study: RegisteredStudy, overrides: list[str], *, root: Path, console: Console) -> int:
+def study_status(study: RegisteredStudy, *, root: Path, console: Console) -> int:
     """Each point's status, then the study's verdicts so far. Exit 0; 2 if the study never started."""
     from dormouse.ab.study_report import analyze_study, summary_lines
 
@@ -89,7 +86,7 @@ def study_status(study: RegisteredStudy, overrides: list[str], *, root: Path, co
     stamp = read_stamp(sdir)
     if stamp is None:
         console.print(f"study {study.name}: not started ({StudyFiles(sdir).registration} does not exist); "
-                      f"`dormouse ab {study.argument} --plan` shows what it would run")
+                      f"`dormouse ab plan {study.argument}` shows what it would run")
         return 2
     if stamp.get("sha256") != study.sha256:
         console.print(f"[yellow]note:[/] {study.source} changed since the study started; the points below "
@@ -106,20 +103,3 @@ def study_status(study: RegisteredStudy, overrides: list[str], *, root: Path, co
     for line in summary_lines(analyze_study(study, sdir, stamp, card)):
         _say(console, f"study {study.name}: {line}")
     return 0
-
-
-def study_answer(study: RegisteredStudy, overrides: list[str], *, restart: bool, root: Path, console: Console,
-                 train_fn: TrainFn | None, launch: LaunchRequest, plan: bool, status: bool, design: bool) -> int:
-    """The one question asked of a study: its exit code (refusals raise; dormouse.ab.command prints them)."""
-    if design:
-        study_design(study, overrides, root=root, console=console)
-        return 0
-    if status:
-        return study_status(study, overrides, root=root, console=console)
-    if plan:
-        study_plan(study, overrides, root=root, launch=launch, console=console)
-        return 0
-    sdir = run_study(study, overrides, restart=restart, root=root, console=console, train_fn=train_fn,
-                     launch=launch)
-    results = json.loads(StudyFiles(sdir).results.read_text())
-    return 0 if results["complete"] else 1

@@ -89,13 +89,14 @@ def _refuse_busy(plans: list[ComparisonPlan], study: RegisteredStudy) -> None:
             for p in ComparisonFiles(plan.comp_dir).pair_locks.glob("*.lock") if is_locked(p)]
     if busy:
         raise ComparisonError([f"--restart: run(s) {', '.join(busy)} are still being trained by another process "
-                               f"(see `dormouse ab {study.argument} --status`); stop them first"])
+                               f"(see `dormouse ab status {study.argument}`); stop them first"])
 
 
 def run_study(study: RegisteredStudy, overrides: list[str], *, restart: bool = False, root: Path = AB_ROOT,
               console: Console | None = None, train_fn: TrainFn | None = None,
-              launch: LaunchRequest | None = None) -> Path:
-    """Run (or continue) a study point by point and report; returns the study dir. Refusals come before any run."""
+              launch: LaunchRequest | None = None) -> dict[str, Any]:
+    """Run (or continue) a study point by point and report; returns its results as written (``complete``: every
+    point's schedule finished). Refusals come before any run."""
     from dormouse.ab.study_report import write_study_outputs  # matplotlib: only when a report is written
 
     console = console or Console()
@@ -116,5 +117,5 @@ def run_study(study: RegisteredStudy, overrides: list[str], *, restart: bool = F
     for line in results["summary"]:
         console.print(line, soft_wrap=True, highlight=False, markup=False)
     console.print(f"study report: {StudyFiles(sdir).report}")
-    return sdir
+    return results
 

@@ -19,10 +19,11 @@ from omegaconf import OmegaConf
 from rich.console import Console
 from rich.text import Text
 
-from dormouse.cli.completion import complete_comparison, complete_override
+from dormouse.cli.ab import ab_app
+from dormouse.cli.completion import complete_override
 from dormouse.cli.exits import ExitOnError, err
 from dormouse.cli.sample_options import SampleOptions
-from dormouse.run.files import AB_ROOT, RUNS_ROOT
+from dormouse.run.files import RUNS_ROOT
 
 app = typer.Typer(
     name="dormouse",
@@ -151,87 +152,6 @@ def validate(ctx: typer.Context, overrides: list[str] = OVERRIDES, cfg_flag: str
         raise ConfigError(checked.problems)  # exit 2, one error: line each
     # The checks' findings as YAML comments: `dormouse validate ... > config.yaml` stays valid YAML.
     print(OmegaConf.to_yaml(cfg) + "".join(f"# {line}\n" for line in checked.found), end="")
-
-
-@app.command(epilog="""[bold]Examples[/]\n
-  dormouse ab --list                         # the registered comparisons and what each compares\n
-  dormouse ab smoke                          # the whole flow on CPU: ~30 s on 2 idle cores\n
-  dormouse ab residual                       # the registered GPU comparison (looks at 3, 6, 9), one run at a time\n
-  dormouse ab residual --jobs 8              # 8 runs at once: one GPU each (or a share of the CPU cores)\n
-  dormouse ab residual --launcher slurm launcher.partition=gpu launcher.time_min=120\n
-  dormouse ab residual --plan                # what would run, what is done, the cost; trains nothing\n
-  dormouse ab residual --status              # looks taken and what they decided, runs, ETA; safe during a run\n
-  dormouse ab smoke --design                 # the design card: type-I error, power, expected replicates\n
-  dormouse ab my_comparison.yaml             # your own registration file (same fields as conf/ab/*.yaml)\n
-  dormouse ab smoke train.steps=40 --restart""")
-def ab(
-    ctx: typer.Context,
-    name: str = typer.Argument(None, help="A registered comparison (conf/ab/NAME.yaml) or the path of a "
-                               "registration file PATH.yaml.", show_default=False,
-                               autocompletion=complete_comparison),
-    overrides: list[str] = typer.Argument(
-        None, show_default=False,
-        help="Hydra overrides for every run (key=value), and launcher.KEY=VALUE for --launcher slurm."),
-    restart: bool = typer.Option(False, "--restart", help="Discard earlier results and start over."),
-    root: Path = typer.Option(AB_ROOT, help="Where comparisons are written."),
-    list_: bool = typer.Option(False, "--list", help="List the registered comparisons and exit."),
-    jobs: int = typer.Option(1, "--jobs", "-j", help="Training runs at once on this machine, each in its own process "
-                             "(one GPU each on CUDA, an equal share of the cores on CPU)."),
-    threads: int = typer.Option(None, "--threads", show_default=False,
-                                help="CPU threads per run (default: the cores divided by --jobs)."),
-    launcher: str = typer.Option("local", "--launcher",
-                                 help="local (this machine; see --jobs) or slurm (conf/launcher/slurm.yaml)."),
-    plan: bool = typer.Option(False, "--plan", help="Print the runs, their overrides, what is done and the "
-                              "estimated cost; train nothing."),
-    status: bool = typer.Option(False, "--status", help="Show where the comparison stands (read-only)."),
-    design: bool = typer.Option(False, "--design", help="Simulate the registered design and print its card "
-                                "(type-I error, power, expected replicates); saved with the comparison."),
-) -> None:
-    """Run a registered A/B comparison to a verdict (resumable: rerun to continue).
-
-    A sweep explores; a registered comparison decides: `dormouse train -m` runs settings, `ab` gives a verdict."""
-    _load_plugins(ctx)
-    if list_:
-        _list_comparisons()
-        return
-    from dormouse.ab.registry import ComparisonError
-
-    if name is None:
-        raise ComparisonError(["name a comparison: dormouse ab NAME (registered: dormouse ab --list) or "
-                               "dormouse ab PATH.yaml"])
-    from dormouse.ab.command import ab_command
-    from dormouse.ab.launch_request import LaunchRequest, split_overrides
-
-    hydra_overrides, launcher_overrides = split_overrides(list(overrides or []))
-    request = LaunchRequest(jobs=jobs, threads=threads, launcher=launcher, launcher_overrides=launcher_overrides)
-    # 0 all runs finished; 1 a run failed (marked in the report); 2 refused before any run; 130/143 interrupted
-    raise typer.Exit(ab_command(name, hydra_overrides, restart=restart, root=root, launch=request, plan=plan,
-                                status=status, design=design))
-
-
-def _list_comparisons() -> None:
-    """One row per registered comparison: name, arms, seeds and its description."""
-    from dormouse.ab.registry import ABSpecError, list_comparisons, load_spec
-    from dormouse.ab.study import is_study, load_study
-
-    for cname in list_comparisons():
-        try:
-            if is_study(cname):  # a registered study: its points and the comparison each holds
-                study = load_study(cname)
-                spec = study.template
-                print(f"{cname}\tstudy of {study.axis} at {', '.join(map(str, study.values))}: one comparison each "
-                      f"(looks at {', '.join(map(str, spec.looks))} replicates, SESOI {spec.sesoi:g} bpb); arms "
-                      f"{', '.join(spec.arms)}; baseline {spec.baseline}\n\t{' '.join(spec.description.split())}")
-                continue
-            spec = load_spec(cname).spec
-        except ABSpecError as exc:  # a broken registration is listed, not hidden
-            print(f"{cname}\tINVALID: {exc.lines[0]}")
-            continue
-        arms = ", ".join(spec.arms)
-        size = (f"{len(spec.seeds)} seeds (protocol 1, read only)" if spec.protocol == 1
-                else f"looks at {', '.join(map(str, spec.looks))} replicates, SESOI {spec.sesoi:g} bpb")
-        print(f"{cname}\t{size}; arms {arms}; baseline {spec.baseline}\n"
-              f"\t{' '.join(spec.description.split())}")
 
 
 @app.command(epilog="""[bold]Examples[/]\n
@@ -382,6 +302,9 @@ def _print_samples(samples: list) -> None:
     for s in samples:
         label = f"depth {s.depth}" + (f", sample {s.index + 1}" if several else "")
         print(f"=== {label} ===\n{s.prompt.decode('utf-8', errors='replace')}{s.text}", flush=True)
+
+
+app.add_typer(ab_app)  # dormouse ab: its verbs, or a comparison to run (dormouse/cli/ab.py)
 
 
 def main() -> None:

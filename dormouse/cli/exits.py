@@ -40,8 +40,14 @@ def plugins_first(args: list[str]) -> list[str]:
 err = Console(stderr=True, highlight=False)
 
 
-def exit_code_of(exc: DormouseError, console: Console = err) -> int:
-    """Say ``exc`` as ``error:`` lines (unless already said) and return its class's exit code."""
+# Ctrl-C that reached a command before any dormouse code turned it into Interrupted: 128 + SIGINT, as a shell says.
+CTRL_C_EXIT = 130
+
+
+def exit_code_of(exc: DormouseError | KeyboardInterrupt, console: Console = err) -> int:
+    """Say ``exc`` as ``error:`` lines (unless already said) and return its class's exit code (a bare Ctrl-C: 130)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return CTRL_C_EXIT
     if not exc.already_said:
         for line in exc.messages():
             print_error(console, line)
@@ -49,7 +55,8 @@ def exit_code_of(exc: DormouseError, console: Console = err) -> int:
 
 
 class ExitOnError(TyperGroup):
-    """The app's command group: a DormouseError exits with its code; ``--plugin`` is accepted anywhere."""
+    """The app's command group (``dormouse ab``'s verbs run inside its :meth:`invoke`): a DormouseError exits with
+    its code, Ctrl-C with 130; ``--plugin`` is accepted anywhere."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, plugins_first(args))
@@ -57,5 +64,5 @@ class ExitOnError(TyperGroup):
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
-        except DormouseError as exc:
+        except (DormouseError, KeyboardInterrupt) as exc:
             raise typer.Exit(exit_code_of(exc)) from None

@@ -134,7 +134,7 @@ def check_overrides(overrides: list[str], schema: type, extra_options: dict[str,
             lines.append(f"override {text!r} gives several values (a sweep): dormouse runs one config; give "
                          f"one value, or quote a string that holds a comma ({key}='a,b'); to explore settings, "
                          "sweep them (dormouse train -m); to decide between them, register an A/B comparison "
-                         "(dormouse ab --list)")
+                         "(dormouse ab list)")
             continue
         value = o.value()
         if key in GROUPS:

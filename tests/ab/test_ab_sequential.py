@@ -301,20 +301,19 @@ def test_each_sentence_states_the_numbers_its_verdict_compared(xs):
 
 
 def test_a_card_from_a_published_comparison_reads_its_compared_arms_spreads():
-    """scripts/card_from_published.py: the paired sds of the compared arms only, recomputed here from the
-    published differences, plus an unknown arm at the largest of them."""
+    """`dormouse ab size` (dormouse/ab/lifecycle/size.py): the paired sds of the compared arms only, recomputed
+    here from the published differences, plus an unknown arm at the largest of them."""
     import json
     from pathlib import Path
 
-    from tests.helpers.script_module import load_script
+    from dormouse.ab.lifecycle import size
 
     repo = Path(__file__).resolve().parents[2]
-    script = load_script("card_from_published")
     results = json.loads((repo / "docs" / "results" / "residual_cpu" / "results.json").read_text())
-    sds = script.pilot_sds(results)
+    sds = size.pilot_sds(results)
     assert set(sds) == {"gr", "attnres_full", "attnres_block"}  # the baseline and the A/A arm are not arms
     assert sds["gr"] == pytest.approx(float(np.std(results["arms"]["gr"]["diffs"], ddof=1)), rel=1e-12)
-    card = script.card(sds, (4, 8, 12), 0.03, -0.05, extra_sd=["max"], n_sim=2000)
+    card = size.card(sds, (4, 8, 12), 0.03, -0.05, extra_sd=["max"], n_sim=2000)
     assert card.design.n_arms == 4 and card.max_n == 12
     assert card.pilot_sd[0] == max(sds.values())  # an arm the comparison did not have: the largest sd
     assert card.type_i <= _mc_bound(ALPHA, 2000)

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from dormouse.ab import tune
-from dormouse.ab.command import ab_command
+from dormouse.ab.command import ab_design, ab_plan, ab_status
 from dormouse.ab.plan import build_plan
 from dormouse.ab.records import RunRecord
 from dormouse.ab.registry import ComparisonError, load_spec
@@ -95,7 +95,7 @@ def registry(tmp_path: Path) -> Path:
 
 def run(registry: Path, root: Path, fake: TuneFake) -> Path:
     return run_comparison("tt", [], root=root, console=Console(record=True, width=200), train_fn=fake,
-                          registry=registry)
+                          registry=registry).plan.comp_dir
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +172,7 @@ def test_the_plan_holds_each_tuned_arm_at_each_lr_and_no_aa_tune_pair(registry: 
 
 def test_plan_shows_the_tune_pairs_and_says_the_lrs_are_chosen_by_the_stage(registry: Path, tmp_path: Path) -> None:
     console = Console(record=True, width=250)
-    assert ab_command("tt", [], root=tmp_path / "ab", registry=registry, console=console, plan=True) == 0
+    assert ab_plan("tt", [], root=tmp_path / "ab", registry=registry, console=console) == 0
     out = console.export_text()
     assert "tune stage: 24 runs first" in out and "tune stage (runs first, not in the card above): 24 runs" in out
     assert "takes the lr chosen for the baseline 'rezero'" in out
@@ -290,7 +290,7 @@ def test_the_report_shows_the_tuning_table_and_the_rule(finished: tuple[Path, Tu
 def test_status_shows_the_stage_and_the_chosen_lrs(finished: tuple[Path, TuneFake, Path]) -> None:
     comp, _, reg = finished
     console = Console(record=True, width=250)
-    assert ab_command("tt", [], root=comp.parent, registry=reg, console=console, status=True) == 0
+    assert ab_status("tt", root=comp.parent, registry=reg, console=console) == 0
     out = console.export_text()
     assert "confirmatory train.lr (chosen by the tune stage): rezero=0.002, gr=0.004, attnres_full=0.004, " \
            "rezero_aa=0.002" in out
@@ -299,13 +299,14 @@ def test_status_shows_the_stage_and_the_chosen_lrs(finished: tuple[Path, TuneFak
 
 def test_design_says_the_tune_stages_cost_beside_the_card(registry: Path, tmp_path: Path) -> None:
     console = Console(record=True, width=250)
-    assert ab_command("tt", [], root=tmp_path / "ab", registry=registry, console=console, design=True) == 0
+    assert ab_design("tt", [], root=tmp_path / "ab", registry=registry, console=console) == 0
     out = console.export_text()
     assert "tune stage (runs first, not in the card above): 24 runs (3 arms × 4 lrs × 2 replicate(s))" in out
 
 
 def test_plan_pairs_carries_the_recorded_choice(finished: tuple[Path, TuneFake, Path]) -> None:
-    """scripts/rerun_pair.py composes a published pair through plan_pairs: it must run at the chosen lr."""
+    """`dormouse ab rerun` (dormouse/ab/lifecycle/rerun.py) composes a published pair through plan_pairs: it
+    must run at the chosen lr."""
     comp, _, reg = finished
     pairs = plan_pairs(load_spec("tt", reg), [], comp)
     assert {p.arm: float(p.cfg.train.lr) for p in pairs} == EXPECTED

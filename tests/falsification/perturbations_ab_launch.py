@@ -1,5 +1,5 @@
 """Perturbations of how a comparison's pairs are launched: the `ab NAME` refusals, the
-locks, the per-pair slots, the submitit requeue hook, --status and its ETA under --jobs, the live board,
+locks, the per-pair slots, the submitit requeue hook, `ab status` and its ETA under --jobs, the live board,
 errors said once, a pair's life under faults (no finished run deleted) and workers that outlive no driver
 (tests/falsification; format in perturbations_attnres.py). ``protects`` names what a defect here would
 break."""
@@ -127,7 +127,7 @@ PERTURBATIONS: list[dict] = [
         "old": "    elif is_locked(lock_path):\n",
         "new": "    elif False:\n",
         "gates": [_T + "test_status_during_a_run_shows_done_running_pending_and_failed"],
-        "why": "--status shows a pair being trained as interrupted or pending",
+        "why": "`dormouse ab status` shows a pair being trained as interrupted or pending",
         "protects": "A/B rule",
     },
     {
@@ -381,7 +381,7 @@ PERTURBATIONS: list[dict] = [
         "new": "    return False\n",
         "gates": [_T + "test_the_time_left_is_estimated_from_runs_timed_on_this_cpu_only"],
         "why": "a comparison resumed on a machine with another CPU projects its remaining runs at the old CPU's "
-               "speed: the depth study's --status said minutes where its runs had become 3.7 times as long",
+               "speed: the depth study's `ab status` said minutes where its runs had become 3.7 times as long",
         "protects": "A/B rule",
     },
 ]

@@ -1,7 +1,7 @@
 """Perturbations of the read-only commands' rules: help and --version answer without importing
 torch, `dormouse logs` with no path reads runs/ and refuses a folder with no run, and a comparison's folder
-is one table, a row per arm, from results.json when the comparison wrote it; `logs` and `ab --list` import
-no torch (the registry declares the built-in arm names, checked against their classes) and `ab --list` no
+is one table, a row per arm, from results.json when the comparison wrote it; `logs` and `ab list` import
+no torch (the registry declares the built-in arm names, checked against their classes) and `ab list` no
 scipy (tests/falsification; format in perturbations_attnres.py, plus ``protects``).
 """
 
@@ -93,7 +93,7 @@ PERTURBATIONS: list[dict] = [
                "runs are on request (--runs)",
         "protects": "counters",
     },
-    # --- the arm names without the arm classes: logs and ab --list import no torch -----------------------
+    # --- the arm names without the arm classes: logs and ab list import no torch -----------------------
     {
         "name": "arms_package_defines_the_builtin_arms",
         "file": "dormouse/arms/__init__.py",
@@ -104,7 +104,7 @@ PERTURBATIONS: list[dict] = [
                   _FAST + "test_ab_list_imports_neither_torch_nor_scipy",
                   _NAMES + "test_the_arm_names_and_a_configs_arm_are_read_without_importing_torch"],
         "why": "importing any dormouse.arms module (the registry, the plugin loader) defines the built-in arms "
-               "again, so `dormouse logs` and `ab --list` import torch: seconds for commands that read files",
+               "again, so `dormouse logs` and `ab list` import torch: seconds for commands that read files",
         "protects": "training loop",
     },
     {
@@ -126,7 +126,7 @@ PERTURBATIONS: list[dict] = [
         "new": "    problems = dict(design.field_problems())\n    if not problems:\n"
                "        __import__(\"dormouse.ab.sequential\", fromlist=[\"boundaries\"]).boundaries(design)\n",
         "gates": [_FAST + "test_ab_list_imports_neither_torch_nor_scipy"],
-        "why": "validating a registration computes the design's boundaries (scipy): `dormouse ab --list` "
+        "why": "validating a registration computes the design's boundaries (scipy): `dormouse ab list` "
                "imports scipy for numbers it never prints",
         "protects": "A/B rule",
     },

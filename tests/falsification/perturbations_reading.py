@@ -1,7 +1,7 @@
 """Perturbations of reading a comparison (format in perturbations_attnres.py, plus
 ``protects``): the design card's one power line when the expected effect is the SESOI, the one owner of how a
 confidence level is printed, the console's A/A row pointing at a check it prints, the forest plot's legend
-clear of its title, ``--status`` at 80 columns, and a comparison given by path named by its path again.
+clear of its title, ``ab status`` at 80 columns, and a comparison given by path named by its path again.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ PERTURBATIONS: list[dict] = [
         "old": "        table.add_column(col, overflow=\"fold\", no_wrap=col != \"run\",\n",
         "new": "        table.add_column(col, overflow=\"ellipsis\", no_wrap=col != \"run\",\n",
         "gates": [_ST + "test_status_folds_a_long_tune_pair_name_rather_than_squeezing_the_bpb"],
-        "why": "--status cuts a long pair name to \"…\" at 80 columns",
+        "why": "`dormouse ab status` cuts a long pair name to \"…\" at 80 columns",
         "protects": "A/B rule",
     },
     {
@@ -75,7 +75,7 @@ PERTURBATIONS: list[dict] = [
         "old": "            r[\"note\"] or \" \".join(x for x in (rest, where) if x)]\n",
         "new": "            r[\"note\"] or \" \".join(x for x in (f\"bpb={bpb} \" * 3, rest, where) if x)]\n",
         "gates": [_ST + "test_status_at_80_columns_keeps_the_bpb_whole_and_a_finished_pairs_eval_on_one_line"],
-        "why": "--status wraps a finished pair's eval over several lines at 80 columns",
+        "why": "`dormouse ab status` wraps a finished pair's eval over several lines at 80 columns",
         "protects": "A/B rule",
     },
     {

@@ -78,7 +78,7 @@ PERTURBATIONS: list[dict] = [
         "new": "    return \"no look decided yet\"\n",
         "gates": [_T + "test_status_tells_a_started_point_without_results_from_a_point_not_started"],
         "why": "a point restored from a carry, whose looks were taken, is said to have decided none, and a point "
-               "never started reads the same: --status misleads whoever resumes the study",
+               "never started reads the same: `ab status` misleads whoever resumes the study",
         "protects": "A/B rule",
     },
 ]

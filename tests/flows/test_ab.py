@@ -13,7 +13,7 @@ import pytest
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from dormouse.ab.command import ab_command
+from dormouse.ab.command import ab_design, ab_run
 from dormouse.ab.pairjob import pair_state
 from dormouse.ab.registration import STAMP_NAME
 from dormouse.ab.registry import ABSpecError, ComparisonError, list_comparisons, load_spec
@@ -21,6 +21,7 @@ from dormouse.ab.runner import plan_pairs, run_comparison
 from dormouse.arms.registry import ARMS
 from dormouse.config.schema import arm_name
 from dormouse.run.checkpoint import CheckpointError
+from tests.helpers.ab_exit import exit_code
 from tests.helpers.planted_run import append_eval, append_log, done_line, eval_rows, write_run_header
 
 SPEC = """\
@@ -113,7 +114,7 @@ def registry(tmp_path: Path) -> Path:
 
 def run(registry: Path, root: Path, fake: FakeTrain, overrides: list[str] | None = None, **kw: Any) -> Path:
     return run_comparison("t", overrides or [], root=root, console=Console(record=True, width=200),
-                          train_fn=fake, registry=registry, **kw)
+                          train_fn=fake, registry=registry, **kw).plan.comp_dir
 
 
 # --- the registered files -------------------------------------------------------------------------------
@@ -155,8 +156,8 @@ def test_each_replicate_has_its_own_seed_streams_and_the_aa_arm_its_own_data(
 
 def test_a_protocol_1_registration_is_read_but_never_run(tmp_path: Path, registry: Path) -> None:
     err = Console(record=True, width=200)
-    assert ab_command("residual_cpu", [], root=tmp_path / "ab", console=Console(record=True),
-                      err_console=err, train_fn=FakeTrain()) == 2
+    assert exit_code(ab_run, "residual_cpu", [], root=tmp_path / "ab", console=Console(record=True),
+                     err=err, train_fn=FakeTrain()) == 2
     assert "protocol-1 registration" in err.export_text() and not (tmp_path / "ab").exists()
 
 
@@ -305,7 +306,7 @@ def test_status_shows_the_looks_and_design_prints_and_saves_the_card(tmp_path: P
 
     (registry / "t.yaml").write_text(SEQUENTIAL)
     console = Console(record=True, width=250)
-    assert ab_command("t", [], root=tmp_path / "ab", console=console, registry=registry, design=True) == 0
+    assert ab_design("t", [], root=tmp_path / "ab", console=console, registry=registry) == 0
     card = json.loads((tmp_path / "ab" / "t" / "design.json").read_text())
     assert card["card"]["design"] == {"alpha": 0.05, "sesoi": 0.01, "looks": [2, 4], "n_arms": 3, "alpha_holdback": 1.0}
     assert card["text"].splitlines()[0] in console.export_text()
@@ -487,8 +488,8 @@ def test_a_failed_pair_marks_its_arm_invalid_and_is_retried(tmp_path: Path, regi
     assert results["arms"]["gr"]["verdict"] == "better"  # the other arms are unaffected
     assert (out / "attnres_block-s2" / "ab_error.txt").is_file()
     fake = FakeTrain()
-    assert ab_command("t", [], root=tmp_path / "ab", console=Console(record=True), train_fn=fake,
-                      registry=registry) == 0
+    assert ab_run("t", [], root=tmp_path / "ab", console=Console(record=True), train_fn=fake,
+                  registry=registry) == 0
     assert fake.calls == [("attnres_block-s2", "never")]
 
 
@@ -512,8 +513,8 @@ def test_changed_registration_is_refused_and_restart_starts_over(tmp_path: Path,
     (registry / "t.yaml").write_text(SPEC)
     with pytest.raises(ComparisonError, match="CLI overrides changed"):
         run(registry, tmp_path / "ab", fake, ["train.lr=0.001"])
-    assert ab_command("t", ["train.lr=0.001"], root=tmp_path / "ab", console=Console(record=True),
-                      err_console=Console(record=True), train_fn=fake, registry=registry) == 2
+    assert exit_code(ab_run, "t", ["train.lr=0.001"], root=tmp_path / "ab", console=Console(record=True),
+                     train_fn=fake, registry=registry) == 2
     assert fake.calls == []
 
     out = run(registry, tmp_path / "ab", fake, ["train.lr=0.001"], restart=True)
@@ -576,7 +577,7 @@ def test_real_smoke_comparison_resumes_and_passes_the_log_check(tmp_path: Path) 
 
     def smoke() -> Path:
         return run_comparison("smoke", overrides, root=tmp_path / "ab", console=Console(record=True),
-                              train_fn=interrupted_once)
+                              train_fn=interrupted_once).plan.comp_dir
 
     out = smoke()
     assert calls[:10] == [(f"{a}-s{k}", "never") for k in (1, 2) for a in
@@ -612,10 +613,10 @@ def test_ctrl_c_stops_the_comparison_and_a_rerun_continues(tmp_path: Path, regis
             raise KeyboardInterrupt
         fake(cfg)
 
-    code = ab_command("t", [], root=tmp_path / "ab", console=Console(record=True),
-                      train_fn=interrupt_on_third, registry=registry)
+    code = exit_code(ab_run, "t", [], root=tmp_path / "ab", console=Console(record=True),
+                     train_fn=interrupt_on_third, registry=registry)
     assert code == 130 and len(fake.calls) == 3
     again = FakeTrain()
-    assert ab_command("t", [], root=tmp_path / "ab", console=Console(record=True), train_fn=again,
-                      registry=registry) == 0
+    assert ab_run("t", [], root=tmp_path / "ab", console=Console(record=True), train_fn=again,
+                  registry=registry) == 0
     assert len(again.calls) == 13 and again.calls[0] == ("attnres_full-s1", "never")

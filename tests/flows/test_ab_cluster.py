@@ -27,6 +27,7 @@ from dormouse.ab.cluster import (
     stale_result,
 )
 from dormouse.ab.launch import DONE, FAILED, INTERRUPTED, Job, LaunchError, Outcome
+from tests.helpers.ab_exit import exit_code
 
 # --- what a queue state means ---------------------------------------------------------------------------
 
@@ -330,13 +331,13 @@ def test_slurm_off_a_cluster_is_refused_even_on_a_machine_with_slurm_installed(
     installs it for tests/flows/test_ab_slurm.py)."""
     from test_ab_launch import _console, _registry
 
-    from dormouse.ab.command import ab_command
+    from dormouse.ab.command import ab_run
     from dormouse.ab.launch_request import LaunchRequest
 
     monkeypatch.setattr(submitit.SlurmExecutor, "affinity", classmethod(lambda cls: -1))
     err = _console()
-    code = ab_command("t", [], root=tmp_path / "ab", registry=_registry(tmp_path), console=_console(),
-                      err_console=err, launch=LaunchRequest(launcher="slurm"))
+    code = exit_code(ab_run, "t", [], root=tmp_path / "ab", registry=_registry(tmp_path), console=_console(),
+                     err=err, launch=LaunchRequest(launcher="slurm"))
     text = err.export_text()
     assert code == 2 and "srun" in text and "launcher.cluster=local" in text
     assert not (tmp_path / "ab").exists()

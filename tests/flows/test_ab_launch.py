@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 from rich.console import Console
 
 from dormouse.ab.cluster import load_launcher_config
-from dormouse.ab.command import ab_command, status_command
+from dormouse.ab.command import ab_plan, ab_run, status_command
 from dormouse.ab.launch import (
     DONE,
     INTERRUPTED,
@@ -37,6 +37,7 @@ from dormouse.ab.launch_request import LaunchRequest
 from dormouse.ab.pairjob import read_launch_record
 from dormouse.ab.registry import ComparisonError
 from dormouse.ab.runner import run_comparison
+from tests.helpers.ab_exit import exit_code
 
 TESTS = Path(__file__).resolve().parent
 
@@ -135,9 +136,9 @@ def test_parallel_pairs_equal_the_sequential_pairs_bit_for_bit(tmp_path: Path) -
     (1) every pair's losses and bpb, and so every verdict number, equal the sequential run's exactly."""
     reg = _registry(tmp_path)
     seq = run_comparison("t", [], root=tmp_path / "seq", console=_console(), registry=reg,
-                         launch=LaunchRequest(jobs=1, threads=1))
+                         launch=LaunchRequest(jobs=1, threads=1)).plan.comp_dir
     par = run_comparison("t", [], root=tmp_path / "par", console=_console(), registry=reg,
-                         launch=LaunchRequest(jobs=2, threads=1))
+                         launch=LaunchRequest(jobs=2, threads=1)).plan.comp_dir
     a, b = _numbers(seq), _numbers(par)
     assert set(a) == {"rezero-s1", "gr-s1", "rezero-s2", "gr-s2"}
     # Bound 0: the same ops in the same order on one thread give the same bits; any difference is a leak.
@@ -326,12 +327,12 @@ def test_submitit_local_jobs_complete_and_preempted_jobs_requeue_and_resume(
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
     reg = _registry(tmp_path)
     seq = run_comparison("t", [], root=tmp_path / "seq", console=_console(), registry=reg,
-                         launch=LaunchRequest(threads=1))
+                         launch=LaunchRequest(threads=1)).plan.comp_dir
     console = _console()
     launch = LaunchRequest(launcher="slurm", launcher_overrides=[
         "cluster=local", "gpus_per_pair=0", "cpus_per_task=1", "poll_s=0.2", "time_min=10", "signal_delay_s=5"])
     out = run_comparison("t", [], root=tmp_path / "sub", console=console, registry=reg, train_fn=preempt_once,
-                         launch=launch)
+                         launch=launch).plan.comp_dir
     a, b = _numbers(seq), _numbers(out)
     assert a == b, f"submitit pairs differ from sequential: deviation={_deviation(a, b):.3g} bound=0"
     assert _verdicts(out) == _verdicts(seq)
@@ -382,8 +383,8 @@ def test_a_second_dormouse_ab_on_a_live_comparison_is_refused_with_pid_and_host(
     proc = _hold("comparison", comp)
     try:
         fake, err = _fake(), _console()
-        code = ab_command("t", [], root=tmp_path / "ab", registry=reg, console=_console(), err_console=err,
-                          train_fn=fake)
+        code = exit_code(ab_run, "t", [], root=tmp_path / "ab", registry=reg, console=_console(), err=err,
+                         train_fn=fake)
         assert code == 2 and fake.calls == []
         assert f"pid {proc.pid} on host {socket.gethostname()}" in err.export_text()
     finally:
@@ -391,7 +392,7 @@ def test_a_second_dormouse_ab_on_a_live_comparison_is_refused_with_pid_and_host(
         proc.wait(timeout=30)
     # The holder died without releasing: the next run takes the stale lock over and says whose it was.
     console, fake = _console(), _fake()
-    assert ab_command("t", [], root=tmp_path / "ab", registry=reg, console=console, train_fn=fake) == 0
+    assert ab_run("t", [], root=tmp_path / "ab", registry=reg, console=console, train_fn=fake) == 0
     text = console.export_text()
     assert f"took over a stale lock on comparison {comp}" in text
     assert f"pid {proc.pid}" in text and len(fake.calls) == 15
@@ -409,7 +410,7 @@ def test_a_pair_trained_by_another_process_is_not_touched(tmp_path: Path) -> Non
     proc = _hold("pair", comp, "gr-s2")
     try:
         fake = _fake()
-        code = ab_command("t", [], root=tmp_path / "ab", registry=reg, console=_console(), train_fn=fake)
+        code = ab_run("t", [], root=tmp_path / "ab", registry=reg, console=_console(), train_fn=fake)
         assert code == 1 and fake.calls == []  # gr-s2 failed for this invocation, untouched
         assert "resume step" not in (comp / "gr-s2" / "train.log").read_text()
         arm = json.loads((comp / "results.json").read_text())["arms"]["gr"]
@@ -421,7 +422,7 @@ def test_a_pair_trained_by_another_process_is_not_touched(tmp_path: Path) -> Non
         proc.kill()
         proc.wait(timeout=30)
     fake = _fake()
-    assert ab_command("t", [], root=tmp_path / "ab", registry=reg, console=_console(), train_fn=fake) == 0
+    assert ab_run("t", [], root=tmp_path / "ab", registry=reg, console=_console(), train_fn=fake) == 0
     assert fake.calls == [("gr-s2", "auto")]
 
 
@@ -432,8 +433,8 @@ def test_plan_trains_nothing_writes_nothing_and_shows_pairs_overrides_state_and_
 
     reg = _registry(tmp_path, SPEC)
     console = _console()
-    assert ab_command("t", ["train.lr=0.002"], root=tmp_path / "ab", registry=reg, console=console, plan=True,
-                      launch=LaunchRequest(jobs=2, threads=1)) == 0
+    assert ab_plan("t", ["train.lr=0.002"], root=tmp_path / "ab", registry=reg, console=console,
+                   launch=LaunchRequest(jobs=2, threads=1)) == 0
     text = console.export_text()
     assert not (tmp_path / "ab").exists()
     assert "arm attnres_block: model.use_attnres=true model.attnres.block_size=2" in text
@@ -448,12 +449,12 @@ def test_plan_trains_nothing_writes_nothing_and_shows_pairs_overrides_state_and_
     run_comparison("t", ["train.lr=0.002"], root=tmp_path / "ab", registry=reg, console=_console(),
                    train_fn=FakeTrain(stop_at={"gr-s2": 10}))
     console = _console()
-    ab_command("t", ["train.lr=0.002"], root=tmp_path / "ab", registry=reg, console=console, plan=True)
+    ab_plan("t", ["train.lr=0.002"], root=tmp_path / "ab", registry=reg, console=console)
     text = console.export_text()
     assert "15 runs" in text and ": 1 of 15 runs" in text and "resume: interrupted (last eval at step 10" in text
     assert "continues" in text and "estimated wall time: ≈" in text
     console = _console()
-    ab_command("t", [], root=tmp_path / "ab", registry=reg, console=console, plan=True)
+    ab_plan("t", [], root=tmp_path / "ab", registry=reg, console=console)
     assert "DIFFERS" in console.export_text()
 
 
@@ -472,7 +473,7 @@ def test_the_time_left_is_estimated_from_runs_timed_on_this_cpu_only(tmp_path: P
 
     def ask() -> tuple[str, float | None]:
         console = _console()
-        ab_command("t", ["train.lr=0.002"], root=tmp_path / "ab", registry=reg, console=console, plan=True)
+        ab_plan("t", ["train.lr=0.002"], root=tmp_path / "ab", registry=reg, console=console)
         plan = build_plan("t", ["train.lr=0.002"], tmp_path / "ab", reg)
         return console.export_text(), comparison_status(plan)["eta_s"]
 

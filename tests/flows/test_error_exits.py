@@ -50,8 +50,17 @@ WORK = [
     ("train", "dormouse.cli.sweep.run_sweep", ["train", "-m", "train.lr=1e-3,3e-3"]),
     ("train", "dormouse.config.schema.compose_config", ["train", "--cfg", "job"]),
     ("validate", "dormouse.train.preflight.preflight", ["validate"]),
-    ("ab", "dormouse.ab.command.ab_command", ["ab", "smoke"]),
-    ("ab", "dormouse.ab.registry.list_comparisons", ["ab", "--list"]),
+    ("ab", "dormouse.ab.command.ab_run", ["ab", "smoke"]),
+    ("ab run", "dormouse.ab.command.ab_run", ["ab", "run", "smoke"]),
+    ("ab plan", "dormouse.ab.command.ab_plan", ["ab", "plan", "smoke"]),
+    ("ab status", "dormouse.ab.command.ab_status", ["ab", "status", "smoke"]),
+    ("ab design", "dormouse.ab.command.ab_design", ["ab", "design", "smoke"]),
+    ("ab list", "dormouse.ab.registry.list_comparisons", ["ab", "list"]),
+    ("ab publish", "dormouse.ab.lifecycle.publish.publish_named", ["ab", "publish", "smoke", "--command", "x"]),
+    ("ab carry", "dormouse.ab.lifecycle.carry.save", ["ab", "carry", "save", "smoke"]),
+    ("ab carry", "dormouse.ab.lifecycle.carry.restore", ["ab", "carry", "restore", "smoke"]),
+    ("ab rerun", "dormouse.ab.lifecycle.rerun.rerun", ["ab", "rerun", "smoke", "gr", "1"]),
+    ("ab size", "dormouse.ab.lifecycle.size.size_from", ["ab", "size", "results.json", "--looks", "2,4"]),
     ("logs", "dormouse.cli.logs.logs_command", ["logs", "."]),
     ("eval", "dormouse.cli.eval.eval_checkpoint", ["eval", "runs/r"]),
     ("sample", "dormouse.cli.sample.sample_run", ["sample", "runs/r"]),
@@ -83,8 +92,18 @@ def test_every_exception_class_declares_an_exit_code_the_cli_knows():
 
 
 def test_every_command_is_covered_by_the_mapping_test():
-    commands = set(typer.main.get_command(app).commands)
+    group = typer.main.get_command(app)
+    commands = set(group.commands) | {f"ab {verb}" for verb in group.commands["ab"].commands}
     assert commands == {command for command, _, _ in WORK}
+
+
+def test_ctrl_c_before_a_command_turns_it_into_an_interrupt_exits_130(monkeypatch: pytest.MonkeyPatch):
+    def ctrl_c(*_args: object, **_kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("dormouse.ab.command.ab_plan", ctrl_c)
+    result = runner.invoke(app, ["ab", "plan", "smoke"])
+    assert (result.exit_code, result.stderr) == (130, "")
 
 
 @pytest.fixture(scope="module")

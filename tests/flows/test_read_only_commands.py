@@ -1,7 +1,9 @@
-"""Commands that only print or read (help, the version, `logs`, `ab --list`) answer without importing torch:
+"""Commands that only print or read (help, the version, `logs`, `ab list`) answer without importing torch:
 importing it is most of the seconds a command takes to start, and these compute nothing with it. `logs`
 reads the arm names from the registry's declaration (dormouse.arms.registry.BUILTIN_ARMS), not from the
-arm classes; `ab --list` validates each registration's design without scipy, which only computing does."""
+arm classes; `ab list` validates each registration's design without scipy, which only computing does. (`ab plan`,
+`status` and `design` compose every run's config, and the config schema is built from the arm classes: they do
+import torch.)"""
 
 from __future__ import annotations
 
@@ -24,7 +26,9 @@ for args in {commands!r}:
 print(sorted(m for m in sys.modules if m.split(".")[0] in {packages!r}))
 """
 COMMANDS = [["--help"], ["--version"], *[[c, "--help"] for c in
-                                        ("train", "validate", "ab", "logs", "arms", "eval", "sample")]]
+                                        ("train", "validate", "ab", "logs", "arms", "eval", "sample")],
+            *[["ab", verb, "--help"] for verb in ("run", "plan", "status", "design", "list", "publish", "carry",
+                                                  "rerun", "size")]]
 
 
 def imported(commands: list[list[str]], packages: set[str], cwd: Path | None = None) -> str:
@@ -48,4 +52,4 @@ def test_logs_of_runs_and_a_comparison_does_not_import_torch(tmp_path: Path) -> 
 
 
 def test_ab_list_imports_neither_torch_nor_scipy() -> None:
-    assert imported([["ab", "--list"]], {"torch", "scipy"}) == "[]", "torch or scipy imported by ab --list"
+    assert imported([["ab", "list"]], {"torch", "scipy"}) == "[]", "torch or scipy imported by ab list"

@@ -37,6 +37,8 @@ GUIDES = [README, README.parent / "docs" / "usage.md"]  # the user's door, then 
 TINY = ["preset=tiny", "train.steps=2", "train.eval_every=2", "data.eval_bytes=256", "logging.progress=off"]
 AB_TINY = ["train.steps=2", "train.eval_every=2"]
 RUNS = {"myrun": ["train.keep_best=true"], "short-attnres": ["model.use_attnres=true"]}
+AB_READS = ("plan", "status", "list")  # `dormouse ab` verbs that write nothing: run as written
+AB_NAMED = ("run", "design")  # `dormouse ab VERB NAME` verbs that write runs/ab/NAME, as `dormouse ab NAME` does
 runner = CliRunner()
 SUBCOMMANDS = {"train", "validate", "ab", "logs", "sample", "eval", "arms", "version", "install-completion"}
 
@@ -91,9 +93,9 @@ def skip_reason(text: str) -> str | None:
         return "needs a SLURM cluster; the local submitit executor runs the same jobs (tests/flows/test_ab_launch.py)"
     if "launcher.cluster=local" in text or "--jobs" in text:
         return "worker processes (each imports torch): tests/flows/test_ab_launch.py runs both launch paths"
-    if re.search(r"dormouse ab (residual|my_comparison|depth_cpu)\b", text) and "--plan" not in text:
+    if re.search(r"dormouse ab (?:run |status |design )?(residual|my_comparison|depth_cpu)\b", text):
         return ("a registered comparison or study of many hours (or a placeholder file), never started here, so "
-                "its --status has nothing to read (exit 2); --plan runs")
+                "its `ab status` has nothing to read (exit 2); `ab plan` runs")
     return None
 
 
@@ -107,7 +109,7 @@ def command(example: Example) -> list[str]:
         return words
     if sub in ("train", "validate"):
         words = [w for w in words if not w.startswith("preset=")] + TINY
-    elif sub == "ab" and len(words) > 1 and not words[1].startswith("-") and not {"--plan", "--status"} & set(words):
+    elif sub == "ab" and len(words) > 1 and not words[1].startswith("-") and words[1] not in AB_READS:
         words += AB_TINY
     return words
 
@@ -117,9 +119,8 @@ def writes(words: list[str]) -> str | None:
     if words[:1] == ["train"] and not any(w.startswith("train.resume=") for w in words):
         name = next((w.partition("=")[2] for w in words if w.startswith("run.name=")), None)
         return f"runs/{name}" if name else "runs/<new>"
-    if words[:1] == ["ab"] and len(words) > 1 and not words[1].startswith("-") and "--status" not in words \
-            and "--plan" not in words:
-        return f"runs/ab/{words[1]}"
+    if words[:1] == ["ab"] and len(words) > 1 and not words[1].startswith("-") and words[1] not in AB_READS:
+        return f"runs/ab/{words[2] if words[1] in AB_NAMED else words[1]}"
     return None
 
 

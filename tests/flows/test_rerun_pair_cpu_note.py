@@ -1,6 +1,7 @@
-"""scripts/rerun_pair.py says, before it trains, whether this CPU can reproduce the published run bit for bit: the
-same CPU says nothing, another says "expect a close number", and the same model with AVX-512 where the run had
-none names the environment that computes at the run's level (which reproduced depth_cpu's max_iter-4 runs)."""
+"""`dormouse ab rerun` (dormouse/ab/lifecycle/rerun.py) says, before it trains, whether this CPU can reproduce
+the published run bit for bit: the same CPU says nothing, another says "expect a close number", and the same
+model with AVX-512 where the run had none names the environment that computes at the run's level (which
+reproduced depth_cpu's max_iter-4 runs)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.script_module import load_script
+from dormouse.ab.lifecycle import rerun
 
 EPYC_AVX2 = {"model": "AMD EPYC", "torch_capability": "AVX2", "isa": ["fma", "avx2"]}
 EPYC_AVX512 = {"model": "AMD EPYC", "torch_capability": "AVX512", "isa": ["fma", "avx2", "avx512f"]}
@@ -23,7 +24,7 @@ def _note(ran: dict, here: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(start, "cpu_description", lambda: here)
     provenance = tmp_path / "provenance.json"
     provenance.write_text(json.dumps({"cpu": ran}))
-    load_script("rerun_pair")._say_cpu(provenance)
+    rerun._say_cpu(provenance)
     return capsys.readouterr().out
 
 

@@ -5,16 +5,20 @@ interaction decided from what each point decision used, resumption, and refusal 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from omegaconf import DictConfig
 from rich.console import Console
 
-from dormouse.ab.command import ab_command
-from dormouse.ab.registry import ABSpecError, load_spec
+from dormouse.ab.command import ab_design, ab_plan, ab_run, ab_status
+from dormouse.ab.lifecycle import carry
+from dormouse.ab.lifecycle.publish import publish_study
+from dormouse.ab.registry import ABSpecError, ComparisonError, load_spec
 from dormouse.ab.study import load_study
 from dormouse.ab.study_report import decision_diffs
+from tests.helpers.ab_exit import exit_code
 from tests.helpers.planted_run import append_eval, append_log, done_line, eval_rows, write_run_header
 
 STUDY = """\
@@ -82,10 +86,14 @@ def registry(tmp_path: Path) -> Path:
     return reg
 
 
-def _ab(registry: Path, root: Path, fake: FakeStudyTrain | None = None, **kw) -> tuple[int, str]:
+def _ab(registry: Path, root: Path, fake: FakeStudyTrain | None = None, verb: Callable[..., int] = ab_run,
+        **kw) -> tuple[int, str]:
+    """``verb`` asked of study st, as the CLI ends it: its exit code, and what it said on stdout and stderr."""
     out, err = Console(record=True, width=200), Console(record=True, width=200)
-    code = ab_command("st", kw.pop("overrides", []), root=root, console=out, err_console=err, train_fn=fake,
-                      registry=registry, **kw)
+    overrides = [] if verb is ab_status else [kw.pop("overrides", [])]
+    if verb is ab_run:
+        kw["train_fn"] = fake
+    code = exit_code(verb, "st", *overrides, root=root, console=out, registry=registry, err=err, **kw)
     return code, out.export_text() + err.export_text()
 
 
@@ -139,11 +147,11 @@ def test_a_rerun_trains_nothing_and_a_changed_study_file_is_refused(registry: Pa
 
 def test_status_plan_and_design_answer_without_training(registry: Path, tmp_path: Path) -> None:
     fake = FakeStudyTrain()
-    code, text = _ab(registry, tmp_path / "ab", fake, status=True)
+    code, text = _ab(registry, tmp_path / "ab", fake, verb=ab_status)
     assert code == 2 and "not started" in text
-    code, text = _ab(registry, tmp_path / "ab", fake, plan=True)
+    code, text = _ab(registry, tmp_path / "ab", fake, verb=ab_plan)
     assert code == 0 and "max_iter-4" in text and not (tmp_path / "ab" / "st").exists()
-    code, text = _ab(registry, tmp_path / "ab", fake, design=True)
+    code, text = _ab(registry, tmp_path / "ab", fake, verb=ab_design)
     assert code == 0 and "Study card" in text and (tmp_path / "ab" / "st" / "design.json").is_file()
     assert fake.calls == []
 
@@ -156,12 +164,12 @@ def test_status_tells_a_started_point_without_results_from_a_point_not_started(r
     fake = FakeStudyTrain()
     assert _ab(registry, tmp_path / "ab", fake)[0] == 0
     (tmp_path / "ab" / "st" / "max_iter-4" / "results.json").unlink()
-    code, text = _ab(registry, tmp_path / "ab", fake, status=True)
+    code, text = _ab(registry, tmp_path / "ab", fake, verb=ab_status)
     assert code == 0
     assert "study st: max_iter-4: started, no results written yet" in text
     assert "max_iter-4: not started" not in text and "no look decided" not in text
     (tmp_path / "ab" / "st" / "max_iter-4").rename(tmp_path / "elsewhere")
-    code, text = _ab(registry, tmp_path / "ab", fake, status=True)
+    code, text = _ab(registry, tmp_path / "ab", fake, verb=ab_status)
     assert code == 0 and "study st: max_iter-4: not started" in text
 
 
@@ -208,31 +216,26 @@ def test_the_registered_studies_load(name: str) -> None:
 
 
 def test_a_carried_study_resumes_elsewhere_without_redoing_a_finished_run(registry: Path, tmp_path: Path) -> None:
-    from tests.helpers.script_module import load_script
-
-    carry = load_script("carry_comparison")
     first = FakeStudyTrain()
     assert _ab(registry, tmp_path / "ab", first)[0] == 0
     saved = tmp_path / "carry"
-    assert carry.save("st", tmp_path / "ab", saved, registry) == 0
+    carry.save("st", tmp_path / "ab", saved, registry)
     names = {p.relative_to(saved).as_posix() for p in saved.rglob("*") if p.is_file()}
     assert {"registration.json", "max_iter-1/registration.json", "max_iter-4/gr-s1001/metrics.jsonl"} <= names
     assert not any("checkpoints" in n for n in names)
     fresh = tmp_path / "fresh"  # another machine: nothing but what was committed
-    assert carry.restore("st", fresh, saved) == 0
+    carry.restore("st", fresh, saved)
     second = FakeStudyTrain()
     code, text = _ab(registry, fresh, second)
     assert code == 0 and second.calls == [], text
 
 
 def test_a_finished_study_is_published_point_by_point_with_one_provenance(registry: Path, tmp_path: Path) -> None:
-    from tests.helpers.script_module import load_script
-
-    publish = load_script("publish_comparison")
     sdir = tmp_path / "ab" / "st"
-    assert publish.publish_study(sdir, tmp_path / "out", "st", "dormouse ab st", registry) is None  # not run yet
+    with pytest.raises(ComparisonError, match="the study is not complete"):  # not run yet
+        publish_study(sdir, tmp_path / "out", "st", "dormouse ab st", registry)
     assert _ab(registry, tmp_path / "ab", FakeStudyTrain())[0] == 0
-    prov = publish.publish_study(sdir, tmp_path / "out", "st", "dormouse ab st", registry)
+    prov = publish_study(sdir, tmp_path / "out", "st", "dormouse ab st", registry)
     assert prov is not None and set(prov["points"]) == {"max_iter-1", "max_iter-4"}
     runs = {p: len(json.loads((sdir / p / "results.json").read_text())["runs"]) for p in prov["points"]}
     assert {p: sum(v["run_cpus"].values()) for p, v in prov["points"].items()} == runs

@@ -24,7 +24,7 @@ import pytest
 from omegaconf import DictConfig
 from rich.console import Console
 
-from dormouse.ab.command import ab_command
+from dormouse.ab.command import ab_plan, ab_status
 from dormouse.ab.plan import build_plan
 from dormouse.ab.runner import run_comparison
 from dormouse.errors import TrainError
@@ -93,10 +93,10 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, BracketFak
     (reg / "tb.yaml").write_text(SPEC)
     root = tmp_path_factory.mktemp("ab")
     console = Console(record=True, width=250)
-    assert ab_command("tb", [], root=root, registry=reg, console=console, plan=True) == 0
+    assert ab_plan("tb", [], root=root, registry=reg, console=console) == 0
     fake = BracketFake()
     run_console = Console(record=True, width=250)
-    comp = run_comparison("tb", [], root=root, console=run_console, train_fn=fake, registry=reg)
+    comp = run_comparison("tb", [], root=root, console=run_console, train_fn=fake, registry=reg).plan.comp_dir
     return comp, fake, reg, console.export_text() + "\n" + run_console.export_text()
 
 
@@ -142,7 +142,7 @@ def test_plan_says_the_rule_and_budget_before_and_the_extension_after(
     assert "at most 40 runs with bracketing" in before
     assert "; extension lr(s) 0.008" in before  # the runner's stage line for the extension round
     console = Console(record=True, width=250)
-    assert ab_command("tb", [], root=comp.parent, registry=reg, console=console, plan=True) == 0
+    assert ab_plan("tb", [], root=comp.parent, registry=reg, console=console) == 0
     after = console.export_text()
     assert "tune arm gr: 5 of at most 10 runs settled; extended to 0.008, 0.016; chose 0.008" in after
     assert "tune run tune-gr-lr0.016-s9001: train.lr=0.016 train.seed=9001 train.data_seed=9101 (extension)" in after
@@ -151,7 +151,7 @@ def test_plan_says_the_rule_and_budget_before_and_the_extension_after(
 def test_status_shows_each_arms_extension_and_flags(finished: tuple[Path, BracketFake, Path, str]) -> None:
     comp, _, reg, _ = finished
     console = Console(record=True, width=250)
-    assert ab_command("tb", [], root=comp.parent, registry=reg, console=console, status=True) == 0
+    assert ab_status("tb", root=comp.parent, registry=reg, console=console) == 0
     out = console.export_text()
     assert "tune arm attnres_full: 5 of at most 10 runs settled; extended to 0.008, 0.016; chose 0.016; " \
            "UNBRACKETED (high" in out

@@ -1,17 +1,13 @@
-#!/usr/bin/env python
-"""Keep a long comparison resumable across machines: save what resuming needs into the repository, and
-restore it on a fresh machine.
+"""``dormouse ab carry save|restore NAME``: keep a long comparison resumable across machines: save what resuming
+needs into the repository, and restore it on a fresh machine.
 
 A comparison that spans sessions may find a fresh machine next time, and ``runs/`` is git-ignored. What
 ``dormouse ab NAME`` needs to go on without redoing finished work is small: the registration stamp, the
 design and tune records, each run's launch record (its code fingerprint, its attempts) and each **finished**
 run's files (``config.yaml``, ``provenance.json``, ``train.log``, ``metrics.jsonl``: what
 :func:`dormouse.ab.pairjob.pair_state` reads to call a run complete, and what the report reads). Checkpoints,
-compile caches, locks and the runs still in progress are left out: an unfinished run restarts.
-
-    python scripts/carry_comparison.py save residual_cpu2      # runs/ab/NAME -> docs/results/NAME/carry
-    python scripts/carry_comparison.py restore residual_cpu2   # and back; then `dormouse ab residual_cpu2`
-    python scripts/carry_comparison.py save depth_cpu          # a registered study: every point's, in its folder
+compile caches, locks and the runs still in progress are left out: an unfinished run restarts. A registered
+study carries every started point's, in the point's folder.
 
 ``save`` replaces the carry folder's contents (atomically per file). ``restore`` copies into the comparison
 directory only what is missing there, and refuses (changing nothing) when a file there differs from the
@@ -20,21 +16,20 @@ carried one: the two would be different comparisons.
 
 from __future__ import annotations
 
-import argparse
 import filecmp
 import json
 import shutil
-import sys
 from pathlib import Path
+
+from rich.console import Console
 
 from dormouse.ab.pairjob import pair_state
 from dormouse.ab.plan import build_plan
-from dormouse.ab.registry import Registered, load_spec
+from dormouse.ab.registry import ComparisonError, Registered, load_spec
 from dormouse.ab.study import is_study, load_study
 from dormouse.run.checkpoint import atomic_write_text
-from dormouse.run.files import AB_ROOT, CONFIG, DESIGN, LAUNCH, LOG, METRICS, PROVENANCE, REGISTRATION
+from dormouse.run.files import CONFIG, DESIGN, LAUNCH, LOG, METRICS, PROVENANCE, REGISTRATION
 
-REPO = Path(__file__).resolve().parent.parent
 RUN_FILES = (CONFIG, PROVENANCE, LOG, METRICS)
 TOP_FILES = (REGISTRATION, DESIGN, "tune.json")
 
@@ -44,7 +39,7 @@ def carried_files(comp: Path, name: str, registry: Path | None = None) -> list[P
     study's are its own stamp and card, then each started point's, under the point's folder."""
     stamp = comp / REGISTRATION
     if not stamp.is_file():
-        raise SystemExit(f"{comp}: no {REGISTRATION}; not a comparison `dormouse ab {name}` started")
+        raise ComparisonError([f"{comp}: no {REGISTRATION}; not a comparison `dormouse ab {name}` started"])
     if is_study(name, registry):
         out = [Path(f) for f in TOP_FILES if (comp / f).is_file()]
         for point in load_study(name, registry).points():
@@ -68,7 +63,8 @@ def _overrides(comp: Path) -> list[str]:
     return list(json.loads((comp / REGISTRATION).read_text()).get("overrides", []))
 
 
-def save(name: str, root: Path, carry: Path, registry: Path | None = None) -> int:
+def save(name: str, root: Path, carry: Path, registry: Path | None = None, console: Console | None = None) -> None:
+    """Replace ``carry`` with what resuming ``root/NAME`` needs."""
     comp = (root / name).resolve()
     files = carried_files(comp, name, registry)
     if carry.exists():
@@ -78,45 +74,29 @@ def save(name: str, root: Path, carry: Path, registry: Path | None = None) -> in
         dest.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(dest, (comp / rel).read_text())
     pairs = len({rel.parent for rel in files if rel.name == METRICS})
-    print(f"saved {len(files)} files ({pairs} finished runs) from {comp} to {carry}")
-    return 0
+    (console or Console()).print(f"saved {len(files)} files ({pairs} finished runs) from {comp} to {carry}",
+                                 soft_wrap=True, highlight=False, markup=False)
 
 
-def restore(name: str, root: Path, carry: Path) -> int:
+def restore(name: str, root: Path, carry: Path, console: Console | None = None) -> None:
+    """Copy into ``root/NAME`` what ``carry`` holds and it lacks. Refused (ComparisonError,
+    nothing copied) when a file there differs from the carried one."""
     comp = (root / name).resolve()
     if not carry.is_dir():
-        print(f"{carry}: nothing carried for {name}", file=sys.stderr)
-        return 2
+        raise ComparisonError([f"{carry}: nothing carried for {name}"])
     files = sorted(p.relative_to(carry) for p in carry.rglob("*") if p.is_file())
     differ = [str(rel) for rel in files if (comp / rel).is_file() and not filecmp.cmp(comp / rel, carry / rel, False)]
     if differ:
-        print(
+        raise ComparisonError([
             f"{comp} already holds files that differ from the carried ones ({', '.join(differ[:5])}"
             f"{' ...' if len(differ) > 5 else ''}): it is another run of {name}; nothing restored. Move it "
-            "away (or `dormouse ab NAME --restart` to discard it) and restore again.",
-            file=sys.stderr,
-        )
-        return 2
+            f"away (or `dormouse ab run {name} --restart` to discard it) and restore again."])
     copied = 0
     for rel in files:
         if not (comp / rel).is_file():
             (comp / rel).parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(comp / rel, (carry / rel).read_text())
             copied += 1
-    print(f"restored {copied} of {len(files)} carried files into {comp}; `dormouse ab {name}` resumes from there")
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("action", choices=("save", "restore"))
-    ap.add_argument("name", help="the registered comparison (conf/ab/NAME.yaml)")
-    ap.add_argument("--root", type=Path, default=REPO / AB_ROOT, help="where `dormouse ab` writes comparisons")
-    ap.add_argument("--carry", type=Path, help="default docs/results/NAME/carry")
-    args = ap.parse_args(argv)
-    carry = args.carry or REPO / "docs" / "results" / args.name / "carry"
-    return save(args.name, args.root, carry) if args.action == "save" else restore(args.name, args.root, carry)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    (console or Console()).print(f"restored {copied} of {len(files)} carried files into {comp}; "
+                                 f"`dormouse ab {name}` resumes from there", soft_wrap=True, highlight=False,
+                                 markup=False)

@@ -1,6 +1,5 @@
-"""Copy a finished comparison's outcome into the repository, with its provenance.
-
-    python scripts/publish_comparison.py residual_cpu --command "dormouse ab residual_cpu --jobs 2"
+"""``dormouse ab publish NAME --command "..."``: copy a finished comparison's outcome into the repository, with
+its provenance.
 
 From ``runs/ab/NAME/`` (what ``dormouse ab NAME`` wrote) to ``docs/results/NAME/``: ``report.md``,
 ``results.json``, the plots, ``registration.json``, ``design.json`` (protocol 2) and each run's launch
@@ -17,31 +16,25 @@ records' attempts (interrupted ones included: they took the machine too):
   run's wall differed 3.7-fold between two such machines) and its roundings (a re-run is bit-equal on the
   run's own CPU only); ``machine`` is the machine that published.
 
-A registered study (``python scripts/publish_comparison.py depth_cpu --command ...``) is published point by point
-(``docs/results/STUDY/<point>/``, each as a comparison), then its own report, results, stamp, card and plots,
-with one provenance.json over the points (one clean commit for all of them).
-
-The prose README of the results folder is written by hand.
+A registered study is published point by point (``docs/results/STUDY/<point>/``, each as a comparison), then
+its own report, results, stamp, card and plots, with one provenance.json over the points (one clean commit for
+all of them). The prose README of the results folder is written by hand.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
 import shutil
-import sys
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
-import torch
-
+from dormouse.ab.registry import ComparisonError
 from dormouse.run.checkpoint import atomic_write_text
 from dormouse.run.files import ComparisonFiles, StudyFiles
 
-REPO = Path(__file__).resolve().parent.parent
 # Between two pairs of one sitting the driver takes seconds (a look's analysis, the next pair's start); a
 # pause of more than five minutes with no pair running is a stop and a later resume.
 SITTING_GAP_S = 300.0
@@ -59,18 +52,8 @@ def sittings(intervals: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return out
 
 
-def publish(comp: Path, out: Path, name: str, command: str) -> dict | None:
-    """Copy one finished comparison ``comp`` into ``out`` and write its provenance.json; returns the provenance,
-    or None (having said why) when it is not complete or its runs did not run on one clean commit."""
-    files = ComparisonFiles(comp)
-    results = json.loads(files.results.read_text())
-    if not results.get("complete"):
-        print(f"{comp}: the comparison is not complete; finish it first (rerun `{command}`)")
-        return None
-    out.mkdir(parents=True, exist_ok=True)
-    design = [files.design.name] if files.design.is_file() else []  # protocol 2: the design card
-    for fname in [files.results.name, files.report.name, files.registration.name, *design, *results.get("plots", [])]:
-        shutil.copy2(comp / fname, out / fname)
+def _copy_launch_records(comp: Path, out: Path) -> tuple[list[str], list[str], set, list[tuple[str, str]]]:
+    """Copy each run's launch record; returns its attempts' starts, ends, thread counts and (start, end) spans."""
     (out / "launch").mkdir(exist_ok=True)
     starts, ends, threads, spans = [], [], set(), []
     for record in sorted((comp / "launch").glob("*.json")):
@@ -81,15 +64,28 @@ def publish(comp: Path, out: Path, name: str, command: str) -> dict | None:
                 ends.append(attempt["finished"])
                 spans.append((attempt["started"], attempt["finished"]))
             threads.add(attempt.get("threads"))
+    return starts, ends, threads, spans
 
+
+def publish(comp: Path, out: Path, name: str, command: str) -> dict:
+    """Copy one finished comparison ``comp`` into ``out`` and write its provenance.json; returns the provenance.
+    Refused (ComparisonError) when it is not complete or its runs did not run on one clean commit."""
+    files = ComparisonFiles(comp)
+    results = json.loads(files.results.read_text()) if files.results.is_file() else {}
+    if not results.get("complete"):
+        raise ComparisonError([f"{comp}: the comparison is not complete; finish it first (rerun `{command}`)"])
     commits, provs = set(), []
     for run in results["runs"]:
         prov = json.loads((Path(run["run_dir"]) / "provenance.json").read_text())
         commits.add(str(prov.get("commit")))
         provs.append(prov)
     if len(commits) != 1 or any(c.endswith("+dirty") for c in commits):
-        print(f"the runs ran on {sorted(commits)}: a published comparison runs on one clean commit")
-        return None
+        raise ComparisonError([f"the runs ran on {sorted(commits)}: a published comparison runs on one clean commit"])
+    out.mkdir(parents=True, exist_ok=True)
+    design = [files.design.name] if files.design.is_file() else []  # protocol 2: the design card
+    for fname in [files.results.name, files.report.name, files.registration.name, *design, *results.get("plots", [])]:
+        shutil.copy2(comp / fname, out / fname)
+    starts, ends, threads, spans = _copy_launch_records(comp, out)
     provenance = {"comparison": name, "command": command, "commit": commits.pop(),
                   **timing(spans, starts, ends), "threads_per_pair": sorted(t for t in threads if t is not None),
                   "run_cpus": run_cpus(provs), "machine": machine()}
@@ -116,11 +112,14 @@ def run_cpus(provenances: list[dict]) -> dict[str, int]:
 
 
 def machine() -> dict:
+    """The publishing machine: cores, torch and Python versions, platform, processor."""
+    import torch  # its version only; imported when a comparison is published
+
     return {"cores": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
             "platform": platform.platform(), "processor": platform.processor() or platform.machine()}
 
 
-def publish_study(sdir: Path, out: Path, name: str, command: str, registry: Path | None = None) -> dict | None:
+def publish_study(sdir: Path, out: Path, name: str, command: str, registry: Path | None = None) -> dict:
     """A registered study: every point as a comparison into ``out/<point>/``, then the study's own files and a
     provenance.json over all points (refused unless every point ran on the same one clean commit)."""
     from dormouse.ab.study import load_study
@@ -128,18 +127,12 @@ def publish_study(sdir: Path, out: Path, name: str, command: str, registry: Path
     files = StudyFiles(sdir)
     results = json.loads(files.results.read_text()) if files.results.is_file() else {}
     if not results.get("complete"):
-        print(f"{sdir}: the study is not complete; finish it first (rerun `{command}`)")
-        return None
-    points = {}
-    for point in load_study(name, registry).points():
-        prov = publish(sdir / point.name, out / point.name, point.name, command)
-        if prov is None:
-            return None
-        points[point.name] = prov
+        raise ComparisonError([f"{sdir}: the study is not complete; finish it first (rerun `{command}`)"])
+    points = {point.name: publish(sdir / point.name, out / point.name, point.name, command)
+              for point in load_study(name, registry).points()}
     commits = {p["commit"] for p in points.values()}
     if len(commits) != 1:
-        print(f"the points ran on {sorted(commits)}: a published study runs on one clean commit")
-        return None
+        raise ComparisonError([f"the points ran on {sorted(commits)}: a published study runs on one clean commit"])
     for fname in [files.results.name, files.report.name, files.registration.name, files.design.name,
                   *results.get("plots", [])]:
         shutil.copy2(sdir / fname, out / fname)
@@ -154,24 +147,11 @@ def publish_study(sdir: Path, out: Path, name: str, command: str, registry: Path
     return provenance
 
 
-def main() -> int:
+def publish_named(name: str, command: str, *, root: Path, out: Path, registry: Path | None = None) -> dict:
+    """``dormouse ab publish NAME``: the comparison or study ``root/NAME`` into ``out``; returns its provenance."""
     from dormouse.ab.study import is_study
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("name")
-    ap.add_argument("--command", required=True, help="the exact command that produced the comparison")
-    ap.add_argument("--root", type=Path, default=REPO / "runs" / "ab")
-    ap.add_argument("--out", type=Path, default=None, help="default docs/results/NAME")
-    args = ap.parse_args()
-    comp = (args.root / args.name).resolve()
-    out = args.out or REPO / "docs" / "results" / args.name
-    run = publish_study if is_study(args.name) else publish
-    provenance = run(comp, out, args.name, args.command)
-    if provenance is None:
-        return 2
-    print(json.dumps(provenance, indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    comp = (root / name).resolve()
+    if is_study(name, registry):
+        return publish_study(comp, out, name, command, registry)
+    return publish(comp, out, name, command)
