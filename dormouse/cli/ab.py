@@ -1,5 +1,5 @@
 """``dormouse ab``: a group of verbs over registered comparisons (Typer wrappers over dormouse.ab.command and
-dormouse.ab.lifecycle).
+dormouse.ab).
 
 ``run``, ``plan``, ``status``, ``design`` and ``list`` ask about a comparison; ``publish``, ``carry``, ``rerun``
 and ``size`` carry one through its life after the runs. A first argument that is no verb is a comparison to run
@@ -18,9 +18,8 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from dormouse.ab.lifecycle import RERUN_ROOT, published_dir
 from dormouse.cli.completion import complete_comparison, complete_override
-from dormouse.run.files import AB_ROOT
+from dormouse.run.files import AB_ROOT, RERUN_ROOT, published_dir
 
 RUN = "run"
 
@@ -204,7 +203,7 @@ def publish(name: str = NAME,
     """Copy a finished comparison (or study) into docs/results/NAME with its provenance: commit, machine, time."""
     import json
 
-    from dormouse.ab.lifecycle.publish import publish_named
+    from dormouse.ab.publish import publish_named
 
     print(json.dumps(publish_named(name, command, root=root, out=out or published_dir(name)), indent=2))
 
@@ -218,7 +217,7 @@ def carry(action: CarryAction = typer.Argument(..., help="save: runs/ab/NAME -> 
 
     Saved: the stamps, the launch records and each finished run's small files, no checkpoint; after a restore
     `dormouse ab NAME` goes on from there."""
-    from dormouse.ab.lifecycle.carry import restore, save
+    from dormouse.ab.carry import restore, save
 
     folder = into or published_dir(name) / "carry"
     if action is CarryAction.save:
@@ -242,7 +241,7 @@ def rerun(name: str = typer.Argument(..., autocompletion=complete_comparison,
     """Re-run one run of a published comparison and check its final bpb is the published one, bit for bit.
 
     Exit 0 reproduced, 1 not, 2 when the published results are not the registration's."""
-    from dormouse.ab.lifecycle.rerun import rerun as rerun_published
+    from dormouse.ab.rerun import rerun as rerun_published
 
     raise typer.Exit(rerun_published(name, arm, seed, results=results, root=root, threads=threads,
                                      print_only=print_only))
@@ -261,8 +260,8 @@ def size(results: Path = typer.Argument(..., help="A published results.json."),
     """Size the next registration from a published comparison: the design card at its compared arms' paired sds."""
     from rich.console import Console
 
-    from dormouse.ab.lifecycle.size import size_from
     from dormouse.ab.sequential import CARD_N_SIM
+    from dormouse.ab.size import size_from
 
     size_from(results, [int(n) for n in looks.split(",")], sesoi=sesoi, expected_effect=expected, alpha=alpha,
               extra_sd=list(extra_sd or []), n_sim=n_sim or CARD_N_SIM, console=Console())

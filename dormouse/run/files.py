@@ -40,6 +40,8 @@ AB_ERROR = "ab_error.txt"
 WANDB_ID = "wandb_id.txt"
 RUN_LOCK = "run.lock"
 
+PUBLISHED_ROOT = Path("docs/results")  # where `dormouse ab publish` writes NAME/; carry and rerun read it
+RERUN_ROOT = Path("runs/rerun")  # where `dormouse ab rerun` trains its run
 RUNS_ROOT = Path("runs")  # run.dir's default (conf/config.yaml): where `dormouse logs` looks when given no path
 AB_ROOT = Path("runs/ab")  # where `dormouse ab` writes comparisons unless --root says otherwise
 REGISTRATION = "registration.json"
@@ -226,3 +228,8 @@ class StudyFiles:
 def run_name(arm: str, seed: int) -> str:
     """The run directory name of one (arm, seed) pair of a comparison."""
     return f"{arm}-s{seed}"
+
+
+def published_dir(name: str) -> Path:
+    """Where comparison (or study) ``name`` is published and its runs carried."""
+    return PUBLISHED_ROOT / name

@@ -305,7 +305,7 @@ def test_design_says_the_tune_stages_cost_beside_the_card(registry: Path, tmp_pa
 
 
 def test_plan_pairs_carries_the_recorded_choice(finished: tuple[Path, TuneFake, Path]) -> None:
-    """`dormouse ab rerun` (dormouse/ab/lifecycle/rerun.py) composes a published pair through plan_pairs: it
+    """`dormouse ab rerun` (dormouse/ab/rerun.py) composes a published pair through plan_pairs: it
     must run at the chosen lr."""
     comp, _, reg = finished
     pairs = plan_pairs(load_spec("tt", reg), [], comp)

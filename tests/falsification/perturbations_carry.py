@@ -1,10 +1,10 @@
 """Perturbations of what keeps a long comparison resumable across machines and publishes its cost
-(`dormouse ab carry` and `dormouse ab publish`: dormouse/ab/lifecycle/; tests/falsification; format in
+(`dormouse ab carry` and `dormouse ab publish`: dormouse/ab/; tests/falsification; format in
 perturbations_attnres.py). ``protects`` names what a defect here would break."""
 
 from __future__ import annotations
 
-_CARRY = "dormouse/ab/lifecycle/carry.py"
+_CARRY = "dormouse/ab/carry.py"
 _T = "tests/flows/test_carry_comparison.py::"
 
 PERTURBATIONS: list[dict] = [
@@ -32,7 +32,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "sittings_count_the_pause_between_sessions",
-        "file": "dormouse/ab/lifecycle/publish.py",
+        "file": "dormouse/ab/publish.py",
         "function": "sittings",
         "old": "                <= SITTING_GAP_S:\n",
         "new": "                <= 1e9:\n",
@@ -44,7 +44,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "run_cpus_counts_every_run_on_the_first_runs_cpu",
-        "file": "dormouse/ab/lifecycle/publish.py",
+        "file": "dormouse/ab/publish.py",
         "function": "run_cpus",
         "old": "if (cpu := prov.get(\"cpu\")) else",
         "new": "if (cpu := provenances[0].get(\"cpu\")) else",

@@ -125,7 +125,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "sizing_card_takes_the_baseline_as_an_arm",
-        "file": "dormouse/ab/lifecycle/size.py",
+        "file": "dormouse/ab/size.py",
         "function": "pilot_sds",
         "old": "if a.get(\"role\") == \"arm\" and a.get(\"diff_sd\") is not None}",
         "new": "if a.get(\"diff_sd\") is not None}",

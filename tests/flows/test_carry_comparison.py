@@ -1,5 +1,5 @@
 """A long comparison resumes on a fresh machine from what was committed (`dormouse ab carry`,
-dormouse/ab/lifecycle/carry.py): the finished pairs' small files, the stamps and the launch records; never a
+dormouse/ab/carry.py): the finished pairs' small files, the stamps and the launch records; never a
 checkpoint, a lock or a compile cache."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_ab import FakeTrain, registry, run  # noqa: F401 - registry is a fixture
 
-from dormouse.ab.lifecycle import carry
+from dormouse.ab import carry
 from dormouse.ab.registry import ComparisonError
 
 

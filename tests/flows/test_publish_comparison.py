@@ -1,9 +1,9 @@
 """A comparison published across sittings reports the time it ran, not the pauses between sessions
-(`dormouse ab publish`, dormouse/ab/lifecycle/publish.py)."""
+(`dormouse ab publish`, dormouse/ab/publish.py)."""
 
 from __future__ import annotations
 
-from dormouse.ab.lifecycle import publish
+from dormouse.ab import publish
 
 
 def test_sittings_merge_overlapping_pairs_and_split_at_a_pause_between_sessions() -> None:

@@ -1,4 +1,4 @@
-"""`dormouse ab rerun` (dormouse/ab/lifecycle/rerun.py) says, before it trains, whether this CPU can reproduce
+"""`dormouse ab rerun` (dormouse/ab/rerun.py) says, before it trains, whether this CPU can reproduce
 the published run bit for bit: the same CPU says nothing, another says "expect a close number", and the same
 model with AVX-512 where the run had none names the environment that computes at the run's level (which
 reproduced depth_cpu's max_iter-4 runs)."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from dormouse.ab.lifecycle import rerun
+from dormouse.ab import rerun
 
 EPYC_AVX2 = {"model": "AMD EPYC", "torch_capability": "AVX2", "isa": ["fma", "avx2"]}
 EPYC_AVX512 = {"model": "AMD EPYC", "torch_capability": "AVX512", "isa": ["fma", "avx2", "avx512f"]}

@@ -12,9 +12,9 @@ import pytest
 from omegaconf import DictConfig
 from rich.console import Console
 
+from dormouse.ab import carry
 from dormouse.ab.command import ab_design, ab_plan, ab_run, ab_status
-from dormouse.ab.lifecycle import carry
-from dormouse.ab.lifecycle.publish import publish_study
+from dormouse.ab.publish import publish_study
 from dormouse.ab.registry import ABSpecError, ComparisonError, load_spec
 from dormouse.ab.study import load_study
 from dormouse.ab.study_report import decision_diffs

@@ -24,13 +24,12 @@ from typing import Any
 
 from rich.console import Console
 
-from dormouse.ab.lifecycle import published_dir
 from dormouse.ab.pairjob import Pair
 from dormouse.ab.records import final_row
 from dormouse.ab.registry import ComparisonError, Registered, load_spec
 from dormouse.ab.runner import plan_pairs
 from dormouse.ab.study import load_study
-from dormouse.run.files import RunFiles
+from dormouse.run.files import RunFiles, published_dir
 from dormouse.run.loglines import read_metrics
 from dormouse.train.start import git_commit
 
