@@ -1,6 +1,6 @@
 """How the pairs of a comparison are asked to run (``--jobs``, ``--threads``, ``--launcher``,
 ``launcher.KEY=VALUE``) and the one place a request becomes a launcher. :func:`resolve_launch` checks it before any
-run; ``--plan`` shows :meth:`ResolvedLaunch.settings` and a run gets :meth:`ResolvedLaunch.launcher`, both from the
+run; ``ab plan`` shows :meth:`ResolvedLaunch.settings` and a run gets :meth:`ResolvedLaunch.launcher`, both from the
 same resolution."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def split_overrides(args: list[str]) -> tuple[list[str], list[str]]:
 
 def uses_cuda(pairs: list[Pair]) -> bool:
     """Whether the pairs train on CUDA (``train.device`` cuda, or auto on a machine with CUDA)."""
-    import torch  # here, not at import: `dormouse ab --help` and --status need no torch
+    import torch  # here, not at import: `dormouse ab --help` and `ab status` need no torch
 
     devices = {str(p.cfg.train.device) for p in pairs}
     return any(d.startswith("cuda") for d in devices) or ("auto" in devices and torch.cuda.is_available())
@@ -61,7 +61,7 @@ class ResolvedLaunch:
     cluster: SlurmLauncherConfig | None = None
 
     def settings(self) -> dict[str, Any]:
-        """What the launcher would be, without creating one (``--plan``)."""
+        """What the launcher would be, without creating one (``ab plan``)."""
         r = self.request
         if self.cluster is None:
             return {"launcher": "sequential" if r.jobs == 1 else "local-processes", "jobs": r.jobs,

@@ -1,6 +1,6 @@
 """One ``dormouse ab`` per comparison directory (``<comparison>/ab.lock``), one process per pair
 (:func:`pair_lock`), through :mod:`dormouse.run.lock`. Two drivers would train a pair twice, and a restart deletes a
-pair's folder under the other's run; the pair lock lets ``--status`` tell a running pair from an abandoned one on
+pair's folder under the other's run; the pair lock lets ``ab status`` tell a running pair from an abandoned one on
 any host."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Where a sequential comparison stands: the looks taken, what each decided, and the pairs the next look needs,
-replayed from the runs on disk so the runner, ``--status`` and the report see the same looks (docs/ab-protocol.md,
+replayed from the runs on disk so the runner, ``ab status`` and the report see the same looks (docs/ab-protocol.md,
 "Running a comparison"). At look i the baseline, the A/A arm and every undecided arm run ``looks[i]`` replicates
 (under a bad-run policy, :func:`dormouse.ab.bad_runs.assign`'s); a decided arm runs no more. An arm whose runs
 failed or ran not as asked is ``invalid`` and stays in the family, so it never loosens the others' correction."""

@@ -1,4 +1,4 @@
-"""One plan per comparison, built once and read by the run, ``--plan``, ``--status`` and ``--design``: the
+"""One plan per comparison, built once and read by the run, ``ab plan``, ``ab status`` and ``ab design``: the
 registration, its replicates (init and data-order seeds), looks and every pair's composed config
 (docs/ab-protocol.md, "Running a comparison"). :func:`build_plan` composes each arm once (Hydra is the slow part)
 and validates every pair before anything runs; a problem all arms share is said once. Replicate k (1-based) uses

@@ -98,7 +98,7 @@ def bind_registration(comp_dir: Path, reg: Registered, overrides: list[str], res
 
 
 def registration_state(comp_dir: Path, reg: Registered, overrides: list[str]) -> str:
-    """What a run would do with the directory's stamp (``--plan``): start, continue, or be refused."""
+    """What a run would do with the directory's stamp (``ab plan``): start, continue, or be refused."""
     old = read_stamp(comp_dir)
     if old is None:
         return "new comparison (nothing run yet)"

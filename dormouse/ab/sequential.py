@@ -4,7 +4,7 @@ each spent across looks by the Lan–DeMets O'Brien–Fleming-type function α*(
 runs a Student t test at n_k − 1 df at the nominal increment α*(t_k) − α*(t_{k−1}), exact for normal differences,
 and the union bound over looks and arms gives the family bound α (the z boundaries carried to t by their nominal p
 were anti-conservative at these n). A significant effect smaller than the SESOI is better/worse flagged
-``smaller_than_sesoi``, never a tie. scipy is imported where it computes: ``dormouse ab --list`` validates a
+``smaller_than_sesoi``, never a tie. scipy is imported where it computes: ``dormouse ab list`` validates a
 :class:`Design` without it."""
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def holdback_words(alpha: float, holdback: float) -> str:
 
 def obf_spent(fraction: float | np.ndarray, level: float) -> np.ndarray:
     """Cumulative one-sided error spent at information fraction t: α*(t) = 2·(1 − Φ(z_{1−a/2}/√t)); α*(1) = a."""
-    from scipy import stats as sps  # here, not at the top: `dormouse ab --list` validates a Design, computes nothing
+    from scipy import stats as sps  # here, not at the top: `dormouse ab list` validates a Design, computes nothing
 
     t = np.asarray(fraction, dtype=float)
     return 2.0 * sps.norm.sf(sps.norm.isf(level / 2.0) / np.sqrt(t))
@@ -111,7 +111,7 @@ class LookBoundary:
 
 @lru_cache(maxsize=256)
 def _boundaries(alpha: float, looks: tuple[int, ...], family: int) -> tuple[LookBoundary, ...]:
-    from scipy import stats as sps  # here, not at the top: `dormouse ab --list` validates a Design, computes nothing
+    from scipy import stats as sps  # here, not at the top: `dormouse ab list` validates a Design, computes nothing
 
     frac = np.asarray(looks, dtype=float) / looks[-1]
     sup_level = alpha / (2 * family)  # Bonferroni over the registered family, per direction
@@ -235,7 +235,7 @@ PERCENT_MAX_DECIMALS = 6  # a level nearer 100 % than 10⁻⁶ % prints as its r
 
 
 def _decide_one(design: Design, lb: LookBoundary, xs: Sequence[float]) -> ArmDecision:
-    from scipy import stats as sps  # here, not at the top: `dormouse ab --list` validates a Design, computes nothing
+    from scipy import stats as sps  # here, not at the top: `dormouse ab list` validates a Design, computes nothing
 
     x = np.asarray(xs, dtype=float)
     n = x.size

@@ -1,5 +1,5 @@
-"""The console views of a comparison: ``--plan`` (the looks, seeds, pairs and cost up to the maximum; composes every
-pair, so a bad override is refused as a run would, and writes nothing), ``--status`` (safe while a comparison runs:
+"""The console views of a comparison: ``ab plan`` (the looks, seeds, pairs and cost up to the maximum; composes every
+pair, so a bad override is refused as a run would, and writes nothing), ``ab status`` (safe while a comparison runs:
 it reads the run directories and attempt records and probes the locks, never taking one) and the closing verdicts.
 Compute estimates are :mod:`dormouse.model.flops`'."""
 
@@ -179,7 +179,7 @@ def _last_eval_line(run_dir: Path) -> str:
 
 
 def pair_status(pair: Pair, comp_dir: Path, now: float | None = None) -> dict[str, Any]:
-    """One pair's ``--status`` state, last eval line, elapsed time and, running, its ETA."""
+    """One pair's ``ab status`` state, last eval line, elapsed time and, running, its ETA."""
     now = time.time() if now is None else now
     lock_path = ComparisonFiles(Path(comp_dir)).pair_lock(pair.name)
     attempts = read_launch_record(comp_dir, pair.name).get("attempts", [])
@@ -277,12 +277,12 @@ _STATE_STYLE = {"done": "green", "running": "bold cyan", "failed": "bold red", "
                 "pending": "dim"}
 
 
-STATUS_PAIR_WIDTH = len("attnres_full-s10")  # the widest pair name --status keeps on one line
+STATUS_PAIR_WIDTH = len("attnres_full-s10")  # the widest pair name `ab status` keeps on one line
 _STATUS_COLUMNS = ("run", "state", "step", "elapsed", "ETA", "bpb", "last eval / note")
 
 
 def status_table(rows: list[dict[str, Any]]) -> Table:
-    """``--status``'s table in 80 columns: the last bpb has its own column, never cut; the last column (eval in
+    """``ab status``'s table in 80 columns: the last bpb has its own column, never cut; the last column (eval in
     brief, pid and host, or the note) takes the width left and folds; every other column is as wide as its widest
     value."""
     cells = [_status_cells(r) for r in rows]

@@ -153,7 +153,7 @@ def record(plan: ComparisonPlan, out: TuneOutcome) -> None:
 
 
 def plan_lines(plan: ComparisonPlan, out: TuneOutcome | None) -> list[str]:
-    """What ``--plan`` and ``--status`` say of the stage: grid, seeds, rule, budget, arm states, lrs and pairs."""
+    """What ``ab plan`` and ``ab status`` say of the stage: grid, seeds, rule, budget, arm states, lrs and pairs."""
     tune = plan.spec.tune
     if tune is None:
         return []

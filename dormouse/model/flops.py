@@ -1,4 +1,4 @@
-"""Training matmul FLOPs of the looped model, a ``dormouse ab --plan`` estimate: per token and iteration
+"""Training matmul FLOPs of the looped model, a ``dormouse ab plan`` estimate: per token and iteration
 ``3 (2(4d^2 + 3dh) + 2Td)``, plus ``3 * 2 * 256 d`` per readout; the arms' O(L d) work left out."""
 
 from __future__ import annotations

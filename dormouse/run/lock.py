@@ -46,7 +46,7 @@ class Holder:
 
 
 def read_holder(path: Path) -> dict[str, Any] | None:
-    """What the lock file says (read-only: ``--status`` uses it); None when absent or unreadable."""
+    """What the lock file says (read-only: ``ab status`` uses it); None when absent or unreadable."""
     try:
         text = path.read_text(encoding="utf-8")
         return json.loads(text) if text.strip() else None
