@@ -25,8 +25,7 @@ from rich.console import Console
 
 from dormouse.ab.pairjob import pair_state
 from dormouse.ab.plan import build_plan
-from dormouse.ab.registry import ComparisonError, Registered, load_spec
-from dormouse.ab.study import is_study, load_study
+from dormouse.ab.registry import ComparisonError, Registered, is_study, load_spec
 from dormouse.run.checkpoint import atomic_write_text
 from dormouse.run.files import CONFIG, DESIGN, LAUNCH, LOG, METRICS, PROVENANCE, REGISTRATION
 
@@ -41,6 +40,8 @@ def carried_files(comp: Path, name: str, registry: Path | None = None) -> list[P
     if not stamp.is_file():
         raise ComparisonError([f"{comp}: no {REGISTRATION}; not a comparison `dormouse ab {name}` started"])
     if is_study(name, registry):
+        from dormouse.ab.study import load_study  # a study's points: only when it is one
+
         out = [Path(f) for f in TOP_FILES if (comp / f).is_file()]
         for point in load_study(name, registry).points():
             if (comp / point.name / REGISTRATION).is_file():

@@ -18,7 +18,7 @@ from rich.console import Console
 from dormouse.ab.launch_request import LaunchRequest
 from dormouse.ab.pairjob import TrainFn
 from dormouse.ab.questions import design_command, plan_command, status_command
-from dormouse.ab.study import is_study, load_study
+from dormouse.ab.registry import is_study
 from dormouse.run.files import AB_ROOT
 
 __all__ = ["ab_design", "ab_plan", "ab_run", "ab_status", "design_command", "plan_command", "status_command",
@@ -37,6 +37,7 @@ def ab_run(name: str, overrides: list[str], *, restart: bool = False, root: Path
     verdicts); 1 = some run failed (the report says which; rerun to retry); from the results just computed."""
     console = console or stdout_console()
     if is_study(name, registry):  # a registered study: every point, then the study's answer
+        from dormouse.ab.study import load_study
         from dormouse.ab.study_runner import run_study
 
         study = run_study(load_study(name, registry), overrides, restart=restart, root=root, console=console,
@@ -54,6 +55,7 @@ def ab_plan(name: str, overrides: list[str], *, root: Path = AB_ROOT, console: C
     """What a run would do: the runs, their overrides, what is done, the launch settings and the cost (exit 0)."""
     console, launch = console or stdout_console(), launch or LaunchRequest()
     if is_study(name, registry):
+        from dormouse.ab.study import load_study
         from dormouse.ab.study_command import study_plan
 
         study_plan(load_study(name, registry), overrides, root=root, launch=launch, console=console)
@@ -67,6 +69,7 @@ def ab_status(name: str, *, root: Path = AB_ROOT, console: Console | None = None
     """Where ``name`` stands (read-only, safe while it runs): exit 0; 2 if it never started."""
     console = console or stdout_console()
     if is_study(name, registry):
+        from dormouse.ab.study import load_study
         from dormouse.ab.study_command import study_status
 
         return study_status(load_study(name, registry), root=root, console=console)
@@ -78,6 +81,7 @@ def ab_design(name: str, overrides: list[str], *, root: Path = AB_ROOT, console:
     """The registered design's card (type-I error, power, expected replicates), printed and saved (exit 0)."""
     console = console or stdout_console()
     if is_study(name, registry):
+        from dormouse.ab.study import load_study
         from dormouse.ab.study_command import study_design
 
         study_design(load_study(name, registry), overrides, root=root, console=console)

@@ -149,7 +149,7 @@ def publish_study(sdir: Path, out: Path, name: str, command: str, registry: Path
 
 def publish_named(name: str, command: str, *, root: Path, out: Path, registry: Path | None = None) -> dict:
     """``dormouse ab publish NAME``: the comparison or study ``root/NAME`` into ``out``; returns its provenance."""
-    from dormouse.ab.study import is_study
+    from dormouse.ab.registry import is_study
 
     comp = (root / name).resolve()
     if is_study(name, registry):

@@ -181,6 +181,9 @@ def list_comparisons(registry: Path | None = None) -> list[str]:
     return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
 
 
+STUDY_KEY = "study"  # the block that makes a registration a study (dormouse/ab/study.py)
+
+
 def _looks_like_path(name: str) -> bool:
     """A name with a folder separator or a YAML suffix is a file's path."""
     return "/" in name or "\\" in name or name.endswith((".yaml", ".yml"))
@@ -214,6 +217,23 @@ def _read_text(name: str, registry: Path | None) -> tuple[str, str]:
     return path.read_text(encoding="utf-8"), source
 
 
+def is_study_text(text: str) -> bool:
+    try:
+        raw = OmegaConf.create(text)
+    except Exception:
+        return False  # not YAML: parse_spec says so, naming the file
+    return OmegaConf.is_dict(raw) and STUDY_KEY in raw
+
+
+def is_study(name: str, registry: Path | None = None) -> bool:
+    """Whether ``name`` (a name or a path) is a study; a missing one is not (the comparison loader says so)."""
+    try:
+        text, _ = _read_text(name, registry)
+    except ABSpecError:
+        return False
+    return is_study_text(text)
+
+
 def parse_spec(text: str, source: str) -> AnySpec:
     """Schema-check YAML text against its protocol's dataclass; :class:`ABSpecError` names the field."""
     try:
@@ -222,7 +242,7 @@ def parse_spec(text: str, source: str) -> AnySpec:
         raise ABSpecError([f"{source}: not valid YAML: {exc}"]) from exc
     if not OmegaConf.is_dict(raw):
         raise ABSpecError([f"{source}: expected a mapping of the fields {', '.join(_fields(ComparisonSpec))}"])
-    if "study" in raw:  # the study's loader reads this block (dormouse/ab/study.py); a comparison has none
+    if STUDY_KEY in raw:  # the study's loader reads this block (dormouse/ab/study.py); a comparison has none
         raise ABSpecError([f"{source} is a registered study (it has a 'study' block), not one comparison: run it "
                            "as `dormouse ab NAME` (dormouse.ab.study.load_study reads it)"])
     protocol = raw.get("protocol", 1)

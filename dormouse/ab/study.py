@@ -19,6 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 from dormouse.ab.interaction import InteractionDesign, point_design
 from dormouse.ab.registry import (
     RUNNER_KEYS,
+    STUDY_KEY,
     TUNED_KEY,
     ABSpecError,
     ComparisonSpec,
@@ -31,8 +32,6 @@ from dormouse.ab.registry import (
     validate_spec,
 )
 from dormouse.ab.sequential import Design
-
-STUDY_KEY = "study"
 
 
 @dataclass
@@ -111,23 +110,6 @@ class RegisteredStudy:
 def point_name(axis: str, value: Any) -> str:
     """A point's comparison name and directory: the axis's last key and the value, ``max_iter-4``."""
     return f"{axis.rsplit('.', 1)[-1]}-{value:g}"
-
-
-def is_study_text(text: str) -> bool:
-    try:
-        raw = OmegaConf.create(text)
-    except Exception:
-        return False  # not YAML: parse_spec says so, naming the file
-    return OmegaConf.is_dict(raw) and STUDY_KEY in raw
-
-
-def is_study(name: str, registry: Path | None = None) -> bool:
-    """Whether ``name`` (a name or a path) is a study; a missing one is not (the comparison loader says so)."""
-    try:
-        text, _ = _read_text(name, registry)
-    except ABSpecError:
-        return False
-    return is_study_text(text)
 
 
 def load_study(name: str, registry: Path | None = None) -> RegisteredStudy:

@@ -173,8 +173,8 @@ def design(ctx: typer.Context, name: str = NAME, overrides: list[str] = OVERRIDE
 def list_(ctx: typer.Context) -> None:
     """The registered comparisons and studies: arms, looks or seeds, and what each compares."""
     _load_plugins(ctx)
-    from dormouse.ab.registry import ABSpecError, list_comparisons, load_spec
-    from dormouse.ab.study import is_study, load_study
+    from dormouse.ab.registry import ABSpecError, is_study, list_comparisons, load_spec
+    from dormouse.ab.study import load_study
 
     for cname in list_comparisons():
         try:

@@ -76,3 +76,31 @@ def test_each_layer_imports_only_from_the_layers_below():
             if there != here and LAYERS[there] >= LAYERS[here]:
                 upward.append(f"{mod} imports {target} ({there}, rank {LAYERS[there]} >= {here}'s {LAYERS[here]})")
     assert not upward, "imports that run up or sideways:\n" + "\n".join(sorted(upward))
+
+
+def test_a_plain_comparison_reaches_nothing_of_the_study():
+    """The engine of one comparison (its runner, at any import depth, lazy imports included) never reaches the
+    study's modules: a study is built on comparisons, not the other way round."""
+    seen, todo = set(), ["dormouse.ab.runner"]
+    while todo:
+        module = todo.pop()
+        path = PACKAGE.joinpath(*module.split(".")[1:])
+        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        if module in seen or not path.is_file():
+            continue
+        seen.add(module)
+        todo.extend(package_imports(path))
+    study = sorted(m for m in seen if m.startswith(("dormouse.ab.study", "dormouse.ab.interaction")))
+    assert len(seen) > 10, f"the walk from dormouse.ab.runner found only {sorted(seen)}"
+    assert not study, f"dormouse.ab.runner reaches the study's modules: {study}"
+
+
+def test_the_ab_command_imports_the_study_only_for_a_study():
+    """`dormouse ab NAME` asks the registry whether NAME is a study; the study's modules load only when it is."""
+    import subprocess
+    import sys
+
+    code = ("import sys, dormouse.cli.app, dormouse.cli.ab, dormouse.ab.command, dormouse.ab.runner; "
+            "print(sorted(m for m in sys.modules if m.startswith(('dormouse.ab.study', 'dormouse.ab.interaction'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]", f"the ab command imports the study's modules at start: {out}"
