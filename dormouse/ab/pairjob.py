@@ -29,12 +29,12 @@ from omegaconf import DictConfig
 
 from dormouse.ab import fingerprint
 from dormouse.ab.launch import DONE, FAILED, INTERRUPTED, Outcome
-from dormouse.ab.lock import LockHeld, pair_lock
 from dormouse.ab.records import final_row
 from dormouse.arms.plugins import activate, plugin_specs
 from dormouse.errors import Interrupted, TrainError
 from dormouse.run.checkpoint import CheckpointError, atomic_write_text, list_checkpoints, load_checkpoint
 from dormouse.run.files import ComparisonFiles, RunFiles
+from dormouse.run.lock import LockHeld, pair_lock
 from dormouse.run.loglines import format_done_line, last_eval_phrase, read_metrics
 from dormouse.run.reader import read_run
 

@@ -11,12 +11,18 @@ from pathlib import Path
 from rich.console import Console
 
 from dormouse.ab import tune
-from dormouse.ab.card import design_card_for, save_design_card
 from dormouse.ab.launch import LaunchError
 from dormouse.ab.launch_request import LaunchRequest, resolve_launch
 from dormouse.ab.looks import progress, read_pair
 from dormouse.ab.plan import build_plan
-from dormouse.ab.registration import read_stamp, refuse_protocol_1, registration_hash, registration_state
+from dormouse.ab.registration import (
+    design_card_for,
+    read_stamp,
+    refuse_protocol_1,
+    registration_hash,
+    registration_state,
+    save_design_card,
+)
 from dormouse.ab.registry import PROTOCOL, ComparisonError, Registered, load_spec
 from dormouse.ab.status import comparison_status, render_looks, render_plan, render_status, tune_cost_line
 from dormouse.run.files import ComparisonFiles

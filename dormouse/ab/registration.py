@@ -1,6 +1,7 @@
 """What a comparison directory is bound to: its registration (``registration.json``: the hash of the file's exact
 bytes plus the CLI overrides) and the fingerprint of the code computing its runs (docs/ab-protocol.md, "Running a
-comparison"). ``--restart`` discards the runs and starts over; protocol 1 is read only."""
+comparison"), and the design card simulated for that registration (``design.json``). ``--restart`` discards the
+runs and starts over; protocol 1 is read only."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ from typing import Any
 from rich.console import Console
 
 from dormouse.ab import fingerprint
-from dormouse.ab.lock import is_locked
 from dormouse.ab.pairjob import recorded_fingerprints
 from dormouse.ab.plan import ComparisonPlan
 from dormouse.ab.registry import PROTOCOL, ComparisonError, Registered
+from dormouse.ab.sequential import DesignCard, design_card
 from dormouse.run.checkpoint import atomic_write_text
 from dormouse.run.files import DESIGN, LOCK, REGISTRATION, ComparisonFiles
+from dormouse.run.lock import is_locked
 
 STAMP_NAME = REGISTRATION
 
@@ -134,3 +136,32 @@ def check_same_code(plan: ComparisonPlan, code: fingerprint.Fingerprint) -> None
         f"to continue, run it from the code those runs used (commit {commit}, e.g. `git worktree add /tmp/ab "
         f"{commit.split('+')[0]}`, with the same uncommitted edits if it was dirty); to start over on this "
         "code, pass --restart (it discards the comparison's runs)"])
+
+
+# The design card (design.json): the registered design simulated at the pilot spread, saved under the registration
+# it was made for.
+def design_card_for(plan: ComparisonPlan) -> DesignCard:
+    spec = plan.spec
+    return design_card(plan.design(), float(spec.pilot_sd), float(spec.expected_effect))
+
+
+def ensure_design_card(plan: ComparisonPlan, console: Console) -> dict[str, Any]:
+    """The saved card for this registration, computed and saved if missing or made for another. Returns
+    ``{"registration_hash", "card", "text"}``."""
+    path = plan.files.design
+    want = registration_hash(plan.reg, plan.overrides)
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        if saved.get("registration_hash") == want:
+            return saved
+    console.print(f"ab {plan.name}: simulating the design card (the registered looks, arms and rule)")
+    return save_design_card(plan, design_card_for(plan))
+
+
+def save_design_card(plan: ComparisonPlan, card: DesignCard) -> dict[str, Any]:
+    """Write ``design.json``: the card, its text, and the registration it was made for."""
+    saved = {"registration_hash": registration_hash(plan.reg, plan.overrides), "card": card.to_dict(),
+             "text": card.to_text()}
+    plan.comp_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(plan.files.design, json.dumps(saved, indent=2, allow_nan=False) + "\n")
+    return saved

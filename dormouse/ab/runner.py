@@ -13,11 +13,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from dormouse.ab import fingerprint, tune
-from dormouse.ab.card import ensure_design_card
 from dormouse.ab.launch import DONE, InProcessLauncher, Job, Launcher, LaunchError
 from dormouse.ab.launch_request import LaunchRequest, resolve_launch
 from dormouse.ab.live import PairBoard
-from dormouse.ab.lock import comparison_lock
 from dormouse.ab.looks import Progress, progress, read_pair
 from dormouse.ab.pairjob import (
     Pair,
@@ -29,7 +27,7 @@ from dormouse.ab.pairjob import (
     run_pair,
 )
 from dormouse.ab.plan import ComparisonPlan, build_plan
-from dormouse.ab.registration import bind_registration, check_same_code, refuse_protocol_1
+from dormouse.ab.registration import bind_registration, check_same_code, ensure_design_card, refuse_protocol_1
 from dormouse.ab.registry import ComparisonError, Registered
 from dormouse.ab.report import bad_run_lines, write_outputs
 from dormouse.ab.results import ComparisonResults, analyze
@@ -37,6 +35,7 @@ from dormouse.ab.status import verdict_table
 from dormouse.ab.wandb_summary import log_verdict
 from dormouse.errors import Interrupted
 from dormouse.run.files import AB_ROOT, LAUNCH
+from dormouse.run.lock import comparison_lock
 
 
 def plan_pairs(reg: Registered, overrides: list[str], comp_dir: Path) -> list[Pair]:

@@ -19,7 +19,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dormouse.ab.lock import is_locked, read_holder
 from dormouse.ab.looks import Progress
 from dormouse.ab.pairjob import Pair, pair_state, read_launch_record
 from dormouse.ab.plan import ComparisonPlan
@@ -27,6 +26,7 @@ from dormouse.ab.report import verdict_rows
 from dormouse.ab.sequential import holdback_words
 from dormouse.model.flops import training_cost
 from dormouse.run.files import AB_ERROR, ComparisonFiles, RunFiles
+from dormouse.run.lock import is_locked, read_holder
 from dormouse.run.loglines import EVAL, RESUME, LogLineError, human, line_kind, parse_resume_line
 from dormouse.run.reader import read_run
 

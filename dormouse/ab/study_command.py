@@ -15,10 +15,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from dormouse.ab.card import design_card_for, save_design_card
 from dormouse.ab.launch_request import LaunchRequest
 from dormouse.ab.questions import plan_command, status_command
-from dormouse.ab.registration import read_stamp, registration_hash
+from dormouse.ab.registration import design_card_for, read_stamp, registration_hash, save_design_card
 from dormouse.ab.status import tune_most_runs
 from dormouse.ab.study import RegisteredStudy
 from dormouse.ab.study_runner import (

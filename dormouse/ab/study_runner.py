@@ -14,7 +14,6 @@ from rich.console import Console
 
 from dormouse.ab.interaction import StudyCard, study_card
 from dormouse.ab.launch_request import LaunchRequest
-from dormouse.ab.lock import comparison_lock, is_locked
 from dormouse.ab.pairjob import TrainFn
 from dormouse.ab.plan import ComparisonPlan, build_plan
 from dormouse.ab.registration import bind_registration, registration_hash
@@ -23,6 +22,7 @@ from dormouse.ab.runner import run_comparison
 from dormouse.ab.study import RegisteredStudy
 from dormouse.run.checkpoint import atomic_write_text
 from dormouse.run.files import AB_ROOT, ComparisonFiles, StudyFiles
+from dormouse.run.lock import comparison_lock, is_locked
 
 
 def study_registration(study: RegisteredStudy) -> Registered:

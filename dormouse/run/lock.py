@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dormouse.errors import DormouseError
+from dormouse.run.files import ComparisonFiles
 
 # What a refused process is told to do when the lock's user says nothing more specific.
 DEFAULT_ADVICE = "wait for it to finish, or stop it and rerun"
@@ -128,3 +129,22 @@ class HolderLock:
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
+
+
+# One `dormouse ab` per comparison directory, one process per pair: two drivers would train a pair twice, and a
+# restart deletes a pair's folder under the other's run; the pair lock lets `ab status` tell a running pair from
+# an abandoned one on any host.
+COMPARISON_ADVICE = ("wait for it to finish, or stop it (Ctrl-C checkpoints its runs in progress) and rerun; "
+                     "`dormouse ab status NAME` is safe meanwhile")
+_WHERE = "the comparison (--root)"
+
+
+def comparison_lock(comp_dir: Path) -> HolderLock:
+    return HolderLock(ComparisonFiles(Path(comp_dir)).lock, f"comparison {Path(comp_dir)}", COMPARISON_ADVICE,
+                      _WHERE)
+
+
+def pair_lock(comp_dir: Path, pair: str) -> HolderLock:
+    """A pair's lock, held by the process that trains it, so an orphaned job and a new driver's job never train the
+    same pair at once."""
+    return HolderLock(ComparisonFiles(Path(comp_dir)).pair_lock(pair), f"run {pair}", COMPARISON_ADVICE, _WHERE)

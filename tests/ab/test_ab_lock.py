@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from dormouse.ab.lock import LockHeld, comparison_lock, is_locked, pair_lock, read_holder
+from dormouse.run.lock import LockHeld, comparison_lock, is_locked, pair_lock, read_holder
 
 _HOLD = """
 import sys, time
 from pathlib import Path
-from dormouse.ab.lock import comparison_lock
+from dormouse.run.lock import comparison_lock
 lock = comparison_lock(Path(sys.argv[1])).acquire()
 print("held", flush=True)
 time.sleep(120)

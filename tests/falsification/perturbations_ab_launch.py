@@ -6,7 +6,7 @@ break."""
 
 from __future__ import annotations
 
-_LOCK = "dormouse/run/lock.py"  # the mechanism dormouse/ab/lock.py uses
+_LOCK = "dormouse/run/lock.py"  # the run, comparison and pair locks
 _LAUNCH = "dormouse/ab/launch.py"
 _CLUSTER = "dormouse/ab/cluster.py"
 _PAIRJOB = "dormouse/ab/pairjob.py"

@@ -354,7 +354,7 @@ def test_submitit_local_jobs_complete_and_preempted_jobs_requeue_and_resume(
 _HOLD = """
 import sys, time
 from pathlib import Path
-from dormouse.ab.lock import comparison_lock, pair_lock
+from dormouse.run.lock import comparison_lock, pair_lock
 which, comp, pair = sys.argv[1:4]
 lock = (comparison_lock(Path(comp)) if which == "comparison" else pair_lock(Path(comp), pair)).acquire()
 print("held", flush=True)
