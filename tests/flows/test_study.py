@@ -8,42 +8,24 @@ import json
 from pathlib import Path
 
 import pytest
-from omegaconf import DictConfig
 from rich.console import Console
 
 from dormouse.ab.command import ab_command
 from dormouse.ab.registry import ABSpecError, load_spec
 from dormouse.ab.study import load_study
 from dormouse.ab.study_report import decision_diffs
-from tests.helpers.planted_run import append_eval, append_log, done_line, eval_rows, write_run_header
+from tests.helpers.fake_train import FakeTrain
+from tests.helpers.registrations import registration, write_registry
 
-STUDY = """\
-protocol: 2
-name: st
-description: a test study
-baseline: prenorm
-aa_arm: prenorm_aa
-sesoi: 0.02
-alpha: 0.05
-looks: [4]
-init_seed_base: 1
-data_seed_base: 101
-aa_data_seed_base: 201
-pilot_sd: 0.01
-expected_effect: 0.01
-fixed: [preset=tiny, train.steps=20, train.eval_every=10, train.device=cpu, logging.progress=off]
-arms:
-  prenorm: [model.use_prenorm=true]
-  gr: [model.use_gr=true]
-  attnres_full: [model.use_attnres=true]
-  prenorm_aa: [model.use_prenorm=true]
+STUDY = registration("st", ("prenorm", "gr", "attnres_full", "prenorm_aa"), sesoi=0.02, looks="[4]",
+                     expected_effect=0.01, description="a test study", tail="""\
 study:
   axis: model.max_iter
   points: [1, 4]
   seed_stride: 1000
   smallest_change: 0.05
   expected_change: -0.1
-"""
+""")
 
 # Planted Δ against the baseline at max_iter 1 and 4: gr gains 0.12 with depth (grows), attnres_full stays at
 # +0.01 (flat), the A/A repeat at 0.
@@ -52,37 +34,18 @@ DELTA = {"prenorm": {1: 0.0, 4: 0.0}, "gr": {1: 0.0, 4: -0.12}, "attnres_full": 
 JITTER = (0.0015, -0.001, 0.0004, -0.0009, 0.0002)
 
 
-class FakeStudyTrain:
-    """Writes the run directory a real run writes, final bpb = 2 + the planted Δ at its max_iter + a jitter."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-        self.configs: list[DictConfig] = []
-
-    def __call__(self, cfg: DictConfig) -> None:
-        name = str(cfg.run.name)
-        arm = name.rsplit("-s", 1)[0].removeprefix("tune-").split("-lr")[0]
-        seed, depth = int(cfg.train.seed), int(cfg.model.max_iter)
-        self.calls.append(f"{Path(cfg.run.dir).name}/{name}")
-        self.configs.append(cfg)
-        run_dir = Path(cfg.run.dir) / name
-        jitter = JITTER[seed % len(JITTER)] * (1 + list(DELTA).index(arm))
-        write_run_header(run_dir, cfg, {"params": 10_000, "arm_params": 100})
-        append_log(run_dir, "# dormouse: fake")
-        for row in eval_rows(cfg, 2.0 + DELTA[arm][depth] + jitter, params=10_000):
-            append_eval(run_dir, cfg, row)
-        append_log(run_dir, done_line(cfg))
+def study_fake() -> FakeTrain:
+    """Final bpb 2 + the planted Δ at the run's max_iter + a jitter that grows with the arm's place in DELTA."""
+    return FakeTrain(lambda r: 2.0 + DELTA[r.arm][r.max_iter]
+                     + JITTER[r.seed % len(JITTER)] * (1 + list(DELTA).index(r.arm)))
 
 
 @pytest.fixture()
 def registry(tmp_path: Path) -> Path:
-    reg = tmp_path / "registry"
-    reg.mkdir()
-    (reg / "st.yaml").write_text(STUDY)
-    return reg
+    return write_registry(tmp_path, "st", STUDY)
 
 
-def _ab(registry: Path, root: Path, fake: FakeStudyTrain | None = None, **kw) -> tuple[int, str]:
+def _ab(registry: Path, root: Path, fake: FakeTrain | None = None, **kw) -> tuple[int, str]:
     out, err = Console(record=True, width=200), Console(record=True, width=200)
     code = ab_command("st", kw.pop("overrides", []), root=root, console=out, err_console=err, train_fn=fake,
                       registry=registry, **kw)
@@ -103,7 +66,7 @@ def test_each_point_is_the_template_at_alpha_over_p_with_the_axis_and_its_own_se
 
 
 def test_a_study_runs_every_point_then_decides_each_arms_change(registry: Path, tmp_path: Path) -> None:
-    fake = FakeStudyTrain()
+    fake = study_fake()
     code, text = _ab(registry, tmp_path / "ab", fake)
     assert code == 0, text
     sdir = tmp_path / "ab" / "st"
@@ -126,7 +89,7 @@ def test_a_study_runs_every_point_then_decides_each_arms_change(registry: Path, 
 
 
 def test_a_rerun_trains_nothing_and_a_changed_study_file_is_refused(registry: Path, tmp_path: Path) -> None:
-    fake = FakeStudyTrain()
+    fake = study_fake()
     assert _ab(registry, tmp_path / "ab", fake)[0] == 0
     n = len(fake.calls)
     assert _ab(registry, tmp_path / "ab", fake)[0] == 0
@@ -138,7 +101,7 @@ def test_a_rerun_trains_nothing_and_a_changed_study_file_is_refused(registry: Pa
 
 
 def test_status_plan_and_design_answer_without_training(registry: Path, tmp_path: Path) -> None:
-    fake = FakeStudyTrain()
+    fake = study_fake()
     code, text = _ab(registry, tmp_path / "ab", fake, status=True)
     assert code == 2 and "not started" in text
     code, text = _ab(registry, tmp_path / "ab", fake, plan=True)
@@ -153,7 +116,7 @@ def test_status_tells_a_started_point_without_results_from_a_point_not_started(r
     """A point whose comparison started but has no results.json (the runner has not passed it in this sitting,
     or it was restored from a carry, which leaves derived files out) says it started, never "not started" nor
     that no look was decided (its looks may have been); a point with no stamp says "not started"."""
-    fake = FakeStudyTrain()
+    fake = study_fake()
     assert _ab(registry, tmp_path / "ab", fake)[0] == 0
     (tmp_path / "ab" / "st" / "max_iter-4" / "results.json").unlink()
     code, text = _ab(registry, tmp_path / "ab", fake, status=True)
@@ -186,7 +149,7 @@ def test_a_bad_study_field_is_refused_naming_it(registry: Path, edit: tuple[str,
 
 
 def test_a_cli_override_of_the_axis_is_refused(registry: Path, tmp_path: Path) -> None:
-    code, text = _ab(registry, tmp_path / "ab", FakeStudyTrain(), overrides=["model.max_iter=2"])
+    code, text = _ab(registry, tmp_path / "ab", study_fake(), overrides=["model.max_iter=2"])
     assert code == 2 and "the axis of study st" in text
 
 
@@ -211,7 +174,7 @@ def test_a_carried_study_resumes_elsewhere_without_redoing_a_finished_run(regist
     from tests.helpers.script_module import load_script
 
     carry = load_script("carry_comparison")
-    first = FakeStudyTrain()
+    first = study_fake()
     assert _ab(registry, tmp_path / "ab", first)[0] == 0
     saved = tmp_path / "carry"
     assert carry.save("st", tmp_path / "ab", saved, registry) == 0
@@ -220,7 +183,7 @@ def test_a_carried_study_resumes_elsewhere_without_redoing_a_finished_run(regist
     assert not any("checkpoints" in n for n in names)
     fresh = tmp_path / "fresh"  # another machine: nothing but what was committed
     assert carry.restore("st", fresh, saved) == 0
-    second = FakeStudyTrain()
+    second = study_fake()
     code, text = _ab(registry, fresh, second)
     assert code == 0 and second.calls == [], text
 
@@ -231,7 +194,7 @@ def test_a_finished_study_is_published_point_by_point_with_one_provenance(regist
     publish = load_script("publish_comparison")
     sdir = tmp_path / "ab" / "st"
     assert publish.publish_study(sdir, tmp_path / "out", "st", "dormouse ab st", registry) is None  # not run yet
-    assert _ab(registry, tmp_path / "ab", FakeStudyTrain())[0] == 0
+    assert _ab(registry, tmp_path / "ab", study_fake())[0] == 0
     prov = publish.publish_study(sdir, tmp_path / "out", "st", "dormouse ab st", registry)
     assert prov is not None and set(prov["points"]) == {"max_iter-1", "max_iter-4"}
     runs = {p: len(json.loads((sdir / p / "results.json").read_text())["runs"]) for p in prov["points"]}
