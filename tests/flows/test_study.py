@@ -5,6 +5,7 @@ interaction decided from what each point decision used, resumption, and refusal 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,18 @@ def registry(tmp_path: Path) -> Path:
     return write_registry(tmp_path, "st", STUDY)
 
 
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, FakeTrain]:
+    """(registry, root, the fake that ran it): the study run to its end once; the tests below read it and
+    change nothing in it (module-scoped)."""
+    root = tmp_path_factory.mktemp("st")
+    reg = write_registry(root, "st", STUDY)
+    fake = study_fake()
+    code, text = _ab(reg, root / "ab", fake)
+    assert code == 0, text
+    return reg, root / "ab", fake
+
+
 def _ab(registry: Path, root: Path, fake: FakeTrain | None = None, **kw) -> tuple[int, str]:
     out, err = Console(record=True, width=200), Console(record=True, width=200)
     code = ab_command("st", kw.pop("overrides", []), root=root, console=out, err_console=err, train_fn=fake,
@@ -65,11 +78,9 @@ def test_each_point_is_the_template_at_alpha_over_p_with_the_axis_and_its_own_se
         assert study.sha256 in p.reg.text  # a point's stamp follows the study file's bytes
 
 
-def test_a_study_runs_every_point_then_decides_each_arms_change(registry: Path, tmp_path: Path) -> None:
-    fake = study_fake()
-    code, text = _ab(registry, tmp_path / "ab", fake)
-    assert code == 0, text
-    sdir = tmp_path / "ab" / "st"
+def test_a_study_runs_every_point_then_decides_each_arms_change(finished: tuple[Path, Path, FakeTrain]) -> None:
+    _, root, fake = finished
+    sdir = root / "st"
     r = json.loads((sdir / "results.json").read_text())
     assert r["complete"]
     assert {k: v["verdict"] for k, v in r["interaction"].items()} == {"gr": "grows", "attnres_full": "flat"}
@@ -88,16 +99,16 @@ def test_a_study_runs_every_point_then_decides_each_arms_change(registry: Path, 
     assert "**grows**" in (sdir / "report.md").read_text()
 
 
-def test_a_rerun_trains_nothing_and_a_changed_study_file_is_refused(registry: Path, tmp_path: Path) -> None:
-    fake = study_fake()
-    assert _ab(registry, tmp_path / "ab", fake)[0] == 0
-    n = len(fake.calls)
-    assert _ab(registry, tmp_path / "ab", fake)[0] == 0
-    assert len(fake.calls) == n
-    (registry / "st.yaml").write_text(STUDY.replace("smallest_change: 0.05", "smallest_change: 0.04"))
-    code, text = _ab(registry, tmp_path / "ab", fake)
+def test_a_rerun_trains_nothing_and_a_changed_study_file_is_refused(finished: tuple[Path, Path, FakeTrain],
+                                                                     tmp_path: Path) -> None:
+    registry, root, _ = finished
+    again = study_fake()
+    assert _ab(registry, root, again)[0] == 0
+    assert again.calls == []
+    changed = write_registry(tmp_path, "st", STUDY.replace("smallest_change: 0.05", "smallest_change: 0.04"))
+    code, text = _ab(changed, root, again)
     assert code == 2 and "changed since the first run" in text
-    assert len(fake.calls) == n
+    assert again.calls == []
 
 
 def test_status_plan_and_design_answer_without_training(registry: Path, tmp_path: Path) -> None:
@@ -111,13 +122,14 @@ def test_status_plan_and_design_answer_without_training(registry: Path, tmp_path
     assert fake.calls == []
 
 
-def test_status_tells_a_started_point_without_results_from_a_point_not_started(registry: Path,
-                                                                                tmp_path: Path) -> None:
+def test_status_tells_a_started_point_without_results_from_a_point_not_started(
+        finished: tuple[Path, Path, FakeTrain], tmp_path: Path) -> None:
     """A point whose comparison started but has no results.json (the runner has not passed it in this sitting,
     or it was restored from a carry, which leaves derived files out) says it started, never "not started" nor
     that no look was decided (its looks may have been); a point with no stamp says "not started"."""
+    registry, root, _ = finished
+    shutil.copytree(root, tmp_path / "ab")  # a copy of the finished study: this test takes parts of it away
     fake = study_fake()
-    assert _ab(registry, tmp_path / "ab", fake)[0] == 0
     (tmp_path / "ab" / "st" / "max_iter-4" / "results.json").unlink()
     code, text = _ab(registry, tmp_path / "ab", fake, status=True)
     assert code == 0
@@ -126,6 +138,7 @@ def test_status_tells_a_started_point_without_results_from_a_point_not_started(r
     (tmp_path / "ab" / "st" / "max_iter-4").rename(tmp_path / "elsewhere")
     code, text = _ab(registry, tmp_path / "ab", fake, status=True)
     assert code == 0 and "study st: max_iter-4: not started" in text
+    assert fake.calls == []
 
 
 @pytest.mark.parametrize("edit, field", [
@@ -170,14 +183,14 @@ def test_the_registered_studies_load(name: str) -> None:
     assert len(study.points()) == len(study.values) >= 2
 
 
-def test_a_carried_study_resumes_elsewhere_without_redoing_a_finished_run(registry: Path, tmp_path: Path) -> None:
+def test_a_carried_study_resumes_elsewhere_without_redoing_a_finished_run(
+        finished: tuple[Path, Path, FakeTrain], tmp_path: Path) -> None:
     from tests.helpers.script_module import load_script
 
+    registry, root, _ = finished
     carry = load_script("carry_comparison")
-    first = study_fake()
-    assert _ab(registry, tmp_path / "ab", first)[0] == 0
     saved = tmp_path / "carry"
-    assert carry.save("st", tmp_path / "ab", saved, registry) == 0
+    assert carry.save("st", root, saved, registry) == 0
     names = {p.relative_to(saved).as_posix() for p in saved.rglob("*") if p.is_file()}
     assert {"registration.json", "max_iter-1/registration.json", "max_iter-4/gr-s1001/metrics.jsonl"} <= names
     assert not any("checkpoints" in n for n in names)
@@ -188,13 +201,15 @@ def test_a_carried_study_resumes_elsewhere_without_redoing_a_finished_run(regist
     assert code == 0 and second.calls == [], text
 
 
-def test_a_finished_study_is_published_point_by_point_with_one_provenance(registry: Path, tmp_path: Path) -> None:
+def test_a_finished_study_is_published_point_by_point_with_one_provenance(
+        finished: tuple[Path, Path, FakeTrain], tmp_path: Path) -> None:
     from tests.helpers.script_module import load_script
 
+    registry, root, _ = finished
     publish = load_script("publish_comparison")
-    sdir = tmp_path / "ab" / "st"
-    assert publish.publish_study(sdir, tmp_path / "out", "st", "dormouse ab st", registry) is None  # not run yet
-    assert _ab(registry, tmp_path / "ab", study_fake())[0] == 0
+    assert publish.publish_study(tmp_path / "ab" / "st", tmp_path / "out", "st", "dormouse ab st",
+                                 registry) is None  # not run yet
+    sdir = root / "st"
     prov = publish.publish_study(sdir, tmp_path / "out", "st", "dormouse ab st", registry)
     assert prov is not None and set(prov["points"]) == {"max_iter-1", "max_iter-4"}
     runs = {p: len(json.loads((sdir / p / "results.json").read_text())["runs"]) for p in prov["points"]}
