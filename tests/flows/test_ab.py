@@ -34,6 +34,16 @@ def registry(tmp_path: Path) -> Path:
     return write_registry(tmp_path, "t", SPEC)
 
 
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, FakeTrain]:
+    """(registry, comparison directory, the fake that ran it): the comparison run once to its end; the tests
+    that take it read it and change nothing in it (module-scoped)."""
+    root = tmp_path_factory.mktemp("t")
+    registry = write_registry(root, "t", SPEC)
+    fake = FakeTrain()
+    return registry, run(registry, root / "ab", fake), fake
+
+
 def run(registry: Path, root: Path, fake: FakeTrain, overrides: list[str] | None = None, **kw: Any) -> Path:
     return run_comparison("t", overrides or [], root=root, console=Console(record=True, width=200),
                           train_fn=fake, registry=registry, **kw)
@@ -139,10 +149,9 @@ def test_cli_overrides_may_not_set_arm_or_runner_keys(tmp_path: Path, registry: 
 
 # --- the runner end to end ------------------------------------------------------------------------------
 
-def test_end_to_end_report_results_and_plots_agree(tmp_path: Path, registry: Path) -> None:
-    fake = FakeTrain()
-    out = run(registry, tmp_path / "ab", fake)
-    assert out == (tmp_path / "ab" / "t").resolve()
+def test_end_to_end_report_results_and_plots_agree(finished: tuple[Path, Path, FakeTrain]) -> None:
+    registry, out, fake = finished
+    assert out == (registry.parent / "ab" / "t").resolve()
     assert len(fake.calls) == 15 and all(r == "never" for _, r in fake.calls)
     assert [c[0] for c in fake.calls[:5]] == ["rezero-s1", "gr-s1", "attnres_full-s1", "attnres_block-s1",
                                              "rezero_aa-s1"]  # replicate-major
@@ -335,10 +344,10 @@ def test_compiling_pairs_share_one_compile_cache_in_the_comparison(tmp_path: Pat
     assert set(own.cache_dirs.values()) == {str(tmp_path / "mine")}
 
 
-def test_rerun_does_not_redo_completed_pairs(tmp_path: Path, registry: Path) -> None:
-    run(registry, tmp_path / "ab", FakeTrain())
+def test_rerun_does_not_redo_completed_pairs(finished: tuple[Path, Path, FakeTrain]) -> None:
+    registry, comp, _ = finished
     again = FakeTrain()
-    out = run(registry, tmp_path / "ab", again)
+    out = run(registry, comp.parent, again)
     assert again.calls == []
     assert json.loads((out / "results.json").read_text())["arms"]["gr"]["verdict"] == "better"
 
@@ -439,19 +448,11 @@ def test_a_foreign_directory_is_not_taken_over(tmp_path: Path, registry: Path) -
         run(registry, tmp_path / "ab", FakeTrain())
 
 
-def test_wandb_grouping_and_run_names(tmp_path: Path, registry: Path) -> None:
-    seen: list[DictConfig] = []
-    fake = FakeTrain()
-
-    def recording(cfg: DictConfig) -> None:
-        seen.append(cfg)
-        fake(cfg)
-
-    run_comparison("t", [], root=tmp_path / "ab", console=Console(record=True), train_fn=recording,
-                   registry=registry)
-    cfg = next(c for c in seen if c.run.name == "attnres_block-s3")
+def test_wandb_grouping_and_run_names(finished: tuple[Path, Path, FakeTrain]) -> None:
+    _, comp, fake = finished
+    cfg = next(c for c in fake.configs if c.run.name == "attnres_block-s3")
     assert cfg.logging.wandb_group == "t" and cfg.logging.wandb_job_type == "attnres_block"
-    assert Path(cfg.run.dir) == (tmp_path / "ab" / "t").resolve() and cfg.train.seed == 3
+    assert Path(cfg.run.dir) == comp and cfg.train.seed == 3
     assert cfg.train.data_seed == 103
 
 
