@@ -205,8 +205,8 @@ def test_each_attempt_records_whether_its_run_diverged(finished: tuple[Path, Fak
 
 
 def test_a_run_from_before_the_record_is_read_as_diverged_from_its_error_file(tmp_path: Path) -> None:
-    """Runs written before attempts recorded divergence stay readable: their error file holds the loop's
-    TrainError message. Once an attempt records how it ended, that record is what counts."""
+    """A run whose attempts do not record divergence is read from its error file, which holds the loop's
+    TrainError message; once an attempt records how it ended, that record is what counts."""
     run_dir = tmp_path / "tune-gr-lr0.008-s101"
     run_dir.mkdir()
     RunFiles(run_dir).ab_error.write_text("Traceback (most recent call last):\n  ...\ndormouse.errors.TrainError: "

@@ -129,7 +129,7 @@ def test_bad_override_value_is_refused_naming_the_arm(tmp_path: Path, registry: 
 
 def test_what_this_machine_cannot_run_is_refused_before_any_pair(tmp_path: Path, registry: Path) -> None:
     """A kernel the arm cannot run here (the fused read on a CPU) is refused for the arm, before any run, as
-    `dormouse train` refuses it before step 0: composing the config no longer asks the machine, the plan does."""
+    `dormouse train` refuses it before step 0: the plan asks the machine, composing the config does not."""
     fused_on_gr = SPEC.replace("gr: [model.use_gr=true]", "gr: [model.use_gr=true, model.kernel=triton]")
     (registry / "t.yaml").write_text(fused_on_gr)
     fake = FakeTrain()
@@ -275,10 +275,10 @@ def test_runs_computed_by_other_code_are_refused_until_restart(tmp_path: Path, r
 
 def test_the_code_fingerprint_covers_the_configs_where_the_installed_package_has_them(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The configs a run is composed from are part of what computes it. In an editable install the
-    dormouse.conf package is the repository's top-level conf/, not dormouse/conf: the fingerprint looked
-    there, found nothing, and left every config out (a changed preset went unseen, and a checkout without
-    that folder could not resume a comparison started where it existed)."""
+    """The configs a run is composed from are part of what computes it, read where the installed dormouse.conf
+    package has them: in an editable install that is the repository's top-level conf/, not dormouse/conf (a
+    fingerprint that looked beside the sources would leave every config out: a changed preset unseen, and a
+    checkout without that folder unable to resume a comparison started where it existed)."""
     import sys
     import types
 
