@@ -65,7 +65,8 @@ run_stage() {  # name, limit, command...
 if "$PY" -m pytest --version >/dev/null 2>&1; then
     TESTS=(tests/arms/test_kernels.py)
     [ -f tests/arms/test_attnres.py ] && TESTS+=(tests/arms/test_attnres.py)
-    run_stage tests "$T_TESTS" "$PY" -m pytest -q -p no:cacheprovider -ra \
+    # -o addopts=-ra: one process on the one GPU, whether or not pytest-xdist (pyproject's addopts) is carried
+    run_stage tests "$T_TESTS" "$PY" -m pytest -q -p no:cacheprovider -o addopts=-ra \
         --junitxml="$OUT/tests.xml" "${TESTS[@]}"
 else
     STATUS[tests]="SKIP(no pytest: carry a pytest wheel in .whl/)"; SECS[tests]=0

@@ -1,4 +1,4 @@
-"""The tune stage of a registration (issue 25 item 1; dormouse/ab/tune.py): the choice rule, the seed
+"""The tune stage of a registration (dormouse/ab/tune.py): the choice rule, the seed
 streams kept clear of the confirmatory ones, the tune pairs run first, each arm's confirmatory pairs at
 its chosen lr (the A/A arm at its baseline's), a resume that recomputes the same choice without re-running
 tune pairs, and the report's tuning table.
@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 
 import pytest
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 from rich.console import Console
 
 from dormouse.ab import tune
@@ -24,37 +24,18 @@ from dormouse.ab.records import RunRecord
 from dormouse.ab.registry import ComparisonError, load_spec
 from dormouse.ab.runner import plan_pairs, run_comparison
 from dormouse.ab.tune_rule import choose
-from dormouse.errors import TrainError
 from dormouse.run.files import ComparisonFiles, RunFiles
-from tests.helpers.planted_run import append_eval, append_log, done_line, eval_rows, write_run_header
-from tests.helpers.registrations import refusal
+from tests.helpers.fake_train import FakeTrain
+from tests.helpers.registrations import refusal, registration, write_registry
 
-SPEC = """\
-protocol: 2
-name: tt
-baseline: rezero
-aa_arm: rezero_aa
-sesoi: 0.01
-alpha: 0.05
-looks: [3]
-init_seed_base: 1
-data_seed_base: 101
-aa_data_seed_base: 201
-pilot_sd: 0.01
-expected_effect: -0.02
-fixed: [preset=tiny, train.steps=20, train.eval_every=10, train.device=cpu, logging.progress=off]
-arms:
-  rezero: []
-  gr: [model.use_gr=true]
-  attnres_full: [model.use_attnres=true]
-  rezero_aa: []
+SPEC = registration("tt", ("rezero", "gr", "attnres_full", "rezero_aa"), tail="""\
 tune:
   lrs: [0.001, 0.002, 0.004, 0.008]
   replicates: 2
   init_seed_base: 9001
   data_seed_base: 9101
   rule: lowest_mean_final_bpb
-"""
+""")
 # Each arm's best lr under the fake trainer. The A/A arm's own would be 0.001: if it were tuned on its own
 # it would not run at its baseline's lr.
 OPTIMUM = {"rezero": 0.002, "gr": 0.004, "attnres_full": 0.008, "rezero_aa": 0.001}
@@ -62,48 +43,28 @@ DIVERGES = {("attnres_full", 0.008)}
 EXPECTED = {"rezero": 0.002, "gr": 0.004, "attnres_full": 0.004, "rezero_aa": 0.002}
 
 
-class TuneFake:
-    """Stands in for dormouse.train.loop.train: a run directory with eval lines, metrics and a done line, final bpb
-    2 + 0.05·|log2(lr / optimum)| + a small seed term; raises the loop's TrainError (non-finite loss, diverged)
-    where it diverges."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def __call__(self, cfg: DictConfig) -> None:
-        name, lr, seed = str(cfg.run.name), float(cfg.train.lr), int(cfg.train.seed)
-        arm = name.split("-lr")[0].removeprefix("tune-") if name.startswith("tune-") else name.rsplit("-s", 1)[0]
-        self.calls.append(name)
-        run_dir = Path(cfg.run.dir) / name
-        write_run_header(run_dir, cfg, {"params": 1000})
-        if (arm, lr) in DIVERGES:
-            raise TrainError("non-finite loss (loss nan) at step 3; last good checkpoint: none; lower train.lr",
-                             diverged=True)
-        append_log(run_dir, "# dormouse: fake")
-        for row in eval_rows(cfg, 2.0 + 0.05 * abs(math.log2(lr / OPTIMUM[arm])) + 0.001 * (seed % 7)):
-            append_eval(run_dir, cfg, row)
-        append_log(run_dir, done_line(cfg))
+def tune_fake() -> FakeTrain:
+    """Final bpb 2 + 0.05·|log2(lr / optimum)| + a small seed term; the runs in DIVERGES raise the loop's
+    diverged TrainError."""
+    return FakeTrain(lambda r: 2.0 + 0.05 * abs(math.log2(r.lr / OPTIMUM[r.arm])) + 0.001 * (r.seed % 7),
+                     diverges=lambda r: (r.arm, r.lr) in DIVERGES)
 
 
 @pytest.fixture()
 def registry(tmp_path: Path) -> Path:
-    reg = tmp_path / "registry"
-    reg.mkdir()
-    (reg / "tt.yaml").write_text(SPEC)
-    return reg
+    return write_registry(tmp_path, "tt", SPEC)
 
 
-def run(registry: Path, root: Path, fake: TuneFake) -> Path:
+def run(registry: Path, root: Path, fake: FakeTrain) -> Path:
     return run_comparison("tt", [], root=root, console=Console(record=True, width=200), train_fn=fake,
                           registry=registry).plan.comp_dir
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, TuneFake, Path]:
+def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, FakeTrain, Path]:
     """One comparison run to its end (module-scoped: the tests below read it)."""
-    reg = tmp_path_factory.mktemp("registry")
-    (reg / "tt.yaml").write_text(SPEC)
-    fake = TuneFake()
+    reg = write_registry(tmp_path_factory.mktemp("tt"), "tt", SPEC)
+    fake = tune_fake()
     return run(reg, tmp_path_factory.mktemp("ab"), fake), fake, reg
 
 
@@ -188,19 +149,19 @@ def test_a_registration_without_tune_plans_no_tune_pair(registry: Path, tmp_path
 
 # --- the run --------------------------------------------------------------------------------------------
 
-def test_the_tune_pairs_run_before_any_confirmatory_pair(finished: tuple[Path, TuneFake, Path]) -> None:
+def test_the_tune_pairs_run_before_any_confirmatory_pair(finished: tuple[Path, FakeTrain, Path]) -> None:
     _, fake, _ = finished
-    first_confirmatory = next(i for i, c in enumerate(fake.calls) if not c.startswith("tune-"))
-    assert all(c.startswith("tune-") for c in fake.calls[:first_confirmatory])
-    assert sum(c.startswith("tune-") for c in fake.calls) == 24
+    first_confirmatory = next(i for i, c in enumerate(fake.names) if not c.startswith("tune-"))
+    assert all(c.startswith("tune-") for c in fake.names[:first_confirmatory])
+    assert sum(c.startswith("tune-") for c in fake.names) == 24
 
 
-def test_the_choice_is_recorded_with_the_aa_arm_at_its_baselines_lr(finished: tuple[Path, TuneFake, Path]) -> None:
+def test_the_choice_is_recorded_with_the_aa_arm_at_its_baselines_lr(finished: tuple[Path, FakeTrain, Path]) -> None:
     comp, _, _ = finished
     record = json.loads((comp / "tune.json").read_text())
     assert record["chosen"] == EXPECTED
     assert record["table"]["attnres_full"]["0.008"] == ["diverged", "diverged"]
-    # no bracketing registered (issue 34's fields at their defaults): the grid only, and each arm's flags
+    # no bracketing registered (its fields at their defaults): the grid only, and each arm's flags
     assert (record["extensions"], record["second_seed_gap"], record["ratio"]) == (0, None, 2.0)
     assert set(record["arms"]) == {"rezero", "gr", "attnres_full"}
     assert record["arms"]["attnres_full"] == {"runs": 8, "budget": 8, "extended": [], "second_seed": [],
@@ -208,7 +169,7 @@ def test_the_choice_is_recorded_with_the_aa_arm_at_its_baselines_lr(finished: tu
     assert all(a["unbracketed"] is None and a["runs"] == 8 for a in record["arms"].values())
 
 
-def test_confirmatory_pairs_run_at_their_arms_chosen_lr(finished: tuple[Path, TuneFake, Path]) -> None:
+def test_confirmatory_pairs_run_at_their_arms_chosen_lr(finished: tuple[Path, FakeTrain, Path]) -> None:
     comp, _, _ = finished
     ran = {}
     for arm in EXPECTED:
@@ -218,20 +179,20 @@ def test_confirmatory_pairs_run_at_their_arms_chosen_lr(finished: tuple[Path, Tu
 
 
 def test_a_resume_recomputes_the_same_choice_without_rerunning_tune_pairs(
-        finished: tuple[Path, TuneFake, Path]) -> None:
+        finished: tuple[Path, FakeTrain, Path]) -> None:
     comp, _, reg = finished
     before = (comp / "tune.json").read_text()
     import shutil
 
     shutil.rmtree(comp / "gr-s2")
-    again = TuneFake()
+    again = tune_fake()
     run(reg, comp.parent, again)
-    assert again.calls == ["gr-s2"]
+    assert again.names == ["gr-s2"]
     assert float(OmegaConf.load(comp / "gr-s2" / "config.yaml").train.lr) == EXPECTED["gr"]
     assert (comp / "tune.json").read_text() == before
 
 
-def test_each_attempt_records_whether_its_run_diverged(finished: tuple[Path, TuneFake, Path]) -> None:
+def test_each_attempt_records_whether_its_run_diverged(finished: tuple[Path, FakeTrain, Path]) -> None:
     comp, _, _ = finished
     said = {}
     for record in sorted((comp / "launch").glob("*.json")):
@@ -244,8 +205,8 @@ def test_each_attempt_records_whether_its_run_diverged(finished: tuple[Path, Tun
 
 
 def test_a_run_from_before_the_record_is_read_as_diverged_from_its_error_file(tmp_path: Path) -> None:
-    """Runs written before attempts recorded divergence stay readable: their error file holds the loop's
-    TrainError message. Once an attempt records how it ended, that record is what counts."""
+    """A run whose attempts do not record divergence is read from its error file, which holds the loop's
+    TrainError message; once an attempt records how it ended, that record is what counts."""
     run_dir = tmp_path / "tune-gr-lr0.008-s101"
     run_dir.mkdir()
     RunFiles(run_dir).ab_error.write_text("Traceback (most recent call last):\n  ...\ndormouse.errors.TrainError: "
@@ -260,7 +221,7 @@ def test_a_run_from_before_the_record_is_read_as_diverged_from_its_error_file(tm
     assert not tune.diverged(rec) and tune.tune_value(rec) is None
 
 
-def test_a_recorded_choice_the_runs_no_longer_give_is_refused(finished: tuple[Path, TuneFake, Path]) -> None:
+def test_a_recorded_choice_the_runs_no_longer_give_is_refused(finished: tuple[Path, FakeTrain, Path]) -> None:
     comp, _, reg = finished
     path = comp / "tune.json"
     saved = path.read_text()
@@ -269,12 +230,12 @@ def test_a_recorded_choice_the_runs_no_longer_give_is_refused(finished: tuple[Pa
     path.write_text(json.dumps(record))
     try:
         with pytest.raises(ComparisonError, match="the tune runs changed after the choice"):
-            run(reg, comp.parent, TuneFake())
+            run(reg, comp.parent, tune_fake())
     finally:
         path.write_text(saved)
 
 
-def test_the_report_shows_the_tuning_table_and_the_rule(finished: tuple[Path, TuneFake, Path]) -> None:
+def test_the_report_shows_the_tuning_table_and_the_rule(finished: tuple[Path, FakeTrain, Path]) -> None:
     comp, _, _ = finished
     report = (comp / "report.md").read_text()
     assert "## The tune stage" in report and "ties go to the smaller lr" in report
@@ -287,7 +248,7 @@ def test_the_report_shows_the_tuning_table_and_the_rule(finished: tuple[Path, Tu
     assert json.loads((comp / "results.json").read_text())["tune"]["chosen"] == EXPECTED
 
 
-def test_status_shows_the_stage_and_the_chosen_lrs(finished: tuple[Path, TuneFake, Path]) -> None:
+def test_status_shows_the_stage_and_the_chosen_lrs(finished: tuple[Path, FakeTrain, Path]) -> None:
     comp, _, reg = finished
     console = Console(record=True, width=250)
     assert ab_status("tt", root=comp.parent, registry=reg, console=console) == 0
@@ -304,7 +265,7 @@ def test_design_says_the_tune_stages_cost_beside_the_card(registry: Path, tmp_pa
     assert "tune stage (runs first, not in the card above): 24 runs (3 arms × 4 lrs × 2 replicate(s))" in out
 
 
-def test_plan_pairs_carries_the_recorded_choice(finished: tuple[Path, TuneFake, Path]) -> None:
+def test_plan_pairs_carries_the_recorded_choice(finished: tuple[Path, FakeTrain, Path]) -> None:
     """`dormouse ab rerun` (dormouse/ab/rerun.py) composes a published pair through plan_pairs: it
     must run at the chosen lr."""
     comp, _, reg = finished

@@ -1,4 +1,4 @@
-"""The registered bad-run policy (issue 34 item 5; dormouse/ab/bad_runs.py, docs/ab-protocol.md "The bad-run
+"""The registered bad-run policy (dormouse/ab/bad_runs.py, docs/ab-protocol.md "The bad-run
 policy"): the rule's replacement order, its per-arm maximum, a bad baseline run, a replicate replaced once
 staying replaced; the registration's checks; the looks running the spare pairs and deciding on them; the
 bad-run finding in results.json, report.md and the console; and a Monte-Carlo audit that the policy gives
@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from omegaconf import DictConfig
 from rich.console import Console
 
 from dormouse.ab.bad_runs import assign
@@ -30,30 +29,11 @@ from dormouse.ab.sequential import _B, _U, _W, Design, _look_rule, boundaries
 from dormouse.ab.status import render_schedule
 from dormouse.config.schema import arm_name
 from dormouse.run.files import ComparisonFiles
-from tests.helpers.planted_run import append_eval, append_log, done_line, eval_rows, write_run_header
+from tests.helpers.fake_train import FakeTrain
+from tests.helpers.registrations import registration, write_registry
 
-SPEC = """\
-protocol: 2
-name: br
-baseline: rezero
-aa_arm: rezero_aa
-sesoi: 0.05
-alpha: 0.05
-looks: [3, 5]
-init_seed_base: 1
-data_seed_base: 101
-aa_data_seed_base: 201
-pilot_sd: 0.01
-expected_effect: -0.1
-bad_run_ceiling: 2.5
-bad_run_replacements: 2
-fixed: [preset=tiny, train.steps=20, train.eval_every=10, train.device=cpu, logging.progress=off]
-arms:
-  rezero: []
-  gr: [model.use_gr=true]
-  attnres_full: [model.use_attnres=true]
-  rezero_aa: []
-"""
+SPEC = registration("br", ("rezero", "gr", "attnres_full", "rezero_aa"), sesoi=0.05, looks="[3, 5]",
+                    expected_effect=-0.1, fields="bad_run_ceiling: 2.5\nbad_run_replacements: 2")
 N_MAX = 5  # looks[-1]: the spares are replicates 6 and 7
 BAD = 2.9  # above the ceiling 2.5: a run that did not learn
 
@@ -132,8 +112,7 @@ def test_the_spares_continue_the_seed_streams_and_stay_clear_of_the_aa_stream() 
 
 @pytest.fixture(scope="module")
 def plan(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    reg = tmp_path_factory.mktemp("registry")
-    (reg / "br.yaml").write_text(SPEC)
+    reg = write_registry(tmp_path_factory.mktemp("br"), "br", SPEC)
     return build_plan("br", [], tmp_path_factory.mktemp("ab"), registry=reg)
 
 
@@ -202,33 +181,13 @@ def test_without_bad_runs_the_policy_changes_nothing(plan: Any) -> None:
 
 # --- a comparison run end to end (fake trainer) ---------------------------------------------------------
 
-class BadRunFake:
-    """Stands in for dormouse.train.loop.train: gr 0.1 below the baseline; gr's replicate 2 (seed 2) ends
-    above the ceiling."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def __call__(self, cfg: DictConfig) -> None:
-        name = str(cfg.run.name)
-        arm, seed = name.rsplit("-s", 1)[0], int(cfg.train.seed)
-        self.calls.append(name)
-        run_dir = Path(cfg.run.dir) / name
-        write_run_header(run_dir, cfg, {"params": 1000})
-        append_log(run_dir, "# dormouse: fake")
-        for row in eval_rows(cfg, planted_bpb(arm, seed, {("gr", 2)})):
-            append_eval(run_dir, cfg, row)
-        append_log(run_dir, done_line(cfg))
-
-
 def test_a_comparison_runs_the_spare_pair_decides_on_it_and_reports_the_replacement(tmp_path: Path) -> None:
-    reg = tmp_path / "registry"
-    reg.mkdir()
-    (reg / "br.yaml").write_text(SPEC)
-    fake, console = BadRunFake(), Console(record=True, width=250)
+    reg = write_registry(tmp_path, "br", SPEC)
+    # gr 0.1 below the baseline; gr's replicate 2 (seed 2) ends above the ceiling
+    fake, console = FakeTrain(lambda r: planted_bpb(r.arm, r.seed, {("gr", 2)})), Console(record=True, width=250)
     comp = run_comparison("br", [], root=tmp_path / "ab", console=console, train_fn=fake, registry=reg).plan.comp_dir
-    assert "gr-s6" in fake.calls and "rezero-s6" in fake.calls and "gr-s7" not in fake.calls
-    assert "attnres_full-s6" not in fake.calls, "a spare pair runs only for the arm that needs it"
+    assert "gr-s6" in fake.names and "rezero-s6" in fake.names and "gr-s7" not in fake.names
+    assert "attnres_full-s6" not in fake.names, "a spare pair runs only for the arm that needs it"
     doc = json.loads(ComparisonFiles(comp).results.read_text())
     gr = doc["arms"]["gr"]
     assert gr["verdict"] == "better" and gr["replicates"][:3] == [1, 3, 6]
@@ -277,7 +236,7 @@ def simulate_policy(delta: float, replacements: int, p_bad: float) -> dict[str, 
 
 
 def test_the_policy_gives_back_the_power_outliers_take_and_keeps_the_type_one_error() -> None:
-    """The audit (issue 34): 1-in-20 runs +0.3 bpb drop the power at Δ = −0.05 from 0.954 to 0.42; the policy
+    """The audit: 1-in-20 runs +0.3 bpb drop the power at Δ = −0.05 from 0.954 to 0.42; the policy
     brings it back (0.88 with 2 replacements per arm, 0.95 with 4) at about 11 % more pairs than a clean
     comparison, and at Δ = 0 the family's type-I error stays ≤ α.
 

@@ -13,7 +13,7 @@ missing keys). For each one this runner:
    TMP/dormouse_kernels, ``tests/`` -> TMP/tests (plus pyproject.toml and scripts/), never touching the repo;
 2. checks that ``old`` occurs EXACTLY once inside ``function`` of the copied file (else: "stale
    perturbation", saying whether the definition or the pattern is gone) and applies it;
-3. runs ``python -m pytest -x -q -p no:cacheprovider <gates>`` in TMP with PYTHONPATH=TMP, and checks from
+3. runs ``python -m pytest -x -q -p no:cacheprovider -n 0 <gates>`` in TMP with PYTHONPATH=TMP, and checks from
    inside that run that ``dormouse`` (and the mutated module) were imported from TMP, not from the
    editable install of the repo;
 4. records the first gate that went red and the ``deviation=`` / ``bound=`` its failure message reports;
@@ -299,6 +299,8 @@ def run_gates(tree: Path, gates: list[str], mutated: str, extra: list[str], tag:
         "--tb=short",
         "-p",
         "no:hypothesispytest",
+        "-n",  # in this process: the gates are a few tests, and the imports check below reads this process
+        "0",
         *gates,
     ]
     try:

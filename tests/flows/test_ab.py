@@ -20,96 +20,29 @@ from dormouse.ab.registry import ABSpecError, ComparisonError, list_comparisons,
 from dormouse.ab.runner import plan_pairs, run_comparison
 from dormouse.arms.registry import ARMS
 from dormouse.config.schema import arm_name
-from dormouse.run.checkpoint import CheckpointError
 from tests.helpers.ab_exit import exit_code
-from tests.helpers.planted_run import append_eval, append_log, done_line, eval_rows, write_run_header
+from tests.helpers.fake_train import FakeTrain, comparison_bpb
+from tests.helpers.registrations import registration, write_registry
 
-SPEC = """\
-protocol: 2
-name: t
-description: a test comparison
-baseline: rezero
-aa_arm: rezero_aa
-sesoi: 0.01
-alpha: 0.05
-looks: [3]
-init_seed_base: 1
-data_seed_base: 101
-aa_data_seed_base: 201
-pilot_sd: 0.01
-expected_effect: -0.02
-bad_run_ceiling: 2.15
-fixed: [preset=tiny, train.steps=20, train.eval_every=10, train.device=cpu, logging.progress=off]
-arms:
-  rezero: []
-  gr: [model.use_gr=true]
-  attnres_full: [model.use_attnres=true]
-  attnres_block: [model.use_attnres=true, model.attnres.block_size=2]
-  rezero_aa: []
-"""
+SPEC = registration("t", ("rezero", "gr", "attnres_full", "attnres_block", "rezero_aa"),
+                    description="a test comparison", fields="bad_run_ceiling: 2.15")
 # Two looks: 2 replicates, then 4.
 SEQUENTIAL = SPEC.replace("looks: [3]", "looks: [2, 4]")
-
-# Planted final-bpb effects vs the baseline: gr clearly better, attnres_block clearly worse, attnres_full
-# and the A/A arm within noise.
-EFFECT = {"rezero": 0.0, "gr": -0.10, "attnres_full": 0.002, "attnres_block": 0.08, "rezero_aa": 0.0}
-JITTER = {1: 0.0015, 2: -0.001, 3: 0.0004}
-
-
-class FakeTrain:
-    """Stands in for dormouse.train.loop.train: writes the run directory a real run writes (config.yaml,
-    provenance.json, train.log with eval and done lines, metrics.jsonl, a checkpoint) with planted bpb."""
-
-    def __init__(self, *, dead: tuple[str, ...] = (), fail: tuple[str, ...] = (),
-                 fail_resume: bool = False, stop_at: dict[str, int] | None = None,
-                 exact: tuple[str, ...] = ()) -> None:
-        self.calls: list[tuple[str, str]] = []  # (run name, train.resume)
-        self.configs: list[DictConfig] = []
-        self.dead, self.fail, self.fail_resume = dead, fail, fail_resume
-        self.stop_at = stop_at or {}
-        self.exact = exact  # arms whose difference from the baseline is the planted effect, no jitter
-
-    def final_bpb(self, arm: str, seed: int) -> float:
-        jitter = JITTER[(seed - 1) % 3 + 1] * (1 + (0 if arm in self.exact else list(EFFECT).index(arm)))
-        return 2.0 + 0.05 * seed + EFFECT[arm] + jitter
-
-    def __call__(self, cfg: DictConfig) -> None:
-        name = str(cfg.run.name)
-        arm, seed = name.rsplit("-s", 1)[0], int(cfg.train.seed)
-        assert name == f"{arm}-s{seed}"
-        run_dir = Path(cfg.run.dir) / name
-        resume = str(cfg.train.resume)
-        self.calls.append((name, resume))
-        self.configs.append(cfg)
-        if name in self.fail:
-            raise RuntimeError("planted failure")
-        start = 0
-        if resume == "auto":
-            if self.fail_resume:  # the trainer's refusal; FakeTrain's checkpoints (b"fake") do not load
-                raise CheckpointError("planted: checkpoint unreadable")
-            ckpts = sorted((run_dir / "checkpoints").glob("step_*.pt"))
-            start = int(ckpts[-1].stem[5:]) if ckpts else 0
-        else:
-            assert not run_dir.exists(), "the runner must hand a fresh run an empty directory"
-        params = 10_000 + 100 * len(arm)
-        write_run_header(run_dir, cfg, {"params": params, "arm_params": 100 * len(arm)})
-        append_log(run_dir, f"resume step={start} from=ckpt" if start else "# dormouse: fake")
-        for row in eval_rows(cfg, self.final_bpb(arm, seed), start=start, tok_s=5000.0 - 100 * len(arm),
-                             params=params, dead=arm in self.dead):
-            if self.stop_at.get(name) is not None and row["step"] > self.stop_at[name]:
-                return  # "killed": no done line
-            append_eval(run_dir, cfg, row)
-            (run_dir / "checkpoints").mkdir(exist_ok=True)
-            (run_dir / "checkpoints" / f"step_{row['step']:08d}.pt").write_bytes(b"fake")
-        append_log(run_dir, done_line(cfg))
 
 
 @pytest.fixture()
 def registry(tmp_path: Path) -> Path:
-    reg = tmp_path / "registry"
-    reg.mkdir()
-    (reg / "t.yaml").write_text(SPEC)
-    return reg
+    return write_registry(tmp_path, "t", SPEC)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, FakeTrain]:
+    """(registry, comparison directory, the fake that ran it): the comparison run once to its end; the tests
+    that take it read it and change nothing in it (module-scoped)."""
+    root = tmp_path_factory.mktemp("t")
+    registry = write_registry(root, "t", SPEC)
+    fake = FakeTrain()
+    return registry, run(registry, root / "ab", fake), fake
 
 
 def run(registry: Path, root: Path, fake: FakeTrain, overrides: list[str] | None = None, **kw: Any) -> Path:
@@ -197,7 +130,7 @@ def test_bad_override_value_is_refused_naming_the_arm(tmp_path: Path, registry: 
 
 def test_what_this_machine_cannot_run_is_refused_before_any_pair(tmp_path: Path, registry: Path) -> None:
     """A kernel the arm cannot run here (the fused read on a CPU) is refused for the arm, before any run, as
-    `dormouse train` refuses it before step 0: composing the config no longer asks the machine, the plan does."""
+    `dormouse train` refuses it before step 0: the plan asks the machine, composing the config does not."""
     fused_on_gr = SPEC.replace("gr: [model.use_gr=true]", "gr: [model.use_gr=true, model.kernel=triton]")
     (registry / "t.yaml").write_text(fused_on_gr)
     fake = FakeTrain()
@@ -217,10 +150,9 @@ def test_cli_overrides_may_not_set_arm_or_runner_keys(tmp_path: Path, registry: 
 
 # --- the runner end to end ------------------------------------------------------------------------------
 
-def test_end_to_end_report_results_and_plots_agree(tmp_path: Path, registry: Path) -> None:
-    fake = FakeTrain()
-    out = run(registry, tmp_path / "ab", fake)
-    assert out == (tmp_path / "ab" / "t").resolve()
+def test_end_to_end_report_results_and_plots_agree(finished: tuple[Path, Path, FakeTrain]) -> None:
+    registry, out, fake = finished
+    assert out == (registry.parent / "ab" / "t").resolve()
     assert len(fake.calls) == 15 and all(r == "never" for _, r in fake.calls)
     assert [c[0] for c in fake.calls[:5]] == ["rezero-s1", "gr-s1", "attnres_full-s1", "attnres_block-s1",
                                              "rezero_aa-s1"]  # replicate-major
@@ -240,7 +172,7 @@ def test_end_to_end_report_results_and_plots_agree(tmp_path: Path, registry: Pat
     assert results["n_arms"] == 3 and results["family"] == ["gr", "attnres_full", "attnres_block"]
 
     # The numbers are the planted ones, and each decision carries what a reader needs to redo it by hand.
-    diffs = [fake.final_bpb("gr", s) - fake.final_bpb("rezero", s) for s in (1, 2, 3)]
+    diffs = [comparison_bpb("gr", s) - comparison_bpb("rezero", s) for s in (1, 2, 3)]
     assert arms["gr"]["diffs"] == pytest.approx(diffs)
     d = arms["gr"]["decision"]
     assert d["mean"] == pytest.approx(sum(diffs) / 3) and d["n"] == 3 and d["look"] == 0 and arms["gr"]["look"] == 1
@@ -344,10 +276,10 @@ def test_runs_computed_by_other_code_are_refused_until_restart(tmp_path: Path, r
 
 def test_the_code_fingerprint_covers_the_configs_where_the_installed_package_has_them(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The configs a run is composed from are part of what computes it. In an editable install the
-    dormouse.conf package is the repository's top-level conf/, not dormouse/conf: the fingerprint looked
-    there, found nothing, and left every config out (a changed preset went unseen, and a checkout without
-    that folder could not resume a comparison started where it existed)."""
+    """The configs a run is composed from are part of what computes it, read where the installed dormouse.conf
+    package has them: in an editable install that is the repository's top-level conf/, not dormouse/conf (a
+    fingerprint that looked beside the sources would leave every config out: a changed preset unseen, and a
+    checkout without that folder unable to resume a comparison started where it existed)."""
     import sys
     import types
 
@@ -386,51 +318,37 @@ def test_a_pair_whose_job_runs_other_code_is_failed_not_trained(tmp_path: Path, 
     assert outcome.status == FAILED and "not the comparison's" in outcome.note and fake.calls == []
 
 
-class CacheSpy(FakeTrain):
-    """A FakeTrain that records the compile-cache directory each run sees."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.cache_dirs: dict[str, str | None] = {}
-
-    def __call__(self, cfg: DictConfig) -> None:
-        import os
-
-        self.cache_dirs[str(cfg.run.name)] = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-        super().__call__(cfg)
-
-
 def test_compiling_pairs_share_one_compile_cache_in_the_comparison(tmp_path: Path, registry: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 23: with train.compile=true every pair (any process, any resume) points torch's compile caches
+    """With train.compile=true every pair (any process, any resume) points torch's compile caches
     at <comparison>/compile_cache, so an arm's graph is built once; the attempt record says where; the
     variable is unset again afterwards; eager pairs are left alone; a directory the user set is kept."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
     # what importing torch._dynamo leaves in the environment (every pair worker imports it): not the user's
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())
-    spy = CacheSpy()
-    out = run(registry, tmp_path / "ab", spy, ["train.compile=true"])
+    fake = FakeTrain()
+    out = run(registry, tmp_path / "ab", fake, ["train.compile=true"])
     expected = str((out / "compile_cache").resolve())
-    assert len(spy.cache_dirs) == 15 and set(spy.cache_dirs.values()) == {expected}
+    assert len(fake.cache_dirs) == 15 and set(fake.cache_dirs.values()) == {expected}
     record = json.loads((out / "launch" / "gr-s1.json").read_text())
     assert record["attempts"][-1]["compile_cache"] == expected
     import os
 
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == default_cache_dir()  # torch's default is back
-    eager = CacheSpy()
+    eager = FakeTrain()
     run(registry, tmp_path / "ab_eager", eager)
     assert set(eager.cache_dirs.values()) == {default_cache_dir()}  # an eager pair is left alone
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
-    own = CacheSpy()
+    own = FakeTrain()
     run(registry, tmp_path / "ab_own", own, ["train.compile=true"])
     assert set(own.cache_dirs.values()) == {str(tmp_path / "mine")}
 
 
-def test_rerun_does_not_redo_completed_pairs(tmp_path: Path, registry: Path) -> None:
-    run(registry, tmp_path / "ab", FakeTrain())
+def test_rerun_does_not_redo_completed_pairs(finished: tuple[Path, Path, FakeTrain]) -> None:
+    registry, comp, _ = finished
     again = FakeTrain()
-    out = run(registry, tmp_path / "ab", again)
+    out = run(registry, comp.parent, again)
     assert again.calls == []
     assert json.loads((out / "results.json").read_text())["arms"]["gr"]["verdict"] == "better"
 
@@ -469,7 +387,7 @@ def test_interrupted_pair_without_checkpoint_is_restarted(tmp_path: Path, regist
 
 def test_failed_resume_falls_back_to_a_restart(tmp_path: Path, registry: Path) -> None:
     """A resume refused for a checkpoint none of whose files load starts the pair over, the old run moved
-    aside with its reason (tests/flows/test_pair_life.py has the rest of issue 31's rules)."""
+    aside with its reason (tests/flows/test_pair_life.py has the rest of a pair's life)."""
     run(registry, tmp_path / "ab", FakeTrain(stop_at={"rezero-s1": 10}))
     fake = FakeTrain(fail_resume=True)
     out = run(registry, tmp_path / "ab", fake)
@@ -531,19 +449,11 @@ def test_a_foreign_directory_is_not_taken_over(tmp_path: Path, registry: Path) -
         run(registry, tmp_path / "ab", FakeTrain())
 
 
-def test_wandb_grouping_and_run_names(tmp_path: Path, registry: Path) -> None:
-    seen: list[DictConfig] = []
-    fake = FakeTrain()
-
-    def recording(cfg: DictConfig) -> None:
-        seen.append(cfg)
-        fake(cfg)
-
-    run_comparison("t", [], root=tmp_path / "ab", console=Console(record=True), train_fn=recording,
-                   registry=registry)
-    cfg = next(c for c in seen if c.run.name == "attnres_block-s3")
+def test_wandb_grouping_and_run_names(finished: tuple[Path, Path, FakeTrain]) -> None:
+    _, comp, fake = finished
+    cfg = next(c for c in fake.configs if c.run.name == "attnres_block-s3")
     assert cfg.logging.wandb_group == "t" and cfg.logging.wandb_job_type == "attnres_block"
-    assert Path(cfg.run.dir) == (tmp_path / "ab" / "t").resolve() and cfg.train.seed == 3
+    assert Path(cfg.run.dir) == comp and cfg.train.seed == 3
     assert cfg.train.data_seed == 103
 
 
@@ -606,16 +516,17 @@ def test_real_smoke_comparison_resumes_and_passes_the_log_check(tmp_path: Path) 
 
 def test_ctrl_c_stops_the_comparison_and_a_rerun_continues(tmp_path: Path, registry: Path) -> None:
     fake = FakeTrain()
+    interrupted: list[str] = []
 
     def interrupt_on_third(cfg: DictConfig) -> None:
         if len(fake.calls) == 2:
-            fake.calls.append((str(cfg.run.name), "interrupted"))
+            interrupted.append(str(cfg.run.name))
             raise KeyboardInterrupt
         fake(cfg)
 
     code = exit_code(ab_run, "t", [], root=tmp_path / "ab", console=Console(record=True),
                      train_fn=interrupt_on_third, registry=registry)
-    assert code == 130 and len(fake.calls) == 3
+    assert code == 130 and len(fake.calls) == 2 and interrupted == ["attnres_full-s1"]
     again = FakeTrain()
     assert ab_run("t", [], root=tmp_path / "ab", console=Console(record=True), train_fn=again,
                   registry=registry) == 0

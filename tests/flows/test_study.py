@@ -5,11 +5,11 @@ interaction decided from what each point decision used, resumption, and refusal 
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from omegaconf import DictConfig
 from rich.console import Console
 
 from dormouse.ab import carry
@@ -19,35 +19,18 @@ from dormouse.ab.registry import ABSpecError, ComparisonError, load_spec
 from dormouse.ab.study import load_study
 from dormouse.ab.study_report import decision_diffs
 from tests.helpers.ab_exit import exit_code
-from tests.helpers.planted_run import append_eval, append_log, done_line, eval_rows, write_run_header
+from tests.helpers.fake_train import FakeTrain
+from tests.helpers.registrations import registration, write_registry
 
-STUDY = """\
-protocol: 2
-name: st
-description: a test study
-baseline: prenorm
-aa_arm: prenorm_aa
-sesoi: 0.02
-alpha: 0.05
-looks: [4]
-init_seed_base: 1
-data_seed_base: 101
-aa_data_seed_base: 201
-pilot_sd: 0.01
-expected_effect: 0.01
-fixed: [preset=tiny, train.steps=20, train.eval_every=10, train.device=cpu, logging.progress=off]
-arms:
-  prenorm: [model.use_prenorm=true]
-  gr: [model.use_gr=true]
-  attnres_full: [model.use_attnres=true]
-  prenorm_aa: [model.use_prenorm=true]
+STUDY = registration("st", ("prenorm", "gr", "attnres_full", "prenorm_aa"), sesoi=0.02, looks="[4]",
+                     expected_effect=0.01, description="a test study", tail="""\
 study:
   axis: model.max_iter
   points: [1, 4]
   seed_stride: 1000
   smallest_change: 0.05
   expected_change: -0.1
-"""
+""")
 
 # Planted Δ against the baseline at max_iter 1 and 4: gr gains 0.12 with depth (grows), attnres_full stays at
 # +0.01 (flat), the A/A repeat at 0.
@@ -56,37 +39,30 @@ DELTA = {"prenorm": {1: 0.0, 4: 0.0}, "gr": {1: 0.0, 4: -0.12}, "attnres_full": 
 JITTER = (0.0015, -0.001, 0.0004, -0.0009, 0.0002)
 
 
-class FakeStudyTrain:
-    """Writes the run directory a real run writes, final bpb = 2 + the planted Δ at its max_iter + a jitter."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-        self.configs: list[DictConfig] = []
-
-    def __call__(self, cfg: DictConfig) -> None:
-        name = str(cfg.run.name)
-        arm = name.rsplit("-s", 1)[0].removeprefix("tune-").split("-lr")[0]
-        seed, depth = int(cfg.train.seed), int(cfg.model.max_iter)
-        self.calls.append(f"{Path(cfg.run.dir).name}/{name}")
-        self.configs.append(cfg)
-        run_dir = Path(cfg.run.dir) / name
-        jitter = JITTER[seed % len(JITTER)] * (1 + list(DELTA).index(arm))
-        write_run_header(run_dir, cfg, {"params": 10_000, "arm_params": 100})
-        append_log(run_dir, "# dormouse: fake")
-        for row in eval_rows(cfg, 2.0 + DELTA[arm][depth] + jitter, params=10_000):
-            append_eval(run_dir, cfg, row)
-        append_log(run_dir, done_line(cfg))
+def study_fake() -> FakeTrain:
+    """Final bpb 2 + the planted Δ at the run's max_iter + a jitter that grows with the arm's place in DELTA."""
+    return FakeTrain(lambda r: 2.0 + DELTA[r.arm][r.max_iter]
+                     + JITTER[r.seed % len(JITTER)] * (1 + list(DELTA).index(r.arm)))
 
 
 @pytest.fixture()
 def registry(tmp_path: Path) -> Path:
-    reg = tmp_path / "registry"
-    reg.mkdir()
-    (reg / "st.yaml").write_text(STUDY)
-    return reg
+    return write_registry(tmp_path, "st", STUDY)
 
 
-def _ab(registry: Path, root: Path, fake: FakeStudyTrain | None = None, verb: Callable[..., int] = ab_run,
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, FakeTrain]:
+    """(registry, root, the fake that ran it): the study run to its end once; the tests below read it and
+    change nothing in it (module-scoped)."""
+    root = tmp_path_factory.mktemp("st")
+    reg = write_registry(root, "st", STUDY)
+    fake = study_fake()
+    code, text = _ab(reg, root / "ab", fake)
+    assert code == 0, text
+    return reg, root / "ab", fake
+
+
+def _ab(registry: Path, root: Path, fake: FakeTrain | None = None, verb: Callable[..., int] = ab_run,
         **kw) -> tuple[int, str]:
     """``verb`` asked of study st, as the CLI ends it: its exit code, and what it said on stdout and stderr."""
     out, err = Console(record=True, width=200), Console(record=True, width=200)
@@ -110,11 +86,9 @@ def test_each_point_is_the_template_at_alpha_over_p_with_the_axis_and_its_own_se
         assert study.sha256 in p.reg.text  # a point's stamp follows the study file's bytes
 
 
-def test_a_study_runs_every_point_then_decides_each_arms_change(registry: Path, tmp_path: Path) -> None:
-    fake = FakeStudyTrain()
-    code, text = _ab(registry, tmp_path / "ab", fake)
-    assert code == 0, text
-    sdir = tmp_path / "ab" / "st"
+def test_a_study_runs_every_point_then_decides_each_arms_change(finished: tuple[Path, Path, FakeTrain]) -> None:
+    _, root, fake = finished
+    sdir = root / "st"
     r = json.loads((sdir / "results.json").read_text())
     assert r["complete"]
     assert {k: v["verdict"] for k, v in r["interaction"].items()} == {"gr": "grows", "attnres_full": "flat"}
@@ -133,20 +107,20 @@ def test_a_study_runs_every_point_then_decides_each_arms_change(registry: Path, 
     assert "**grows**" in (sdir / "report.md").read_text()
 
 
-def test_a_rerun_trains_nothing_and_a_changed_study_file_is_refused(registry: Path, tmp_path: Path) -> None:
-    fake = FakeStudyTrain()
-    assert _ab(registry, tmp_path / "ab", fake)[0] == 0
-    n = len(fake.calls)
-    assert _ab(registry, tmp_path / "ab", fake)[0] == 0
-    assert len(fake.calls) == n
-    (registry / "st.yaml").write_text(STUDY.replace("smallest_change: 0.05", "smallest_change: 0.04"))
-    code, text = _ab(registry, tmp_path / "ab", fake)
+def test_a_rerun_trains_nothing_and_a_changed_study_file_is_refused(finished: tuple[Path, Path, FakeTrain],
+                                                                     tmp_path: Path) -> None:
+    registry, root, _ = finished
+    again = study_fake()
+    assert _ab(registry, root, again)[0] == 0
+    assert again.calls == []
+    changed = write_registry(tmp_path, "st", STUDY.replace("smallest_change: 0.05", "smallest_change: 0.04"))
+    code, text = _ab(changed, root, again)
     assert code == 2 and "changed since the first run" in text
-    assert len(fake.calls) == n
+    assert again.calls == []
 
 
 def test_status_plan_and_design_answer_without_training(registry: Path, tmp_path: Path) -> None:
-    fake = FakeStudyTrain()
+    fake = study_fake()
     code, text = _ab(registry, tmp_path / "ab", fake, verb=ab_status)
     assert code == 2 and "not started" in text
     code, text = _ab(registry, tmp_path / "ab", fake, verb=ab_plan)
@@ -156,13 +130,14 @@ def test_status_plan_and_design_answer_without_training(registry: Path, tmp_path
     assert fake.calls == []
 
 
-def test_status_tells_a_started_point_without_results_from_a_point_not_started(registry: Path,
-                                                                                tmp_path: Path) -> None:
+def test_status_tells_a_started_point_without_results_from_a_point_not_started(
+        finished: tuple[Path, Path, FakeTrain], tmp_path: Path) -> None:
     """A point whose comparison started but has no results.json (the runner has not passed it in this sitting,
     or it was restored from a carry, which leaves derived files out) says it started, never "not started" nor
     that no look was decided (its looks may have been); a point with no stamp says "not started"."""
-    fake = FakeStudyTrain()
-    assert _ab(registry, tmp_path / "ab", fake)[0] == 0
+    registry, root, _ = finished
+    shutil.copytree(root, tmp_path / "ab")  # a copy of the finished study: this test takes parts of it away
+    fake = study_fake()
     (tmp_path / "ab" / "st" / "max_iter-4" / "results.json").unlink()
     code, text = _ab(registry, tmp_path / "ab", fake, verb=ab_status)
     assert code == 0
@@ -171,6 +146,7 @@ def test_status_tells_a_started_point_without_results_from_a_point_not_started(r
     (tmp_path / "ab" / "st" / "max_iter-4").rename(tmp_path / "elsewhere")
     code, text = _ab(registry, tmp_path / "ab", fake, verb=ab_status)
     assert code == 0 and "study st: max_iter-4: not started" in text
+    assert fake.calls == []
 
 
 @pytest.mark.parametrize("edit, field", [
@@ -194,7 +170,7 @@ def test_a_bad_study_field_is_refused_naming_it(registry: Path, edit: tuple[str,
 
 
 def test_a_cli_override_of_the_axis_is_refused(registry: Path, tmp_path: Path) -> None:
-    code, text = _ab(registry, tmp_path / "ab", FakeStudyTrain(), overrides=["model.max_iter=2"])
+    code, text = _ab(registry, tmp_path / "ab", study_fake(), overrides=["model.max_iter=2"])
     assert code == 2 and "the axis of study st" in text
 
 
@@ -215,26 +191,27 @@ def test_the_registered_studies_load(name: str) -> None:
     assert len(study.points()) == len(study.values) >= 2
 
 
-def test_a_carried_study_resumes_elsewhere_without_redoing_a_finished_run(registry: Path, tmp_path: Path) -> None:
-    first = FakeStudyTrain()
-    assert _ab(registry, tmp_path / "ab", first)[0] == 0
+def test_a_carried_study_resumes_elsewhere_without_redoing_a_finished_run(
+        finished: tuple[Path, Path, FakeTrain], tmp_path: Path) -> None:
+    registry, root, _ = finished
     saved = tmp_path / "carry"
-    carry.save("st", tmp_path / "ab", saved, registry)
+    carry.save("st", root, saved, registry)
     names = {p.relative_to(saved).as_posix() for p in saved.rglob("*") if p.is_file()}
     assert {"registration.json", "max_iter-1/registration.json", "max_iter-4/gr-s1001/metrics.jsonl"} <= names
     assert not any("checkpoints" in n for n in names)
     fresh = tmp_path / "fresh"  # another machine: nothing but what was committed
     carry.restore("st", fresh, saved)
-    second = FakeStudyTrain()
+    second = study_fake()
     code, text = _ab(registry, fresh, second)
     assert code == 0 and second.calls == [], text
 
 
-def test_a_finished_study_is_published_point_by_point_with_one_provenance(registry: Path, tmp_path: Path) -> None:
-    sdir = tmp_path / "ab" / "st"
+def test_a_finished_study_is_published_point_by_point_with_one_provenance(
+        finished: tuple[Path, Path, FakeTrain], tmp_path: Path) -> None:
+    registry, root, _ = finished
     with pytest.raises(ComparisonError, match="the study is not complete"):  # not run yet
-        publish_study(sdir, tmp_path / "out", "st", "dormouse ab st", registry)
-    assert _ab(registry, tmp_path / "ab", FakeStudyTrain())[0] == 0
+        publish_study(tmp_path / "ab" / "st", tmp_path / "out", "st", "dormouse ab st", registry)
+    sdir = root / "st"
     prov = publish_study(sdir, tmp_path / "out", "st", "dormouse ab st", registry)
     assert prov is not None and set(prov["points"]) == {"max_iter-1", "max_iter-4"}
     runs = {p: len(json.loads((sdir / p / "results.json").read_text())["runs"]) for p in prov["points"]}

@@ -1,10 +1,11 @@
-"""The bracketing tune stage end to end (issue 34 item 1, "Done when"): a small registration whose grid puts
-arms' optima at and beyond its top edge. The extension pairs run, ``--plan`` and ``--status`` show the
-extension, ``results.json``'s ``tune`` holds each arm's flags, and the report names the extension lr.
+"""The bracketing tune stage end to end: a small registration whose grid puts arms' optima at and beyond its
+top edge. The extension pairs run, ``--plan`` and ``--status`` show the extension, ``results.json``'s
+``tune`` holds each arm's flags, and the report names the extension lr.
 
-The fake trainer (as tests/ab/test_ab_tune.py's) writes a run whose final bpb is a V in log2(lr) around a
-per-arm optimum, or raises the loop's diverged TrainError, so each arm's path through the rule is worked out
-here by hand (grid 1e-3, 2e-3, 4e-3, ratio 2; extensions 2; second seed within 0.03 bpb):
+The fake trainer (tests/helpers/fake_train.py, planted as in tests/ab/test_ab_tune.py) writes a run whose
+final bpb is a V in log2(lr) around a per-arm optimum, or raises the loop's diverged TrainError, so each arm's
+path through the rule is worked out here by hand (grid 1e-3, 2e-3, 4e-3, ratio 2; extensions 2; second seed
+within 0.03 bpb):
 
 - rezero: optimum 2e-3 with a shallow V (0.01 per step): the grid brackets it; its neighbours lie within the
   gap, so 1e-3, 2e-3 and 4e-3 each get the second seed (tune seed 9002); chosen 2e-3.
@@ -21,35 +22,15 @@ import math
 from pathlib import Path
 
 import pytest
-from omegaconf import DictConfig
 from rich.console import Console
 
 from dormouse.ab.command import ab_plan, ab_status
 from dormouse.ab.plan import build_plan
 from dormouse.ab.runner import run_comparison
-from dormouse.errors import TrainError
-from tests.helpers.planted_run import append_eval, append_log, done_line, eval_rows, write_run_header
+from tests.helpers.fake_train import FakeTrain
+from tests.helpers.registrations import registration, write_registry
 
-SPEC = """\
-protocol: 2
-name: tb
-baseline: rezero
-aa_arm: rezero_aa
-sesoi: 0.01
-alpha: 0.05
-looks: [2]
-init_seed_base: 1
-data_seed_base: 101
-aa_data_seed_base: 201
-pilot_sd: 0.01
-expected_effect: -0.02
-fixed: [preset=tiny, train.steps=20, train.eval_every=10, train.device=cpu, logging.progress=off]
-arms:
-  rezero: []
-  gr: [model.use_gr=true]
-  attnres_full: [model.use_attnres=true]
-  attnres_block: [model.use_attnres=true, model.attnres.block_size=2]
-  rezero_aa: []
+SPEC = registration("tb", ("rezero", "gr", "attnres_full", "attnres_block", "rezero_aa"), looks="[2]", tail="""\
 tune:
   lrs: [0.001, 0.002, 0.004]
   replicates: 1
@@ -58,62 +39,46 @@ tune:
   rule: lowest_mean_final_bpb
   extensions: 2
   second_seed_gap: 0.03
-"""
+""")
 OPTIMUM = {"rezero": 0.002, "gr": 0.008, "attnres_full": 0.064, "attnres_block": 0.016, "rezero_aa": 0.002}
 SLOPE = {"rezero": 0.01}
 DIVERGES_ABOVE = {"attnres_block": 0.005}
 
 
-class BracketFake:
-    """Stands in for dormouse.train.loop.train (see the module docstring)."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    def __call__(self, cfg: DictConfig) -> None:
-        name, lr, seed = str(cfg.run.name), float(cfg.train.lr), int(cfg.train.seed)
-        arm = name.split("-lr")[0].removeprefix("tune-") if name.startswith("tune-") else name.rsplit("-s", 1)[0]
-        self.calls.append(name)
-        run_dir = Path(cfg.run.dir) / name
-        write_run_header(run_dir, cfg, {"params": 1000})
-        if lr > DIVERGES_ABOVE.get(arm, math.inf):
-            raise TrainError("non-finite loss (loss nan) at step 3; last good checkpoint: none; lower train.lr",
-                             diverged=True)
-        append_log(run_dir, "# dormouse: fake")
-        bpb = 2.0 + SLOPE.get(arm, 0.05) * abs(math.log2(lr / OPTIMUM[arm])) + 0.001 * (seed % 7)
-        for row in eval_rows(cfg, bpb):
-            append_eval(run_dir, cfg, row)
-        append_log(run_dir, done_line(cfg))
+def bracket_fake() -> FakeTrain:
+    """Final bpb 2 + slope·|log2(lr / optimum)| + a small seed term; above an arm's DIVERGES_ABOVE the loop's
+    diverged TrainError (see the module docstring)."""
+    return FakeTrain(lambda r: 2.0 + SLOPE.get(r.arm, 0.05) * abs(math.log2(r.lr / OPTIMUM[r.arm]))
+                     + 0.001 * (r.seed % 7), diverges=lambda r: r.lr > DIVERGES_ABOVE.get(r.arm, math.inf))
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, BracketFake, Path, str]:
+def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, FakeTrain, Path, str]:
     """The comparison run to its end; ``--plan`` asked before it started (module-scoped: read below)."""
-    reg = tmp_path_factory.mktemp("registry")
-    (reg / "tb.yaml").write_text(SPEC)
+    reg = write_registry(tmp_path_factory.mktemp("tb"), "tb", SPEC)
     root = tmp_path_factory.mktemp("ab")
     console = Console(record=True, width=250)
     assert ab_plan("tb", [], root=root, registry=reg, console=console) == 0
-    fake = BracketFake()
+    fake = bracket_fake()
     run_console = Console(record=True, width=250)
     comp = run_comparison("tb", [], root=root, console=run_console, train_fn=fake, registry=reg).plan.comp_dir
     return comp, fake, reg, console.export_text() + "\n" + run_console.export_text()
 
 
-def test_the_extension_and_second_seed_pairs_run_after_the_grid(finished: tuple[Path, BracketFake, Path, str]) -> None:
+def test_the_extension_and_second_seed_pairs_run_after_the_grid(finished: tuple[Path, FakeTrain, Path, str]) -> None:
     _, fake, _, _ = finished
-    tune_calls = [c for c in fake.calls if c.startswith("tune-")]
+    tune_calls = [c for c in fake.names if c.startswith("tune-")]
     assert set(tune_calls) == {
         *(f"tune-{a}-lr{lr:g}-s9001" for a in ("rezero", "gr", "attnres_full", "attnres_block")
           for lr in (0.001, 0.002, 0.004)),
         "tune-rezero-lr0.001-s9002", "tune-rezero-lr0.002-s9002", "tune-rezero-lr0.004-s9002",
         "tune-gr-lr0.008-s9001", "tune-gr-lr0.016-s9001", "tune-attnres_full-lr0.008-s9001",
         "tune-attnres_full-lr0.016-s9001", "tune-attnres_block-lr0.008-s9001"}
-    first_confirmatory = next(i for i, c in enumerate(fake.calls) if not c.startswith("tune-"))
+    first_confirmatory = next(i for i, c in enumerate(fake.names) if not c.startswith("tune-"))
     assert first_confirmatory == len(tune_calls)
 
 
-def test_results_json_holds_each_arms_choice_and_flags(finished: tuple[Path, BracketFake, Path, str]) -> None:
+def test_results_json_holds_each_arms_choice_and_flags(finished: tuple[Path, FakeTrain, Path, str]) -> None:
     comp, _, _, _ = finished
     tune = json.loads((comp / "results.json").read_text())["tune"]
     assert tune["extensions"] == 2 and tune["second_seed_gap"] == 0.03 and tune["ratio"] == 2.0
@@ -134,7 +99,7 @@ def test_results_json_holds_each_arms_choice_and_flags(finished: tuple[Path, Bra
 
 
 def test_plan_says_the_rule_and_budget_before_and_the_extension_after(
-        finished: tuple[Path, BracketFake, Path, str]) -> None:
+        finished: tuple[Path, FakeTrain, Path, str]) -> None:
     comp, _, reg, before = finished
     assert "tune rule: up to 2 grid point(s) added per arm" in before
     assert "a second tune seed for the best lr and each neighbour within 0.03 bpb" in before
@@ -148,7 +113,7 @@ def test_plan_says_the_rule_and_budget_before_and_the_extension_after(
     assert "tune run tune-gr-lr0.016-s9001: train.lr=0.016 train.seed=9001 train.data_seed=9101 (extension)" in after
 
 
-def test_status_shows_each_arms_extension_and_flags(finished: tuple[Path, BracketFake, Path, str]) -> None:
+def test_status_shows_each_arms_extension_and_flags(finished: tuple[Path, FakeTrain, Path, str]) -> None:
     comp, _, reg, _ = finished
     console = Console(record=True, width=250)
     assert ab_status("tb", root=comp.parent, registry=reg, console=console) == 0
@@ -161,7 +126,7 @@ def test_status_shows_each_arms_extension_and_flags(finished: tuple[Path, Bracke
     assert "tune-gr-lr0.016-s9001" in out and "(second seed)" in out
 
 
-def test_the_report_names_the_extension_lr(finished: tuple[Path, BracketFake, Path, str]) -> None:
+def test_the_report_names_the_extension_lr(finished: tuple[Path, FakeTrain, Path, str]) -> None:
     comp, _, _, _ = finished
     report = (comp / "report.md").read_text()
     section = report.split("## The tune stage", 1)[1].split("\n## ", 1)[0]
@@ -170,12 +135,12 @@ def test_the_report_names_the_extension_lr(finished: tuple[Path, BracketFake, Pa
     assert "bpb_vs_lr.png" in section and "unbracketed" in section.lower()
 
 
-def test_every_tune_pair_that_may_exist_is_in_the_plan(finished: tuple[Path, BracketFake, Path, str]) -> None:
+def test_every_tune_pair_that_may_exist_is_in_the_plan(finished: tuple[Path, FakeTrain, Path, str]) -> None:
     """The runner's kept-run check, the code check and --status walk ``plan.all_pairs``: every tune pair the
     budget allows (any extension lr, the second seed) must be there, not only the grid's."""
     comp, fake, reg, _ = finished
     plan = build_plan("tb", [], comp.parent, registry=reg)
     names = {p.name for p in plan.all_pairs}
-    assert {c for c in fake.calls if c.startswith("tune-")} <= names
+    assert {c for c in fake.names if c.startswith("tune-")} <= names
     assert "tune-gr-lr0.00025-s9002" in names and "tune-gr-lr0.016-s9002" in names
     assert len(names) == 4 * (3 + 2 * 2) * 2 + len(plan.pairs)
