@@ -95,7 +95,7 @@ def registry(tmp_path: Path) -> Path:
 
 def run(registry: Path, root: Path, fake: TuneFake) -> Path:
     return run_comparison("tt", [], root=root, console=Console(record=True, width=200), train_fn=fake,
-                          registry=registry)
+                          registry=registry).plan.comp_dir
 
 
 @pytest.fixture(scope="module")

@@ -226,7 +226,7 @@ def test_a_comparison_runs_the_spare_pair_decides_on_it_and_reports_the_replacem
     reg.mkdir()
     (reg / "br.yaml").write_text(SPEC)
     fake, console = BadRunFake(), Console(record=True, width=250)
-    comp = run_comparison("br", [], root=tmp_path / "ab", console=console, train_fn=fake, registry=reg)
+    comp = run_comparison("br", [], root=tmp_path / "ab", console=console, train_fn=fake, registry=reg).plan.comp_dir
     assert "gr-s6" in fake.calls and "rezero-s6" in fake.calls and "gr-s7" not in fake.calls
     assert "attnres_full-s6" not in fake.calls, "a spare pair runs only for the arm that needs it"
     doc = json.loads(ComparisonFiles(comp).results.read_text())

@@ -113,7 +113,7 @@ def registry(tmp_path: Path) -> Path:
 
 def run(registry: Path, root: Path, fake: FakeTrain, overrides: list[str] | None = None, **kw: Any) -> Path:
     return run_comparison("t", overrides or [], root=root, console=Console(record=True, width=200),
-                          train_fn=fake, registry=registry, **kw)
+                          train_fn=fake, registry=registry, **kw).plan.comp_dir
 
 
 # --- the registered files -------------------------------------------------------------------------------
@@ -576,7 +576,7 @@ def test_real_smoke_comparison_resumes_and_passes_the_log_check(tmp_path: Path) 
 
     def smoke() -> Path:
         return run_comparison("smoke", overrides, root=tmp_path / "ab", console=Console(record=True),
-                              train_fn=interrupted_once)
+                              train_fn=interrupted_once).plan.comp_dir
 
     out = smoke()
     assert calls[:10] == [(f"{a}-s{k}", "never") for k in (1, 2) for a in

@@ -36,6 +36,6 @@ def test_after_ctrl_c_the_hint_and_the_report_name_a_comparison_given_by_path_by
     said = console.export_text()
     assert f"rerun `dormouse ab {given}` with the same overrides" in said, said
     assert "`dormouse ab t`" not in said
-    comp_dir = run_comparison(str(path), [], root=tmp_path / "ab", console=console, train_fn=FakeTrain())
+    comp_dir = run_comparison(str(path), [], root=tmp_path / "ab", console=console, train_fn=FakeTrain()).plan.comp_dir
     report = ComparisonFiles(comp_dir).report.read_text()
     assert report.rstrip().endswith(f"by `dormouse ab {given}`._"), report[-300:]

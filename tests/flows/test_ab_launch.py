@@ -135,9 +135,9 @@ def test_parallel_pairs_equal_the_sequential_pairs_bit_for_bit(tmp_path: Path) -
     (1) every pair's losses and bpb, and so every verdict number, equal the sequential run's exactly."""
     reg = _registry(tmp_path)
     seq = run_comparison("t", [], root=tmp_path / "seq", console=_console(), registry=reg,
-                         launch=LaunchRequest(jobs=1, threads=1))
+                         launch=LaunchRequest(jobs=1, threads=1)).plan.comp_dir
     par = run_comparison("t", [], root=tmp_path / "par", console=_console(), registry=reg,
-                         launch=LaunchRequest(jobs=2, threads=1))
+                         launch=LaunchRequest(jobs=2, threads=1)).plan.comp_dir
     a, b = _numbers(seq), _numbers(par)
     assert set(a) == {"rezero-s1", "gr-s1", "rezero-s2", "gr-s2"}
     # Bound 0: the same ops in the same order on one thread give the same bits; any difference is a leak.
@@ -326,12 +326,12 @@ def test_submitit_local_jobs_complete_and_preempted_jobs_requeue_and_resume(
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
     reg = _registry(tmp_path)
     seq = run_comparison("t", [], root=tmp_path / "seq", console=_console(), registry=reg,
-                         launch=LaunchRequest(threads=1))
+                         launch=LaunchRequest(threads=1)).plan.comp_dir
     console = _console()
     launch = LaunchRequest(launcher="slurm", launcher_overrides=[
         "cluster=local", "gpus_per_pair=0", "cpus_per_task=1", "poll_s=0.2", "time_min=10", "signal_delay_s=5"])
     out = run_comparison("t", [], root=tmp_path / "sub", console=console, registry=reg, train_fn=preempt_once,
-                         launch=launch)
+                         launch=launch).plan.comp_dir
     a, b = _numbers(seq), _numbers(out)
     assert a == b, f"submitit pairs differ from sequential: deviation={_deviation(a, b):.3g} bound=0"
     assert _verdicts(out) == _verdicts(seq)

@@ -102,7 +102,7 @@ def sequential(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("seq")
     reg = _registry(tmp)
     return reg, run_comparison("t", [], root=tmp / "seq", console=_console(), registry=reg,
-                               launch=LaunchRequest(threads=1))
+                               launch=LaunchRequest(threads=1)).plan.comp_dir
 
 
 def _environment(monkeypatch: pytest.MonkeyPatch, marks: Path, plant: dict[str, str]) -> None:
@@ -210,7 +210,7 @@ def test_slurm_pairs_equal_sequential_and_preempted_requeued_and_timed_out_pairs
     t0 = time.monotonic()
     with Signaller(marks, actions) as signaller, watchdog(480):
         out = run_comparison("t", [], root=tmp_path / "slurm", console=console, registry=reg, train_fn=planted,
-                             launch=launch)
+                             launch=launch).plan.comp_dir
     elapsed = time.monotonic() - t0
     text = console.export_text()
     assert not signaller.errors, signaller.errors
@@ -274,7 +274,7 @@ def test_slurm_a_pair_cancelled_while_pending_and_a_job_that_dies_are_failed_not
     with watchdog(300):
         out = run_comparison("t", [], root=tmp_path / "slurm", console=console, registry=reg, train_fn=planted,
                              launch=_launch("array_parallelism=1", "lost_after_s=15", "time_min=10",
-                                            "signal_delay_s=30"))
+                                            "signal_delay_s=30")).plan.comp_dir
     elapsed = time.monotonic() - t0
     thread.join(timeout=5)
     text = console.export_text()

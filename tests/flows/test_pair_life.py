@@ -329,7 +329,7 @@ def test_the_driver_finishes_a_complete_run_it_would_not_schedule(tmp_path: Path
     log = root / "t" / "gr-s2" / "train.log"
     log.write_text("".join(ln for ln in log.read_text().splitlines(keepends=True) if not ln.startswith("done ")))
     console, again = Console(record=True, width=200), FakeTrain()
-    out = run_comparison("t", [], root=root, console=console, registry=reg, train_fn=again)
+    out = run_comparison("t", [], root=root, console=console, registry=reg, train_fn=again).plan.comp_dir
     assert again.calls == []
     gr = json.loads((out / "results.json").read_text())["arms"]["gr"]
     assert gr["counter_check"] == "pass" and gr["verdict"] == "better", gr["findings"]

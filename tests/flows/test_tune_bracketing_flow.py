@@ -96,7 +96,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, BracketFak
     assert ab_command("tb", [], root=root, registry=reg, console=console, plan=True) == 0
     fake = BracketFake()
     run_console = Console(record=True, width=250)
-    comp = run_comparison("tb", [], root=root, console=run_console, train_fn=fake, registry=reg)
+    comp = run_comparison("tb", [], root=root, console=run_console, train_fn=fake, registry=reg).plan.comp_dir
     return comp, fake, reg, console.export_text() + "\n" + run_console.export_text()
 
 
