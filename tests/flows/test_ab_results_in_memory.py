@@ -1,5 +1,6 @@
-"""One comparison's run records are read from disk once per replay of the looks; the report is made from the
-records and the state of the last replay, and the runner returns the results it wrote."""
+"""A comparison's results flow in memory: the run records are read from disk once per replay of the looks, the
+report is made from the last replay's records, the runner returns the results it wrote, and ``results.json`` reads
+back as the same typed results."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from dormouse.ab import runner
 from dormouse.ab.pairjob import Pair
 from dormouse.ab.records import RunRecord
 from dormouse.ab.results import ComparisonResults
-from tests.flows.test_ab import SEQUENTIAL, FakeTrain
+from tests.flows.test_ab import SEQUENTIAL, SPEC, FakeTrain
 
 
 def test_the_report_reads_no_record_the_looks_did_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -45,3 +46,16 @@ def test_the_report_reads_no_record_the_looks_did_not_read(tmp_path: Path, monke
     assert {name for name, n in reads.items() if n == 3} >= {"rezero-s1", "gr-s1", "rezero-s2", "gr-s2"}
     assert isinstance(results, ComparisonResults) and results.complete
     assert results.to_json() == json.loads((results.plan.comp_dir / "results.json").read_text())
+
+
+@pytest.mark.parametrize(("spec", "fake"), [(SEQUENTIAL, FakeTrain()), (SPEC, FakeTrain(fail=("attnres_block-s2",)))],
+                         ids=["two looks", "a failed pair"])
+def test_results_json_reads_back_as_the_results_written(tmp_path: Path, spec: str, fake: FakeTrain) -> None:
+    (tmp_path / "registry").mkdir()
+    (tmp_path / "registry" / "t.yaml").write_text(spec)
+    results = runner.run_comparison("t", [], root=tmp_path / "ab", console=Console(record=True, width=200),
+                                    train_fn=fake, registry=tmp_path / "registry")
+    doc = json.loads((results.plan.comp_dir / "results.json").read_text())
+    assert ComparisonResults.from_json(results.to_json()) == results
+    assert ComparisonResults.from_json(doc) == results and ComparisonResults.from_json(doc).to_json() == doc
+    assert results.complete == doc["complete"] == (spec == SEQUENTIAL)
