@@ -282,12 +282,12 @@ def write_outputs(comp_dir: Path, results: ComparisonResults,
     return results, paths
 
 
-def verdict_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+def verdict_rows(results: ComparisonResults) -> list[dict[str, Any]]:
     """One row per arm for the console summary (:func:`dormouse.ab.status.verdict_table`)."""
     rows = []
-    for name, a in results["arms"].items():
-        d = a.get("decision") or {}
-        rows.append({"arm": name + (" (A/A)" if a["role"] == "aa" else ""), "bpb_mean": a["bpb_mean"],
-                     "diff_mean": a["diff_mean"], "interval": d.get("interval"), "look": a.get("look"),
-                     "verdict": a["verdict"], "kept": a.get("kept"), "sentence": a.get("sentence")})
+    for name, a in results.arms.items():
+        said = a.outcome
+        rows.append({"arm": name + (" (A/A)" if a.role == "aa" else ""), "bpb_mean": a.bpb_mean,
+                     "diff_mean": a.diff_mean, "interval": (said.decision or {}).get("interval"), "look": said.look,
+                     "verdict": said.verdict, "kept": said.kept, "sentence": said.sentence})
     return rows

@@ -97,14 +97,16 @@ class ArmResult:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ArmResult:
-        """The inverse of :meth:`to_json` (the derived ``diff_mean``, ``diff_sd`` and ``counter_check`` dropped)."""
+        """The inverse of :meth:`to_json` (the derived ``diff_mean``, ``diff_sd`` and ``counter_check`` dropped; a
+        field the entry lacks reads as empty)."""
         return cls(
-            role=d["role"], kind=d["kind"], overrides=d["overrides"], replicates=d["replicates"],
-            init_seeds=d["init_seeds"], final_bpb=d["final_bpb"], bpb_mean=d["bpb_mean"], bpb_sd=d["bpb_sd"],
-            diffs=d["diffs"], beside={k: v for k, v in d.items() if k in _BESIDE_KEYS},
-            bpb_by_depth=d["bpb_by_depth"], findings=d["findings"], incomplete=d["incomplete"],
-            cost={k: d[k] for k in _COST_KEYS}, ratios={k: d[k] for k in _RATIO_KEYS},
-            outcome=ArmVerdict(**{k: d[k] for k in _DECIDED_KEYS}))
+            role=d["role"], kind=d.get("kind"), overrides=d.get("overrides") or [],
+            replicates=d.get("replicates") or [], init_seeds=d.get("init_seeds") or [],
+            final_bpb=d.get("final_bpb") or {}, bpb_mean=d.get("bpb_mean"), bpb_sd=d.get("bpb_sd"),
+            diffs=d.get("diffs") or [], beside={k: v for k, v in d.items() if k in _BESIDE_KEYS},
+            bpb_by_depth=d.get("bpb_by_depth") or {}, findings=d.get("findings") or [],
+            incomplete=d.get("incomplete") or [], cost={k: d.get(k) for k in _COST_KEYS},
+            ratios={k: d.get(k) for k in _RATIO_KEYS}, outcome=ArmVerdict(**{k: d.get(k) for k in _DECIDED_KEYS}))
 
 
 @dataclass(kw_only=True)
@@ -167,8 +169,11 @@ class ComparisonResults:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ComparisonResults:
-        """The inverse of :meth:`to_json`: a protocol-2 ``results.json`` as the typed results."""
+        """The inverse of :meth:`to_json`: a protocol-2 ``results.json`` as the typed results (a field the file
+        lacks reads as None, the hold-back and the replacements as the registration's defaults)."""
         kw = {name: doc.get(name) for name in _DOCUMENT_FIELDS}
+        kw["alpha_holdback"] = doc.get("alpha_holdback", 1.0)
+        kw["bad_run_replacements"] = doc.get("bad_run_replacements", 0)
         kw["arms"] = {n: ArmResult.from_json(a) for n, a in doc["arms"].items()}
         return cls(**kw)
 

@@ -89,10 +89,9 @@ def run_comparison(
         card = ensure_design_card(plan, console)
         state, read = _run_looks(plan, launcher, train_fn or _default_train_fn(), code.sha256, console)
         written = _report(plan, launcher, state, read, {k: v for k, v in stamp.items() if k != "registered"}, card)
-        doc = written.to_json()
-        log_verdict(plan.arm_cfgs[plan.reg.spec.baseline].logging, plan.comp_dir, doc)  # wandb on: its summary run
-    console.print(verdict_table(doc))
-    for line in bad_run_lines(doc):  # the registered bad-run policy's finding, beside the verdicts
+        log_verdict(plan.arm_cfgs[plan.reg.spec.baseline].logging, plan.comp_dir, written)  # wandb on: its summary run
+    console.print(verdict_table(written))
+    for line in bad_run_lines(written.to_json()):  # the registered bad-run policy's finding, beside the verdicts
         console.print(line, soft_wrap=True, highlight=False)
     console.print(f"report: {plan.files.report}")
     return written
