@@ -83,6 +83,10 @@ class ArmResult:
     def diff_mean(self) -> float | None:
         return stats.mean(self.diffs) if self.diffs else None
 
+    @property
+    def counter_check(self) -> str:
+        return "pass" if not self.findings else "fail"
+
     def to_json(self) -> dict[str, Any]:
         said = asdict(self.outcome)
         return jsonable({
@@ -90,7 +94,7 @@ class ArmResult:
             "init_seeds": self.init_seeds, "final_bpb": self.final_bpb, "bpb_mean": self.bpb_mean,
             "bpb_sd": self.bpb_sd, "diffs": self.diffs, "diff_mean": self.diff_mean,
             "diff_sd": stats.sd(self.diffs), **self.beside, "bpb_by_depth": self.bpb_by_depth,
-            "counter_check": "pass" if not self.findings else "fail", "findings": self.findings,
+            "counter_check": self.counter_check, "findings": self.findings,
             "incomplete": self.incomplete, **self.cost, **self.ratios,
             **{k: said[k] for k in (_DECIDED_KEYS if self.role == "arm" else _HELPER_KEYS)},
         })

@@ -91,7 +91,7 @@ def run_comparison(
         written = _report(plan, launcher, state, read, {k: v for k, v in stamp.items() if k != "registered"}, card)
         log_verdict(plan.arm_cfgs[plan.reg.spec.baseline].logging, plan.comp_dir, written)  # wandb on: its summary run
     console.print(verdict_table(written))
-    for line in bad_run_lines(written.to_json()):  # the registered bad-run policy's finding, beside the verdicts
+    for line in bad_run_lines(written):  # the registered bad-run policy's finding, beside the verdicts
         console.print(line, soft_wrap=True, highlight=False)
     console.print(f"report: {plan.files.report}")
     return written

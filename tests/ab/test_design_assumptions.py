@@ -279,7 +279,7 @@ def test_results_carry_the_holdback_the_skewness_and_the_aa_interval(planted: di
 
 
 def test_the_report_and_console_print_the_assumptions_beside_the_verdicts(planted: dict[str, Any]) -> None:
-    report = render_report(planted, [])
+    report = render_report(ComparisonResults.from_json(planted), [])
     assert "**A/A calibration check**" in report and "registered pilot sd 0.01" in report
     assert "**Skewness**: pooled skewness of the paired differences" in report
     assert "(boundaries at α 0.035 = 0.05 × 0.7, held back for skew)" in report
@@ -305,7 +305,7 @@ def test_the_console_prints_the_aa_check_its_aa_row_points_at(planted: dict[str,
 def test_a_published_results_json_with_the_old_aa_check_still_renders() -> None:
     """residual_cpu2's results.json holds the F test's dict and no skewness: its report says what it said."""
     old = _published()
-    report = render_report(old, old.get("plots") or [])
+    report = render_report(ComparisonResults.from_json(old), old.get("plots") or [])
     assert old["aa_calibration"]["sentence"] in report and "its spread agrees with the compared arms'" in report
     assert "**Skewness**" not in report and "held back" not in report
     console = Console(width=400, record=True, color_system=None)
