@@ -84,6 +84,10 @@ class ArmResult:
         return stats.mean(self.diffs) if self.diffs else None
 
     @property
+    def diff_sd(self) -> float | None:
+        return stats.sd(self.diffs)
+
+    @property
     def counter_check(self) -> str:
         return "pass" if not self.findings else "fail"
 
@@ -92,8 +96,8 @@ class ArmResult:
         return jsonable({
             "role": self.role, "kind": self.kind, "overrides": self.overrides, "replicates": self.replicates,
             "init_seeds": self.init_seeds, "final_bpb": self.final_bpb, "bpb_mean": self.bpb_mean,
-            "bpb_sd": self.bpb_sd, "diffs": self.diffs, "diff_mean": self.diff_mean,
-            "diff_sd": stats.sd(self.diffs), **self.beside, "bpb_by_depth": self.bpb_by_depth,
+            "bpb_sd": self.bpb_sd, "diffs": self.diffs, "diff_mean": self.diff_mean, "diff_sd": self.diff_sd,
+            **self.beside, "bpb_by_depth": self.bpb_by_depth,
             "counter_check": self.counter_check, "findings": self.findings,
             "incomplete": self.incomplete, **self.cost, **self.ratios,
             **{k: said[k] for k in (_DECIDED_KEYS if self.role == "arm" else _HELPER_KEYS)},

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from dormouse.ab.command import ab_command
 from dormouse.ab.registry import ABSpecError, load_spec
+from dormouse.ab.results import ArmResult
 from dormouse.ab.study import load_study
 from dormouse.ab.study_report import decision_diffs
 from tests.helpers.planted_run import append_eval, append_log, done_line, eval_rows, write_run_header
@@ -196,9 +197,10 @@ def test_a_study_is_not_loaded_as_one_comparison(registry: Path) -> None:
 
 
 def test_the_interaction_reads_what_each_point_decision_used() -> None:
-    arm = {"diffs": [0.1, 0.2, 0.3, 0.4], "decision": {"n": 2}}
+    arm = ArmResult.from_json({"role": "arm", "diffs": [0.1, 0.2, 0.3, 0.4], "decision": {"n": 2}})
     assert decision_diffs(arm) == [0.1, 0.2]
-    assert decision_diffs({"diffs": [0.1, 0.2]}) == [0.1, 0.2]  # the A/A arm: every difference it ran
+    aa = ArmResult.from_json({"role": "aa", "diffs": [0.1, 0.2]})
+    assert decision_diffs(aa) == [0.1, 0.2]  # the A/A arm: every difference it ran
 
 
 @pytest.mark.parametrize("name", ["smoke_study", "depth_cpu"])
