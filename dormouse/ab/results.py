@@ -162,7 +162,7 @@ class ComparisonResults:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            if f.name in _DOCUMENT_FIELDS and f.name != "arms":
+            if f.compare and f.name != "arms":  # plan and state are not document fields
                 setattr(self, f.name, jsonable(getattr(self, f.name)))
 
     def to_json(self) -> dict[str, Any]:
