@@ -6,7 +6,6 @@ from __future__ import annotations
 import textwrap
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -15,6 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
 from dormouse.ab.records import RunRecord, is_finite_number
+from dormouse.ab.results import ArmResult, ComparisonResults
 from dormouse.ab.tune_report import LrCurve, lr_curves, ran_lrs, unbracketed_side
 from dormouse.run.files import ComparisonFiles
 
@@ -56,15 +56,14 @@ def plot_curves(records: list[RunRecord], arms: list[str], out: Path, aa_arm: st
     return out
 
 
-def plot_depth(results: dict[str, Any], out: Path) -> Path:
+def plot_depth(results: ComparisonResults, out: Path) -> Path:
     """Final bpb at each depth per arm, mean ± sd over replicates; the legend outside the axes."""
     fig = Figure(figsize=(7, 4.5), dpi=110)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    arms = results["arms"]
-    names = list(arms)
+    names = list(results.arms)
     for i, name in enumerate(names):
-        finals = [run["final"] for run in results["runs"] if run["arm"] == name and run["final"]]
+        finals = [run["final"] for run in results.runs if run["arm"] == name and run["final"]]
         keys = sorted({k for f in finals for k in f if k.startswith("bpb@")}, key=lambda k: int(k[4:]))
         if not keys:
             continue
@@ -91,17 +90,17 @@ def plot_depth(results: dict[str, Any], out: Path) -> Path:
 FOREST_TITLE_PAD_PT = 20  # the forest legend's one row at fontsize 7 (about 15 pt) and a gap
 
 
-def plot_forest(results: dict[str, Any], out: Path) -> Path:
+def plot_forest(results: ComparisonResults, out: Path) -> Path:
     draw_forest(results).savefig(out)
     return out
 
 
-def draw_forest(results: dict[str, Any]) -> Figure:
+def draw_forest(results: ComparisonResults) -> Figure:
     """Each arm's mean Δ (dot), the repeated interval its deciding look compared with 0 (thick bar), the TOST
     interval against ±SESOI (thin bar), the ±SESOI band and zero; below zero is better. Verdicts at the right; an
     unbracketed arm named so, with a hollow dot."""
-    arms = [(name, a) for name, a in results["arms"].items() if a["role"] != "baseline"]
-    sesoi = float(results["sesoi"])
+    arms = [(name, a) for name, a in results.arms.items() if a.role != "baseline"]
+    sesoi = float(results.sesoi)
     fig = Figure(figsize=(8, 1.8 + 0.6 * max(1, len(arms))), dpi=110)  # 1.8 in: title, legend, x label
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -110,8 +109,8 @@ def draw_forest(results: dict[str, Any]) -> Figure:
     ys = list(range(len(arms)))[::-1]
     xs: list[float] = [-sesoi, sesoi]
     for y, (name, a) in zip(ys, arms):
-        colour = "C7" if a["role"] == "aa" else "C0"
-        d = a.get("decision") or {}
+        colour = "C7" if a.role == "aa" else "C0"
+        d = a.outcome.decision or {}
         rci, eq = d.get("interval"), d.get("eq_interval")
         if rci is not None:
             ax.plot(rci, [y, y], color=colour, linewidth=3.5, solid_capstyle="butt",
@@ -121,27 +120,27 @@ def draw_forest(results: dict[str, Any]) -> Figure:
             ax.plot(eq, [y - 0.18, y - 0.18], color=colour, linewidth=1.2, alpha=0.8,
                     label="TOST interval (vs ±SESOI)" if y == ys[0] else None)
             xs += list(eq)
-        if is_finite_number(a.get("diff_mean")):
-            ax.plot([a["diff_mean"]], [y], "o", color="black", markersize=5, gid=f"mean:{name}",
+        if is_finite_number(a.diff_mean):
+            ax.plot([a.diff_mean], [y], "o", color="black", markersize=5, gid=f"mean:{name}",
                     markerfacecolor="none" if unbracketed_side(results, name) else "black",
                     label="mean paired Δ" if y == ys[0] else None)
-            xs.append(float(a["diff_mean"]))
+            xs.append(float(a.diff_mean))
     lo, hi = min(xs), max(xs)
     pad = 0.08 * (hi - lo or 1.0)
     ax.set_xlim(lo - pad, hi + pad)
     for y, (_, a) in zip(ys, arms):
-        note = str(a.get("verdict", "?"))
-        if a.get("look"):
-            note += f" (look {a['look']}, n={len(a.get('replicates', []))})"
-        elif a["role"] == "arm":
+        note = str(a.outcome.verdict)
+        if a.outcome.look:
+            note += f" (look {a.outcome.look}, n={len(a.replicates)})"
+        elif a.role == "arm":
             note += ": no decision"
         ax.annotate(note, xy=(1.01, y), xycoords=("axes fraction", "data"), va="center", fontsize=9)
     ax.set_yticks(ys, [_forest_label(results, name, a) for name, a in arms])
     ax.set_ylim(-0.8, len(arms) - 0.4)
-    ax.set_xlabel(f"Δ bpb vs {results['baseline']} (arm − baseline; < 0 is better)")
+    ax.set_xlabel(f"Δ bpb vs {results.baseline} (arm − baseline; < 0 is better)")
     # The legend sits just above the axes and the title above the legend, both placed in points (a
     # fraction of the axes' height put them on top of each other when one compared arm makes it short).
-    ax.set_title(f"ab {results['name']}: paired differences, looks at {results['looks']} replicates", fontsize=10,
+    ax.set_title(f"ab {results.name}: paired differences, looks at {results.looks} replicates", fontsize=10,
                  pad=FOREST_TITLE_PAD_PT)
     ax.grid(True, axis="x", alpha=0.3)
     ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), borderaxespad=0.2, ncol=4, frameon=False)
@@ -149,12 +148,12 @@ def draw_forest(results: dict[str, Any]) -> Figure:
     return fig
 
 
-def _forest_label(results: dict[str, Any], name: str, a: dict[str, Any]) -> str:
+def _forest_label(results: ComparisonResults, name: str, a: ArmResult) -> str:
     side = unbracketed_side(results, name)
-    return name + (" (A/A)" if a["role"] == "aa" else "") + (f" (unbracketed: {side})" if side else "")
+    return name + (" (A/A)" if a.role == "aa" else "") + (f" (unbracketed: {side})" if side else "")
 
 
-def draw_lr(results: dict[str, Any]) -> Figure:
+def draw_lr(results: ComparisonResults) -> Figure:
     """Final bpb against lr (log axis), one panel per tuned arm: tune runs as dots, diverged ones as red triangles
     on the top edge, the chosen lr dashed, the confirmatory mean ± sd a black square. Each set has a gid
     (``tune-runs:ARM``, ``tune-diverged:ARM``, ``chosen:ARM``, ``confirmatory:ARM``) to be read back."""
@@ -168,7 +167,7 @@ def draw_lr(results: dict[str, Any]) -> Figure:
     ys += [m + s * k for c in curves.values() if c.confirmatory for m, s in [c.confirmatory] for k in (-1, 1)]
     lo, hi = (min(ys), max(ys)) if ys else (0.0, 1.0)
     pad = 0.08 * (hi - lo or 0.05)
-    lrs = ran_lrs(results["tune"])
+    lrs = ran_lrs(results.tune or {})
     for ax, (arm, curve) in zip(axes, curves.items()):
         ax.set_xscale("log")
         ax.set_ylim(lo - pad, hi + 2 * pad)
@@ -186,7 +185,7 @@ def draw_lr(results: dict[str, Any]) -> Figure:
         ax.set_ylabel("final eval bpb")
     for ax in axes[-ncols:]:
         ax.set_xlabel("lr")
-    title = (f"ab {results['name']}: final bpb of each tune run by lr (diverged: red triangle at the top); "
+    title = (f"ab {results.name}: final bpb of each tune run by lr (diverged: red triangle at the top); "
              "chosen lr dashed, confirmatory mean ± sd there a square")
     # ~13 characters per inch at fontsize 10: wrapped to the figure's width, so one panel shows it whole
     fig.suptitle(textwrap.fill(title, width=int(13 * 4.2 * ncols)), fontsize=10)
@@ -212,21 +211,21 @@ def _lr_panel(ax: Axes, arm: str, curve: LrCurve, top: float) -> None:
             bars.lines[0].set_gid(f"confirmatory:{arm}")
 
 
-def plot_lr(results: dict[str, Any], out: Path) -> Path:
+def plot_lr(results: ComparisonResults, out: Path) -> Path:
     draw_lr(results).savefig(out)
     return out
 
 
-def write_plots(comp_dir: Path, results: dict[str, Any], records: list[RunRecord]) -> list[Path]:
+def write_plots(comp_dir: Path, results: ComparisonResults, records: list[RunRecord]) -> list[Path]:
     files = ComparisonFiles(comp_dir)
     written = [
-        plot_curves(records, list(results["arms"]), files.curves_plot, results.get("aa_arm")),
+        plot_curves(records, list(results.arms), files.curves_plot, results.aa_arm),
         plot_depth(results, files.depth_plot),
         plot_forest(results, files.forest_plot),
     ]
-    if results.get("tune"):
+    if results.tune:
         written.append(plot_lr(results, files.lr_plot))
-    return written + plot_learned(files, list(results["arms"]), records)
+    return written + plot_learned(files, list(results.arms), records)
 
 
 def plot_learned(files: ComparisonFiles, arms: list[str], records: list[RunRecord]) -> list[Path]:

@@ -1,5 +1,6 @@
-"""``report.md`` and the files beside it (docs/ab-protocol.md, "Outputs"): the results written as ``results.json``,
-drawn, and rendered from that document alone, so a published report can be made again."""
+"""``report.md`` and the files beside it (docs/ab-protocol.md, "Outputs"): the typed results written as
+``results.json``, drawn, and rendered; a published report is made again from its file through
+:meth:`ComparisonResults.from_json`."""
 
 from __future__ import annotations
 
@@ -70,75 +71,74 @@ def _plugin_words(plugin: dict[str, Any]) -> str:
     return f"`{plugin.get('module')}` (`{plugin.get('file')}`, sha256 `{str(plugin.get('sha256'))[:12]}`)"
 
 
-def _header(r: dict[str, Any]) -> list[str]:
-    reg = r.get("registration") or {}
-    code = r.get("code") or {}
-    out = [f"# A/B comparison `{r['name']}`", ""]
-    if r["description"]:
-        out += [r["description"], ""]
+def _header(r: ComparisonResults) -> list[str]:
+    reg, code = r.registration or {}, r.code or {}
+    out = [f"# A/B comparison `{r.name}`", ""]
+    if r.description:
+        out += [r.description, ""]
     out += [
         f"- Registered: `{reg.get('source', '?')}` (sha256 `{str(reg.get('sha256', '?'))[:16]}`, protocol 2), "
-        f"CLI overrides: {', '.join(f'`{o}`' for o in r['overrides']) or 'none'}.",
+        f"CLI overrides: {', '.join(f'`{o}`' for o in r.overrides) or 'none'}.",
         f"- Code: every run used commit {', '.join(f'`{c}`' for c in code.get('commits', [])) or '—'} "
         f"(code fingerprint {', '.join(f'`{c[:12]}`' for c in code.get('fingerprints', [])) or '—'}; "
         "per run in the Runs table)"
         + (f"; arms from plugins: {', '.join(_plugin_words(p) for p in code['plugins'])}."
            if code.get("plugins") else "."),
-        f"- Baseline: `{r['baseline']}`; metric: final eval bpb at the final depth (lower is better), read at "
+        f"- Baseline: `{r.baseline}`; metric: final eval bpb at the final depth (lower is better), read at "
         "the registered final step. Δ = bpb(arm) − bpb(baseline) per replicate (same init seed and data order).",
-        f"- Rule: SESOI ±{r['sesoi']:g} bpb, α {r['alpha']:g} family-wise over the {r['n_arms']} registered arm(s) "
-        f"({', '.join(f'`{a}`' for a in r['family'])})"
-        f"{_held(r)}; looks at {', '.join(map(str, r['looks']))} replicates per "
+        f"- Rule: SESOI ±{r.sesoi:g} bpb, α {r.alpha:g} family-wise over the {r.n_arms} registered arm(s) "
+        f"({', '.join(f'`{a}`' for a in r.family)})"
+        f"{_held(r)}; looks at {', '.join(map(str, r.looks))} replicates per "
         "arm. `better`/`worse`: the look's repeated confidence interval lies below/above 0; `tie`: the TOST "
         "interval lies inside ±SESOI; `undecided` otherwise; a decided arm stops. Each sentence below states "
         "the numbers the rule compared.",
-        f"- Status: {'complete' if r['complete'] else '**incomplete** (some runs failed, or a look is pending)'}"
-        f"; looks taken: {', '.join(str(lk['look']) for lk in r['looks_taken']) or 'none'}.",
+        f"- Status: {'complete' if r.complete else '**incomplete** (some runs failed, or a look is pending)'}"
+        f"; looks taken: {', '.join(str(lk['look']) for lk in r.looks_taken) or 'none'}.",
         "",
     ]
-    if r["notes"]:
-        out += ["> " + n for n in r["notes"]] + [""]
+    if r.notes:
+        out += ["> " + n for n in r.notes] + [""]
     return out
 
 
-def _held(r: dict[str, Any]) -> str:
-    """The registered α hold-back as the header states it ("" without one, or a results.json without the field)."""
-    words = holdback_words(float(r["alpha"]), float(r.get("alpha_holdback", 1.0)))
+def _held(r: ComparisonResults) -> str:
+    """The registered α hold-back as the header states it ("" without one)."""
+    words = holdback_words(float(r.alpha), float(r.alpha_holdback))
     return f" ({words})" if words else ""
 
 
-def _verdict_table(r: dict[str, Any]) -> list[str]:
-    base = r["baseline"]
+def _verdict_table(r: ComparisonResults) -> list[str]:
     out = ["## Verdicts", "",
-           f"| arm | kind | look | n | bpb mean ± sd | mean Δ vs {base} | repeated interval | verdict | "
+           f"| arm | kind | look | n | bpb mean ± sd | mean Δ vs {r.baseline} | repeated interval | verdict | "
            "P(improvement) [95 %] | Hodges–Lehmann Δ | bad runs | kept |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for name, a in r["arms"].items():
-        label = f"`{name}`" + (" (A/A)" if a["role"] == "aa" else "") + tune_report.verdict_mark(r, name)
-        d = a.get("decision") or {}
-        poi = ("—" if a.get("poi") is None
-               else f"{a['poi_k']}/{len(a['diffs'])} {_interval(a.get('poi_interval'), '.2f')}")
-        bad = a.get("bad_runs")
+    for name, a in r.arms.items():
+        label = f"`{name}`" + (" (A/A)" if a.role == "aa" else "") + tune_report.verdict_mark(r, name)
+        said, beside = a.outcome, a.beside
+        d = said.decision or {}
+        poi = ("—" if beside.get("poi") is None
+               else f"{beside['poi_k']}/{len(a.diffs)} {_interval(beside.get('poi_interval'), '.2f')}")
+        bad = beside.get("bad_runs")
         bad_text = "—" if bad is None else f"{bad['count']}/{bad['n']}"
         out.append(
-            f"| {label} | {a['kind']} | {_f(a['look'], 'd')} | {len(a['replicates'])} | "
-            f"{_f(a['bpb_mean'])} ± {_f(a['bpb_sd'])} | {_f(a['diff_mean'], '+.4f')} | "
-            f"{_interval(d.get('interval'))} | **{a['verdict']}**"
+            f"| {label} | {a.kind} | {_f(said.look, 'd')} | {len(a.replicates)} | "
+            f"{_f(a.bpb_mean)} ± {_f(a.bpb_sd)} | {_f(a.diff_mean, '+.4f')} | "
+            f"{_interval(d.get('interval'))} | **{said.verdict}**"
             f"{' (smaller than the SESOI)' if d.get('smaller_than_sesoi') else ''} | {poi} | "
-            f"{_f(a.get('hodges_lehmann'), '+.4f')} | {bad_text} | {a['kept'] or '—'} |")
+            f"{_f(beside.get('hodges_lehmann'), '+.4f')} | {bad_text} | {said.kept or '—'} |")
     return out + tune_report.verdict_footnotes(r)
 
 
-def bad_run_lines(r: dict[str, Any]) -> list[str]:
+def bad_run_lines(r: ComparisonResults) -> list[str]:
     """The bad-run policy's finding, one line per arm: bad runs over every run made, the rate's interval, each
     replacement. Empty without the policy."""
-    most = r.get("bad_run_replacements") or 0
+    most = r.bad_run_replacements
     if not most:
         return []
-    out = [f"Bad runs (final bpb above the ceiling {r['bad_run_ceiling']:g}; registered policy: at most {most} "
+    out = [f"Bad runs (final bpb above the ceiling {r.bad_run_ceiling:g}; registered policy: at most {most} "
            "per arm replaced by the next spare replicate):"]
-    for name, a in r["arms"].items():
-        bad = a.get("bad_runs")
+    for name, a in r.arms.items():
+        bad = a.beside.get("bad_runs")
         if bad is None:
             continue
         lo, hi = bad["interval"]
@@ -149,83 +149,84 @@ def bad_run_lines(r: dict[str, Any]) -> list[str]:
     return out
 
 
-def _sentences(r: dict[str, Any]) -> list[str]:
+def _sentences(r: ComparisonResults) -> list[str]:
     out = ["", "## What was tested", ""]
-    for name, a in r["arms"].items():
-        if a["role"] != "arm":
+    for name, a in r.arms.items():
+        if a.role != "arm":
             continue
-        what = meaning(a["verdict"])
-        kept = f" Kept: `{a['kept']}`." if a["kept"] else ""
-        out.append(f"- `{name}` — **{a['verdict']}**: {a['sentence']} So {what}{kept}")
+        said = a.outcome
+        kept = f" Kept: `{said.kept}`." if said.kept else ""
+        out.append(f"- `{name}` — **{said.verdict}**: {said.sentence} So {meaning(said.verdict)}{kept}")
     return out + assumption_lines(r)
 
 
-def assumption_lines(r: dict[str, Any]) -> list[str]:
+def assumption_lines(r: ComparisonResults) -> list[str]:
     """The design's assumptions beside the verdicts: the A/A check and the pooled skewness. A results.json holding
     the arms' F test instead renders it as it is, with no skewness line."""
     out: list[str] = []
-    cal = r.get("aa_calibration")
+    cal = r.aa_calibration
     if cal is not None and "pilot_sd" in cal:  # the A/A sd interval against the registered pilot sd
         verdict = {True: "agrees with the registered pilot sd", False: "**does not agree** with the registered "
                    "pilot sd", None: "could not be checked"}[cal.get("agrees")]
-        out += ["", f"**A/A calibration check** (`{r['aa_arm']}`: the baseline again on its own data-order "
+        out += ["", f"**A/A calibration check** (`{r.aa_arm}`: the baseline again on its own data-order "
                 f"stream): its paired sd {verdict}. {cal['sentence']}"]
     elif cal is not None:  # a results.json with the F test of each arm's spread against the A/A's
         verdict = {True: "agrees", False: "**does not agree**", None: "could not be checked"}[cal.get("agrees")]
-        out += ["", f"**A/A calibration check** (`{r['aa_arm']}`: the baseline again on its own data-order "
+        out += ["", f"**A/A calibration check** (`{r.aa_arm}`: the baseline again on its own data-order "
                 f"stream): its spread {verdict} with the compared arms'. {cal['sentence']}"]
-    skew = r.get("skewness")
-    if skew:
-        out += ["", f"**Skewness**: {skew['sentence']} (the bounds are exact for normal differences; the design "
-                "card's skew lines state what skew does to them)."]
+    if r.skewness:
+        out += ["", f"**Skewness**: {r.skewness['sentence']} (the bounds are exact for normal differences; the "
+                "design card's skew lines state what skew does to them)."]
     return out
 
 
-def _cost_table(r: dict[str, Any]) -> list[str]:
+def _cost_table(r: ComparisonResults) -> list[str]:
     out = ["", "## Cost relative to the baseline", "",
            "| arm | params | arm params | params × | tok/s | tok/s × | peak memory | peak memory × | device |",
            "|---|---|---|---|---|---|---|---|---|"]
-    for name, a in r["arms"].items():
+    for name, a in r.arms.items():
+        cost, ratio = a.cost, a.ratios
         out.append(
-            f"| `{name}` | {_count(a['params'])} | {_count(a['arm_params'])} | {_f(a['params_ratio'], '.3f')} | "
-            f"{_count(a['tok_s'])} | {_f(a['tok_s_ratio'], '.3f')} | {_bytes(a['peak_mem_bytes'])} | "
-            f"{_f(a['peak_mem_ratio'], '.3f', 'n/a')} | {', '.join(a['devices'])} |")
+            f"| `{name}` | {_count(cost['params'])} | {_count(cost['arm_params'])} | "
+            f"{_f(ratio['params_ratio'], '.3f')} | {_count(cost['tok_s'])} | {_f(ratio['tok_s_ratio'], '.3f')} | "
+            f"{_bytes(cost['peak_mem_bytes'])} | {_f(ratio['peak_mem_ratio'], '.3f', 'n/a')} | "
+            f"{', '.join(cost['devices'])} |")
     out += ["", "## Counter check (`dormouse logs --check` on every run)", "", "| arm | result | findings |",
             "|---|---|---|"]
-    out += [f"| `{name}` | {a['counter_check']} | {len(a['findings'])} |" for name, a in r["arms"].items()]
-    problems = [(name, f) for name, a in r["arms"].items() for f in a["findings"]]
+    out += [f"| `{name}` | {a.counter_check} | {len(a.findings)} |" for name, a in r.arms.items()]
+    problems = [(name, f) for name, a in r.arms.items() for f in a.findings]
     if problems:
         out += ["", "Findings:", ""] + [f"- `{name}`: {f}" for name, f in problems]
     return out
 
 
-def _depth_table(r: dict[str, Any]) -> list[str]:
-    keys = sorted({k for a in r["arms"].values() for k in a["bpb_by_depth"]}, key=lambda k: int(k[4:]))
+def _depth_table(r: ComparisonResults) -> list[str]:
+    keys = sorted({k for a in r.arms.values() for k in a.bpb_by_depth}, key=lambda k: int(k[4:]))
     if not keys:
         return []
     out = ["", "## Δ at every depth (secondary: reported, never decided on)", "",
            "Mean final bpb at each depth, and for a compared arm the mean paired Δ (± sd) at that depth.", "",
            "| arm | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
-    for name, a in r["arms"].items():
+    for name, a in r.arms.items():
         cells = []
         for k in keys:
-            d = a["bpb_by_depth"].get(k) or {}
+            d = a.bpb_by_depth.get(k) or {}
             delta = "" if d.get("diff_mean") is None else f" (Δ {d['diff_mean']:+.4f} ± {_f(d.get('diff_sd'))})"
             cells.append(_f(d.get("bpb_mean")) + delta)
         out.append(f"| `{name}` | " + " | ".join(cells) + " |")
     return out
 
 
-def _runs_table(r: dict[str, Any]) -> list[str]:
+def _runs_table(r: ComparisonResults) -> list[str]:
     # How each pair ran (dormouse/ab/pairjob.py records every attempt): on CPU the per-pair thread count
     # fixes the order of a reduction, and the commit what computed it, so both belong next to the numbers.
-    launch = r.get("launch", {})
+    launch = r.launch or {}
     ran = launch.get("pairs", {})
-    code = (r.get("code") or {}).get("runs", {})
+    code = (r.code or {}).get("runs", {})
     out = ["", "## Runs", "",
            "| arm | replicate | init seed | complete | last step | final bpb | threads | launcher | commit | run |",
            "|---|---|---|---|---|---|---|---|---|---|"]
-    for run in r["runs"]:
+    for run in r.runs:
         bpb = run["final"]["bpb"] if run["final"] else None
         status = "yes" if run["complete"] else f"no{': ' + run['error'] if run['error'] else ''}"
         name = Path(run["run_dir"]).name
@@ -243,26 +244,25 @@ def _runs_table(r: dict[str, Any]) -> list[str]:
     return out
 
 
-def render_report(results: dict[str, Any], plots: list[str]) -> str:
+def render_report(r: ComparisonResults, plots: list[str]) -> str:
     """The report.md text."""
-    r = results
     bad = bad_run_lines(r)
     out = _header(r) + _verdict_table(r) + ([""] + bad if bad else []) + _sentences(r)
-    if r.get("tune"):
+    if r.tune:
         out += [""] + tune_report.markdown(r, plots)
-    card = r.get("design_card")
+    card = r.design_card
     if card:
         out += ["", "## Design card (simulated at registration from the registered pilot spread)", "", "```",
                 card.get("text", "").rstrip(), "```"]
     out += _depth_table(r) + _cost_table(r) + _runs_table(r)
     if plots:
         out += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
-    out += ["", "## Registration", "", f"- Fixed overrides: {', '.join(f'`{o}`' for o in r['fixed']) or 'none'}"]
-    out += [f"- `{name}`: {', '.join(f'`{o}`' for o in a['overrides']) or '(no overrides)'}"
-            for name, a in r["arms"].items()]
+    out += ["", "## Registration", "", f"- Fixed overrides: {', '.join(f'`{o}`' for o in r.fixed) or 'none'}"]
+    out += [f"- `{name}`: {', '.join(f'`{o}`' for o in a.overrides) or '(no overrides)'}"
+            for name, a in r.arms.items()]
     out += ["- Replicates (init seed / data seed / A/A data seed): " + "; ".join(
-        f"{x['index']}: {x['init_seed']} / {x['data_seed']} / {x['aa_data_seed']}" for x in r["replicates"])]
-    out += ["", f"_Generated {r['generated']} by `{r.get('command') or 'dormouse ab ' + r['name']}`._", ""]
+        f"{x['index']}: {x['init_seed']} / {x['data_seed']} / {x['aa_data_seed']}" for x in r.replicates)]
+    out += ["", f"_Generated {r.generated} by `{r.command or 'dormouse ab ' + r.name}`._", ""]
     return "\n".join(out)
 
 
@@ -270,24 +270,23 @@ def write_outputs(comp_dir: Path, results: ComparisonResults,
                   records: list[RunRecord]) -> tuple[ComparisonResults, dict[str, Path]]:
     """Draw the plots and write results.json and report.md into ``comp_dir``; returns the results as written and the
     paths."""
-    plots = write_plots(comp_dir, results.to_json(), records)
+    plots = write_plots(comp_dir, results, records)
     results = replace(results, plots=[p.name for p in plots])
-    doc = results.to_json()
     files = ComparisonFiles(comp_dir)
     paths = {"results": files.results, "report": files.report}
-    atomic_write_text(paths["results"], json.dumps(doc, indent=2, allow_nan=False) + "\n")
-    atomic_write_text(paths["report"], render_report(doc, doc["plots"]))
+    atomic_write_text(paths["results"], json.dumps(results.to_json(), indent=2, allow_nan=False) + "\n")
+    atomic_write_text(paths["report"], render_report(results, results.plots or []))
     for p in plots:
         paths[p.stem] = p
     return results, paths
 
 
-def verdict_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+def verdict_rows(results: ComparisonResults) -> list[dict[str, Any]]:
     """One row per arm for the console summary (:func:`dormouse.ab.status.verdict_table`)."""
     rows = []
-    for name, a in results["arms"].items():
-        d = a.get("decision") or {}
-        rows.append({"arm": name + (" (A/A)" if a["role"] == "aa" else ""), "bpb_mean": a["bpb_mean"],
-                     "diff_mean": a["diff_mean"], "interval": d.get("interval"), "look": a.get("look"),
-                     "verdict": a["verdict"], "kept": a.get("kept"), "sentence": a.get("sentence")})
+    for name, a in results.arms.items():
+        said = a.outcome
+        rows.append({"arm": name + (" (A/A)" if a.role == "aa" else ""), "bpb_mean": a.bpb_mean,
+                     "diff_mean": a.diff_mean, "interval": (said.decision or {}).get("interval"), "look": said.look,
+                     "verdict": said.verdict, "kept": said.kept, "sentence": said.sentence})
     return rows

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,11 @@ from dormouse.run.reader import Finding
 # The order of an arm's verdict fields in results.json: a compared arm's, and the baseline's or A/A arm's.
 _DECIDED_KEYS = ("verdict", "decision", "look", "sentence", "kept")
 _HELPER_KEYS = ("verdict", "kept", "decision", "look", "sentence")
+# The keys an arm's entry spreads its ``beside``, ``cost`` and ``ratios`` into (from_json gathers them back).
+_BESIDE_KEYS = ("poi", "poi_interval", "poi_k", "hodges_lehmann", "hodges_lehmann_interval",
+                "hodges_lehmann_confidence", "bad_runs")
+_COST_KEYS = ("params", "arm_params", "tok_s", "peak_mem_bytes", "devices")
+_RATIO_KEYS = ("params_ratio", "tok_s_ratio", "peak_mem_ratio")
 
 
 @dataclass
@@ -43,10 +48,14 @@ class ArmVerdict:
     sentence: str | None = None
     kept: str | None = None
 
+    def __post_init__(self) -> None:
+        self.decision = jsonable(self.decision)
+
 
 @dataclass
 class ArmResult:
-    """One arm's entry of ``results.json``: runs, Δ, what is reported beside, cost and verdict."""
+    """One arm's entry of ``results.json``: runs, Δ, what is reported beside, cost and verdict. Its values are JSON
+    values (NaN as None, lists for tuples), so an entry read back equals the one written."""
 
     role: str  # baseline | aa | arm
     kind: str | None  # the mechanism the arm's config selects
@@ -65,69 +74,119 @@ class ArmResult:
     ratios: dict[str, float | None]  # params_ratio, tok_s_ratio, peak_mem_ratio (to the baseline)
     outcome: ArmVerdict
 
-    def to_json(self) -> dict[str, Any]:
-        said = asdict(self.outcome)
-        return {
-            "role": self.role, "kind": self.kind, "overrides": self.overrides, "replicates": self.replicates,
-            "init_seeds": self.init_seeds, "final_bpb": self.final_bpb, "bpb_mean": self.bpb_mean,
-            "bpb_sd": self.bpb_sd, "diffs": self.diffs,
-            "diff_mean": stats.mean(self.diffs) if self.diffs else None, "diff_sd": stats.sd(self.diffs),
-            **self.beside, "bpb_by_depth": self.bpb_by_depth,
-            "counter_check": "pass" if not self.findings else "fail", "findings": self.findings,
-            "incomplete": self.incomplete, **self.cost, **self.ratios,
-            **{k: said[k] for k in (_DECIDED_KEYS if self.role == "arm" else _HELPER_KEYS)},
-        }
-
-
-@dataclass
-class ComparisonResults:
-    """The content of ``results.json``; ``launch`` and ``plots`` are set by whoever knows them."""
-
-    plan: ComparisonPlan
-    state: Progress
-    arms: dict[str, ArmResult]
-    runs: list[dict[str, Any]]
-    code: dict[str, Any]
-    aa_calibration: dict[str, Any] | None
-    notes: list[str]
-    registration: dict[str, Any] = field(default_factory=dict)
-    design_card: dict[str, Any] | None = None
-    generated: str = ""
-    launch: dict[str, Any] | None = None
-    plots: list[str] | None = None
-    skewness: dict[str, Any] | None = None  # the pooled skewness of the paired differences (_skewness)
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if f.name != "outcome":
+                setattr(self, f.name, jsonable(getattr(self, f.name)))
 
     @property
-    def complete(self) -> bool:
-        return not self.state.pending and all(not a.incomplete for a in self.arms.values())
+    def diff_mean(self) -> float | None:
+        return stats.mean(self.diffs) if self.diffs else None
+
+    @property
+    def diff_sd(self) -> float | None:
+        return stats.sd(self.diffs)
+
+    @property
+    def counter_check(self) -> str:
+        return "pass" if not self.findings else "fail"
+
+    def to_json(self) -> dict[str, Any]:
+        said = asdict(self.outcome)
+        return jsonable({
+            "role": self.role, "kind": self.kind, "overrides": self.overrides, "replicates": self.replicates,
+            "init_seeds": self.init_seeds, "final_bpb": self.final_bpb, "bpb_mean": self.bpb_mean,
+            "bpb_sd": self.bpb_sd, "diffs": self.diffs, "diff_mean": self.diff_mean, "diff_sd": self.diff_sd,
+            **self.beside, "bpb_by_depth": self.bpb_by_depth,
+            "counter_check": self.counter_check, "findings": self.findings,
+            "incomplete": self.incomplete, **self.cost, **self.ratios,
+            **{k: said[k] for k in (_DECIDED_KEYS if self.role == "arm" else _HELPER_KEYS)},
+        })
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ArmResult:
+        """The inverse of :meth:`to_json` (the derived ``diff_mean``, ``diff_sd`` and ``counter_check`` dropped; a
+        field the entry lacks reads as empty)."""
+        return cls(
+            role=d["role"], kind=d.get("kind"), overrides=d.get("overrides") or [],
+            replicates=d.get("replicates") or [], init_seeds=d.get("init_seeds") or [],
+            final_bpb=d.get("final_bpb") or {}, bpb_mean=d.get("bpb_mean"), bpb_sd=d.get("bpb_sd"),
+            diffs=d.get("diffs") or [], beside={k: v for k, v in d.items() if k in _BESIDE_KEYS},
+            bpb_by_depth=d.get("bpb_by_depth") or {}, findings=d.get("findings") or [],
+            incomplete=d.get("incomplete") or [], cost={k: d.get(k) for k in _COST_KEYS},
+            ratios={k: d.get(k) for k in _RATIO_KEYS}, outcome=ArmVerdict(**{k: d.get(k) for k in _DECIDED_KEYS}))
+
+
+@dataclass(kw_only=True)
+class ComparisonResults:
+    """The content of ``results.json``, field by field in its order (``protocol`` first, always 2); ``launch`` and
+    ``plots`` are set by whoever knows them and left out of the file while None. ``plan`` and ``state`` are what an
+    analysis in this process came from (None for results read from a file), never part of the file."""
+
+    name: str
+    description: str
+    metric: str
+    baseline: str
+    aa_arm: str | None
+    sesoi: float
+    alpha: float
+    alpha_holdback: float
+    looks: list[int]
+    family: list[str]
+    n_arms: int
+    replicates: list[dict[str, Any]]  # index, init_seed, data_seed, aa_data_seed
+    bad_run_ceiling: float | None
+    bad_run_replacements: int
+    pilot_sd: float
+    expected_effect: float | None
+    looks_taken: list[dict[str, Any]]  # look (1-based), n, arms, verdicts
+    next_look: int | None  # 1-based
+    complete: bool  # no run pending and every arm's runs complete
+    overrides: list[str]
+    fixed: list[str]
+    registration: dict[str, Any]
+    design_card: dict[str, Any] | None
+    aa_calibration: dict[str, Any] | None
+    skewness: dict[str, Any] | None  # the pooled skewness of the paired differences (_skewness)
+    code: dict[str, Any]
+    tune: dict[str, Any] | None
+    notes: list[str]
+    arms: dict[str, ArmResult]
+    runs: list[dict[str, Any]]
+    generated: str
+    command: str  # how it was run: the report's footer names it so
+    launch: dict[str, Any] | None = None
+    plots: list[str] | None = None
+    plan: ComparisonPlan | None = field(default=None, compare=False, repr=False)
+    state: Progress | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if f.compare and f.name != "arms":  # plan and state are not document fields
+                setattr(self, f.name, jsonable(getattr(self, f.name)))
 
     def to_json(self) -> dict[str, Any]:
         """``results.json``, exactly (NaN as null)."""
-        plan, spec, state = self.plan, self.plan.spec, self.state
-        doc = {
-            "protocol": 2, "name": spec.name, "description": spec.description, "metric": spec.metric,
-            "baseline": spec.baseline, "aa_arm": spec.aa_arm, "sesoi": spec.sesoi, "alpha": spec.alpha,
-            "alpha_holdback": spec.alpha_holdback,
-            "looks": list(plan.looks), "family": list(spec.tested), "n_arms": plan.design().n_arms,
-            "replicates": [vars(r) for r in plan.replicates], "bad_run_ceiling": spec.bad_run_ceiling,
-            "bad_run_replacements": spec.bad_run_replacements,
-            "pilot_sd": spec.pilot_sd, "expected_effect": spec.expected_effect,
-            "looks_taken": [{"look": lk.index + 1, "n": lk.n, "arms": lk.arms,
-                             "verdicts": {a: d.verdict for a, d in lk.decisions.items()}} for lk in state.looks],
-            "next_look": None if state.next_look is None else state.next_look + 1,
-            "complete": self.complete, "overrides": list(plan.overrides), "fixed": list(spec.fixed),
-            "registration": self.registration, "design_card": self.design_card,
-            "aa_calibration": self.aa_calibration, "skewness": self.skewness, "code": self.code,
-            "tune": None if state.tune is None else tune.to_dict(plan, state.tune),
-            "notes": self.notes, "arms": {name: a.to_json() for name, a in self.arms.items()},
-            "runs": self.runs, "generated": self.generated,
-            "command": f"dormouse ab {plan.reg.argument}",  # how it was run: the report's footer names it so
-        }
-        if self.launch is not None:
-            doc["launch"] = self.launch
-        if self.plots is not None:
-            doc["plots"] = self.plots
+        doc: dict[str, Any] = {"protocol": 2}
+        for name in _DOCUMENT_FIELDS:
+            value = getattr(self, name)
+            if name in ("launch", "plots") and value is None:
+                continue
+            doc[name] = {n: a.to_json() for n, a in value.items()} if name == "arms" else value
         return jsonable(doc)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ComparisonResults:
+        """The inverse of :meth:`to_json`: a protocol-2 ``results.json`` as the typed results (a field the file
+        lacks reads as None, the hold-back and the replacements as the registration's defaults)."""
+        kw = {name: doc.get(name) for name in _DOCUMENT_FIELDS}
+        kw["alpha_holdback"] = doc.get("alpha_holdback", 1.0)
+        kw["bad_run_replacements"] = doc.get("bad_run_replacements", 0)
+        kw["arms"] = {n: ArmResult.from_json(a) for n, a in doc["arms"].items()}
+        return cls(**kw)
+
+
+_DOCUMENT_FIELDS = tuple(f.name for f in fields(ComparisonResults) if f.compare)
 
 
 # --- analysis -------------------------------------------------------------------------------------------
@@ -295,13 +354,33 @@ def analyze(plan: ComparisonPlan, state: Progress, read: Callable[[Pair], RunRec
                 else _helper(arm, role, state))
         arms[arm] = ArmResult(**numbers, cost=cost, ratios=_ratios(cost, base_cost, cpu), outcome=said)
     results = ComparisonResults(
-        plan=plan, state=state, arms=arms,
-        runs=[_run_json(r) for r in sorted(records, key=lambda r: (r.replicate, plan.arms.index(r.arm)))],
-        code=_code(records), aa_calibration=_calibration(arms, aa, float(spec.pilot_sd)), notes=_notes(cpu, state),
+        **_registered(plan), looks_taken=_looks_taken(state),
+        next_look=None if state.next_look is None else state.next_look + 1,
+        complete=not state.pending and all(not a.incomplete for a in arms.values()),
         registration=registration or {}, design_card=design_card,
-        generated=datetime.now().isoformat(timespec="seconds"), launch=launch,
-        skewness=_skewness(arms, design_card))
+        aa_calibration=_calibration(arms, aa, float(spec.pilot_sd)), skewness=_skewness(arms, design_card),
+        code=_code(records), tune=None if state.tune is None else tune.to_dict(plan, state.tune),
+        notes=_notes(cpu, state), arms=arms,
+        runs=[_run_json(r) for r in sorted(records, key=lambda r: (r.replicate, plan.arms.index(r.arm)))],
+        generated=datetime.now().isoformat(timespec="seconds"), command=f"dormouse ab {plan.reg.argument}",
+        launch=launch, plan=plan, state=state)
     return results, records
+
+
+def _registered(plan: ComparisonPlan) -> dict[str, Any]:
+    """The registered design as results.json states it."""
+    spec = plan.spec
+    return {"name": spec.name, "description": spec.description, "metric": spec.metric, "baseline": spec.baseline,
+            "aa_arm": spec.aa_arm, "sesoi": spec.sesoi, "alpha": spec.alpha, "alpha_holdback": spec.alpha_holdback,
+            "looks": list(plan.looks), "family": list(spec.tested), "n_arms": plan.design().n_arms,
+            "replicates": [vars(r) for r in plan.replicates], "bad_run_ceiling": spec.bad_run_ceiling,
+            "bad_run_replacements": spec.bad_run_replacements, "pilot_sd": spec.pilot_sd,
+            "expected_effect": spec.expected_effect, "overrides": list(plan.overrides), "fixed": list(spec.fixed)}
+
+
+def _looks_taken(state: Progress) -> list[dict[str, Any]]:
+    return [{"look": lk.index + 1, "n": lk.n, "arms": lk.arms,
+             "verdicts": {a: d.verdict for a, d in lk.decisions.items()}} for lk in state.looks]
 
 
 def _calibration(arms: dict[str, ArmResult], aa: str | None, pilot_sd: float) -> dict[str, Any] | None:

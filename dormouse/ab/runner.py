@@ -16,7 +16,7 @@ from dormouse.ab import fingerprint, tune
 from dormouse.ab.launch import DONE, InProcessLauncher, Job, Launcher, LaunchError
 from dormouse.ab.launch_request import LaunchRequest, resolve_launch
 from dormouse.ab.live import PairBoard
-from dormouse.ab.looks import Progress, progress, read_pair
+from dormouse.ab.looks import Progress, ReadRecord, progress, read_pair
 from dormouse.ab.pairjob import (
     Pair,
     PairTask,
@@ -27,6 +27,7 @@ from dormouse.ab.pairjob import (
     run_pair,
 )
 from dormouse.ab.plan import ComparisonPlan, build_plan
+from dormouse.ab.records import RunRecord
 from dormouse.ab.registration import bind_registration, check_same_code, ensure_design_card, refuse_protocol_1
 from dormouse.ab.registry import ComparisonError, Registered
 from dormouse.ab.report import bad_run_lines, write_outputs
@@ -63,12 +64,12 @@ def run_comparison(
     registry: Path | None = None,
     launch: LaunchRequest | None = None,
 ) -> ComparisonResults:
-    """Run (or continue) comparison ``name`` look by look, write its results and return them (``complete``: every
-    run the schedule needed finished). ``overrides`` apply after the registered ones and are part of the
-    registration hash; ``train_fn`` defaults to :func:`dormouse.train.loop.train` (a non-importable one needs the
-    in-process launcher). Raises :class:`ComparisonError` or :class:`LockHeld` before any run; a failed pair makes
-    its arm ``invalid`` (still in the family); a signal raises :class:`dormouse.errors.Interrupted` once the
-    running pairs have checkpointed."""
+    """Run (or continue) comparison ``name`` look by look, write its results and return them as written
+    (``complete``: every run the schedule needed finished; ``plan.comp_dir``: where). ``overrides``
+    apply after the registered ones and are part of the registration hash; ``train_fn`` defaults to
+    :func:`dormouse.train.loop.train` (a non-importable one needs the in-process launcher). Raises
+    :class:`ComparisonError` or :class:`LockHeld` before any run; a failed pair makes its arm ``invalid`` (still in
+    the family); a signal raises :class:`dormouse.errors.Interrupted` once the running pairs have checkpointed."""
     console = console or Console()
     plan = build_plan(name, overrides, root, registry)
     refuse_protocol_1(plan.reg)
@@ -85,30 +86,35 @@ def run_comparison(
         for line in finish_complete_runs(plan.all_pairs, plan.comp_dir):  # a finished run is kept
             console.print(f"[yellow]note:[/] {line}")
         card = ensure_design_card(plan, console)
-        errors = _run_looks(plan, launcher, train_fn or _default_train_fn(), code.sha256, console)
-        written = _report(plan, launcher, errors, {k: v for k, v in stamp.items() if k != "registered"}, card)
-        results = written.to_json()
-        log_verdict(plan.arm_cfgs[plan.reg.spec.baseline].logging, plan.comp_dir, results)  # wandb on: its summary run
-    console.print(verdict_table(results))
-    for line in bad_run_lines(results):  # the registered bad-run policy's finding, beside the verdicts
+        state, read = _run_looks(plan, launcher, train_fn or _default_train_fn(), code.sha256, console)
+        written = _report(plan, launcher, state, read, {k: v for k, v in stamp.items() if k != "registered"}, card)
+        log_verdict(plan.arm_cfgs[plan.reg.spec.baseline].logging, plan.comp_dir, written)  # wandb on: its summary run
+    console.print(verdict_table(written))
+    for line in bad_run_lines(written):  # the registered bad-run policy's finding, beside the verdicts
         console.print(line, soft_wrap=True, highlight=False)
     console.print(f"report: {plan.files.report}")
     return written
 
 
-def _report(plan: ComparisonPlan, launcher: Launcher, errors: dict[str, str], stamp: dict[str, Any],
+def _report(plan: ComparisonPlan, launcher: Launcher, state: Progress, read: ReadRecord, stamp: dict[str, Any],
             card: dict[str, Any]) -> ComparisonResults:
-    """Replay the looks once more, analyse and write the outputs; returns the results as written."""
-    def read(p: Pair) -> Any:
-        return read_pair(p, errors.get(p.name))
-
-    state = progress(plan, read, failed=set(errors))
-    if state.tune is not None:
-        tune.record(plan, state.tune)
+    """Analyse the last replay of the looks, with the records it read, and write the outputs; returns the results
+    as written."""
     results, records = analyze(plan, state, read, registration=stamp, design_card=card,
                                launch=_launch_record(plan, launcher, state))
-    written, _ = write_outputs(plan.comp_dir, results, records)
-    return written
+    return write_outputs(plan.comp_dir, results, records)[0]
+
+
+def _reader(errors: dict[str, str]) -> ReadRecord:
+    """Each pair's record read from disk once: one replay of the looks, and the report it feeds, share them."""
+    read: dict[str, RunRecord] = {}
+
+    def record(p: Pair) -> RunRecord:
+        if p.name not in read:
+            read[p.name] = read_pair(p, errors.get(p.name))
+        return read[p.name]
+
+    return record
 
 
 def _launch_record(plan: ComparisonPlan, launcher: Launcher, state: Progress) -> dict[str, Any]:
@@ -119,16 +125,17 @@ def _launch_record(plan: ComparisonPlan, launcher: Launcher, state: Progress) ->
 
 
 def _run_looks(plan: ComparisonPlan, launcher: Launcher, train_fn: TrainFn, code: str,
-               console: Console) -> dict[str, str]:
+               console: Console) -> tuple[Progress, ReadRecord]:
     """Run the pairs each look needs until every arm is decided or the maximum is reached, replaying the looks from
-    disk after each batch. Returns this invocation's failed pairs: name -> why."""
-    errors: dict[str, str] = {}
+    disk after each batch. Returns the last replay and its reader, which holds the records it read."""
+    errors: dict[str, str] = {}  # this invocation's failed pairs: name -> why
     while True:
-        state = progress(plan, lambda p: read_pair(p, errors.get(p.name)), failed=set(errors))
+        read = _reader(errors)
+        state = progress(plan, read, failed=set(errors))
         if state.tune is not None:
             tune.record(plan, state.tune)  # the choice, once made, before any confirmatory pair runs
         if state.finished:
-            return errors
+            return state, read
         if plan.lr_pending and any(p in plan.pairs for p in state.pending):  # a confirmatory pair, unchosen lr
             raise ComparisonError([f"ab {plan.name}: confirmatory runs scheduled before the tune stage chose"])
         _run_batch(plan, launcher, train_fn, code, state, errors, console)

@@ -23,6 +23,7 @@ from dormouse.ab.looks import Progress
 from dormouse.ab.pairjob import Pair, pair_state, read_launch_record
 from dormouse.ab.plan import ComparisonPlan
 from dormouse.ab.report import verdict_rows
+from dormouse.ab.results import ComparisonResults
 from dormouse.ab.sequential import holdback_words
 from dormouse.model.flops import training_cost
 from dormouse.run.files import AB_ERROR, ComparisonFiles, RunFiles
@@ -350,19 +351,19 @@ _VERDICT_STYLE = {"better": "bold green", "worse": "bold red", "tie": "yellow", 
                   "undecided": "yellow", "baseline": "dim", "aa": "dim"}
 
 
-def assumption_caption(results: dict[str, Any]) -> Text | None:
+def assumption_caption(results: ComparisonResults) -> Text | None:
     """The A/A check's sentence and the pooled skewness with its skew line (None when neither was made)."""
-    cal, skew = results.get("aa_calibration"), results.get("skewness")
+    cal, skew = results.aa_calibration, results.skewness
     said = [f"A/A calibration check: {cal['sentence']}" if cal else "",
             f"Skewness: {skew['sentence']}." if skew else ""]
     return Text("\n".join(x for x in said if x)) if any(said) else None
 
 
-def verdict_table(results: dict[str, Any]) -> Table:
-    """The verdicts of ``results.json`` as a rich table, each with its sentence."""
-    held = holdback_words(float(results["alpha"]), float(results.get("alpha_holdback", 1.0)))
-    table = Table(title=f"ab {results['name']}: SESOI ±{results['sesoi']:g} bpb, α {results['alpha']:g} over "
-                  f"{results['n_arms']} arm(s){f' ({held})' if held else ''}, looks {results['looks']}",
+def verdict_table(results: ComparisonResults) -> Table:
+    """The verdicts as a rich table, each with its sentence."""
+    held = holdback_words(float(results.alpha), float(results.alpha_holdback))
+    table = Table(title=f"ab {results.name}: SESOI ±{results.sesoi:g} bpb, α {results.alpha:g} over "
+                  f"{results.n_arms} arm(s){f' ({held})' if held else ''}, looks {results.looks}",
                   title_justify="left",
                   caption=assumption_caption(results), caption_justify="left")
     for c in ("arm", "bpb mean", "Δ mean", "repeated interval", "look", "verdict", "kept", "what was tested"):

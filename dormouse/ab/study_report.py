@@ -15,20 +15,21 @@ from matplotlib.figure import Figure
 
 from dormouse.ab.interaction import INVALID, decide_all, decide_calibration, interaction_sentence
 from dormouse.ab.jsonable import jsonable
+from dormouse.ab.results import ArmResult, ComparisonResults
 from dormouse.ab.study import RegisteredStudy
 from dormouse.run.checkpoint import atomic_write_text
 from dormouse.run.files import DELTA_AXIS_PLOT, POINTS_DEPTH_PLOT, StudyFiles
 
 
-def read_point(study_dir: Path, point: str) -> dict[str, Any] | None:
+def read_point(study_dir: Path, point: str) -> ComparisonResults | None:
     path = StudyFiles(study_dir).point(point).results
-    return json.loads(path.read_text()) if path.is_file() else None
+    return ComparisonResults.from_json(json.loads(path.read_text())) if path.is_file() else None
 
 
-def decision_diffs(arm: dict[str, Any]) -> list[float]:
+def decision_diffs(arm: ArmResult) -> list[float]:
     """The paired differences an arm's point decision used: the first ``decision.n`` (all, for the A/A arm)."""
-    diffs = [float(x) for x in arm.get("diffs") or []]
-    n = (arm.get("decision") or {}).get("n")
+    diffs = [float(x) for x in arm.diffs]
+    n = (arm.outcome.decision or {}).get("n")
     return diffs[: int(n)] if n is not None else diffs
 
 
@@ -40,20 +41,19 @@ def analyze_study(study: RegisteredStudy, study_dir: Path, stamp: dict[str, Any]
     for p in study.points():
         r = read_point(study_dir, p.name)
         per_point.append(r)
-        row: dict[str, Any] = {"name": p.name, "value": p.value, "complete": bool(r and r.get("complete")),
+        row: dict[str, Any] = {"name": p.name, "value": p.value, "complete": bool(r and r.complete),
                                "started": StudyFiles(study_dir).point(p.name).registration.is_file(),
                                "decided": r is not None, "arms": {}}
         if r is not None:
-            for arm, a in r["arms"].items():
-                d = a.get("decision") or {}
-                row["arms"][arm] = {"role": a["role"], "verdict": a["verdict"], "bpb_mean": a.get("bpb_mean"),
-                                    "diff_mean": a.get("diff_mean"), "diff_sd": a.get("diff_sd"),
-                                    "n": d.get("n", len(a.get("diffs") or [])), "interval": d.get("interval"),
-                                    "look": a.get("look"), "lr": (r.get("tune") or {}).get("chosen", {}).get(arm),
-                                    "bpb_by_depth": {k: v.get("bpb_mean") for k, v in
-                                                     (a.get("bpb_by_depth") or {}).items()},
-                                    "sentence": a.get("sentence")}
-            row["looks_taken"] = len(r.get("looks_taken") or [])
+            for arm, a in r.arms.items():
+                d = a.outcome.decision or {}
+                row["arms"][arm] = {"role": a.role, "verdict": a.outcome.verdict, "bpb_mean": a.bpb_mean,
+                                    "diff_mean": a.diff_mean, "diff_sd": a.diff_sd, "n": d.get("n", len(a.diffs)),
+                                    "interval": d.get("interval"), "look": a.outcome.look,
+                                    "lr": (r.tune or {}).get("chosen", {}).get(arm),
+                                    "bpb_by_depth": {k: v.get("bpb_mean") for k, v in a.bpb_by_depth.items()},
+                                    "sentence": a.outcome.sentence}
+            row["looks_taken"] = len(r.looks_taken or [])
         points.append(row)
     complete = all(row["complete"] for row in points)
     out: dict[str, Any] = {
@@ -70,13 +70,13 @@ def analyze_study(study: RegisteredStudy, study_dir: Path, stamp: dict[str, Any]
     return jsonable(out)
 
 
-def _decide(study: RegisteredStudy, per_point: list[dict[str, Any] | None]) -> tuple[dict, dict | None]:
+def _decide(study: RegisteredStudy, per_point: list[ComparisonResults | None]) -> tuple[dict, dict | None]:
     design = study.interaction_design()
     diffs: dict[str, list[list[float]]] = {}
     invalid: set[str] = set()
     for arm in study.tested:
-        rows = [(r or {}).get("arms", {}).get(arm) for r in per_point]
-        if any(a is None or a["verdict"] == INVALID for a in rows):
+        rows = [None if r is None else r.arms.get(arm) for r in per_point]
+        if any(a is None or a.outcome.verdict == INVALID for a in rows):
             invalid.add(arm)
             continue
         diffs[arm] = [decision_diffs(a) for a in rows]  # type: ignore[arg-type]
@@ -86,8 +86,8 @@ def _decide(study: RegisteredStudy, per_point: list[dict[str, Any] | None]) -> t
     aa = study.template.aa_arm
     calib = None
     if aa is not None:
-        rows = [(r or {}).get("arms", {}).get(aa) for r in per_point]
-        bad = any(a is None or a["verdict"] == INVALID for a in rows)
+        rows = [None if r is None else r.arms.get(aa) for r in per_point]
+        bad = any(a is None or a.outcome.verdict == INVALID for a in rows)
         c = decide_calibration(design, [[] if a is None else decision_diffs(a) for a in rows], point_invalid=bad)
         calib = {**c.to_dict(), "sentence": interaction_sentence(c, aa, study.template.baseline, study.axis)}
     return inter, calib

@@ -1,4 +1,4 @@
-"""The report's tune section from ``results.json``'s ``"tune"`` alone, so a published comparison renders again
+"""The report's tune section from the results' ``tune`` stage, so a published comparison renders again
 (docs/ab-protocol.md, "Outputs"): the rule, each arm's lr table, spending and flags, the lr plot, and whether each
 verdict's sign holds at the baseline's lr. The sign check reads the tune runs (few replicates, disjoint seeds): it
 says how far a verdict leans on each arm's own lr, and decides nothing."""
@@ -10,6 +10,7 @@ from statistics import fmean
 from typing import Any
 
 from dormouse.ab.records import is_finite_number
+from dormouse.ab.results import ComparisonResults
 from dormouse.ab.sequential import BETTER, WORSE
 from dormouse.run.files import LR_PLOT
 
@@ -35,9 +36,9 @@ def arm_flags(tune: dict[str, Any], arm: str) -> dict[str, Any]:
     return (tune.get("arms") or {}).get(arm) or {}
 
 
-def unbracketed_side(results: dict[str, Any], arm: str) -> str | None:
+def unbracketed_side(results: ComparisonResults, arm: str) -> str | None:
     """``"low"``/``"high"`` when the arm's chosen lr is still at that edge of what it ran; else None."""
-    return arm_flags(results.get("tune") or {}, arm).get("unbracketed")
+    return arm_flags(results.tune or {}, arm).get("unbracketed")
 
 
 def mean_at(tune: dict[str, Any], arm: str, lr: float) -> float | None:
@@ -60,9 +61,9 @@ class LrCurve:
     confirmatory: tuple[float, float] | None = None  # (mean, sd) over the confirmatory replicates, at ``chosen``
 
 
-def lr_curves(results: dict[str, Any]) -> dict[str, LrCurve]:
+def lr_curves(results: ComparisonResults) -> dict[str, LrCurve]:
     """Per tuned arm (the tune table's order): every tune run, the chosen lr, the confirmatory mean ± sd."""
-    tune = results["tune"]
+    tune = results.tune or {}
     out: dict[str, LrCurve] = {}
     for arm, by_lr in tune["table"].items():
         runs, diverged, means = [], [], []
@@ -74,9 +75,9 @@ def lr_curves(results: dict[str, Any]) -> dict[str, LrCurve]:
             if m is not None:
                 means.append((lr, m))
         chosen = tune["chosen"].get(arm)
-        a = (results.get("arms") or {}).get(arm) or {}
-        conf = ((float(a["bpb_mean"]), float(a["bpb_sd"]) if is_finite_number(a.get("bpb_sd")) else 0.0)
-                if is_finite_number(a.get("bpb_mean")) else None)
+        a = results.arms.get(arm)
+        conf = ((float(a.bpb_mean), float(a.bpb_sd) if is_finite_number(a.bpb_sd) else 0.0)
+                if a is not None and is_finite_number(a.bpb_mean) else None)
         out[arm] = LrCurve(runs, diverged, means, None if chosen is None else float(chosen), conf)
     return out
 
@@ -102,20 +103,20 @@ class SignCheck:
         return self.arm_mean - self.baseline_mean
 
 
-def sign_checks(results: dict[str, Any]) -> list[SignCheck]:
+def sign_checks(results: ComparisonResults) -> list[SignCheck]:
     """One per compared arm, in the results' order; empty without a tune stage or the baseline's choice. ``better``
     holds where the tune difference is below 0, ``worse`` above; exactly 0 holds neither."""
-    tune, base = results.get("tune"), results["baseline"]
+    tune, base = results.tune, results.baseline
     if not tune or tune["chosen"].get(base) is None:
         return []
     lr = float(tune["chosen"][base])
     base_mean = mean_at(tune, base, lr)
     out = []
-    for arm, a in results["arms"].items():
-        if a.get("role") != "arm":
+    for arm, a in results.arms.items():
+        if a.role != "arm":
             continue
         arm_mean = mean_at(tune, arm, lr)
-        verdict = str(a.get("verdict"))
+        verdict = str(a.outcome.verdict)
         if verdict not in (BETTER, WORSE):
             outcome = NO_SIGN if arm_mean is not None and base_mean is not None else NOT_MEASURED
         elif arm_mean is None or base_mean is None:
@@ -124,7 +125,7 @@ def sign_checks(results: dict[str, Any]) -> list[SignCheck]:
             d = arm_mean - base_mean
             outcome = HOLDS if (d < 0 if verdict == BETTER else d > 0) else REVERSES
         why = (_unmeasured(tune, arm, lr) or _unmeasured(tune, base, lr)) if outcome == NOT_MEASURED else ""
-        out.append(SignCheck(arm, verdict, a.get("diff_mean"), lr, arm_mean, base_mean, outcome, why))
+        out.append(SignCheck(arm, verdict, a.diff_mean, lr, arm_mean, base_mean, outcome, why))
     return out
 
 
@@ -140,8 +141,8 @@ def _unmeasured(tune: dict[str, Any], arm: str, lr: float) -> str:
 
 # --- the markdown ---------------------------------------------------------------------------------------
 
-def markdown(results: dict[str, Any], plots: list[str]) -> list[str]:
-    tune = results.get("tune")
+def markdown(results: ComparisonResults, plots: list[str]) -> list[str]:
+    tune = results.tune
     if not tune:
         return []
     signs = _sign_section(results)
@@ -221,11 +222,11 @@ def _plot_line(plots: list[str]) -> str:
             "line, the confirmatory mean ± sd at it a black square with its bar).")
 
 
-def _sign_section(results: dict[str, Any]) -> list[str]:
+def _sign_section(results: ComparisonResults) -> list[str]:
     checks = sign_checks(results)
     if not checks:
         return []
-    tune, base = results["tune"], results["baseline"]
+    tune, base = results.tune or {}, results.baseline
     lr = checks[0].lr
     out = ["### Does each verdict's sign hold at the baseline's lr?", "",
            f"From the tune runs alone ({tune['replicates']} registered replicate(s) per lr, on tune seeds disjoint "
@@ -253,14 +254,14 @@ def _outcome_words(c: SignCheck) -> str:
 
 # --- the unbracketed flag beside the verdicts -----------------------------------------------------------
 
-def verdict_mark(results: dict[str, Any], arm: str) -> str:
+def verdict_mark(results: ComparisonResults, arm: str) -> str:
     """The mark the verdict table puts after an unbracketed arm's name ('' for any other)."""
     return f" {UNBRACKETED_MARK}" if unbracketed_side(results, arm) else ""
 
 
-def verdict_footnotes(results: dict[str, Any]) -> list[str]:
+def verdict_footnotes(results: ComparisonResults) -> list[str]:
     """The verdict table's footnote for its unbracketed arms (none: no lines)."""
-    flagged = [(arm, unbracketed_side(results, arm)) for arm in results["arms"] if unbracketed_side(results, arm)]
+    flagged = [(arm, unbracketed_side(results, arm)) for arm in results.arms if unbracketed_side(results, arm)]
     if not flagged:
         return []
     return ["", f"{UNBRACKETED_MARK} **Unbracketed**: " + "; ".join(f"`{arm}`'s chosen lr is still at the {side} "

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dormouse.ab.report import verdict_rows
+from dormouse.ab.results import ComparisonResults
 from dormouse.run.checkpoint import atomic_write_text
 from dormouse.run.files import WANDB_ID
 from dormouse.train.metrics import wandb_dir
@@ -18,26 +19,26 @@ from dormouse.train.metrics import wandb_dir
 COLUMNS = ["arm", "role", "runs", "bpb_mean", "diff_mean", "interval_low", "interval_high", "look", "verdict"]
 
 
-def verdict_data(results: dict[str, Any]) -> list[list[Any]]:
-    """The rows of the ``verdicts`` table, in :data:`COLUMNS` order: one per arm of ``results.json``."""
+def verdict_data(results: ComparisonResults) -> list[list[Any]]:
+    """The rows of the ``verdicts`` table, in :data:`COLUMNS` order: one per arm."""
     out = []
-    for row, (name, arm) in zip(verdict_rows(results), results["arms"].items(), strict=True):
+    for row, (name, arm) in zip(verdict_rows(results), results.arms.items(), strict=True):
         low, high = row["interval"] if row["interval"] else (None, None)
-        out.append([name, arm["role"], len(arm.get("final_bpb") or {}), row["bpb_mean"], row["diff_mean"], low,
-                    high, row["look"], row["verdict"]])
+        out.append([name, arm.role, len(arm.final_bpb), row["bpb_mean"], row["diff_mean"], low, high, row["look"],
+                    row["verdict"]])
     return out
 
 
-def summary_fields(results: dict[str, Any]) -> dict[str, Any]:
+def summary_fields(results: ComparisonResults) -> dict[str, Any]:
     """``<arm>/verdict``, ``<arm>/bpb_mean`` and ``<arm>/diff_mean`` of every arm (wandb's run-table columns)."""
     fields: dict[str, Any] = {}
-    for name, arm in results["arms"].items():
-        fields.update({f"{name}/verdict": arm["verdict"], f"{name}/bpb_mean": arm["bpb_mean"],
-                       f"{name}/diff_mean": arm["diff_mean"]})
+    for name, arm in results.arms.items():
+        fields.update({f"{name}/verdict": arm.outcome.verdict, f"{name}/bpb_mean": arm.bpb_mean,
+                       f"{name}/diff_mean": arm.diff_mean})
     return fields
 
 
-def log_verdict(logging: Any, comp_dir: Path, results: dict[str, Any], wandb: Any = None) -> bool:
+def log_verdict(logging: Any, comp_dir: Path, results: ComparisonResults, wandb: Any = None) -> bool:
     """Send ``results`` to wandb as the summary run when ``logging`` (the runs' section) has wandb on; returns
     whether it did. ``wandb``: the module (tests give a stand-in)."""
     mode = str(logging.wandb)
@@ -47,12 +48,12 @@ def log_verdict(logging: Any, comp_dir: Path, results: dict[str, Any], wandb: An
         import wandb  # lazy: wandb is heavy and usually disabled
 
     run = wandb.init(mode=mode, entity=logging.wandb_entity, project=logging.wandb_project,
-                     group=str(results["name"]), job_type="verdict", name=f"{results['name']}-verdict",
+                     group=str(results.name), job_type="verdict", name=f"{results.name}-verdict",
                      tags=[str(tag) for tag in logging.wandb_tags], dir=wandb_dir(comp_dir),
                      id=_summary_id(comp_dir), resume="allow", config=_config(results),
                      settings=wandb.Settings(silent=True))
     run.log({"verdicts": wandb.Table(columns=COLUMNS, data=verdict_data(results)),
-             **_images(wandb.Image, comp_dir, results.get("plots") or [])})
+             **_images(wandb.Image, comp_dir, results.plots or [])})
     run.summary.update(summary_fields(results))
     run.finish()
     return True
@@ -68,11 +69,10 @@ def _summary_id(comp_dir: Path) -> str:
     return run_id
 
 
-def _config(results: dict[str, Any]) -> dict[str, Any]:
+def _config(results: ComparisonResults) -> dict[str, Any]:
     """The summary run's config: the comparison's design, not per-run numbers."""
-    keys = ("name", "description", "metric", "baseline", "aa_arm", "seeds", "min_effect", "alpha", "confidence",
-            "complete", "overrides", "fixed")
-    return {k: results[k] for k in keys if k in results}
+    keys = ("name", "description", "metric", "baseline", "aa_arm", "alpha", "complete", "overrides", "fixed")
+    return {k: getattr(results, k) for k in keys}
 
 
 def _images(image: Callable[[str], Any], comp_dir: Path, plots: list[str]) -> dict[str, Any]:

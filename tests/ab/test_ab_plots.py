@@ -1,4 +1,4 @@
-"""The forest plot: drawn from results.json's arms, including arms without a paired Δ."""
+"""The forest plot: drawn from the results' arms, including arms without a paired Δ."""
 
 from __future__ import annotations
 
@@ -7,22 +7,23 @@ from pathlib import Path
 import pytest
 
 from dormouse.ab.plots import draw_forest, plot_forest
+from dormouse.ab.results import ComparisonResults
 
 
 def arm(role: str, diff: float | None, rci: list[float] | None, eq: list[float] | None, verdict: str) -> dict:
     decision = None if rci is None else {"interval": rci, "eq_interval": eq}
-    return {"role": role, "diff_mean": diff, "decision": decision, "verdict": verdict,
+    return {"role": role, "diffs": [] if diff is None else [diff], "decision": decision, "verdict": verdict,
             "look": 1 if rci else None, "replicates": [1, 2, 3]}
 
 
 def test_forest_plot_is_written_for_every_kind_of_arm(tmp_path: Path):
-    results = {"name": "t", "baseline": "rezero", "looks": [3, 6], "sesoi": 0.01, "arms": {
+    results = ComparisonResults.from_json({"name": "t", "baseline": "rezero", "looks": [3, 6], "sesoi": 0.01, "arms": {
         "rezero": arm("baseline", None, None, None, "baseline"),
         "gr": arm("arm", -0.03, [-0.05, -0.01], [-0.04, -0.02], "better"),
         "attnres": arm("arm", None, None, None, "invalid"),  # failed runs: listed, no bar
         "one_seed": arm("arm", 0.002, None, None, "insufficient"),  # a mean but no interval
         "aa": arm("aa", 0.001, [-0.004, 0.006], [-0.002, 0.004], "tie"),
-    }}
+    }})
     out = plot_forest(results, tmp_path / "forest.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 5000
 
@@ -58,11 +59,11 @@ def test_rezero_alpha_is_averaged_over_seeds_as_a_magnitude():
 def test_forest_plot_names_an_unbracketed_arm_and_draws_its_mean_hollow():
     """An arm the tune stage left at an edge of its lrs (results.json's tune.arms[arm].unbracketed) is named
     so on the forest plot and its mean drawn hollow; the others stay as they were."""
-    results = {"name": "t", "baseline": "rezero", "looks": [3], "sesoi": 0.01, "arms": {
+    results = ComparisonResults.from_json({"name": "t", "baseline": "rezero", "looks": [3], "sesoi": 0.01, "arms": {
         "rezero": arm("baseline", None, None, None, "baseline"),
         "gr": arm("arm", -0.03, [-0.05, -0.01], [-0.04, -0.02], "better"),
         "attnres": arm("arm", 0.02, [0.01, 0.03], [0.012, 0.028], "worse"),
-    }, "tune": {"arms": {"gr": {"unbracketed": "high"}, "attnres": {"unbracketed": None}}}}
+    }, "tune": {"arms": {"gr": {"unbracketed": "high"}, "attnres": {"unbracketed": None}}}})
     fig = draw_forest(results)
     (ax,) = fig.axes
     assert [t.get_text() for t in ax.get_yticklabels()] == ["gr (unbracketed: high)", "attnres"]
@@ -85,7 +86,8 @@ def test_the_forest_legend_never_covers_the_title_whatever_the_arms(n_arms: int)
     overlapping neither, and all of it inside the figure."""
     arms = {"rezero": arm("baseline", None, None, None, "baseline")}
     arms.update({f"a{i}": arm("arm", -0.03, [-0.05, -0.01], [-0.04, -0.02], "better") for i in range(n_arms)})
-    results = {"name": "smoke", "baseline": "rezero", "looks": [2, 4], "sesoi": 0.05, "arms": arms}
+    results = ComparisonResults.from_json({"name": "smoke", "baseline": "rezero", "looks": [2, 4], "sesoi": 0.05,
+                                           "arms": arms})
     box = _drawn_boxes(draw_forest(results))
     title, legend, axes, figure = box["title"], box["legend"], box["axes"], box["figure"]
     assert legend.y0 >= axes.y1 - 0.5, "the legend dips into the axes"

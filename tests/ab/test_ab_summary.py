@@ -5,19 +5,20 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from dormouse.ab.results import ComparisonResults
 from dormouse.ab.status import verdict_table
 
 SENTENCE = ("gr_with_a_long_arm_name has lower final bpb than rezero: at look 1 of 2 (3 paired replicates), the "
             "99.1667 % repeated confidence interval of the mean paired difference -0.0500 is [-0.0700, -0.0300]")
 
 
-def results() -> dict:
-    base = {"role": "baseline", "bpb_mean": 2.4, "diff_mean": None, "decision": None, "look": None,
+def results() -> ComparisonResults:
+    base = {"role": "baseline", "bpb_mean": 2.4, "decision": None, "look": None,
             "verdict": "baseline", "kept": None, "sentence": "the reference"}
-    gr = {"role": "arm", "bpb_mean": 2.35, "diff_mean": -0.05, "decision": {"interval": [-0.07, -0.03]}, "look": 1,
-          "verdict": "better", "kept": "gr", "sentence": SENTENCE}
-    return {"name": "t", "sesoi": 0.01, "alpha": 0.05, "n_arms": 3, "looks": [3, 6],
-            "arms": {"rezero": base, "gr_with_a_long_arm_name": gr}}
+    gr = {"role": "arm", "bpb_mean": 2.35, "diffs": [-0.04, -0.05, -0.06], "decision": {"interval": [-0.07, -0.03]},
+          "look": 1, "verdict": "better", "kept": "gr", "sentence": SENTENCE}
+    return ComparisonResults.from_json({"name": "t", "sesoi": 0.01, "alpha": 0.05, "n_arms": 3, "looks": [3, 6],
+                                        "arms": {"rezero": base, "gr_with_a_long_arm_name": gr}})
 
 
 def render(width: int) -> str:

@@ -23,7 +23,7 @@ from dormouse.ab.plan import build_plan
 from dormouse.ab.records import RunRecord, load_record
 from dormouse.ab.registry import parse_spec, validate_spec
 from dormouse.ab.report import render_report
-from dormouse.ab.results import analyze
+from dormouse.ab.results import ComparisonResults, analyze
 from dormouse.ab.sequential import Design
 from dormouse.arms.registry import ARMS
 from dormouse.config.schema import arm_name
@@ -149,7 +149,7 @@ def test_each_verdict_states_what_was_tested_and_keeps_by_the_registry_order(pla
     assert verdicts == {"rezero": "baseline", "gr": "better", "attnres_full": "worse", "attnres_block": "tie"}
     kept = {a: r["kept"] for a, r in results["arms"].items()}
     assert kept == {"rezero": None, "gr": "gr", "attnres_full": "rezero", "attnres_block": "rezero"}
-    report = render_report(results, [])
+    report = render_report(ComparisonResults.from_json(results), [])
     lines = {a: next(ln for ln in report.splitlines() if ln.startswith(f"- `{a}`")) for a in diffs}
     assert "gr has lower final bpb than rezero" in lines["gr"] and "lies below 0" in lines["gr"]
     assert "attnres_full has higher final bpb" in lines["attnres_full"]
@@ -170,7 +170,7 @@ def test_beside_the_verdict_bad_runs_and_depth_are_reported_not_decided(plan: An
     assert full["bad_runs"]["count"] == 2 and full["bad_runs"]["n"] == 3
     assert results["arms"]["rezero"]["bad_runs"]["count"] == 1
     assert results["arms"]["gr"]["bpb_by_depth"]["bpb@1"]["diff_mean"] == pytest.approx(-0.10)
-    report = render_report(results, [])
+    report = render_report(ComparisonResults.from_json(results), [])
     assert "## Δ at every depth (secondary" in report
     assert "2/3" in next(ln for ln in report.splitlines() if ln.startswith("| `attnres_full`"))
 

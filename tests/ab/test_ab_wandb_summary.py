@@ -10,9 +10,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from dormouse.ab.results import ComparisonResults
 from dormouse.ab.wandb_summary import COLUMNS, log_verdict, verdict_data
 
-PUBLISHED = Path(__file__).resolve().parents[2] / "docs" / "results" / "residual_cpu"
+PUBLISHED = Path(__file__).resolve().parents[2] / "docs" / "results" / "residual_cpu2"
 
 
 class FakeWandb(types.SimpleNamespace):
@@ -45,22 +46,22 @@ def _logging(mode: str):
 
 def test_the_verdict_table_is_a_summary_run_grouped_with_the_comparisons_runs(tmp_path: Path, monkeypatch):
     monkeypatch.delenv("WANDB_DIR", raising=False)
-    comp = tmp_path / "residual_cpu"
-    shutil.copytree(PUBLISHED, comp, ignore=shutil.ignore_patterns("launch", "pilot"))
-    results = json.loads((comp / "results.json").read_text())
+    comp = tmp_path / "residual_cpu2"
+    shutil.copytree(PUBLISHED, comp, ignore=shutil.ignore_patterns("launch", "carry"))
+    results = ComparisonResults.from_json(json.loads((comp / "results.json").read_text()))
     fake = FakeWandb()
     assert log_verdict(_logging("offline"), comp, results, wandb=fake)
     (init,) = fake.inits
-    assert init["group"] == "residual_cpu" and init["job_type"] == "verdict" and init["mode"] == "offline"
-    assert init["name"] == "residual_cpu-verdict" and init["dir"] == str(comp)
+    assert init["group"] == "residual_cpu2" and init["job_type"] == "verdict" and init["mode"] == "offline"
+    assert init["name"] == "residual_cpu2-verdict" and init["dir"] == str(comp)
     assert init["settings"] == {"silent": True} and init["tags"] == ["cpu"]
     (logged,) = fake.logged
     table = logged["verdicts"]
-    assert table["columns"] == COLUMNS and [row[0] for row in table["data"]] == list(results["arms"])
+    assert table["columns"] == COLUMNS and [row[0] for row in table["data"]] == list(results.arms)
     by_arm = {row[0]: dict(zip(COLUMNS, row)) for row in table["data"]}
-    for name, arm in results["arms"].items():
-        assert by_arm[name]["verdict"] == arm["verdict"] == fake.summary[f"{name}/verdict"]
-        assert by_arm[name]["runs"] == len(arm["final_bpb"]) and by_arm[name]["bpb_mean"] == arm["bpb_mean"]
+    for name, arm in results.arms.items():
+        assert by_arm[name]["verdict"] == arm.outcome.verdict == fake.summary[f"{name}/verdict"]
+        assert by_arm[name]["runs"] == len(arm.final_bpb) and by_arm[name]["bpb_mean"] == arm.bpb_mean
     assert logged["plots/forest"] == ("image", str(comp / "forest.png"))
     assert fake.finished == 1
     log_verdict(_logging("offline"), comp, results, wandb=fake)  # the next look: the same summary run
@@ -69,7 +70,7 @@ def test_the_verdict_table_is_a_summary_run_grouped_with_the_comparisons_runs(tm
 
 def test_nothing_reaches_wandb_when_the_comparisons_runs_do_not_log_to_it(tmp_path: Path):
     fake = FakeWandb()
-    results = json.loads((PUBLISHED / "results.json").read_text())
+    results = ComparisonResults.from_json(json.loads((PUBLISHED / "results.json").read_text()))
     assert not log_verdict(_logging("disabled"), tmp_path, results, wandb=fake)
     assert fake.inits == [] and not any(tmp_path.iterdir())
-    assert len(verdict_data(results)) == len(results["arms"])
+    assert len(verdict_data(results)) == len(results.arms)

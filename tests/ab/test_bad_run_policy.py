@@ -160,14 +160,15 @@ def test_the_verdict_decides_on_the_spare_and_the_finding_names_the_replacement(
     want = [planted_bpb("gr", k, bad) - planted_bpb("rezero", k, bad) for k in state.used["gr"]]
     assert state.diffs["gr"] == pytest.approx(want) and max(want) < 0, "Δ over replicates 1, 6, 3"
     assert state.decisions["gr"].verdict == "better"
-    doc = analyze(plan, state, read)[0].to_json()
+    analyzed = analyze(plan, state, read)[0]
+    doc = analyzed.to_json()
     gr = doc["arms"]["gr"]["bad_runs"]
     assert (gr["count"], gr["n"]) == (1, len(state.used["gr"]) + 1), "the replaced run counts in the rate"
     assert gr["replaced"] == [{"replicate": 2, "spare": 6, "bad": ["arm"]}]
     assert doc["bad_run_replacements"] == 2
     assert "2" not in doc["arms"]["gr"]["final_bpb"] and "6" in doc["arms"]["gr"]["final_bpb"]
     assert any(r["arm"] == "gr" and r["replicate"] == 2 for r in doc["runs"]), "the replaced run is listed"
-    report = render_report(doc, [])
+    report = render_report(analyzed, [])
     lines = [ln for ln in report.splitlines() if ln.startswith("- gr:")]
     assert lines and "1 of" in lines[0] and "replicate 2 replaced by spare 6 (arm run bad)" in lines[0], \
         "the report states the bad runs and the replacement"

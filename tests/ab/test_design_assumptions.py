@@ -28,7 +28,7 @@ from dormouse.ab.plan import build_plan
 from dormouse.ab.records import RunRecord
 from dormouse.ab.registry import parse_spec, validate_spec
 from dormouse.ab.report import render_report
-from dormouse.ab.results import analyze
+from dormouse.ab.results import ComparisonResults, analyze
 from dormouse.ab.status import verdict_table
 from dormouse.config.schema import arm_name
 
@@ -279,12 +279,12 @@ def test_results_carry_the_holdback_the_skewness_and_the_aa_interval(planted: di
 
 
 def test_the_report_and_console_print_the_assumptions_beside_the_verdicts(planted: dict[str, Any]) -> None:
-    report = render_report(planted, [])
+    report = render_report(ComparisonResults.from_json(planted), [])
     assert "**A/A calibration check**" in report and "registered pilot sd 0.01" in report
     assert "**Skewness**: pooled skewness of the paired differences" in report
     assert "(boundaries at α 0.035 = 0.05 × 0.7, held back for skew)" in report
     console = Console(width=400, record=True, color_system=None)
-    console.print(verdict_table(planted))
+    console.print(verdict_table(ComparisonResults.from_json(planted)))
     text = console.export_text()
     assert "A/A calibration check: The A/A paired sd" in text and "Skewness: pooled skewness" in text
     assert "over 1 arm(s) (boundaries at α 0.035 = 0.05 × 0.7, held back for skew)" in text
@@ -297,7 +297,7 @@ def test_the_console_prints_the_aa_check_its_aa_row_points_at(planted: dict[str,
     said = planted["arms"][aa]["sentence"]
     assert "A/A calibration check" in said and "below the table" in said
     console = Console(width=80, record=True, color_system=None)
-    console.print(verdict_table(planted))
+    console.print(verdict_table(ComparisonResults.from_json(planted)))
     text = console.export_text()
     assert text.index("A/A calibration check: The A/A paired sd") > text.rindex("└")
 
@@ -305,9 +305,9 @@ def test_the_console_prints_the_aa_check_its_aa_row_points_at(planted: dict[str,
 def test_a_published_results_json_with_the_old_aa_check_still_renders() -> None:
     """residual_cpu2's results.json holds the F test's dict and no skewness: its report says what it said."""
     old = _published()
-    report = render_report(old, old.get("plots") or [])
+    report = render_report(ComparisonResults.from_json(old), old.get("plots") or [])
     assert old["aa_calibration"]["sentence"] in report and "its spread agrees with the compared arms'" in report
     assert "**Skewness**" not in report and "held back" not in report
     console = Console(width=400, record=True, color_system=None)
-    console.print(verdict_table(old))
+    console.print(verdict_table(ComparisonResults.from_json(old)))
     assert "A/A calibration check: The A/A spread agrees" in console.export_text()

@@ -14,6 +14,7 @@ import pytest
 from dormouse.ab import tune_report
 from dormouse.ab.plots import draw_lr, plot_lr, write_plots
 from dormouse.ab.report import render_report
+from dormouse.ab.results import ComparisonResults
 from dormouse.ab.tune_report import HOLDS, NO_SIGN, NOT_MEASURED, REVERSES, sign_checks
 from dormouse.run.files import LR_PLOT
 
@@ -21,10 +22,10 @@ PUBLISHED2 = Path(__file__).resolve().parents[2] / "docs" / "results" / "residua
 
 
 def _arm(role: str, verdict: str, diff: float | None, mean: float, sd: float) -> dict[str, Any]:
-    return {"role": role, "verdict": verdict, "diff_mean": diff, "bpb_mean": mean, "bpb_sd": sd}
+    return {"role": role, "verdict": verdict, "diffs": [] if diff is None else [diff], "bpb_mean": mean, "bpb_sd": sd}
 
 
-def bracketed() -> dict[str, Any]:
+def bracketed() -> ComparisonResults:
     """A comparison whose tune stage extended, re-seeded and flagged. The baseline chose 0.002 (mean of its
     two seeds there 2.41); at 0.002 ``up`` (better) ran 2.38: -0.03, holds; ``down`` (worse) ran 2.39: -0.02,
     reverses; ``flat`` (tie) ran 2.43: +0.02, no sign claimed; ``div`` (better) diverged there: not measured."""
@@ -57,7 +58,7 @@ def bracketed() -> dict[str, Any]:
     arms = {"base": _arm("baseline", "baseline", None, 2.41, 0.01), "up": _arm("arm", "better", -0.05, 2.36, 0.02),
             "down": _arm("arm", "worse", 0.04, 2.45, 0.015), "flat": _arm("arm", "tie", 0.001, 2.411, 0.01),
             "div": _arm("arm", "better", -0.06, 2.35, 0.01), "base_aa": _arm("aa", "tie", 0.002, 2.412, 0.01)}
-    return {"name": "t", "baseline": "base", "tune": tune, "arms": arms}
+    return ComparisonResults.from_json({"name": "t", "baseline": "base", "tune": tune, "arms": arms})
 
 
 def _rows(lines: list[str]) -> dict[str, list[str]]:
@@ -107,17 +108,17 @@ def test_an_arm_that_never_ran_at_the_baselines_lr_is_not_measured() -> None:
     """The baseline's choice an extension (0.008) no other arm reached; a worse arm that would hold at
     0.004 does not count as holding at 0.008."""
     r = bracketed()
-    r["tune"]["table"]["base"]["0.008"] = [2.39]
-    r["tune"]["chosen"]["base"] = 0.008
+    r.tune["table"]["base"]["0.008"] = [2.39]
+    r.tune["chosen"]["base"] = 0.008
     checks = {c.arm: c for c in sign_checks(r)}
     assert checks["down"].outcome == NOT_MEASURED and checks["down"].why == "down never ran there"
     assert checks["up"].outcome == HOLDS and checks["up"].tune_diff == pytest.approx(2.30 - 2.39)
 
 
 def test_the_published_result_without_the_new_keys_renders_with_no_flags() -> None:
-    results = json.loads(PUBLISHED2.read_text())
-    assert "arms" not in results["tune"]
-    lines = tune_report.markdown(results, results["plots"])
+    results = ComparisonResults.from_json(json.loads(PUBLISHED2.read_text()))
+    assert "arms" not in results.tune
+    lines = tune_report.markdown(results, results.plots)
     rows = _rows(lines[:lines.index("### Does each verdict's sign hold at the baseline's lr?")])
     assert rows["gr"][1:] == ["2.4605", "2.4299", "**2.3980** ←", "3 / 3", "—", "—", "—", "—", "0.0045"]
     assert "predates the bracketing stage" in "\n".join(lines)
@@ -128,15 +129,15 @@ def test_the_published_result_without_the_new_keys_renders_with_no_flags() -> No
     assert {a: c.outcome for a, c in checks.items()} == dict.fromkeys(
         ["rezero", "gr", "attnres_full", "attnres_block"], HOLDS)
     assert checks["gr"].tune_diff == pytest.approx(2.4298715400866993 - 2.441428100419962, abs=1e-12)
-    report = render_report(results, results["plots"])
+    report = render_report(results, results.plots)
     assert "## The tune stage" in report and "†" not in report
 
 
 def test_an_unbracketed_arm_is_marked_in_the_verdict_table_with_a_footnote() -> None:
-    results = json.loads(PUBLISHED2.read_text())
-    results["tune"]["arms"] = {"gr": {"runs": 3, "budget": 3, "extended": [], "second_seed": [],
+    results = ComparisonResults.from_json(json.loads(PUBLISHED2.read_text()))
+    results.tune["arms"] = {"gr": {"runs": 3, "budget": 3, "extended": [], "second_seed": [],
                                       "stability_limited": [], "unbracketed": "high"}}
-    report = render_report(results, results["plots"]).splitlines()
+    report = render_report(results, results.plots).splitlines()
     verdicts = report[report.index("## Verdicts"):report.index("## What was tested")]
     assert next(ln for ln in verdicts if ln.startswith("| `gr`")).startswith("| `gr` † |")
     assert not any(ln.startswith("| `rezero` †") for ln in verdicts)
@@ -154,7 +155,7 @@ def test_the_lr_plot_draws_every_tune_run_the_choice_and_the_confirmatory_mean()
     fig = draw_lr(r)
     assert [ax.get_title() for ax in fig.axes if ax.get_visible()] == [
         "base", "up (unbracketed: high)", "down (unbracketed: low)", "flat", "div"]
-    finished = {a: sum(isinstance(v, float) for vs in t.values() for v in vs) for a, t in r["tune"]["table"].items()}
+    finished = {a: sum(isinstance(v, float) for vs in t.values() for v in vs) for a, t in r.tune["table"].items()}
     assert finished == {"base": 5, "up": 4, "down": 3, "flat": 3, "div": 1}
     for arm, n in finished.items():
         assert len(_points(fig, f"tune-runs:{arm}")) == n, arm
@@ -166,11 +167,11 @@ def test_the_lr_plot_draws_every_tune_run_the_choice_and_the_confirmatory_mean()
     ax = next(a for a in fig.axes if a.get_title() == "div")
     assert all(y == ax.get_ylim()[1] for _, y in _points(fig, "tune-diverged:div"))
     assert all(y < ax.get_ylim()[1] for _, y in _points(fig, "tune-runs:div"))
-    for arm, a in r["arms"].items():
-        if arm in r["tune"]["table"]:
-            chosen = r["tune"]["chosen"][arm]
+    for arm, a in r.arms.items():
+        if arm in r.tune["table"]:
+            chosen = r.tune["chosen"][arm]
             assert {x for x, _ in _points(fig, f"chosen:{arm}")} == {chosen}
-            assert _points(fig, f"confirmatory:{arm}") == [(chosen, a["bpb_mean"])]
+            assert _points(fig, f"confirmatory:{arm}") == [(chosen, a.bpb_mean)]
     ax_up = next(a for a in fig.axes if a.get_title().startswith("up"))
     bars = next(c for c in ax_up.containers if c.lines[0].get_gid() == "confirmatory:up")
     (segment,) = bars.lines[2][0].get_segments()
@@ -181,13 +182,12 @@ def test_the_lr_plot_draws_every_tune_run_the_choice_and_the_confirmatory_mean()
 def test_the_lr_plot_is_written_for_a_comparison_with_a_tune_stage_only(tmp_path: Path) -> None:
     r = bracketed()
     assert plot_lr(r, tmp_path / LR_PLOT).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    base = {"name": "t", "baseline": "base", "sesoi": 0.01, "looks": [3], "runs": [], "aa_arm": "base_aa",
-            "arms": {a: {**x, "decision": None, "look": None, "replicates": []} for a, x in r["arms"].items()}}
+    base = {**r.to_json(), "sesoi": 0.01, "looks": [3], "runs": [], "aa_arm": "base_aa", "tune": None}
     for sub in ("a", "b"):
         (tmp_path / sub).mkdir()
-    with_tune = write_plots(tmp_path / "a", {**copy.deepcopy(base), "tune": r["tune"]}, [])
+    with_tune = write_plots(tmp_path / "a", ComparisonResults.from_json({**copy.deepcopy(base), "tune": r.tune}), [])
     assert LR_PLOT in [p.name for p in with_tune] and (tmp_path / "a" / LR_PLOT).is_file()
-    assert LR_PLOT not in [p.name for p in write_plots(tmp_path / "b", base, [])]
+    assert LR_PLOT not in [p.name for p in write_plots(tmp_path / "b", ComparisonResults.from_json(base), [])]
 
 
 def test_the_lr_plot_is_the_same_image_each_time(tmp_path: Path) -> None:

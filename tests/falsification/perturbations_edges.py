@@ -82,8 +82,8 @@ PERTURBATIONS: list[dict] = [
         "name": "verdict_summary_run_not_grouped",
         "file": "dormouse/ab/wandb_summary.py",
         "function": "log_verdict",
-        "old": "                     group=str(results[\"name\"]), job_type=\"verdict\", name=f\"{results['name']}-verdict\",\n",
-        "new": "                     group=None, job_type=\"verdict\", name=f\"{results['name']}-verdict\",\n",
+        "old": "                     group=str(results.name), job_type=\"verdict\", name=f\"{results.name}-verdict\",\n",
+        "new": "                     group=None, job_type=\"verdict\", name=f\"{results.name}-verdict\",\n",
         "gates": ["tests/ab/test_ab_wandb_summary.py::test_the_verdict_table_is_a_summary_run_grouped_with_the_"
                   "comparisons_runs"],
         "why": "the comparison's verdict lands in wandb outside the comparison's group: a wandb user looking at "

@@ -93,9 +93,9 @@ PERTURBATIONS: list[dict] = [
         "name": "forest_drops_the_unbracketed_label",
         "file": _PLOTS,
         "function": "_forest_label",
-        "old": "    return name + (\" (A/A)\" if a[\"role\"] == \"aa\" else \"\") + (f\" (unbracketed: {side})\" if side "
+        "old": "    return name + (\" (A/A)\" if a.role == \"aa\" else \"\") + (f\" (unbracketed: {side})\" if side "
                "else \"\")\n",
-        "new": "    return name + (\" (A/A)\" if a[\"role\"] == \"aa\" else \"\")\n",
+        "new": "    return name + (\" (A/A)\" if a.role == \"aa\" else \"\")\n",
         "gates": [_P + "test_forest_plot_names_an_unbracketed_arm_and_draws_its_mean_hollow"],
         "why": "the forest plot names an unbracketed arm like any other",
         "protects": "A/B rule",

@@ -16,6 +16,7 @@ from dormouse.ab import carry
 from dormouse.ab.command import ab_design, ab_plan, ab_run, ab_status
 from dormouse.ab.publish import publish_study
 from dormouse.ab.registry import ABSpecError, ComparisonError, load_spec
+from dormouse.ab.results import ArmResult
 from dormouse.ab.study import load_study
 from dormouse.ab.study_report import decision_diffs
 from tests.helpers.ab_exit import exit_code
@@ -180,9 +181,10 @@ def test_a_study_is_not_loaded_as_one_comparison(registry: Path) -> None:
 
 
 def test_the_interaction_reads_what_each_point_decision_used() -> None:
-    arm = {"diffs": [0.1, 0.2, 0.3, 0.4], "decision": {"n": 2}}
+    arm = ArmResult.from_json({"role": "arm", "diffs": [0.1, 0.2, 0.3, 0.4], "decision": {"n": 2}})
     assert decision_diffs(arm) == [0.1, 0.2]
-    assert decision_diffs({"diffs": [0.1, 0.2]}) == [0.1, 0.2]  # the A/A arm: every difference it ran
+    aa = ArmResult.from_json({"role": "aa", "diffs": [0.1, 0.2]})
+    assert decision_diffs(aa) == [0.1, 0.2]  # the A/A arm: every difference it ran
 
 
 @pytest.mark.parametrize("name", ["smoke_study", "depth_cpu"])
