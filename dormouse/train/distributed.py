@@ -40,8 +40,13 @@ def init_distributed(info: DistInfo, device: torch.device) -> None:
         dist.init_process_group(backend=backend)
 
 
-def shutdown_distributed(info: DistInfo) -> None:
+def shutdown_distributed(info: DistInfo, *, barrier: bool = False) -> None:
+    """Destroy the process group; with ``barrier`` (every rank finished its run) the ranks meet first: a gloo rank
+    torn down while a peer still holds the connection can abort ("terminate called without an active exception").
+    A rank that failed alone skips it, so that it never waits for peers that will not come."""
     if info.enabled and dist.is_initialized():
+        if barrier:
+            dist.barrier()
         dist.destroy_process_group()
 
 

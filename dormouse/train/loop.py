@@ -246,6 +246,7 @@ def train(cfg: DictConfig, *, stop_at_step: int | None = None) -> TrainResult:
     init_distributed(info, device)
     for line in config_warnings(cfg) if info.is_main else []:
         print(f"warning: {line}", file=sys.stderr, flush=True)
+    finished = False  # every rank returned from the loop: they can meet at a barrier before teardown
     try:
         # What `validate` refuses, `train` refuses before it creates anything (dormouse.train.preflight).
         refusals = broadcast_object(start_refusals(cfg, device, info.world_size) if info.is_main else None, info)
@@ -256,7 +257,9 @@ def train(cfg: DictConfig, *, stop_at_step: int | None = None) -> TrainResult:
         run_cfg = _run_config(cfg, broadcast_object(name, info))
         try:
             with hold_run(run_cfg, info):
-                return _train(run_cfg, corpus, device, kernel, info, stop_at_step)
+                result = _train(run_cfg, corpus, device, kernel, info, stop_at_step)
+                finished = True
+            return result
         except OSError as exc:  # a write failed (a full disk): one line, true about what hold_run left
             raise write_failure(exc, run_cfg) from exc
         except CheckpointError as exc:  # a checkpoint's write on a full disk: the same line
@@ -265,7 +268,7 @@ def train(cfg: DictConfig, *, stop_at_step: int | None = None) -> TrainResult:
                 raise write_failure(cause, run_cfg) from exc
             raise
     finally:
-        shutdown_distributed(info)
+        shutdown_distributed(info, barrier=finished)
 
 
 @dataclass
