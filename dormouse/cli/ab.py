@@ -19,6 +19,7 @@ import typer
 from typer.core import TyperGroup
 
 from dormouse.cli.completion import complete_comparison, complete_override
+from dormouse.cli.exits import load_plugins
 from dormouse.run.files import AB_ROOT, RERUN_ROOT, published_dir
 
 RUN = "run"
@@ -110,13 +111,6 @@ LAUNCHER = typer.Option("local", "--launcher",
                         help="local (this machine; see --jobs) or slurm (conf/launcher/slurm.yaml).")
 
 
-def _load_plugins(ctx: typer.Context) -> None:
-    """The plugins' arms, before a verb reads a config (dormouse/cli/app.py's ``--plugin``)."""
-    from dormouse.arms.plugins import activate
-
-    activate(ctx.find_root().params.get("plugin") or [])
-
-
 def _launch(overrides: list[str] | None, jobs: int, threads: int | None, launcher: str):
     """The Hydra overrides and how the runs launch (``launcher.KEY=VALUE`` go to the launcher)."""
     from dormouse.ab.launch_request import LaunchRequest, split_overrides
@@ -131,7 +125,7 @@ def run_(ctx: typer.Context, name: str = NAME, overrides: list[str] = OVERRIDES,
          restart: bool = typer.Option(False, "--restart", help="Discard earlier results and start over."),
          root: Path = ROOT, jobs: int = JOBS, threads: int = THREADS, launcher: str = LAUNCHER) -> None:
     """Run (or continue) a comparison to its verdicts. Exit 0: every run it needed finished; 1: a run failed."""
-    _load_plugins(ctx)
+    load_plugins(ctx)
     from dormouse.ab.command import ab_run
 
     hydra_overrides, request = _launch(overrides, jobs, threads, launcher)
@@ -142,7 +136,7 @@ def run_(ctx: typer.Context, name: str = NAME, overrides: list[str] = OVERRIDES,
 def plan(ctx: typer.Context, name: str = NAME, overrides: list[str] = OVERRIDES, root: Path = ROOT,
          jobs: int = JOBS, threads: int = THREADS, launcher: str = LAUNCHER) -> None:
     """The runs, their overrides, what is done, the launch settings and the estimated cost; trains nothing."""
-    _load_plugins(ctx)
+    load_plugins(ctx)
     from dormouse.ab.command import ab_plan
 
     hydra_overrides, request = _launch(overrides, jobs, threads, launcher)
@@ -152,7 +146,7 @@ def plan(ctx: typer.Context, name: str = NAME, overrides: list[str] = OVERRIDES,
 @ab_app.command()
 def status(ctx: typer.Context, name: str = NAME, root: Path = ROOT) -> None:
     """Where a comparison stands: looks taken and what they decided, runs, ETA (read-only; exit 2 if never started)."""
-    _load_plugins(ctx)
+    load_plugins(ctx)
     from dormouse.ab.command import ab_status
 
     raise typer.Exit(ab_status(name, root=root))
@@ -163,7 +157,7 @@ def design(ctx: typer.Context, name: str = NAME, overrides: list[str] = OVERRIDE
     """Simulate the registered design and print its card (type-I error, power, expected replicates).
 
     The card is saved with the comparison (its report shows it)."""
-    _load_plugins(ctx)
+    load_plugins(ctx)
     from dormouse.ab.command import ab_design
 
     raise typer.Exit(ab_design(name, list(overrides or []), root=root))
@@ -172,7 +166,7 @@ def design(ctx: typer.Context, name: str = NAME, overrides: list[str] = OVERRIDE
 @ab_app.command("list")
 def list_(ctx: typer.Context) -> None:
     """The registered comparisons and studies: arms, looks or seeds, and what each compares."""
-    _load_plugins(ctx)
+    load_plugins(ctx)
     from dormouse.ab.registry import ABSpecError, is_study, list_comparisons, load_spec
     from dormouse.ab.study import load_study
 

@@ -21,7 +21,7 @@ from rich.text import Text
 
 from dormouse.cli.ab import ab_app
 from dormouse.cli.completion import complete_override
-from dormouse.cli.exits import ExitOnError, err
+from dormouse.cli.exits import ExitOnError, err, load_plugins
 from dormouse.cli.sample_options import SampleOptions
 from dormouse.run.files import RUNS_ROOT
 
@@ -57,16 +57,8 @@ def _root(
                                           "Also DORMOUSE_PLUGINS and the `dormouse.arms` entry points."),
 ) -> None:
     """Train a looped byte-level LM and A/B-compare residual mechanisms (ReZero, GR, AttnRes)."""
-    # The plugins load when a command starts (_load_plugins), not here: Click calls this before it reads a
+    # The plugins load when a command starts (load_plugins), not here: Click calls this before it reads a
     # command's --help, and loading the arms imports torch (seconds) for a help text that needs none of it.
-
-
-def _load_plugins(ctx: typer.Context) -> None:
-    """Load the entry points, DORMOUSE_PLUGINS and the root's ``--plugin`` values: the first thing every
-    command that reads arms does, before it reads a config (a plugin arm's switch is in the schema)."""
-    from dormouse.arms.plugins import activate
-
-    activate(ctx.find_root().params.get("plugin") or [])
 
 
 CFG = typer.Option(None, "--cfg", show_default=False,
@@ -109,7 +101,7 @@ def train(ctx: typer.Context, overrides: list[str] = OVERRIDES, cfg_flag: str = 
     """Train one model (no arguments: the CPU default on the embedded Shakespeare corpus).
 
     A sweep explores; a registered comparison decides: `-m` runs settings, `dormouse ab` gives a verdict."""
-    _load_plugins(ctx)
+    load_plugins(ctx)
     if cfg_flag is not None:
         _print_job_config(cfg_flag, overrides)
         return
@@ -137,7 +129,7 @@ def validate(ctx: typer.Context, overrides: list[str] = OVERRIDES, cfg_flag: str
     """A dry run of `train`: the config, the data source and the run directory; prints the resolved config.
 
     Exit 2 on anything `train` would refuse before step 0, like `train`. Creates nothing, trains nothing."""
-    _load_plugins(ctx)
+    load_plugins(ctx)
     if cfg_flag is not None:
         _print_job_config(cfg_flag, overrides)
         return
@@ -174,7 +166,7 @@ def logs(
 ) -> None:
     """Show each run's evals (a table fitted to the terminal, tab-separated rows or JSON) and report findings
     (dead or leaking arms, NaNs, malformed or missing lines); a comparison as one row per arm."""
-    _load_plugins(ctx)
+    load_plugins(ctx)
     from dormouse.cli.logs import logs_command
 
     raise typer.Exit(logs_command(list(paths or []), check, Console(), fmt=fmt, err_console=err, per_run=runs))
@@ -190,7 +182,7 @@ def arms(ctx: typer.Context,
                                  show_default=False)) -> None:
     """List the arms this command knows, built-in and plugin, in registry order: each one's switch, options
     and their defaults, where it came from and what it does."""
-    _load_plugins(ctx)
+    load_plugins(ctx)
     from dormouse.cli.arms import arms_command
 
     raise typer.Exit(arms_command(Console(), fmt=fmt, err_console=err))
@@ -209,7 +201,7 @@ def eval_(
     """Evaluate a checkpoint on its run's fixed eval set and print the eval line (bpb at every depth).
 
     Writes nothing, to the run or anywhere else."""
-    _load_plugins(ctx)
+    load_plugins(ctx)
     from dormouse.cli.eval import eval_checkpoint
     from dormouse.run.loglines import format_eval_line
 
@@ -249,7 +241,7 @@ def sample(
     device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N."),
 ) -> None:
     """Generate bytes from a run's checkpoint, at one depth or at every depth of the loop."""
-    _load_plugins(ctx)
+    load_plugins(ctx)
     from dormouse.cli.sample import sample_run
 
     def loaded(path: Path, step: int) -> None:

@@ -44,6 +44,14 @@ err = Console(stderr=True, highlight=False)
 CTRL_C_EXIT = 130
 
 
+def load_plugins(ctx: click.Context) -> None:
+    """Load the entry points, DORMOUSE_PLUGINS and the root's ``--plugin`` values: the first thing every command
+    that reads arms does, before it reads a config (a plugin arm's switch is in the schema)."""
+    from dormouse.arms.plugins import activate  # the arms import torch: only when a command starts
+
+    activate(ctx.find_root().params.get("plugin") or [])
+
+
 def exit_code_of(exc: DormouseError | KeyboardInterrupt, console: Console = err) -> int:
     """Say ``exc`` as ``error:`` lines (unless already said) and return its class's exit code (a bare Ctrl-C: 130)."""
     if isinstance(exc, KeyboardInterrupt):
