@@ -1,5 +1,5 @@
-"""Where a sequential comparison stands: the looks taken, what each decided, and the pairs the next look needs,
-replayed from the runs on disk so the runner, ``ab status`` and the report see the same looks (docs/ab-protocol.md,
+"""Where a sequential comparison stands: its stages (the tune stage when registered, then the confirmatory looks)
+replayed from the runs on disk, so the runner, ``ab status`` and the report see the same looks (docs/ab-protocol.md,
 "Running a comparison"). At look i the baseline, the A/A arm and every undecided arm run ``looks[i]`` replicates
 (under a bad-run policy, :func:`dormouse.ab.bad_runs.assign`'s); a decided arm runs no more. An arm whose runs
 failed or ran not as asked is ``invalid`` and stays in the family, so it never loosens the others' correction."""
@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from dormouse.ab import bad_runs, tune
 from dormouse.ab.pairjob import Pair
 from dormouse.ab.plan import ComparisonPlan
 from dormouse.ab.records import RunRecord, is_finite_number, load_record
+from dormouse.ab.registry import ComparisonError
 from dormouse.ab.sequential import UNDECIDED, decide
 from dormouse.config.schema import arm_name
 
@@ -41,6 +42,7 @@ class Progress:
     invalid: dict[str, str] = field(default_factory=dict)  # arm -> why (failed or incomplete runs, counters)
     tune: Any = None  # the tune stage's tune.TuneOutcome (None: the registration has none)
     next_look: int | None = None  # the look the pending pairs are for (None with tune pairs pending)
+    stage: Stage | None = None  # the stage the pending pairs are for: the last one replayed
     pending: list[Pair] = field(default_factory=list)  # pairs to run before the next look can be taken
     used: dict[str, list[int]] = field(default_factory=dict)  # arm -> the replicates its analysis uses, in order
     made: dict[str, list[int]] = field(default_factory=dict)  # arm -> every replicate it ran (replaced ones too)
@@ -61,6 +63,22 @@ class Progress:
             return INVALID
         d = self.decisions.get(arm)
         return UNDECIDED if d is None else str(d.verdict)
+
+
+class Stage(Protocol):
+    """One stage of a comparison, replayed from the runs on disk; the runner runs its pending runs in batches."""
+
+    def replay(self, plan: ComparisonPlan, read: ReadRecord, failed: set[str], out: Progress) -> bool:
+        """Fill ``out`` with where the stage stands; True once it is settled and the next stage may go on."""
+        ...
+
+    def describe(self, plan: ComparisonPlan, state: Progress) -> str:
+        """What a batch of the stage's pending runs is for, in the runner's line."""
+        ...
+
+    def save(self, plan: ComparisonPlan, state: Progress) -> None:
+        """Write what the stage settled before a later stage runs (the runner calls it; a replay writes nothing)."""
+        ...
 
 
 def read_pair(pair: Pair, error: str | None = None) -> RunRecord:
@@ -98,52 +116,78 @@ def _finding_free(records: list[RunRecord]) -> bool:
     return all(not r.findings for r in records)
 
 
+def stages_of(plan: ComparisonPlan) -> list[Stage]:
+    """The plan's stages in the order they run: the tune stage when one is registered, then the looks."""
+    return [*([tune.TuneStage()] if plan.tune_pairs else []), ConfirmatoryLooks()]
+
+
 def progress(plan: ComparisonPlan, read: ReadRecord, failed: set[str] | None = None) -> Progress:
-    """Replay the schedule from disk. ``read(pair)`` gives a pair's record; pairs in ``failed`` are not to be run
-    again now, so their arm is invalid instead of pending."""
-    spec, failed = plan.spec, failed or set()
-    design = plan.design()
-    base, aa = spec.baseline, spec.aa_arm
-    helpers = [base] + ([aa] if aa is not None else [])
+    """Replay the plan's stages from disk, in order, up to the first one not settled. ``read(pair)`` gives a pair's
+    record; pairs in ``failed`` are not to be run again now, so their arm is invalid instead of pending."""
     out = Progress()
-    if plan.tune_pairs and not _tune_stage(plan, read, failed, out):
-        return out
-    active = list(spec.tested)
-    for index, n in enumerate(plan.looks):
-        pairs = plan.pairs_to(n, helpers + active)
-        records = {p.name: read(p) for p in pairs}
-        to_run = [p for p in pairs if not records[p.name].complete and p.name not in failed]
-        chosen: dict[str, bad_runs.Assignment] = {}
-        if not to_run:  # the spare pairs the bad-run policy asks for, once the look's own pairs are in
-            ruled = [a for a in helpers[1:] + active if a not in out.invalid]
-            chosen, to_run = _spares(plan, read, records, ruled, n, failed)
-        if to_run:
-            out.next_look, out.pending = index, to_run
-            break
-        by_arm = _made(plan, records, helpers + active, n, chosen)
-        for arm in list(helpers + active):
-            if arm not in out.invalid and not (all(r.complete for r in by_arm[arm]) and _finding_free(by_arm[arm])):
-                out.invalid[arm] = _why_invalid(by_arm[arm], n)
-                _use(out, arm, n, by_arm, chosen, base)
-        if base in out.invalid:  # nothing can be decided against a baseline that did not run as asked
-            for arm in active:
-                out.invalid.setdefault(arm, f"the baseline {base!r} is invalid: {out.invalid[base]}")
-            break
-        active = [a for a in active if a not in out.invalid]
-        if not active:
-            break
-        for a in [*helpers, *active]:
-            if a not in out.invalid:
-                _use(out, a, n, by_arm, chosen, base)
-        family = design  # the registered family (n_arms fixed at registration), whatever failed
-        decided = decide(family, index, {a: out.diffs[a] for a in active}, decided=dict(out.decisions))
-        out.looks.append(Look(index, n, list(active), {a: decided[a] for a in active}))
-        for a in active:
-            out.decisions[a] = decided[a]
-        active = [a for a in active if decided[a].verdict == UNDECIDED]
-        if not active:
+    for stage in stages_of(plan):
+        out.stage = stage
+        if not stage.replay(plan, read, failed or set(), out):
             break
     return out
+
+
+class ConfirmatoryLooks:
+    """The confirmatory looks: at look i the baseline, the A/A arm and every undecided arm run ``looks[i]``
+    replicates; a decided arm runs no more."""
+
+    def replay(self, plan: ComparisonPlan, read: ReadRecord, failed: set[str], out: Progress) -> bool:
+        if plan.lr_pending:  # a confirmatory pair would run at an lr the tune stage has not chosen
+            raise ComparisonError([f"ab {plan.name}: confirmatory runs scheduled before the tune stage chose"])
+        spec = plan.spec
+        design = plan.design()
+        base, aa = spec.baseline, spec.aa_arm
+        helpers = [base] + ([aa] if aa is not None else [])
+        active = list(spec.tested)
+        for index, n in enumerate(plan.looks):
+            pairs = plan.pairs_to(n, helpers + active)
+            records = {p.name: read(p) for p in pairs}
+            to_run = [p for p in pairs if not records[p.name].complete and p.name not in failed]
+            chosen: dict[str, bad_runs.Assignment] = {}
+            if not to_run:  # the spare pairs the bad-run policy asks for, once the look's own pairs are in
+                ruled = [a for a in helpers[1:] + active if a not in out.invalid]
+                chosen, to_run = _spares(plan, read, records, ruled, n, failed)
+            if to_run:
+                out.next_look, out.pending = index, to_run
+                break
+            by_arm = _made(plan, records, helpers + active, n, chosen)
+            for arm in list(helpers + active):
+                if arm not in out.invalid and not (all(r.complete for r in by_arm[arm])
+                                                   and _finding_free(by_arm[arm])):
+                    out.invalid[arm] = _why_invalid(by_arm[arm], n)
+                    _use(out, arm, n, by_arm, chosen, base)
+            if base in out.invalid:  # nothing can be decided against a baseline that did not run as asked
+                for arm in active:
+                    out.invalid.setdefault(arm, f"the baseline {base!r} is invalid: {out.invalid[base]}")
+                break
+            active = [a for a in active if a not in out.invalid]
+            if not active:
+                break
+            for a in [*helpers, *active]:
+                if a not in out.invalid:
+                    _use(out, a, n, by_arm, chosen, base)
+            family = design  # the registered family (n_arms fixed at registration), whatever failed
+            decided = decide(family, index, {a: out.diffs[a] for a in active}, decided=dict(out.decisions))
+            out.looks.append(Look(index, n, list(active), {a: decided[a] for a in active}))
+            for a in active:
+                out.decisions[a] = decided[a]
+            active = [a for a in active if decided[a].verdict == UNDECIDED]
+            if not active:
+                break
+        return True
+
+    def describe(self, plan: ComparisonPlan, state: Progress) -> str:
+        index = int(state.next_look or 0)
+        arms = ", ".join(dict.fromkeys(p.arm for p in state.pending))
+        return f"look {index + 1} of {len(plan.looks)} ({plan.looks[index]} replicates per arm; arms {arms})"
+
+    def save(self, plan: ComparisonPlan, state: Progress) -> None:
+        """Nothing: the report writes what the looks decided."""
 
 
 def _spares(plan: ComparisonPlan, read: ReadRecord, records: dict[str, RunRecord], arms: list[str], n: int,
@@ -185,21 +229,6 @@ def _made(plan: ComparisonPlan, records: dict[str, RunRecord], arms: list[str], 
         spares = {k for pick in asked for k in (*pick.spares, *([pick.needs] if pick.needs else []))}
         out[arm] = [records[plan.pair_of(arm, k).name] for k in [*range(1, n + 1), *sorted(spares)]]
     return out
-
-
-def _tune_stage(plan: ComparisonPlan, read: ReadRecord, failed: set[str], out: Progress) -> bool:
-    """True once the tune stage has chosen; else its pending pairs, or every arm invalid after a failed tune pair."""
-    out.tune = tune.settle(plan, read, failed)
-    if out.tune.settled:
-        plan.choose_lrs(out.tune.chosen)
-        return True
-    if out.tune.pending:
-        out.pending = out.tune.pending
-        return False
-    why = "the tune stage could not choose: " + "; ".join(f"{k}: {v}" for k, v in out.tune.failed.items())
-    for arm in plan.arms:
-        out.invalid[arm] = why
-    return False
 
 
 def _why_invalid(records: list[RunRecord], n: int) -> str:

@@ -1,8 +1,9 @@
 """``dormouse ab NAME [OVERRIDES...]``: run a registered comparison look by look, then report (docs/ab-protocol.md,
 "Running a comparison"). Build the plan (every pair composed and validated, the launcher built) and refuse anything
 wrong before any run; take the comparison's lock; check the registration stamp and the code fingerprint; save the
-design card; then per look hand the launcher the pairs it needs, each through :func:`dormouse.ab.pairjob.run_pair`,
-and decide; finally analyse and write the outputs. The command around it is :mod:`dormouse.ab.command`."""
+design card; then for each stage (:func:`dormouse.ab.looks.stages_of`: the tune stage, the looks) hand the launcher
+the pairs it needs, each through :func:`dormouse.ab.pairjob.run_pair`, and replay; finally analyse and write the
+outputs. The command around it is :mod:`dormouse.ab.command`."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from dormouse.ab import fingerprint, tune
 from dormouse.ab.launch import DONE, InProcessLauncher, Job, Launcher, LaunchError
 from dormouse.ab.launch_request import LaunchRequest, resolve_launch
 from dormouse.ab.live import PairBoard
-from dormouse.ab.looks import Progress, ReadRecord, progress, read_pair
+from dormouse.ab.looks import Progress, ReadRecord, progress, read_pair, stages_of
 from dormouse.ab.pairjob import (
     Pair,
     PairTask,
@@ -86,7 +87,7 @@ def run_comparison(
         for line in finish_complete_runs(plan.all_pairs, plan.comp_dir):  # a finished run is kept
             console.print(f"[yellow]note:[/] {line}")
         card = ensure_design_card(plan, console)
-        state, read = _run_looks(plan, launcher, train_fn or _default_train_fn(), code.sha256, console)
+        state, read = _run_stages(plan, launcher, train_fn or _default_train_fn(), code.sha256, console)
         written = _report(plan, launcher, state, read, {k: v for k, v in stamp.items() if k != "registered"}, card)
         log_verdict(plan.arm_cfgs[plan.reg.spec.baseline].logging, plan.comp_dir, written)  # wandb on: its summary run
     console.print(verdict_table(written))
@@ -124,42 +125,26 @@ def _launch_record(plan: ComparisonPlan, launcher: Launcher, state: Progress) ->
             "pairs": {p.name: _pair_launch(plan.comp_dir, p.name) for p in used}}
 
 
-def _run_looks(plan: ComparisonPlan, launcher: Launcher, train_fn: TrainFn, code: str,
-               console: Console) -> tuple[Progress, ReadRecord]:
-    """Run the pairs each look needs until every arm is decided or the maximum is reached, replaying the looks from
-    disk after each batch. Returns the last replay and its reader, which holds the records it read."""
+def _run_stages(plan: ComparisonPlan, launcher: Launcher, train_fn: TrainFn, code: str,
+                console: Console) -> tuple[Progress, ReadRecord]:
+    """For each stage in order (the tune stage, then the looks): run its pending runs, replay the stages from disk,
+    let each save what it settled; until nothing is pending. Returns the last replay and its reader, which holds
+    the records it read."""
     errors: dict[str, str] = {}  # this invocation's failed pairs: name -> why
     while True:
         read = _reader(errors)
         state = progress(plan, read, failed=set(errors))
-        if state.tune is not None:
-            tune.record(plan, state.tune)  # the choice, once made, before any confirmatory pair runs
+        for stage in stages_of(plan):  # what a stage settled, before a later stage's runs (the tune choice)
+            stage.save(plan, state)
         if state.finished:
             return state, read
-        if plan.lr_pending and any(p in plan.pairs for p in state.pending):  # a confirmatory pair, unchosen lr
-            raise ComparisonError([f"ab {plan.name}: confirmatory runs scheduled before the tune stage chose"])
         _run_batch(plan, launcher, train_fn, code, state, errors, console)
-
-
-def _stage_line(plan: ComparisonPlan, state: Progress) -> str:
-    """What this batch of pairs is for: the tune stage, or the look it brings."""
-    index = int(state.next_look or 0)
-    arms = ", ".join(dict.fromkeys(p.arm for p in state.pending))
-    if plan.lr_pending:
-        lrs = sorted({float(p.cfg.train.lr) for p in state.pending})
-        extra = sorted({float(p.cfg.train.lr) for p in state.pending if tune.is_extension(plan, p)})
-        seconds = sorted({p.name for p in state.pending if tune.is_second_seed(plan, p)})
-        rule = plan.spec.tune.bracketing()
-        return (f"the tune stage (arms {arms} × lrs {', '.join(f'{x:g}' for x in lrs)}"
-                + (f"; extension lr(s) {', '.join(f'{x:g}' for x in extra)}" if extra else "")
-                + (f"; second seed(s) {', '.join(seconds)}" if seconds else "")
-                + f"; budget {rule.budget} runs per arm)")
-    return f"look {index + 1} of {len(plan.looks)} ({plan.looks[index]} replicates per arm; arms {arms})"
 
 
 def _run_batch(plan: ComparisonPlan, launcher: Launcher, train_fn: TrainFn, code: str,
                state: Progress, errors: dict[str, str], console: Console) -> None:
-    """Run the pairs the next look needs (each job checks ``code`` against its own); failures go to ``errors``."""
+    """Run the pending pairs of the stage replayed last (each job checks ``code`` against its own); failures go to
+    ``errors``."""
     todo = state.pending
     for pair in todo:
         st, why = pair_state(pair)
@@ -169,7 +154,7 @@ def _run_batch(plan: ComparisonPlan, launcher: Launcher, train_fn: TrainFn, code
     tasks = [Job(p.name, run_pair, (PairTask(p, plan.comp_dir, train_fn, launcher.name, output_to_file=workers,
                                              fingerprint=code),)) for p in todo]
     settings = ", ".join(f"{k}={v}" for k, v in launcher.settings().items() if v is not None)
-    console.print(f"ab {plan.name}: {_stage_line(plan, state)}: {len(tasks)} runs to train ({settings})"
+    console.print(f"ab {plan.name}: {state.stage.describe(plan, state)}: {len(tasks)} runs to train ({settings})"
                   + (f"; workers' output in {plan.comp_dir / LAUNCH}" if workers else ""))
     with PairBoard(plan.name, todo, console) as board:
         outcomes = launcher.run(tasks, board.start, board.finish)

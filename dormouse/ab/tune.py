@@ -115,6 +115,41 @@ def _settle_arm(plan: ComparisonPlan, arm: str, rule: Bracketing, read: Callable
         table.setdefault(lr, []).append(cells[(lr, j)])
 
 
+class TuneStage:
+    """The tune stage behind the comparison's stage seam (:class:`dormouse.ab.looks.Stage`): it settles, and the
+    confirmatory lrs are set, before any confirmatory run. ``out`` and ``state`` are the looks' ``Progress``."""
+
+    def replay(self, plan: ComparisonPlan, read: Callable[[Pair], RunRecord], failed: set[str], out: Any) -> bool:
+        """True once the stage has chosen; else its pending pairs, or every arm invalid after a failed tune pair."""
+        out.tune = settle(plan, read, failed)
+        if out.tune.settled:
+            plan.choose_lrs(out.tune.chosen)
+            return True
+        if out.tune.pending:
+            out.pending = out.tune.pending
+            return False
+        why = "the tune stage could not choose: " + "; ".join(f"{k}: {v}" for k, v in out.tune.failed.items())
+        for arm in plan.arms:
+            out.invalid[arm] = why
+        return False
+
+    def describe(self, plan: ComparisonPlan, state: Any) -> str:
+        arms = ", ".join(dict.fromkeys(p.arm for p in state.pending))
+        lrs = sorted({float(p.cfg.train.lr) for p in state.pending})
+        extra = sorted({float(p.cfg.train.lr) for p in state.pending if is_extension(plan, p)})
+        seconds = sorted({p.name for p in state.pending if is_second_seed(plan, p)})
+        rule = plan.spec.tune.bracketing()
+        return (f"the tune stage (arms {arms} × lrs {', '.join(f'{x:g}' for x in lrs)}"
+                + (f"; extension lr(s) {', '.join(f'{x:g}' for x in extra)}" if extra else "")
+                + (f"; second seed(s) {', '.join(seconds)}" if seconds else "")
+                + f"; budget {rule.budget} runs per arm)")
+
+    def save(self, plan: ComparisonPlan, state: Any) -> None:
+        """``tune.json``, once the choice is made, before any confirmatory pair runs."""
+        if state.tune is not None:
+            record(plan, state.tune)
+
+
 def to_dict(plan: ComparisonPlan, out: TuneOutcome) -> dict[str, Any]:
     """The stage as results.json and tune.json hold it: a diverged run as "diverged", an unsettled one as null,
     ``arms`` each done arm's flags."""
