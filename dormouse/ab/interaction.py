@@ -24,8 +24,10 @@ WEIGHT_ZERO = 1e-12  # |c_p| below this is rounding of a point at the log2 centr
 
 
 @dataclass(frozen=True)
-class InteractionDesign:
+class InteractionDesign(sq.Checked):
     """The study's registered primary rule (docs/ab-protocol.md, "A registered study: the primary question")."""
+
+    noun = "interaction design"
 
     alpha: float  # family-wise error of grows/shrinks over the tested arms; also each TOST test's error (flat)
     smallest_change: float  # τ, bpb > 0: the smallest change of Δ from the first to the last point of interest
@@ -36,9 +38,7 @@ class InteractionDesign:
 
     def field_problems(self) -> list[tuple[str, str]]:
         """``(field, what is wrong)`` for each bad field; empty when the design is usable (the one check)."""
-        out: list[tuple[str, str]] = []
-        if not sq._finite(self.alpha) or not 0.0 < self.alpha < 0.5:
-            out.append(("alpha", f"{self.alpha} must lie in (0, 0.5)"))
+        out = sq.alpha_problems(self.alpha)
         if not sq._finite(self.smallest_change) or self.smallest_change <= 0:
             out.append(("smallest_change", f"{self.smallest_change} must be a finite number > 0 (bpb): "
                         "`flat` needs a margin"))
@@ -49,20 +49,7 @@ class InteractionDesign:
             out.append(("points", f"{list(pts)} must be finite numbers"))
         elif pts[0] <= 0 or any(b <= a for a, b in zip(pts, pts[1:])):
             out.append(("points", f"{list(pts)} must be > 0 and strictly ascending (the contrast is in log2)"))
-        if not isinstance(self.n_arms, int) or isinstance(self.n_arms, bool) or self.n_arms < 1:
-            out.append(("n_arms", f"{self.n_arms!r} must be an integer >= 1 (arms compared with the baseline)"))
-        if not sq._finite(self.alpha_holdback) or not 0.0 < self.alpha_holdback <= 1.0:
-            out.append(("alpha_holdback", f"{self.alpha_holdback} must lie in (0, 1]: the share of α the tests "
-                        "run at (1 = all of it)"))
-        return out
-
-    def problems(self) -> list[str]:
-        return [f"{name}: {what}" for name, what in self.field_problems()]
-
-    def check(self) -> None:
-        bad = self.problems()
-        if bad:
-            raise ValueError("bad interaction design: " + "; ".join(bad))
+        return out + sq.family_problems(self.n_arms, self.alpha_holdback, "the tests run at")
 
     @property
     def test_alpha(self) -> float:

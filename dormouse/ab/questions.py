@@ -19,9 +19,9 @@ from dormouse.ab.registration import (
     design_card_for,
     read_stamp,
     refuse_protocol_1,
-    registration_hash,
     registration_state,
     save_design_card,
+    started_elsewhere,
 )
 from dormouse.ab.registry import PROTOCOL, ComparisonError, Registered, load_spec
 from dormouse.ab.status import comparison_status, render_looks, render_plan, render_status, tune_cost_line
@@ -30,6 +30,25 @@ from dormouse.run.files import ComparisonFiles
 
 def _say(console: Console, line: str) -> None:
     console.print(line, soft_wrap=True, highlight=False, markup=False)
+
+
+# how the stamp lines name what started: a comparison's title and what it lists below, or a study's
+_STARTED = {"comparison": ("ab", "runs"), "study": ("study", "points")}
+
+
+def started_stamp(comp_dir: Path, reg: Registered, console: Console, what: str = "comparison") -> dict | None:
+    """The stamp of a started comparison (or study), noting a registered file changed since; None, said, if it
+    never started."""
+    title, below = _STARTED[what]
+    stamp = read_stamp(comp_dir)
+    if stamp is None:
+        console.print(f"{title} {reg.spec.name}: not started ({ComparisonFiles(comp_dir).registration} does not "
+                      f"exist); `dormouse ab plan {reg.argument}` shows what it would run")
+        return None
+    if stamp.get("sha256") != reg.sha256:
+        console.print(f"[yellow]note:[/] {reg.source} changed since the {what} started; the {below} below "
+                      "follow the file as it is now")
+    return stamp
 
 
 def plan_command(name: str | Registered, overrides: list[str], *, root: Path, registry: Path | None,
@@ -59,8 +78,7 @@ def design_command(name: str | Registered, overrides: list[str], *, root: Path, 
     _say(console, card.to_text())
     if plan.tune_pairs:
         _say(console, tune_cost_line(plan))
-    stamp = read_stamp(plan.comp_dir)
-    if stamp is not None and stamp.get("hash") != registration_hash(plan.reg, plan.overrides):
+    if started_elsewhere(plan.comp_dir, plan.reg, plan.overrides):
         console.print(f"not saved: {plan.comp_dir} holds a comparison started under another registration")
         return
     save_design_card(plan, card)
@@ -71,15 +89,9 @@ def status_command(name: str | Registered, *, root: Path, registry: Path | None,
     """``status``: where a comparison stands, pair by pair and look by look (read-only; safe while it
     runs). Exit 0; 2 if never started."""
     reg = name if isinstance(name, Registered) else load_spec(name, registry)
-    comp_dir = (Path(root) / reg.spec.name).resolve()
-    stamp = read_stamp(comp_dir)
+    stamp = started_stamp((Path(root) / reg.spec.name).resolve(), reg, console)
     if stamp is None:
-        console.print(f"ab {reg.spec.name}: not started ({ComparisonFiles(comp_dir).registration} does not exist); "
-                      f"`dormouse ab plan {reg.argument}` shows what it would run")
         return 2
-    if stamp.get("sha256") != reg.sha256:
-        console.print(f"[yellow]note:[/] {reg.source} changed since the comparison started; the runs below "
-                      "follow the file as it is now")
     plan = build_plan(reg, list(stamp.get("overrides", [])), root)
     status = comparison_status(plan)
     render_status(plan, status, console)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -54,12 +55,21 @@ def _stamp(reg: Registered, overrides: list[str]) -> dict[str, Any]:
     }
 
 
-def _discard(comp_dir: Path, name: str, console: Console) -> None:
-    """--restart: empty the directory (but the lock held here), refusing while another process trains a pair."""
-    busy = [p.name[: -len(".lock")] for p in ComparisonFiles(comp_dir).pair_locks.glob("*.lock") if is_locked(p)]
+def busy_runs(comp_dir: Path) -> list[str]:
+    """The runs in the directory another process is still training (their run locks are held)."""
+    return [p.name[: -len(".lock")] for p in ComparisonFiles(comp_dir).pair_locks.glob("*.lock") if is_locked(p)]
+
+
+def refuse_busy(busy: list[str], argument: str) -> None:
+    """--restart must not delete a run another process is still training."""
     if busy:
         raise ComparisonError([f"--restart: run(s) {', '.join(busy)} are still being trained by another "
-                               f"process (see `dormouse ab status {name}`); stop them first"])
+                               f"process (see `dormouse ab status {argument}`); stop them first"])
+
+
+def _discard(comp_dir: Path, name: str, console: Console) -> None:
+    """--restart: empty the directory (but the lock held here), refusing while another process trains a pair."""
+    refuse_busy(busy_runs(comp_dir), name)
     console.print(f"[yellow]--restart:[/] discarding {comp_dir}")
     for entry in comp_dir.iterdir():
         if entry.name == LOCK:  # this process holds it
@@ -148,20 +158,36 @@ def design_card_for(plan: ComparisonPlan) -> DesignCard:
 def ensure_design_card(plan: ComparisonPlan, console: Console) -> dict[str, Any]:
     """The saved card for this registration, computed and saved if missing or made for another. Returns
     ``{"registration_hash", "card", "text"}``."""
-    path = plan.files.design
-    want = registration_hash(plan.reg, plan.overrides)
-    if path.is_file():
-        saved = json.loads(path.read_text())
-        if saved.get("registration_hash") == want:
-            return saved
-    console.print(f"ab {plan.name}: simulating the design card (the registered looks, arms and rule)")
-    return save_design_card(plan, design_card_for(plan))
+    return ensure_card(plan.comp_dir, plan.reg, plan.overrides, lambda: design_card_for(plan), console,
+                       f"ab {plan.name}: simulating the design card (the registered looks, arms and rule)")
 
 
 def save_design_card(plan: ComparisonPlan, card: DesignCard) -> dict[str, Any]:
+    return save_card(plan.comp_dir, plan.reg, plan.overrides, card)
+
+
+def ensure_card(comp_dir: Path, reg: Registered, overrides: list[str], make: Callable[[], Any], console: Console,
+                simulating: str) -> dict[str, Any]:
+    """The card saved in ``comp_dir`` for this registration; else ``make()``'s (a comparison's or a study's card),
+    saved, saying ``simulating`` first (it takes a while)."""
+    path = ComparisonFiles(comp_dir).design
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        if saved.get("registration_hash") == registration_hash(reg, overrides):
+            return saved
+    console.print(simulating)
+    return save_card(comp_dir, reg, overrides, make())
+
+
+def save_card(comp_dir: Path, reg: Registered, overrides: list[str], card: Any) -> dict[str, Any]:
     """Write ``design.json``: the card, its text, and the registration it was made for."""
-    saved = {"registration_hash": registration_hash(plan.reg, plan.overrides), "card": card.to_dict(),
-             "text": card.to_text()}
-    plan.comp_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(plan.files.design, json.dumps(saved, indent=2, allow_nan=False) + "\n")
+    saved = {"registration_hash": registration_hash(reg, overrides), "card": card.to_dict(), "text": card.to_text()}
+    comp_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(ComparisonFiles(comp_dir).design, json.dumps(saved, indent=2, allow_nan=False) + "\n")
     return saved
+
+
+def started_elsewhere(comp_dir: Path, reg: Registered, overrides: list[str]) -> bool:
+    """The directory was started under another registration: a card made for this one is not saved there."""
+    stamp = read_stamp(comp_dir)
+    return stamp is not None and stamp.get("hash") != registration_hash(reg, overrides)

@@ -21,9 +21,44 @@ VERDICTS = (BETTER, WORSE, TIE, UNDECIDED)
 SPENDING = "Lan-DeMets O'Brien-Fleming-type"
 
 
+class Checked:
+    """``problems`` and ``check`` of a registered design from its ``field_problems``: the comparison's and a
+    study's designs are checked alike."""
+
+    noun = "design"
+
+    def field_problems(self) -> list[tuple[str, str]]:
+        raise NotImplementedError
+
+    def problems(self) -> list[str]:
+        return [f"{name}: {what}" for name, what in self.field_problems()]
+
+    def check(self) -> None:
+        bad = self.problems()
+        if bad:
+            raise ValueError(f"bad {self.noun}: " + "; ".join(bad))
+
+
+def alpha_problems(alpha: float) -> list[tuple[str, str]]:
+    """The family-wise α every design registers: in (0, 0.5)."""
+    return [] if _finite(alpha) and 0.0 < alpha < 0.5 else [("alpha", f"{alpha} must lie in (0, 0.5)")]
+
+
+def family_problems(n_arms: int, holdback: float, share: str) -> list[tuple[str, str]]:
+    """The family of tested arms (an integer >= 1) and the hold-back in (0, 1], the ``share`` of α the tests use."""
+    out = []
+    if not isinstance(n_arms, int) or isinstance(n_arms, bool) or n_arms < 1:
+        out.append(("n_arms", f"{n_arms!r} must be an integer >= 1 (arms compared with the baseline)"))
+    if not _finite(holdback) or not 0.0 < holdback <= 1.0:
+        out.append(("alpha_holdback", f"{holdback} must lie in (0, 1]: the share of α {share} (1 = all of it)"))
+    return out
+
+
 @dataclass(frozen=True)
-class Design:
+class Design(Checked):
     """A registered sequential design (docs/ab-protocol.md, "The design")."""
+
+    noun = "sequential design"
 
     alpha: float  # family-wise error of better/worse over the arms; also the tie (TOST) error per arm
     sesoi: float  # smallest effect of interest, bpb, > 0
@@ -34,9 +69,7 @@ class Design:
 
     def field_problems(self) -> list[tuple[str, str]]:
         """``(field, what is wrong)`` for each bad field; the one check (the registry states, ``check`` raises)."""
-        out: list[tuple[str, str]] = []
-        if not _finite(self.alpha) or not 0.0 < self.alpha < 0.5:
-            out.append(("alpha", f"{self.alpha} must lie in (0, 0.5)"))
+        out = alpha_problems(self.alpha)
         if not _finite(self.sesoi) or self.sesoi <= 0:
             out.append(("sesoi", f"{self.sesoi} must be a finite number > 0 (bpb): equivalence needs a margin"))
         looks = self.looks
@@ -47,20 +80,7 @@ class Design:
         elif looks[0] < 2 or any(b <= a for a, b in zip(looks, looks[1:])):
             out.append(("looks", f"{list(looks)} must be strictly increasing cumulative replicate counts, the "
                         "first >= 2 (an interval needs two replicates)"))
-        if not isinstance(self.n_arms, int) or isinstance(self.n_arms, bool) or self.n_arms < 1:
-            out.append(("n_arms", f"{self.n_arms!r} must be an integer >= 1 (arms compared with the baseline)"))
-        if not _finite(self.alpha_holdback) or not 0.0 < self.alpha_holdback <= 1.0:
-            out.append(("alpha_holdback", f"{self.alpha_holdback} must lie in (0, 1]: the share of α the "
-                        "boundaries are computed at (1 = all of it)"))
-        return out
-
-    def problems(self) -> list[str]:
-        return [f"{name}: {what}" for name, what in self.field_problems()]
-
-    def check(self) -> None:
-        bad = self.problems()
-        if bad:
-            raise ValueError("bad sequential design: " + "; ".join(bad))
+        return out + family_problems(self.n_arms, self.alpha_holdback, "the boundaries are computed at")
 
     @property
     def n_max(self) -> int:

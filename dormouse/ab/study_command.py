@@ -16,14 +16,13 @@ from pathlib import Path
 from rich.console import Console
 
 from dormouse.ab.launch_request import LaunchRequest
-from dormouse.ab.questions import plan_command, status_command
-from dormouse.ab.registration import design_card_for, read_stamp, registration_hash, save_design_card
+from dormouse.ab.questions import plan_command, started_stamp, status_command
+from dormouse.ab.registration import design_card_for, read_stamp, save_card, save_design_card, started_elsewhere
 from dormouse.ab.status import tune_most_runs
 from dormouse.ab.study import RegisteredStudy
 from dormouse.ab.study_runner import (
     build_point_plans,
     card_of,
-    save_study_card,
     study_dir,
     study_registration,
 )
@@ -61,19 +60,17 @@ def study_design(study: RegisteredStudy, overrides: list[str], *, root: Path, co
     card = card_of(study)
     _say(console, card.to_text())
     sdir = study_dir(study, root)
-    stamp = read_stamp(sdir)
-    if stamp is not None and stamp.get("hash") != registration_hash(study_registration(study), overrides):
+    if started_elsewhere(sdir, study_registration(study), overrides):
         console.print(f"not saved: {sdir} holds a study started under another registration")
         return
-    save_study_card(study, overrides, root, card)
+    save_card(sdir, study_registration(study), overrides, card)
     console.print(f"saved: {StudyFiles(sdir).design} (the study report shows it)")
     point_card = design_card_for(plans[0])  # the same design at every point (α/P, looks, pilot sd)
     _say(console, "")
     _say(console, f"Each point's comparison card (the same at {', '.join(p.name for p in plans)}):")
     _say(console, point_card.to_text())
     for plan in plans:
-        pstamp = read_stamp(plan.comp_dir)
-        if pstamp is None or pstamp.get("hash") == registration_hash(plan.reg, plan.overrides):
+        if not started_elsewhere(plan.comp_dir, plan.reg, plan.overrides):
             save_design_card(plan, point_card)
 
 
@@ -82,14 +79,9 @@ def study_status(study: RegisteredStudy, *, root: Path, console: Console) -> int
     from dormouse.ab.study_report import analyze_study, summary_lines
 
     sdir = study_dir(study, root)
-    stamp = read_stamp(sdir)
+    stamp = started_stamp(sdir, study_registration(study), console, "study")
     if stamp is None:
-        console.print(f"study {study.name}: not started ({StudyFiles(sdir).registration} does not exist); "
-                      f"`dormouse ab plan {study.argument}` shows what it would run")
         return 2
-    if stamp.get("sha256") != study.sha256:
-        console.print(f"[yellow]note:[/] {study.source} changed since the study started; the points below "
-                      "follow the file as it is now")
     for point in study.points():
         _say(console, "")
         _say(console, f"== point {point.index + 1}: {point.name} ({study.axis}={point.value}) ==")

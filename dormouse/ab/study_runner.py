@@ -6,7 +6,6 @@ and the next runs); then :mod:`dormouse.ab.study_report`. The study adds no engi
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +15,12 @@ from dormouse.ab.interaction import StudyCard, study_card
 from dormouse.ab.launch_request import LaunchRequest
 from dormouse.ab.pairjob import TrainFn
 from dormouse.ab.plan import ComparisonPlan, build_plan
-from dormouse.ab.registration import bind_registration, registration_hash
+from dormouse.ab.registration import bind_registration, busy_runs, ensure_card, refuse_busy
 from dormouse.ab.registry import ComparisonError, Registered, override_key
 from dormouse.ab.runner import run_comparison
 from dormouse.ab.study import RegisteredStudy
-from dormouse.run.checkpoint import atomic_write_text
-from dormouse.run.files import AB_ROOT, ComparisonFiles, StudyFiles
-from dormouse.run.lock import comparison_lock, is_locked
+from dormouse.run.files import AB_ROOT, StudyFiles
+from dormouse.run.lock import comparison_lock
 
 
 def study_registration(study: RegisteredStudy) -> Registered:
@@ -62,36 +60,6 @@ def card_of(study: RegisteredStudy) -> StudyCard:
                       float(t.expected_effect), float(study.study.expected_change))
 
 
-def save_study_card(study: RegisteredStudy, overrides: list[str], root: Path, card: StudyCard) -> dict[str, Any]:
-    """Write the study's ``design.json``: the card, its text and the registration it was made for."""
-    files = StudyFiles(study_dir(study, root))
-    saved = {"registration_hash": registration_hash(study_registration(study), overrides),
-             "card": card.to_dict(), "text": card.to_text()}
-    files.dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(files.design, json.dumps(saved, indent=2, allow_nan=False) + "\n")
-    return saved
-
-
-def ensure_study_card(study: RegisteredStudy, overrides: list[str], root: Path, console: Console) -> dict[str, Any]:
-    """The saved study card for this registration, simulated and saved if missing or made for another."""
-    path = StudyFiles(study_dir(study, root)).design
-    if path.is_file():
-        saved = json.loads(path.read_text())
-        if saved.get("registration_hash") == registration_hash(study_registration(study), overrides):
-            return saved
-    console.print(f"ab {study.name}: simulating the study card (every point's looks, then the interaction rule)")
-    return save_study_card(study, overrides, root, card_of(study))
-
-
-def _refuse_busy(plans: list[ComparisonPlan], study: RegisteredStudy) -> None:
-    """--restart must not delete a pair another process is still training, at any point."""
-    busy = [f"{plan.name}/{p.name[: -len('.lock')]}" for plan in plans
-            for p in ComparisonFiles(plan.comp_dir).pair_locks.glob("*.lock") if is_locked(p)]
-    if busy:
-        raise ComparisonError([f"--restart: run(s) {', '.join(busy)} are still being trained by another process "
-                               f"(see `dormouse ab status {study.argument}`); stop them first"])
-
-
 def run_study(study: RegisteredStudy, overrides: list[str], *, restart: bool = False, root: Path = AB_ROOT,
               console: Console | None = None, train_fn: TrainFn | None = None,
               launch: LaunchRequest | None = None) -> dict[str, Any]:
@@ -105,10 +73,12 @@ def run_study(study: RegisteredStudy, overrides: list[str], *, restart: bool = F
     with comparison_lock(sdir) as lock:
         if lock.stale_message():
             console.print(f"[yellow]note:[/] {lock.stale_message()}")
-        if restart and sdir.exists():
-            _refuse_busy(plans, study)
-        stamp = bind_registration(sdir, study_registration(study), overrides, restart, console)
-        card = ensure_study_card(study, overrides, root, console)
+        if restart and sdir.exists():  # no point's run is deleted while another process trains it
+            refuse_busy([f"{plan.name}/{run}" for plan in plans for run in busy_runs(plan.comp_dir)], study.argument)
+        reg = study_registration(study)
+        stamp = bind_registration(sdir, reg, overrides, restart, console)
+        card = ensure_card(sdir, reg, overrides, lambda: card_of(study), console, f"ab {study.name}: simulating "
+                           "the study card (every point's looks, then the interaction rule)")
         for point in study.points():
             console.print(f"[bold]study {study.name}: point {point.index + 1} of {len(plans)}, {point.name} "
                           f"({study.axis}={point.value})[/]")

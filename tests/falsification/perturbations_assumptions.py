@@ -47,9 +47,9 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "holdback_outside_zero_one_accepted",
         "file": _SEQ,
-        "function": "Design.field_problems",
-        "old": "        if not _finite(self.alpha_holdback) or not 0.0 < self.alpha_holdback <= 1.0:\n",
-        "new": "        if not _finite(self.alpha_holdback):\n",
+        "function": "family_problems",
+        "old": "    if not _finite(holdback) or not 0.0 < holdback <= 1.0:\n",
+        "new": "    if not _finite(holdback):\n",
         "gates": [_T + "test_a_holdback_outside_zero_one_is_refused_naming_the_field"],
         "why": "a hold-back of 1.5 (boundaries at more than the claimed α) or 0 (no boundary can be crossed) passes "
                "the design's check and the registry",
