@@ -247,6 +247,7 @@ def _finish_log(pair: Pair, note: str) -> str:
         log.write(format_done_line(pair.steps, wall if math.isfinite(wall) else 0.0) + "\n")
     note = "; ".join(filter(None, [note, "wrote its done line"]))
     try:
+        from dormouse.arms import builtin  # noqa: F401  (the arm classes that draw; torch)
         from dormouse.arms.plots import write_probe_plots
 
         write_probe_plots(pair.run_dir, final, label=f"{pair.name}, step {pair.steps}")

@@ -231,6 +231,7 @@ def write_plots(comp_dir: Path, results: ComparisonResults, records: list[RunRec
 def plot_learned(files: ComparisonFiles, arms: list[str], records: list[RunRecord]) -> list[Path]:
     """Each arm's learned values at its final eval, averaged and drawn by the arm's own ``mean_over_seeds`` and
     ``plot``: ``<plot>_<arm>.png``."""
+    from dormouse.arms import builtin  # noqa: F401  (the arm classes that average and draw; torch)
     from dormouse.arms.plots import mean_probe_row, write_probe_plots
 
     written: list[Path] = []

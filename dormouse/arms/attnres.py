@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from dormouse.arms.base import ResidualArm
 from dormouse.arms.probes import LoopTrace, slot_names
+from dormouse.arms.specs import AttnResConfig, AttnResSpec
 from dormouse.ops.attnres import (
     BlockAttnResState,
     block_sources,
@@ -25,22 +26,7 @@ from dormouse.ops.attnres import (
 from dormouse.ops.norm import rms_norm
 
 
-@dataclass
-class AttnResConfig:
-    """Attention Residuals options (docs/attnres.md), at ``model.attnres``; read when ``model.use_attnres``."""
-
-    block_size: int | None = None  # null = Full AttnRes; else S sublayers per block (Eq. 5-6)
-    form: str = "paper"  # "paper" (Eq. 2: q . RMSNorm(k)) or "sqrt_d" (ablation: L2 key / sqrt(d))
-    eps: float = 1e-6  # RMSNorm epsilon of the keys
-    gain: bool = True  # learned RMSNorm gain on the keys (initialised to ones)
-    query: str = "static"  # "static" pseudo-query w_l, or "input": w_l + U_l RMSNorm(v_last)
-
-
-def _bad(key: str, given: Any, allowed: str) -> str:
-    return f"{key}={given!r} is invalid: {allowed}"
-
-
-class AttnRes(ResidualArm):
+class AttnRes(AttnResSpec, ResidualArm):
     """Attention Residuals (Kimi Team, arXiv:2603.15031): ``h_l = sum_i softmax_i(w_l . RMSNorm(v_i)) v_i``.
 
     Full (Eq. 1-4) or Block (Eq. 5-6). Per slot a zero-initialised pseudo-query (so the first reads are plain means)
@@ -50,8 +36,6 @@ class AttnRes(ResidualArm):
     with Algorithm 1, same logits.
     """
 
-    name = "attnres"
-    options = AttnResConfig
     plot_file = "attnres_map.png"
 
     @classmethod
@@ -59,29 +43,6 @@ class AttnRes(ResidualArm):
         """Block AttnRes says its block size (``attnres_block2``), so a Full and a Block run are told apart."""
         size = model_cfg.attnres.block_size
         return cls.name if size is None else f"{cls.name}_block{size}"
-
-    @classmethod
-    def config_problems(cls, model_cfg: Any, selected: bool) -> list[str]:
-        lines: list[str] = []
-        a = model_cfg.attnres
-        if a.form not in ("paper", "sqrt_d"):
-            lines.append(_bad("model.attnres.form", a.form, "one of paper, sqrt_d"))
-        if a.query not in ("static", "input"):
-            lines.append(_bad("model.attnres.query", a.query, "one of static, input"))
-        if not (math.isfinite(a.eps) and a.eps >= 0):
-            lines.append(_bad("model.attnres.eps", a.eps, "must be a finite number >= 0"))
-        if a.block_size is not None:
-            if a.block_size < 1:
-                lines.append(_bad("model.attnres.block_size", a.block_size, "must be >= 1 or null (Full AttnRes)"))
-            if not selected:
-                lines.append(f"model.attnres.block_size={a.block_size} is set but model.{cls.switch()}=false: "
-                             f"set model.{cls.switch()}=true or leave block_size null")
-            if a.query == "input":
-                lines.append(
-                    f"model.attnres.query=input with model.attnres.block_size={a.block_size}: the Block "
-                    "two-phase schedule needs input-independent queries; use query=static or block_size=null"
-                )
-        return lines
 
     @classmethod
     def choose_kernel(cls, model_cfg: Any, device: torch.device) -> tuple[str, str]:

@@ -24,16 +24,16 @@ import torch
 from torch import Tensor, nn
 
 from dormouse.arms.probes import LoopTrace, ProbeCounters, slot_names
-from dormouse.arms.registry import arm_switch, register_arm
+from dormouse.arms.registry import register_arm
+from dormouse.arms.specs import ArmSpec
 
 State = Any
 
-class ResidualArm(nn.Module):
-    """The residual-arm interface; a subclass with its own ``name`` (its counter's) registers when defined."""
+class ResidualArm(ArmSpec, nn.Module):
+    """The residual-arm interface; a subclass with its own ``name`` (its counter's; in its body or from its
+    :class:`~dormouse.arms.specs.ArmSpec`) registers when defined. Its name, default flag and options are its spec's.
+    """
 
-    name: ClassVar[str] = ""
-    default: ClassVar[bool] = False  # the arm no switch selects (exactly one arm)
-    options: ClassVar[type | None] = None  # a dataclass of the arm's options, composed at model.<name>
     plot_file: ClassVar[str | None] = None  # the run's plot of what the arm learned (dormouse.arms.plots)
     slot_fields: ClassVar[tuple[str, ...]] = ()  # probe fields holding one number per slot
     # train.compile (regional scope, dormouse.model.looped.RegionCompiled) compiles this arm's absorb as its own
@@ -44,8 +44,16 @@ class ResidualArm(nn.Module):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.__dict__.get("name"):
+        if cls._names_itself():
             register_arm(cls)
+
+    @classmethod
+    def _names_itself(cls) -> bool:
+        """A name of its own: set in its body, or taken from its spec (a built-in's), not from an arm it extends."""
+        if "name" in vars(cls):
+            return bool(cls.name)
+        arms_above = [base for base in cls.__mro__[1:] if issubclass(base, ResidualArm)]
+        return bool(cls.name) and all(base.name != cls.name for base in arms_above)
 
     def __init__(self, d_model: int, max_iter: int) -> None:
         super().__init__()
@@ -58,11 +66,6 @@ class ResidualArm(nn.Module):
     # --- configuration -----------------------------------------------------------------------------------
 
     @classmethod
-    def switch(cls) -> str | None:
-        """The ModelConfig field that selects this arm (None for the default arm)."""
-        return None if cls.default else arm_switch(cls.name)
-
-    @classmethod
     def describe(cls) -> str:
         """One line for reports: the first line of the class docstring (the mechanism and its equation)."""
         return (cls.__doc__ or cls.name).strip().splitlines()[0]
@@ -71,11 +74,6 @@ class ResidualArm(nn.Module):
     def run_name_stem(cls, model_cfg: Any) -> str:
         """The stem of a default run name: the arm's name, plus what tells its variants apart."""
         return cls.name
-
-    @classmethod
-    def config_problems(cls, model_cfg: Any, selected: bool) -> list[str]:
-        """Problems with this arm's options, one line each; called for every arm, selected or not."""
-        return []
 
     @classmethod
     def choose_kernel(cls, model_cfg: Any, device: torch.device) -> tuple[str, str]:

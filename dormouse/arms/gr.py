@@ -13,19 +13,19 @@ from torch import Tensor, nn
 
 from dormouse.arms.base import ResidualArm
 from dormouse.arms.probes import LoopTrace, slot_names
+from dormouse.arms.specs import GatedResidualSpec
 from dormouse.ops.norm import rms_norm
 
 GR_BIAS_INIT = -2.0  # the gate starts at sigmoid(-2) ~ 0.12
 
 
-class GatedResidual(ResidualArm):
+class GatedResidual(GatedResidualSpec, ResidualArm):
     """Gated residual, GTrXL's output gate (Parisotto et al. 2019): ``x <- x + sigmoid(W n(x) + b_s) * f(x)``.
 
     W (d x d, one per sublayer kind, shared across iterations) starts at 0 and the per-slot bias at -2, so the gate
     starts at sigmoid(-2) ~ 0.12: a bounded per-channel ReZero, and GR - ReZero measures input-dependent gating.
     """
 
-    name = "gr"
     plot_file = "gr_gates.png"
     slot_fields = ("gate_mean", "gate_spread")
     compiled_absorb = True  # tensor arithmetic, the slot an index: its own region under train.compile

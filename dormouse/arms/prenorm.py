@@ -11,13 +11,13 @@ from torch import Tensor
 
 from dormouse.arms.base import ResidualArm
 from dormouse.arms.probes import LoopTrace, slot_names
+from dormouse.arms.specs import PreNormSpec
 
 
-class PreNormResidual(ResidualArm):
+class PreNormResidual(PreNormSpec, ResidualArm):
     """The plain pre-norm residual of the standard transformer: ``x <- x + f(x)`` (the papers' baseline).
     ReZero with every alpha fixed at 1; its probe is the per-slot mean ``||f(x)|| / ||x||``."""
 
-    name = "prenorm"
     plot_file = "prenorm_update_ratio.png"
     slot_fields = ("update_ratio",)
     compiled_absorb = True  # tensor arithmetic, the slot an index: its own region under train.compile

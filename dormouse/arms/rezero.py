@@ -11,13 +11,12 @@ from torch import Tensor, nn
 
 from dormouse.arms.base import ResidualArm
 from dormouse.arms.probes import LoopTrace, slot_names
+from dormouse.arms.specs import ReZeroSpec
 
 
-class ReZero(ResidualArm):
+class ReZero(ReZeroSpec, ResidualArm):
     """ReZero (Bachlechner et al. 2020): ``x <- x + alpha_s f(x)``, one scalar alpha_s per slot, init 0."""
 
-    name = "rezero"
-    default = True
     plot_file = "rezero_alpha.png"
     slot_fields = ("alpha",)
     compiled_absorb = True  # tensor arithmetic, the slot an index: its own region under train.compile

@@ -23,9 +23,9 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
 # The arm registry owns the arm names, their order and their switches; re-exported for the modules that
-# import them from the config.
-from dormouse.arms import builtin  # noqa: F401  (the arm classes the schema is built from)
+# import them from the config. The schema is built from the arms' specs, not their classes: no torch.
 from dormouse.arms.registry import ARMS, arm_switch, model_arm, selected_arms  # noqa: F401
+from dormouse.arms.specs import arm_specs
 from dormouse.errors import DormouseError
 
 KERNEL_CHOICES = ("auto", "triton", "torch")
@@ -250,10 +250,8 @@ SECTIONS: tuple[tuple[str, type], ...] = (("data", DataConfig), ("train", TrainC
 
 
 def schema() -> type:
-    """``DormouseConfig`` with ``ModelConfig`` built from the registered arms, in registry order."""
-    from dormouse.arms.registry import arm_classes
-
-    return _schema(tuple(arm_classes().values()))
+    """``DormouseConfig`` with ``ModelConfig`` built from the registered arms' specs, in registry order."""
+    return _schema(tuple(arm_specs().values()))
 
 
 @functools.cache
@@ -382,10 +380,10 @@ def validate(cfg: DictConfig, world_size: int = 1) -> list[str]:
 
 def _arm_problems(m: Any) -> list[str]:
     """The arm switches (at most one on) and every registered arm's own checks of its options."""
-    from dormouse.arms.registry import arm_classes, default_arm
+    from dormouse.arms.registry import default_arm
 
     lines: list[str] = []
-    classes = arm_classes()
+    classes = arm_specs()
     chosen = selected_arms(m)
     if len(chosen) > 1:
         switches = [f"model.{cls.switch()}" for cls in classes.values() if cls.switch()]

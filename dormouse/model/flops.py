@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dormouse.model.looped import VOCAB, swiglu_hidden
+from dormouse.model.shape import VOCAB, swiglu_hidden
 
 
 def training_cost(cfg: Any) -> dict[str, float]:

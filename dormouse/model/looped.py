@@ -18,9 +18,8 @@ from dormouse.arms import builtin  # noqa: F401  (the arm classes build_arm buil
 from dormouse.arms.base import ResidualArm
 from dormouse.arms.probes import LoopTrace, ProbeCounters
 from dormouse.arms.registry import build_arm
+from dormouse.model.shape import VOCAB, swiglu_hidden
 from dormouse.ops.norm import RMSNorm
-
-VOCAB = 256
 
 
 def rope_tables(seq_len: int, head_dim: int, base: float, device: torch.device) -> tuple[Tensor, Tensor]:
@@ -144,13 +143,6 @@ class _SwiGLUGate(torch.autograd.Function):
         torch.ops.aten.silu_backward.grad_input(g * b, a, grad_input=grad_a)
         torch.mul(g, silu_a, out=grad_b)
         return grad
-
-
-def swiglu_hidden(d_model: int, mlp_hidden: int | None) -> int:
-    """8/3 d (the parameter count of a 4d GELU MLP), rounded up to a multiple of 32."""
-    if mlp_hidden is not None:
-        return int(mlp_hidden)
-    return 32 * math.ceil(8 * d_model / 3 / 32)
 
 
 class LoopedByteLM(nn.Module):

@@ -12,8 +12,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from dormouse.errors import DormouseError
 
 _NAME = re.compile(r"^step_(\d{8})\.pt$")
@@ -37,6 +35,8 @@ def list_checkpoints(ckpt_dir: Path) -> list[Path]:
 
 def atomic_save(obj: dict[str, Any], path: Path) -> None:
     """``torch.save`` ``obj`` to ``path`` atomically; on failure the previous file at ``path`` is untouched."""
+    import torch  # only a checkpoint's bytes need torch: the files, names and text writes here do not
+
     try:
         buffer = io.BytesIO()
         torch.save(obj, buffer)
@@ -118,6 +118,8 @@ def save_checkpoint(obj: dict[str, Any], ckpt_dir: Path, step: int, keep: int) -
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """Load one checkpoint (``weights_only=True``); a truncated or corrupt file is a CheckpointError."""
+    import torch  # only a checkpoint's bytes need torch: the files, names and text writes here do not
+
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # truncated zip, bad pickle, wrong type: all mean "unreadable"

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from dormouse.arms import builtin  # noqa: F401  (the arm classes probe_scalars reads)
 from dormouse.arms.probes import probe_scalars
 from dormouse.run.checkpoint import atomic_write_text
 from dormouse.run.loglines import (

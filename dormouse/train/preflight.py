@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
+from dormouse.arms import builtin  # noqa: F401  (the arm classes whose kernel choice is checked)
 from dormouse.arms.registry import arm_class, arm_classes
 from dormouse.config.schema import arm_name, invalid
 from dormouse.data import DataError, load_corpus, resolve_eval_bytes

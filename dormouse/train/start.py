@@ -23,6 +23,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from dormouse import __version__
+from dormouse.arms import builtin  # noqa: F401  (the arm classes a run's name and a resume's plugins read)
 from dormouse.arms.plugins import records_for
 from dormouse.arms.registry import arm_class, arm_classes
 from dormouse.config.overrides import GROUPS

@@ -12,6 +12,7 @@ import pytest
 
 from dormouse.arms import builtin, registry  # noqa: F401  (builtin: the classes this module compares)
 from dormouse.arms.base import ResidualArm
+from dormouse.arms.specs import BUILTIN_SPECS
 
 
 def test_the_declared_builtin_arms_are_the_classes_dormouse_arms_builtin_defines() -> None:
@@ -20,6 +21,13 @@ def test_the_declared_builtin_arms_are_the_classes_dormouse_arms_builtin_defines
     assert defined_here == list(registry.BUILTIN_ARMS)  # the registry order starts with them, as declared
     assert [name for name, cls in classes.items() if cls.default] == [registry.DEFAULT_ARM]
     assert list(registry.ARMS) == list(classes) and registry.default_arm() == registry.DEFAULT_ARM
+
+
+def test_each_builtin_arm_class_derives_from_the_spec_the_schema_reads() -> None:
+    """The schema is built from the specs (no torch); each class takes its name, default and options from its own."""
+    classes = registry.arm_classes()
+    assert list(BUILTIN_SPECS) == list(registry.BUILTIN_ARMS)
+    assert all(issubclass(classes[name], spec) for name, spec in BUILTIN_SPECS.items())
 
 
 def test_a_builtin_arm_the_registry_does_not_declare_is_refused() -> None:

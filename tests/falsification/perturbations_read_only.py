@@ -1,8 +1,9 @@
 """Perturbations of the read-only commands' rules: help and --version answer without importing
 torch, `dormouse logs` with no path reads runs/ and refuses a folder with no run, and a comparison's folder
 is one table, a row per arm, from results.json when the comparison wrote it; `logs` and `ab list` import
-no torch (the registry declares the built-in arm names, checked against their classes) and `ab list` no
-scipy (tests/falsification; format in perturbations_attnres.py, plus ``protects``).
+no torch (the registry declares the built-in arm names, checked against their classes), `ab list` no
+scipy, and a config composes and validates from the arms' torch-free specs (tests/falsification; format in
+perturbations_attnres.py, plus ``protects``).
 """
 
 from __future__ import annotations
@@ -161,6 +162,17 @@ PERTURBATIONS: list[dict] = [
         "gates": [_NAMES + "test_a_declared_arm_no_class_defines_is_refused_when_the_classes_are_read"],
         "why": "reading the arm classes without dormouse.arms.builtin imported (or with a declared arm no class "
                "defines) returns fewer arms than the names say: a schema without their switches, silently",
+        "protects": "arms' set-up",
+    },
+    {
+        "name": "arm_specs_import_torch",
+        "file": "dormouse/arms/specs.py",
+        "function": "<module>",
+        "old": "from dormouse.arms.registry import arm_names, arm_switch, defined_arm_classes\n",
+        "new": "import torch  # noqa: F401\nfrom dormouse.arms.registry import arm_names, arm_switch, defined_arm_classes\n",
+        "gates": [_FAST + "test_a_comparisons_configs_compose_and_validate_without_torch"],
+        "why": "the arms' specs, which the config schema is built from, import torch: composing or validating "
+               "any config (a comparison's plan, a sweep's) takes torch's seconds for dataclasses and option checks",
         "protects": "arms' set-up",
     },
 ]
