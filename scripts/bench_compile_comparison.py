@@ -1,21 +1,21 @@
 #!/usr/bin/env python
 """Does ``train.compile=true`` shorten a real comparison on this machine? (issue 23, goal 3)
 
-Runs ONE replicate of ``residual_cpu``'s five pairs (ReZero, GR, Full and Block AttnRes, the A/A repeat;
+Runs ONE replicate of ``residual_cpu``'s five runs (ReZero, GR, Full and Block AttnRes, the A/A repeat;
 its registered config, 2800 steps each) through ``dormouse ab NAME --jobs 2``, as a user would, three times:
 
 1. ``compile-cold``: ``train.compile=true`` with an empty compile cache: the comparison pays each arm's
-   compile once (the comparison's ``compile_cache/``, dormouse/ab/pairjob.py);
+   compile once (the comparison's ``compile_cache/``, dormouse/ab/runs/job.py);
 2. ``eager``: ``train.compile=false``;
 3. ``compile-warm``: ``train.compile=true`` again, its cache pointed at run 1's (``TORCHINDUCTOR_CACHE_DIR``):
    what every later replicate of a compiled comparison pays.
 
 ``residual_cpu`` itself is a protocol-1 registration, which ``dormouse ab`` only reads, so the script writes a
 protocol-2 copy of it (same ``fixed`` and arms; looks ``[2]``, the smallest allowed) per mode under ``--root``
-and stops each comparison (SIGINT to its process group, as Ctrl-C) once replicate 1's five pairs have finished:
+and stops each comparison (SIGINT to its process group, as Ctrl-C) once replicate 1's five runs have finished:
 the slot that frees up first starts replicate 2 meanwhile, as it would in a real comparison, so the figure is
-the steady-state wall time of one replicate. Reported per mode: the wall time from the first pair's start to
-the fifth pair's end (the launch records), each pair's elapsed time, and the first step of each pair (its
+the steady-state wall time of one replicate. Reported per mode: the wall time from the first run's start to
+the fifth run's end (the launch records), each run's elapsed time, and the first step of each run (its
 ``first step:`` line: the compile, cold or warm).
 
     python scripts/bench_compile_comparison.py --root /tmp/bench_compile          # ~35 min on 2 cores
@@ -93,7 +93,7 @@ def measure(mode: str, root: Path, steps: int | None, cache: Path | None) -> dic
     cmd = ["dormouse", "ab", str(reg), "--jobs", "2", "--root", str(root / "ab"), "--restart"]
     print(f"{mode}: {' '.join(cmd)}", flush=True)
     t0 = time.time()
-    # its own process group: the stop below reaches the driver and its pair workers, as Ctrl-C in a terminal does
+    # its own process group: the stop below reaches the driver and its run workers, as Ctrl-C in a terminal does
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     comp = root / "ab" / name
     while not replicate_done(comp):
@@ -105,24 +105,24 @@ def measure(mode: str, root: Path, steps: int | None, cache: Path | None) -> dic
         proc.wait(timeout=120)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-    pairs = {}
+    runs = {}
     for arm in ARMS:
         att = json.loads((comp / "launch" / f"{arm}-s1.json").read_text())["attempts"][-1]
         log = (comp / "launch" / f"{arm}-s1.out").read_text(errors="replace")
         first = _FIRST.search(log)
-        pairs[arm] = {
+        runs[arm] = {
             "started": att["started"],
             "finished": att["finished"],
             "elapsed_s": att["elapsed_s"],
             "state": att["state"],
             "first_step_s": float(first.group(1)) if first else None,
         }
-    start = min(datetime.fromisoformat(p["started"]) for p in pairs.values())
-    end = max(datetime.fromisoformat(p["finished"]) for p in pairs.values())
-    out = {"mode": mode, "wall_s": (end - start).total_seconds(), "driver_s": time.time() - t0, "pairs": pairs}
+    start = min(datetime.fromisoformat(p["started"]) for p in runs.values())
+    end = max(datetime.fromisoformat(p["finished"]) for p in runs.values())
+    out = {"mode": mode, "wall_s": (end - start).total_seconds(), "driver_s": time.time() - t0, "pairs": runs}
     print(
         f"{mode}: replicate wall {out['wall_s']:.0f} s; "
-        + ", ".join(f"{a} {p['elapsed_s']:.0f} s (first step {p['first_step_s']} s)" for a, p in pairs.items()),
+        + ", ".join(f"{a} {p['elapsed_s']:.0f} s (first step {p['first_step_s']} s)" for a, p in runs.items()),
         flush=True,
     )
     return out

@@ -3,7 +3,7 @@
 
 Every measurement runs in a **fresh process with its own empty Inductor cache directory**
 (``TORCHINDUCTOR_CACHE_DIR``: the FX-graph and AOTAutograd caches live there), so a cold compile is cold; the
-same process is then run again on the same directory, which is the warm start a resumed run or the next pair
+same process is then run again on the same directory, which is the warm start a resumed run or the next run
 of a comparison gets. Each process builds its model at nanoGPT's "baby" CPU shape (d 128, 4 heads, context 64,
 batch 12; ``bench_vs_nanogpt.SHAPE``) and takes ``STEPS`` training steps (forward, cross-entropy, backward,
 clipping at 1.0, AdamW). Reported:

@@ -1,4 +1,4 @@
-"""``dormouse ab``: a group of verbs over registered comparisons (Typer wrappers over dormouse.ab.command and
+"""``dormouse ab``: a group of verbs over registered comparisons (Typer wrappers over dormouse.ab.comparison.command and
 dormouse.ab).
 
 ``run``, ``plan``, ``status``, ``design`` and ``list`` ask about a comparison; ``publish``, ``carry``, ``rerun``
@@ -39,7 +39,7 @@ VALUE_OPTIONS = ("--root", "--jobs", "-j", "--threads", "--launcher")  # a run's
 
 def refuse_question_flags(args: list[str]) -> None:
     """Refuse a question asked as a flag (``dormouse ab NAME --plan``), naming the verb (ComparisonError: exit 2)."""
-    from dormouse.ab.registry import ComparisonError
+    from dormouse.ab.comparison.registry import ComparisonError
 
     words = args[: args.index("--")] if "--" in args else args
     asked = [flag for flag in QUESTION_FLAGS if flag in words]
@@ -113,7 +113,7 @@ LAUNCHER = typer.Option("local", "--launcher",
 
 def _launch(overrides: list[str] | None, jobs: int, threads: int | None, launcher: str):
     """The Hydra overrides and how the runs launch (``launcher.KEY=VALUE`` go to the launcher)."""
-    from dormouse.ab.launch_request import LaunchRequest, split_overrides
+    from dormouse.ab.launchers.request import LaunchRequest, split_overrides
 
     hydra_overrides, launcher_overrides = split_overrides(list(overrides or []))
     return hydra_overrides, LaunchRequest(jobs=jobs, threads=threads, launcher=launcher,
@@ -126,7 +126,7 @@ def run_(ctx: typer.Context, name: str = NAME, overrides: list[str] = OVERRIDES,
          root: Path = ROOT, jobs: int = JOBS, threads: int = THREADS, launcher: str = LAUNCHER) -> None:
     """Run (or continue) a comparison to its verdicts. Exit 0: every run it needed finished; 1: a run failed."""
     load_plugins(ctx)
-    from dormouse.ab.command import ab_run
+    from dormouse.ab.comparison.command import ab_run
 
     hydra_overrides, request = _launch(overrides, jobs, threads, launcher)
     raise typer.Exit(ab_run(name, hydra_overrides, restart=restart, root=root, launch=request))
@@ -137,7 +137,7 @@ def plan(ctx: typer.Context, name: str = NAME, overrides: list[str] = OVERRIDES,
          jobs: int = JOBS, threads: int = THREADS, launcher: str = LAUNCHER) -> None:
     """The runs, their overrides, what is done, the launch settings and the estimated cost; trains nothing."""
     load_plugins(ctx)
-    from dormouse.ab.command import ab_plan
+    from dormouse.ab.comparison.command import ab_plan
 
     hydra_overrides, request = _launch(overrides, jobs, threads, launcher)
     raise typer.Exit(ab_plan(name, hydra_overrides, root=root, launch=request))
@@ -147,7 +147,7 @@ def plan(ctx: typer.Context, name: str = NAME, overrides: list[str] = OVERRIDES,
 def status(ctx: typer.Context, name: str = NAME, root: Path = ROOT) -> None:
     """Where a comparison stands: looks taken and what they decided, runs, ETA (read-only; exit 2 if never started)."""
     load_plugins(ctx)
-    from dormouse.ab.command import ab_status
+    from dormouse.ab.comparison.command import ab_status
 
     raise typer.Exit(ab_status(name, root=root))
 
@@ -158,7 +158,7 @@ def design(ctx: typer.Context, name: str = NAME, overrides: list[str] = OVERRIDE
 
     The card is saved with the comparison (its report shows it)."""
     load_plugins(ctx)
-    from dormouse.ab.command import ab_design
+    from dormouse.ab.comparison.command import ab_design
 
     raise typer.Exit(ab_design(name, list(overrides or []), root=root))
 
@@ -167,8 +167,8 @@ def design(ctx: typer.Context, name: str = NAME, overrides: list[str] = OVERRIDE
 def list_(ctx: typer.Context) -> None:
     """The registered comparisons and studies: arms, looks or seeds, and what each compares."""
     load_plugins(ctx)
-    from dormouse.ab.registry import ABSpecError, is_study, list_comparisons, load_spec
-    from dormouse.ab.study import load_study
+    from dormouse.ab.comparison.registry import ABSpecError, is_study, list_comparisons, load_spec
+    from dormouse.ab.study.registry import load_study
 
     for cname in list_comparisons():
         try:
@@ -197,7 +197,7 @@ def publish(name: str = NAME,
     """Copy a finished comparison (or study) into docs/results/NAME with its provenance: commit, machine, time."""
     import json
 
-    from dormouse.ab.publish import publish_named
+    from dormouse.ab.lifecycle.publish import publish_named
 
     print(json.dumps(publish_named(name, command, root=root, out=out or published_dir(name)), indent=2))
 
@@ -211,7 +211,7 @@ def carry(action: CarryAction = typer.Argument(..., help="save: runs/ab/NAME -> 
 
     Saved: the stamps, the launch records and each finished run's small files, no checkpoint; after a restore
     `dormouse ab NAME` goes on from there."""
-    from dormouse.ab.carry import restore, save
+    from dormouse.ab.lifecycle.carry import restore, save
 
     folder = into or published_dir(name) / "carry"
     if action is CarryAction.save:
@@ -235,7 +235,7 @@ def rerun(name: str = typer.Argument(..., autocompletion=complete_comparison,
     """Re-run one run of a published comparison and check its final bpb is the published one, bit for bit.
 
     Exit 0 reproduced, 1 not, 2 when the published results are not the registration's."""
-    from dormouse.ab.rerun import rerun as rerun_published
+    from dormouse.ab.lifecycle.rerun import rerun as rerun_published
 
     raise typer.Exit(rerun_published(name, arm, seed, results=results, root=root, threads=threads,
                                      print_only=print_only))
@@ -254,8 +254,8 @@ def size(results: Path = typer.Argument(..., help="A published results.json."),
     """Size the next registration from a published comparison: the design card at its compared arms' paired sds."""
     from rich.console import Console
 
-    from dormouse.ab.sequential import CARD_N_SIM
-    from dormouse.ab.size import size_from
+    from dormouse.ab.lifecycle.size import size_from
+    from dormouse.ab.rule.sequential import CARD_N_SIM
 
     size_from(results, [int(n) for n in looks.split(",")], sesoi=sesoi, expected_effect=expected, alpha=alpha,
               extra_sd=list(extra_sd or []), n_sim=n_sim or CARD_N_SIM, console=Console())

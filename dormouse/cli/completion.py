@@ -34,6 +34,6 @@ def complete_override(incomplete: str) -> list[str]:
 
 def complete_comparison(incomplete: str) -> list[str]:
     """The registered comparisons (conf/ab/*.yaml) whose names start with ``incomplete``."""
-    from dormouse.ab.registry import list_comparisons
+    from dormouse.ab.comparison.registry import list_comparisons
 
     return [n for n in list_comparisons() if n.startswith(incomplete)]

@@ -210,7 +210,7 @@ class LoggingConfig:
     wandb: str = "disabled"  # "disabled" | "offline" | "online"
     wandb_entity: str | None = None  # the team or user the run belongs to; null = the account's default
     wandb_project: str = "dormouse"
-    wandb_group: str | None = None  # `dormouse ab` sets it: a comparison is a group, its pairs the runs
+    wandb_group: str | None = None  # `dormouse ab` sets it: a comparison is a group, its runs the runs
     wandb_tags: list[str] = field(default_factory=list)  # e.g. logging.wandb_tags=[baseline,lr-sweep]
     wandb_job_type: str | None = None
     progress: str = "auto"  # "auto" (a rich bar on a terminal) | "on" | "off"

@@ -12,13 +12,13 @@ A run, ``<run.dir>/<run.name>/``::
     run.lock          held by the `dormouse train` writing the run; names its pid
     ab_error.txt      the traceback of an error `dormouse ab` caught in this run
 
-A comparison, ``<root>/<name>/``: one run per pair, ``<arm>-s<init seed>``, plus ``registration.json``,
+A comparison, ``<root>/<name>/``: one run per run, ``<arm>-s<init seed>``, plus ``registration.json``,
 ``design.json``, ``results.json``, ``report.md``, plots, and the launch records::
 
     ab.lock           held by the running `dormouse ab`; names its pid and host
-    locks/PAIR.lock   held by whichever process trains the pair
-    launch/PAIR.json  the pair's attempts: where, threads, launcher, how it ended
-    launch/PAIR.out   a worker's or cluster job's output
+    locks/RUN.lock   held by whichever process trains the run
+    launch/RUN.json  the run's attempts: where, threads, launcher, how it ended
+    launch/RUN.out   a worker's or cluster job's output
     submitit/         submitit's job pickles and logs (--launcher slurm)
     wandb_id.txt      the id of the verdict summary run, when logging to wandb
 
@@ -53,7 +53,7 @@ DEPTH_PLOT = "bpb_by_depth.png"
 FOREST_PLOT = "forest.png"
 LR_PLOT = "bpb_vs_lr.png"  # only for a comparison with a tune stage: each arm's final bpb against its tune lrs
 LOCK = "ab.lock"
-PAIR_LOCKS = "locks"
+RUN_LOCKS = "locks"
 LAUNCH = "launch"
 SUBMITIT = "submitit"
 DELTA_AXIS_PLOT = "delta_vs_axis.png"  # a study's: each arm's Δ against the baseline at every point of its axis
@@ -163,17 +163,17 @@ class ComparisonFiles:
         return self.dir / LOCK
 
     @property
-    def pair_locks(self) -> Path:
-        return self.dir / PAIR_LOCKS
+    def run_locks(self) -> Path:
+        return self.dir / RUN_LOCKS
 
-    def pair_lock(self, pair: str) -> Path:
-        return self.dir / PAIR_LOCKS / f"{pair}.lock"
+    def run_lock(self, run: str) -> Path:
+        return self.dir / RUN_LOCKS / f"{run}.lock"
 
-    def launch_record(self, pair: str) -> Path:
-        return self.dir / LAUNCH / f"{pair}.json"
+    def launch_record(self, run: str) -> Path:
+        return self.dir / LAUNCH / f"{run}.json"
 
-    def launch_output(self, pair: str) -> Path:
-        return self.dir / LAUNCH / f"{pair}.out"
+    def launch_output(self, run: str) -> Path:
+        return self.dir / LAUNCH / f"{run}.out"
 
     @property
     def submitit(self) -> Path:
@@ -226,7 +226,7 @@ class StudyFiles:
 
 
 def run_name(arm: str, seed: int) -> str:
-    """The run directory name of one (arm, seed) pair of a comparison."""
+    """The run directory name of one (arm, seed) run of a comparison."""
     return f"{arm}-s{seed}"
 
 

@@ -1,4 +1,4 @@
-"""An advisory lock naming its holder (pid, host, start, command): one process at a time per comparison, pair or
+"""An advisory lock naming its holder (pid, host, start, command): one process at a time per comparison, run or
 run. It is ``flock`` on a file, released by the kernel whenever the holder dies (content without a flock is a
 stale lock, taken over); per open file description, and across NFS nodes."""
 
@@ -76,7 +76,7 @@ class HolderLock:
     def __init__(self, path: Path, what: str, advice: str = DEFAULT_ADVICE,
                  where_to_move: str = "the directory") -> None:
         self.path = Path(path)
-        self.what = what  # "comparison DIR", "pair NAME", "run DIR": for messages
+        self.what = what  # "comparison DIR", "run NAME", "run DIR": for messages
         self.advice = advice  # the refusal's last clause: what the refused user can do
         self.where_to_move = where_to_move  # what to put on a lock-capable filesystem when flock is missing
         self.took_over: dict[str, Any] | None = None
@@ -131,8 +131,8 @@ class HolderLock:
         self.release()
 
 
-# One `dormouse ab` per comparison directory, one process per pair: two drivers would train a pair twice, and a
-# restart deletes a pair's folder under the other's run; the pair lock lets `ab status` tell a running pair from
+# One `dormouse ab` per comparison directory, one process per run: two drivers would train a run twice, and a
+# restart deletes a run's folder under the other's run; the run lock lets `ab status` tell a running run from
 # an abandoned one on any host.
 COMPARISON_ADVICE = ("wait for it to finish, or stop it (Ctrl-C checkpoints its runs in progress) and rerun; "
                      "`dormouse ab status NAME` is safe meanwhile")
@@ -144,7 +144,7 @@ def comparison_lock(comp_dir: Path) -> HolderLock:
                       _WHERE)
 
 
-def pair_lock(comp_dir: Path, pair: str) -> HolderLock:
-    """A pair's lock, held by the process that trains it, so an orphaned job and a new driver's job never train the
-    same pair at once."""
-    return HolderLock(ComparisonFiles(Path(comp_dir)).pair_lock(pair), f"run {pair}", COMPARISON_ADVICE, _WHERE)
+def run_lock(comp_dir: Path, run: str) -> HolderLock:
+    """A run's lock, held by the process that trains it, so an orphaned job and a new driver's job never train the
+    same run at once."""
+    return HolderLock(ComparisonFiles(Path(comp_dir)).run_lock(run), f"run {run}", COMPARISON_ADVICE, _WHERE)

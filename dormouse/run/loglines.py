@@ -62,17 +62,17 @@ def line_kind(line: str) -> str | None:
     return head if head in KINDS else None
 
 
-def _pairs(line: str, head: str) -> list[tuple[str, str]]:
+def _runs(line: str, head: str) -> list[tuple[str, str]]:
     parts = line.split()
     if not parts or parts[0] != head:
         raise LogLineError(f"does not start with {head!r}")
-    pairs = []
+    runs = []
     for token in parts[1:]:
         key, sep, value = token.partition("=")
         if not sep or not key or not value:
             raise LogLineError(f"{token!r} is not key=value")
-        pairs.append((key, value))
-    return pairs
+        runs.append((key, value))
+    return runs
 
 
 # --- the eval line ---------------------------------------------------------------------------------------
@@ -153,7 +153,7 @@ def format_eval_line(row: dict[str, Any], max_iter: int | None = None) -> str:
 
 
 def _convert(key: str, value: str, out: dict[str, Any]) -> None:
-    """Store one ``key=value`` pair typed as metrics.jsonl stores it (counters as ``<arm>_ran/_asked``)."""
+    """Store one ``key=value`` run typed as metrics.jsonl stores it (counters as ``<arm>_ran/_asked``)."""
     if key in _INT_KEYS:
         out[key] = int(value)
     elif key == "tokens":
@@ -194,7 +194,7 @@ def missing_fields(row: dict[str, Any]) -> list[str]:
 def parse_eval_line(line: str) -> dict[str, Any]:
     """One eval line as a metrics.jsonl-keyed dict; :class:`LogLineError` names a bad field."""
     out: dict[str, Any] = {}
-    for label, value in _pairs(line.strip(), EVAL):
+    for label, value in _runs(line.strip(), EVAL):
         key = _LINE_KEYS.get(label, label)
         if key in out or f"{key}_ran" in out:
             raise LogLineError(f"field {label!r} appears twice")
@@ -218,10 +218,10 @@ def format_resume_line(step: int, source: object) -> str:
 def parse_resume_line(line: str) -> dict[str, Any]:
     """``{"step": int, "from": str}``; the checkpoint path may contain spaces. Raises :class:`LogLineError`."""
     head, _, rest = line.strip().partition(" from=")
-    pairs = dict(_pairs(head, RESUME))
-    if "step" not in pairs or not rest:
+    runs = dict(_runs(head, RESUME))
+    if "step" not in runs or not rest:
         raise LogLineError("expected `resume step=<N> from=<path>`")
-    return {"step": _int_field("step", pairs["step"]), "from": rest}
+    return {"step": _int_field("step", runs["step"]), "from": rest}
 
 
 def format_interrupted_line(step: int) -> str:
@@ -231,10 +231,10 @@ def format_interrupted_line(step: int) -> str:
 
 def parse_interrupted_line(line: str) -> dict[str, Any]:
     """``{"step": int}``; raises :class:`LogLineError`."""
-    pairs = dict(_pairs(line.strip(), INTERRUPTED))
-    if "step" not in pairs:
+    runs = dict(_runs(line.strip(), INTERRUPTED))
+    if "step" not in runs:
         raise LogLineError("missing field: step")
-    return {"step": _int_field("step", pairs["step"])}
+    return {"step": _int_field("step", runs["step"])}
 
 
 def format_done_line(step: int, wall_s: float) -> str:
@@ -245,7 +245,7 @@ def format_done_line(step: int, wall_s: float) -> str:
 def parse_done_line(line: str) -> dict[str, Any]:
     """Parse ``done step=<N> wall_s=<float>``; raises :class:`LogLineError`."""
     out: dict[str, Any] = {}
-    for key, value in _pairs(line.strip(), DONE):
+    for key, value in _runs(line.strip(), DONE):
         try:
             out[key] = int(value) if key == "step" else float(value) if key == "wall_s" else value
         except ValueError:
@@ -262,11 +262,11 @@ def format_repair_line(file: str, torn_bytes: int, dropped_rows: int = 0) -> str
 
 def parse_repair_line(line: str) -> dict[str, Any]:
     """``{"file": str, "torn_bytes": int, "dropped_rows": int}``; raises :class:`LogLineError`."""
-    pairs = dict(_pairs(line.strip(), REPAIR))
-    if "file" not in pairs or "torn_bytes" not in pairs:
+    runs = dict(_runs(line.strip(), REPAIR))
+    if "file" not in runs or "torn_bytes" not in runs:
         raise LogLineError("expected `repair file=<name> torn_bytes=<N> dropped_rows=<M>`")
-    return {"file": pairs["file"], "torn_bytes": _int_field("torn_bytes", pairs["torn_bytes"]),
-            "dropped_rows": _int_field("dropped_rows", pairs.get("dropped_rows", "0"))}
+    return {"file": runs["file"], "torn_bytes": _int_field("torn_bytes", runs["torn_bytes"]),
+            "dropped_rows": _int_field("dropped_rows", runs.get("dropped_rows", "0"))}
 
 
 def _int_field(key: str, value: str) -> int:

@@ -131,7 +131,7 @@ def evaluate(model: LoopedByteLM, x: torch.Tensor, y: torch.Tensor, batch_size: 
 
 
 # SIGUSR2 is a cluster's "preempted, or near the time limit" (SLURM's --signal, submitit's default): the same
-# graceful stop, so a cluster job requeues from a checkpoint at the step it reached (dormouse/ab/cluster.py).
+# graceful stop, so a cluster job requeues from a checkpoint at the step it reached (dormouse/ab/launchers/cluster.py).
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGUSR2") if hasattr(signal, name))
 
 
@@ -324,7 +324,7 @@ class _Run:
 def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: str, info: DistInfo,
            stop_at_step: int | None) -> TrainResult:
     t = cfg.train
-    if device.type == "cuda":  # pairs of an A/B run share a process: each reports its own peak
+    if device.type == "cuda":  # runs of an A/B run share a process: each reports its own peak
         torch.cuda.reset_peak_memory_stats(device)
     model = LoopedByteLM(cfg.model, seed=int(t.seed), kernel=kernel).to(device)
     optimizer = torch.optim.AdamW(model.param_groups(float(t.weight_decay)), lr=float(t.lr),

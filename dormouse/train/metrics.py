@@ -191,7 +191,7 @@ def settle_metrics(path: Path, step: int, *, write: bool = True) -> Settled:
             row = parse_metrics_row(line)
         except LogLineError:
             continue
-        kept = replay(kept, (row, line), lambda pair: int(pair[0]["step"]))
+        kept = replay(kept, (row, line), lambda run: int(run[0]["step"]))
     kept = [(row, line) for row, line in kept if int(row["step"]) <= step]
     out = Settled([row for row, _ in kept], torn, len(whole.splitlines()) - len(kept))
     if out.changed and write:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dormouse.run.lock import LockHeld, comparison_lock, is_locked, pair_lock, read_holder
+from dormouse.run.lock import LockHeld, comparison_lock, is_locked, read_holder, run_lock
 
 _HOLD = """
 import sys, time
@@ -64,10 +64,10 @@ def test_a_second_lock_in_the_same_process_is_refused_and_a_released_one_is_not_
             comparison_lock(tmp_path).acquire()
     with comparison_lock(tmp_path) as again:
         assert again.stale_message() is None
-    with pair_lock(tmp_path, "gr-s1") as a:
+    with run_lock(tmp_path, "gr-s1") as a:
         with pytest.raises(LockHeld, match="run gr-s1"):
-            pair_lock(tmp_path, "gr-s1").acquire()
-        with pair_lock(tmp_path, "gr-s2"):  # another pair: independent
+            run_lock(tmp_path, "gr-s1").acquire()
+        with run_lock(tmp_path, "gr-s2"):  # another run: independent
             assert a.took_over is None
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from dormouse.ab.registry import ABSpecError, load_spec
+from dormouse.ab.comparison.registry import ABSpecError, load_spec
 from dormouse.cli.app import app
 
 runner = CliRunner()

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from dormouse.ab.plots import draw_forest, plot_forest
-from dormouse.ab.results import ComparisonResults
+from dormouse.ab.reporting.plots import draw_forest, plot_forest
+from dormouse.ab.reporting.results import ComparisonResults
 
 
 def arm(role: str, diff: float | None, rci: list[float] | None, eq: list[float] | None, verdict: str) -> dict:
@@ -29,8 +29,8 @@ def test_forest_plot_is_written_for_every_kind_of_arm(tmp_path: Path):
 
 
 def test_each_arm_gets_its_learned_values_averaged_over_seeds(tmp_path: Path):
-    from dormouse.ab.plots import plot_learned
-    from dormouse.ab.records import RunRecord
+    from dormouse.ab.reporting.plots import plot_learned
+    from dormouse.ab.runs.records import RunRecord
     from dormouse.run.files import ComparisonFiles
 
     def rec(arm: str, seed: int, final: dict | None) -> RunRecord:

@@ -1,4 +1,4 @@
-"""Protocol v2's decision rule (dormouse/ab/sequential.py): hand-checkable cases against scipy/statsmodels
+"""Protocol v2's decision rule (dormouse/ab/rule/sequential.py): hand-checkable cases against scipy/statsmodels
 computed here from the equations (independent oracles), the contract of ``decide``, and the rule's error
 rates by Monte Carlo (each gate's perturbation is in tests/falsification/perturbations_sequential.py).
 
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from dormouse.ab import sequential as sq
+from dormouse.ab.rule import sequential as sq
 
 ALPHA = 0.05
 
@@ -301,12 +301,12 @@ def test_each_sentence_states_the_numbers_its_verdict_compared(xs):
 
 
 def test_a_card_from_a_published_comparison_reads_its_compared_arms_spreads():
-    """`dormouse ab size` (dormouse/ab/size.py): the paired sds of the compared arms only, recomputed
+    """`dormouse ab size` (dormouse/ab/lifecycle/size.py): the paired sds of the compared arms only, recomputed
     here from the published differences, plus an unknown arm at the largest of them."""
     import json
     from pathlib import Path
 
-    from dormouse.ab import size
+    from dormouse.ab.lifecycle import size
 
     repo = Path(__file__).resolve().parents[2]
     results = json.loads((repo / "docs" / "results" / "residual_cpu" / "results.json").read_text())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dormouse.ab import stats
+from dormouse.ab.rule import stats
 
 
 def test_one_value_has_no_spread() -> None:
@@ -39,7 +39,7 @@ def test_bad_run_rate_counts_runs_above_the_ceiling_and_diverged_runs() -> None:
 
 
 def test_hodges_lehmann_is_the_median_of_walsh_averages_and_inverts_the_exact_wilcoxon_test() -> None:
-    """Oracle: the estimate by brute force over pairs, the interval by scipy's exact signed-rank test: a
+    """Oracle: the estimate by brute force over runs, the interval by scipy's exact signed-rank test: a
     shift just inside either end is not rejected at 1 − confidence, one just outside is."""
     import itertools
 

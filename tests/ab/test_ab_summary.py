@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from dormouse.ab.results import ComparisonResults
-from dormouse.ab.status import verdict_table
+from dormouse.ab.comparison.status import verdict_table
+from dormouse.ab.reporting.results import ComparisonResults
 
 SENTENCE = ("gr_with_a_long_arm_name has lower final bpb than rezero: at look 1 of 2 (3 paired replicates), the "
             "99.1667 % repeated confidence interval of the mean paired difference -0.0500 is [-0.0700, -0.0300]")

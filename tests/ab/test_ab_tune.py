@@ -1,7 +1,7 @@
-"""The tune stage of a registration (dormouse/ab/tune.py): the choice rule, the seed
-streams kept clear of the confirmatory ones, the tune pairs run first, each arm's confirmatory pairs at
+"""The tune stage of a registration (dormouse/ab/tune/stage.py): the choice rule, the seed
+streams kept clear of the confirmatory ones, the tune runs run first, each arm's confirmatory runs at
 its chosen lr (the A/A arm at its baseline's), a resume that recomputes the same choice without re-running
-tune pairs, and the report's tuning table.
+tune runs, and the report's tuning table.
 
 The fake trainer's final bpb is a V in log2(lr) around a per-arm optimum, so the expected choice is worked
 out here by hand; ``attnres_full``'s best lr (8e-3) diverges, so its choice is the next best.
@@ -17,13 +17,13 @@ import pytest
 from omegaconf import OmegaConf
 from rich.console import Console
 
-from dormouse.ab import tune
-from dormouse.ab.command import ab_design, ab_plan, ab_status
-from dormouse.ab.plan import build_plan
-from dormouse.ab.records import RunRecord
-from dormouse.ab.registry import ComparisonError, load_spec
-from dormouse.ab.runner import plan_pairs, run_comparison
-from dormouse.ab.tune_rule import choose
+from dormouse.ab.comparison.command import ab_design, ab_plan, ab_status
+from dormouse.ab.comparison.plan import build_plan
+from dormouse.ab.comparison.registry import ComparisonError, load_spec
+from dormouse.ab.comparison.runner import plan_runs, run_comparison
+from dormouse.ab.runs.records import RunRecord
+from dormouse.ab.tune import stage as tune
+from dormouse.ab.tune.rule import choose
 from dormouse.run.files import ComparisonFiles, RunFiles
 from tests.helpers.fake_train import FakeTrain
 from tests.helpers.registrations import refusal, registration, write_registry
@@ -122,16 +122,16 @@ def test_a_bad_grid_or_rule_is_refused_naming_the_field(tmp_path: Path) -> None:
 
 # --- the plan -------------------------------------------------------------------------------------------
 
-def test_the_plan_holds_each_tuned_arm_at_each_lr_and_no_aa_tune_pair(registry: Path, tmp_path: Path) -> None:
+def test_the_plan_holds_each_tuned_arm_at_each_lr_and_no_aa_tune_run(registry: Path, tmp_path: Path) -> None:
     plan = build_plan("tt", [], tmp_path / "ab", registry=registry)
-    got = {(p.arm, float(p.cfg.train.lr), int(p.cfg.train.seed), int(p.cfg.train.data_seed)) for p in plan.tune_pairs}
+    got = {(p.arm, float(p.cfg.train.lr), int(p.cfg.train.seed), int(p.cfg.train.data_seed)) for p in plan.tune_runs}
     assert got == {(a, lr, 9001 + j, 9101 + j) for a in ("rezero", "gr", "attnres_full")
                    for lr in (0.001, 0.002, 0.004, 0.008) for j in range(2)}
-    assert len(plan.tune_pairs) == 24 and plan.lr_pending
-    assert not {p.name for p in plan.tune_pairs} & {p.name for p in plan.pairs}
+    assert len(plan.tune_runs) == 24 and plan.lr_pending
+    assert not {p.name for p in plan.tune_runs} & {p.name for p in plan.runs}
 
 
-def test_plan_shows_the_tune_pairs_and_says_the_lrs_are_chosen_by_the_stage(registry: Path, tmp_path: Path) -> None:
+def test_plan_shows_the_tune_runs_and_says_the_lrs_are_chosen_by_the_stage(registry: Path, tmp_path: Path) -> None:
     console = Console(record=True, width=250)
     assert ab_plan("tt", [], root=tmp_path / "ab", registry=registry, console=console) == 0
     out = console.export_text()
@@ -141,15 +141,15 @@ def test_plan_shows_the_tune_pairs_and_says_the_lrs_are_chosen_by_the_stage(regi
     assert "tune run tune-gr-lr0.004-s9002: train.lr=0.004 train.seed=9002 train.data_seed=9102" in out
 
 
-def test_a_registration_without_tune_plans_no_tune_pair(registry: Path, tmp_path: Path) -> None:
+def test_a_registration_without_tune_plans_no_tune_run(registry: Path, tmp_path: Path) -> None:
     (registry / "tt.yaml").write_text(SPEC.split("tune:")[0])
     plan = build_plan("tt", [], tmp_path / "ab", registry=registry)
-    assert plan.tune_pairs == [] and not plan.lr_pending
+    assert plan.tune_runs == [] and not plan.lr_pending
 
 
 # --- the run --------------------------------------------------------------------------------------------
 
-def test_the_tune_pairs_run_before_any_confirmatory_pair(finished: tuple[Path, FakeTrain, Path]) -> None:
+def test_the_tune_runs_run_before_any_confirmatory_run(finished: tuple[Path, FakeTrain, Path]) -> None:
     _, fake, _ = finished
     first_confirmatory = next(i for i, c in enumerate(fake.names) if not c.startswith("tune-"))
     assert all(c.startswith("tune-") for c in fake.names[:first_confirmatory])
@@ -169,7 +169,7 @@ def test_the_choice_is_recorded_with_the_aa_arm_at_its_baselines_lr(finished: tu
     assert all(a["unbracketed"] is None and a["runs"] == 8 for a in record["arms"].values())
 
 
-def test_confirmatory_pairs_run_at_their_arms_chosen_lr(finished: tuple[Path, FakeTrain, Path]) -> None:
+def test_confirmatory_runs_run_at_their_arms_chosen_lr(finished: tuple[Path, FakeTrain, Path]) -> None:
     comp, _, _ = finished
     ran = {}
     for arm in EXPECTED:
@@ -178,7 +178,7 @@ def test_confirmatory_pairs_run_at_their_arms_chosen_lr(finished: tuple[Path, Fa
     assert ran == {(arm, seed): EXPECTED[arm] for arm in EXPECTED for seed in (1, 2, 3)}
 
 
-def test_a_resume_recomputes_the_same_choice_without_rerunning_tune_pairs(
+def test_a_resume_recomputes_the_same_choice_without_rerunning_tune_runs(
         finished: tuple[Path, FakeTrain, Path]) -> None:
     comp, _, reg = finished
     before = (comp / "tune.json").read_text()
@@ -265,9 +265,9 @@ def test_design_says_the_tune_stages_cost_beside_the_card(registry: Path, tmp_pa
     assert "tune stage (runs first, not in the card above): 24 runs (3 arms × 4 lrs × 2 replicate(s))" in out
 
 
-def test_plan_pairs_carries_the_recorded_choice(finished: tuple[Path, FakeTrain, Path]) -> None:
-    """`dormouse ab rerun` (dormouse/ab/rerun.py) composes a published pair through plan_pairs: it
+def test_plan_runs_carries_the_recorded_choice(finished: tuple[Path, FakeTrain, Path]) -> None:
+    """`dormouse ab rerun` (dormouse/ab/lifecycle/rerun.py) composes a published run through plan_runs: it
     must run at the chosen lr."""
     comp, _, reg = finished
-    pairs = plan_pairs(load_spec("tt", reg), [], comp)
-    assert {p.arm: float(p.cfg.train.lr) for p in pairs} == EXPECTED
+    runs = plan_runs(load_spec("tt", reg), [], comp)
+    assert {p.arm: float(p.cfg.train.lr) for p in runs} == EXPECTED

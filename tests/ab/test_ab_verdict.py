@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-from dormouse.ab.looks import progress
-from dormouse.ab.pairjob import Pair
-from dormouse.ab.plan import build_plan
-from dormouse.ab.records import RunRecord, load_record
-from dormouse.ab.registry import parse_spec, validate_spec
-from dormouse.ab.report import render_report
-from dormouse.ab.results import ComparisonResults, analyze
-from dormouse.ab.sequential import Design
+from dormouse.ab.comparison.plan import build_plan
+from dormouse.ab.comparison.registry import parse_spec, validate_spec
+from dormouse.ab.reporting.report import render_report
+from dormouse.ab.reporting.results import ComparisonResults, analyze
+from dormouse.ab.rule.looks import progress
+from dormouse.ab.rule.sequential import Design
+from dormouse.ab.runs.job import Run
+from dormouse.ab.runs.records import RunRecord, load_record
 from dormouse.arms.registry import ARMS
 from dormouse.config.schema import arm_name
 
@@ -58,16 +58,16 @@ def plan(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def planted_reader(plan: Any, diffs: dict[str, list[float]], failed: tuple[str, ...] = ()) -> Any:
-    """Planted runs: the baseline at BASE, each arm at BASE + its diffs; ``failed`` pairs have no final
+    """Planted runs: the baseline at BASE, each arm at BASE + its diffs; ``failed`` runs have no final
     eval and failed in this invocation."""
-    def read(pair: Pair) -> RunRecord:
-        if pair.name in failed:
-            return RunRecord(pair.arm, pair.seed, pair.run_dir, arm_name(pair.cfg), 10, error="planted failure",
-                             replicate=pair.replicate)
-        bpb = BASE[pair.replicate] + (diffs[pair.arm][pair.replicate - 1] if pair.arm in diffs else 0.0)
+    def read(run: Run) -> RunRecord:
+        if run.name in failed:
+            return RunRecord(run.arm, run.seed, run.run_dir, arm_name(run.cfg), 10, error="planted failure",
+                             replicate=run.replicate)
+        bpb = BASE[run.replicate] + (diffs[run.arm][run.replicate - 1] if run.arm in diffs else 0.0)
         row: dict[str, Any] = {"step": 10, "bpb": bpb, "bpb@1": bpb + 0.1, "bpb@2": bpb, "tok/s": 1000.0}
-        return RunRecord(pair.arm, pair.seed, pair.run_dir, arm_name(pair.cfg), 10, rows=[row], final=row,
-                         provenance={"device": "cpu"}, replicate=pair.replicate)
+        return RunRecord(run.arm, run.seed, run.run_dir, arm_name(run.cfg), 10, rows=[row], final=row,
+                         provenance={"device": "cpu"}, replicate=run.replicate)
 
     return read
 
@@ -94,7 +94,7 @@ def test_the_report_states_the_paired_differences_the_looks_decided_on(plan: Any
 
 
 def test_the_registry_states_the_designs_own_checks() -> None:
-    """The design owns its checks (dormouse.ab.sequential.Design); the registry states them for the file,
+    """The design owns its checks (dormouse.ab.rule.sequential.Design); the registry states them for the file,
     one line per bad field, and adds none of its own for α, the SESOI or the looks."""
     text = SPEC.replace("sesoi: 0.01", "sesoi: 0").replace("alpha: 0.05", "alpha: 0.7").replace(
         "looks: [3]", "looks: [3, 3]")

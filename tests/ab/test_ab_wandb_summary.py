@@ -10,8 +10,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from dormouse.ab.results import ComparisonResults
-from dormouse.ab.wandb_summary import COLUMNS, log_verdict, verdict_data
+from dormouse.ab.reporting.results import ComparisonResults
+from dormouse.ab.reporting.wandb_summary import COLUMNS, log_verdict, verdict_data
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "docs" / "results" / "residual_cpu2"
 

@@ -1,6 +1,6 @@
-"""The registered bad-run policy (dormouse/ab/bad_runs.py, docs/ab-protocol.md "The bad-run
+"""The registered bad-run policy (dormouse/ab/rule/bad_runs.py, docs/ab-protocol.md "The bad-run
 policy"): the rule's replacement order, its per-arm maximum, a bad baseline run, a replicate replaced once
-staying replaced; the registration's checks; the looks running the spare pairs and deciding on them; the
+staying replaced; the registration's checks; the looks running the spare runs and deciding on them; the
 bad-run finding in results.json, report.md and the console; and a Monte-Carlo audit that the policy gives
 back the power 1-in-20 outliers take, without raising the family's type-I error.
 """
@@ -16,17 +16,17 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from dormouse.ab.bad_runs import assign
-from dormouse.ab.looks import progress
-from dormouse.ab.pairjob import Pair
-from dormouse.ab.plan import build_plan, replicates_of
-from dormouse.ab.records import RunRecord
-from dormouse.ab.registry import parse_spec, validate_spec
-from dormouse.ab.report import render_report
-from dormouse.ab.results import analyze
-from dormouse.ab.runner import run_comparison
-from dormouse.ab.sequential import _B, _U, _W, Design, _look_rule, boundaries
-from dormouse.ab.status import render_schedule
+from dormouse.ab.comparison.plan import build_plan, replicates_of
+from dormouse.ab.comparison.registry import parse_spec, validate_spec
+from dormouse.ab.comparison.runner import run_comparison
+from dormouse.ab.comparison.status import render_schedule
+from dormouse.ab.reporting.report import render_report
+from dormouse.ab.reporting.results import analyze
+from dormouse.ab.rule.bad_runs import assign
+from dormouse.ab.rule.looks import progress
+from dormouse.ab.rule.sequential import _B, _U, _W, Design, _look_rule, boundaries
+from dormouse.ab.runs.job import Run
+from dormouse.ab.runs.records import RunRecord
 from dormouse.config.schema import arm_name
 from dormouse.run.files import ComparisonFiles
 from tests.helpers.fake_train import FakeTrain
@@ -125,17 +125,17 @@ def planted_bpb(arm: str, replicate: int, bad: set[tuple[str, int]]) -> float:
 
 
 def reader(bad: set[tuple[str, int]], missing: set[tuple[str, int]] = frozenset()) -> Any:  # type: ignore[assignment]
-    def read(pair: Pair) -> RunRecord:
-        if (pair.arm, pair.replicate) in missing:
-            return RunRecord(pair.arm, pair.seed, pair.run_dir, arm_name(pair.cfg), 10, replicate=pair.replicate)
-        row = {"step": 10, "bpb": planted_bpb(pair.arm, pair.replicate, bad), "tok/s": 1000.0}
-        return RunRecord(pair.arm, pair.seed, pair.run_dir, arm_name(pair.cfg), 10, rows=[row], final=row,
-                         provenance={"device": "cpu"}, replicate=pair.replicate)
+    def read(run: Run) -> RunRecord:
+        if (run.arm, run.replicate) in missing:
+            return RunRecord(run.arm, run.seed, run.run_dir, arm_name(run.cfg), 10, replicate=run.replicate)
+        row = {"step": 10, "bpb": planted_bpb(run.arm, run.replicate, bad), "tok/s": 1000.0}
+        return RunRecord(run.arm, run.seed, run.run_dir, arm_name(run.cfg), 10, rows=[row], final=row,
+                         provenance={"device": "cpu"}, replicate=run.replicate)
 
     return read
 
 
-def test_a_look_runs_the_spare_pairs_the_rule_asks_for_and_no_other(plan: Any) -> None:
+def test_a_look_runs_the_spare_runs_the_rule_asks_for_and_no_other(plan: Any) -> None:
     bad = {("gr", 2)}
     state = progress(plan, reader(bad, missing={(a, k) for a in plan.arms for k in (6, 7)}))
     assert sorted(p.name for p in state.pending) == ["gr-s6", "rezero-s6"], "gr's spare 6 and its baseline run"
@@ -182,13 +182,13 @@ def test_without_bad_runs_the_policy_changes_nothing(plan: Any) -> None:
 
 # --- a comparison run end to end (fake trainer) ---------------------------------------------------------
 
-def test_a_comparison_runs_the_spare_pair_decides_on_it_and_reports_the_replacement(tmp_path: Path) -> None:
+def test_a_comparison_runs_the_spare_run_decides_on_it_and_reports_the_replacement(tmp_path: Path) -> None:
     reg = write_registry(tmp_path, "br", SPEC)
     # gr 0.1 below the baseline; gr's replicate 2 (seed 2) ends above the ceiling
     fake, console = FakeTrain(lambda r: planted_bpb(r.arm, r.seed, {("gr", 2)})), Console(record=True, width=250)
     comp = run_comparison("br", [], root=tmp_path / "ab", console=console, train_fn=fake, registry=reg).plan.comp_dir
     assert "gr-s6" in fake.names and "rezero-s6" in fake.names and "gr-s7" not in fake.names
-    assert "attnres_full-s6" not in fake.names, "a spare pair runs only for the arm that needs it"
+    assert "attnres_full-s6" not in fake.names, "a spare run runs only for the arm that needs it"
     doc = json.loads(ComparisonFiles(comp).results.read_text())
     gr = doc["arms"]["gr"]
     assert gr["verdict"] == "better" and gr["replicates"][:3] == [1, 3, 6]
@@ -211,7 +211,7 @@ def simulate_policy(delta: float, replacements: int, p_bad: float) -> dict[str, 
     each run's own noise 0.03/√2), each run bad w.p. ``p_bad`` (+0.3 bpb, above the ceiling); at each look
     every undecided arm's replicates come from :func:`assign` and its verdict from the registered boundaries
     (:func:`_look_rule`), decided arms stopping. Returns P(better) per arm, P(any arm better or worse) and
-    the expected pairs run (arms' replicates and spares, and the baseline's)."""
+    the expected runs run (arms' replicates and spares, and the baseline's)."""
     n_max = MC_DESIGN.n_max
     rng = np.random.Generator(np.random.PCG64(MC_SEED))
     shape = (MC_SIMS, n_max + replacements)
@@ -231,14 +231,14 @@ def simulate_policy(delta: float, replacements: int, p_bad: float) -> dict[str, 
         c = _look_rule(d.mean(axis=2), d.std(axis=2, ddof=1) / math.sqrt(lb.n), lb, MC_DESIGN.sesoi)[0]
         now = (code == -1) & (c != _U)
         code[now], n_stop[now] = c[now], lb.n
-    pairs = (n_stop + spares).sum(axis=0) + n_stop.max(axis=0) + spares.max(axis=0)
+    runs = (n_stop + spares).sum(axis=0) + n_stop.max(axis=0) + spares.max(axis=0)
     return {"power": float((code == _B).mean()), "family": float(((code == _B) | (code == _W)).any(axis=0).mean()),
-            "pairs": float(pairs.mean())}
+            "pairs": float(runs.mean())}
 
 
 def test_the_policy_gives_back_the_power_outliers_take_and_keeps_the_type_one_error() -> None:
     """The audit: 1-in-20 runs +0.3 bpb drop the power at Δ = −0.05 from 0.954 to 0.42; the policy
-    brings it back (0.88 with 2 replacements per arm, 0.95 with 4) at about 11 % more pairs than a clean
+    brings it back (0.88 with 2 replacements per arm, 0.95 with 4) at about 11 % more runs than a clean
     comparison, and at Δ = 0 the family's type-I error stays ≤ α.
 
     Monte-Carlo error, 4000 comparisons × 4 arms: a power near 0.95 has se √(0.95·0.05/16000) ≈ 0.0017 per
@@ -257,7 +257,7 @@ def test_the_policy_gives_back_the_power_outliers_take_and_keeps_the_type_one_er
     assert null["family"] <= MC_DESIGN.alpha + 3 * math.sqrt(0.05 * 0.95 / MC_SIMS), null
 
 
-def test_the_plan_lists_the_spare_pairs_as_spares(plan: Any) -> None:
+def test_the_plan_lists_the_spare_runs_as_spares(plan: Any) -> None:
     console = Console(record=True, width=200)
     render_schedule(plan, console)
     rows = [[c.strip() for c in ln.split("│")[1:3]] for ln in console.export_text().splitlines() if "│" in ln]

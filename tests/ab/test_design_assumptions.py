@@ -20,16 +20,16 @@ import pytest
 from rich.console import Console
 from scipy import stats as sps
 
-from dormouse.ab import sequential as sq
-from dormouse.ab import stats
-from dormouse.ab.looks import progress
-from dormouse.ab.pairjob import Pair
-from dormouse.ab.plan import build_plan
-from dormouse.ab.records import RunRecord
-from dormouse.ab.registry import parse_spec, validate_spec
-from dormouse.ab.report import render_report
-from dormouse.ab.results import ComparisonResults, analyze
-from dormouse.ab.status import verdict_table
+from dormouse.ab.comparison.plan import build_plan
+from dormouse.ab.comparison.registry import parse_spec, validate_spec
+from dormouse.ab.comparison.status import verdict_table
+from dormouse.ab.reporting.report import render_report
+from dormouse.ab.reporting.results import ComparisonResults, analyze
+from dormouse.ab.rule import sequential as sq
+from dormouse.ab.rule import stats
+from dormouse.ab.rule.looks import progress
+from dormouse.ab.runs.job import Run
+from dormouse.ab.runs.records import RunRecord
 from dormouse.config.schema import arm_name
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -254,11 +254,11 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     (reg / "t.yaml").write_text(SPEC)
     plan = build_plan("t", [], tmp_path_factory.mktemp("ab"), registry=reg)
 
-    def read(pair: Pair) -> RunRecord:
-        bpb = 2.0 + pair.replicate / 10 + (DIFFS[pair.arm][pair.replicate - 1] if pair.arm in DIFFS else 0.0)
+    def read(run: Run) -> RunRecord:
+        bpb = 2.0 + run.replicate / 10 + (DIFFS[run.arm][run.replicate - 1] if run.arm in DIFFS else 0.0)
         row: dict[str, Any] = {"step": 10, "bpb": bpb, "tok/s": 1000.0}
-        return RunRecord(pair.arm, pair.seed, pair.run_dir, arm_name(pair.cfg), 10, rows=[row], final=row,
-                         provenance={"device": "cpu"}, replicate=pair.replicate)
+        return RunRecord(run.arm, run.seed, run.run_dir, arm_name(run.cfg), 10, rows=[row], final=row,
+                         provenance={"device": "cpu"}, replicate=run.replicate)
 
     card = sq.design_card(plan.design(), 0.01, -0.02, n_sim=500, seed=1)
     results, _ = analyze(plan, progress(plan, read), read,

@@ -1,4 +1,4 @@
-"""What the code fingerprint covers (dormouse/ab/fingerprint.py): every source that computes a run, and
+"""What the code fingerprint covers (dormouse/ab/comparison/fingerprint.py): every source that computes a run, and
 nothing that does not.
 
 A comparison refuses to add a run computed by other code, and the fingerprint is how it knows: a source left
@@ -22,13 +22,13 @@ import torch
 import dormouse
 import dormouse_kernels
 from dormouse import data
-from dormouse.ab import fingerprint
+from dormouse.ab.comparison import fingerprint
 from dormouse.arms import plugins
 from tests.helpers.plugin_files import arm_source, forget_plugins, write_plugin_file
 
 PACKAGE = Path(dormouse.__file__).resolve().parent
 CONF = fingerprint.conf_dir()
-NOT_A_RUN = {"ab"}  # the comparison machinery (see dormouse/ab/fingerprint.py)
+NOT_A_RUN = {"ab"}  # the comparison machinery (see dormouse/ab/comparison/fingerprint.py)
 CONF_NOT_A_RUN = {"ab", "launcher"}  # registrations and launchers
 __all__ = ["forget_plugins"]
 
@@ -57,7 +57,7 @@ def one_file(tree: Path, pattern: str) -> Path:
     if tree.is_file():
         return tree
     files = _sources(tree, pattern)
-    assert files, f"{tree} has no {pattern} file: say in dormouse/ab/fingerprint.py how it computes a run"
+    assert files, f"{tree} has no {pattern} file: say in dormouse/ab/comparison/fingerprint.py how it computes a run"
     return files[0]
 
 

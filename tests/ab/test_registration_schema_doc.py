@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dormouse.ab.registry import ComparisonSpec, ComparisonSpecV1, TuneSpec
-from dormouse.ab.study import StudyBlock
+from dormouse.ab.comparison.registry import ComparisonSpec, ComparisonSpecV1, TuneSpec
+from dormouse.ab.study.registry import StudyBlock
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "ab-protocol.md"
 

@@ -1,4 +1,4 @@
-"""A registered study's primary rule, the arm × axis interaction (dormouse/ab/interaction.py): hand-checkable
+"""A registered study's primary rule, the arm × axis interaction (dormouse/ab/study/interaction.py): hand-checkable
 cases against scipy/statsmodels computed here (independent oracles), the contract (invalid cases, the design's
 validation, JSON), and the whole study's error rates by Monte Carlo (each gate's perturbation is in
 tests/falsification/perturbations_study_rule.py).
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from dormouse.ab import interaction as ia
+from dormouse.ab.study import interaction as ia
 
 ALPHA = 0.05
 TAU = 0.02
@@ -227,7 +227,7 @@ def test_simulate_study_runs_the_rule_decide_all_applies():
     """Replaying simulate_study's draws point by point through sequential.decide (decided arms stopping) and
     the differences each final decision used through decide_all gives the same verdicts: the card simulates the
     procedure, not a copy of it."""
-    from dormouse.ab import sequential as sq
+    from dormouse.ab.rule import sequential as sq
 
     design, pd = _designs((2, 4, 8), (3, 6), 2)
     deltas, sds, n_sim, seed = [-0.01, -0.02, -0.03], [0.01, 0.015, 0.02], 120, 9

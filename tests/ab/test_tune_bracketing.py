@@ -1,4 +1,4 @@
-"""The bracketing tune rule (dormouse/ab/tune_rule.py): extension beyond an edge the
+"""The bracketing tune rule (dormouse/ab/tune/rule.py): extension beyond an edge the
 best lr sits at, the extension budget, a divergence stopping a side (stability-limited), a second seed for
 the best lr and its neighbours within the gap, the choice by the mean over every tune replicate run at an
 lr, the unbracketed flag, one budget for every arm; the registration's fields; and a Monte-Carlo run of the
@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dormouse.ab.registry import ABSpecError, load_spec
-from dormouse.ab.tune_rule import Bracketing, Request, choose, next_step, replay
+from dormouse.ab.comparison.registry import ABSpecError, load_spec
+from dormouse.ab.tune.rule import Bracketing, Request, choose, next_step, replay
 from tests.helpers.registrations import refusal
 
 GRID = (1.0, 2.0, 4.0)

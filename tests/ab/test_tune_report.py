@@ -1,5 +1,5 @@
-"""The report's tune section and the learning-rate plot (dormouse/ab/tune_report.py,
-dormouse/ab/plots.py ``draw_lr``), from hand-made ``results.json`` documents with and without the bracketing
+"""The report's tune section and the learning-rate plot (dormouse/ab/tune/report.py,
+dormouse/ab/reporting/plots.py ``draw_lr``), from hand-made ``results.json`` documents with and without the bracketing
 stage's keys, and from the published residual_cpu2 result (which lacks them)."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from dormouse.ab import tune_report
-from dormouse.ab.plots import draw_lr, plot_lr, write_plots
-from dormouse.ab.report import render_report
-from dormouse.ab.results import ComparisonResults
-from dormouse.ab.tune_report import HOLDS, NO_SIGN, NOT_MEASURED, REVERSES, sign_checks
+from dormouse.ab.reporting.plots import draw_lr, plot_lr, write_plots
+from dormouse.ab.reporting.report import render_report
+from dormouse.ab.reporting.results import ComparisonResults
+from dormouse.ab.tune import report as tune_report
+from dormouse.ab.tune.report import HOLDS, NO_SIGN, NOT_MEASURED, REVERSES, sign_checks
 from dormouse.run.files import LR_PLOT
 
 PUBLISHED2 = Path(__file__).resolve().parents[2] / "docs" / "results" / "residual_cpu2" / "results.json"

@@ -183,7 +183,7 @@ def test_whole_model_compiles_as_one_graph_with_eager_losses_and_counts(arm: str
             grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]))
             counts.append((model.counters.ran[name], model.counters.asked[name]))
         want = 2 * 2 * depth
-        worst = max(abs(c - want) for pair in counts for c in pair)
+        worst = max(abs(c - want) for run in counts for c in run)
         assert worst == 0, f"depth {depth}: (ran, asked) eager, compiled = {counts} (deviation={worst}, bound=0)"
         assert_compiled_matches_eager(losses, grads, f"depth {depth}: ")
 
@@ -196,7 +196,7 @@ def test_counting_is_paused_during_evaluation():
 
 
 def test_two_models_in_one_process_each_count_their_own_iterations():
-    """The counters are each model's own (an A/B run's pairs, a test's reference model share a process):
+    """The counters are each model's own (an A/B run's runs, a test's reference model share a process):
     forwards of one model never show in another's counts, and pausing one model pauses only its own."""
     rezero, gr = tiny_model("rezero"), tiny_model("gr", "model.max_iter=2")
     for i in range(3):

@@ -20,7 +20,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from dormouse.ab.report import meaning
+from dormouse.ab.reporting.report import meaning
 from dormouse.arms.base import ResidualArm
 from dormouse.arms.probes import LoopTrace, slot_names
 from dormouse.arms.registry import ARMS, unregister_arm
@@ -116,12 +116,12 @@ def test_the_toy_arm_has_a_switch_and_options_and_is_refused_next_to_another(toy
 
 
 def test_the_toy_arm_trains_logs_probes_plots_and_reports(toy: type[ResidualArm], tmp_path: Path):
-    from dormouse.ab.looks import progress
-    from dormouse.ab.pairjob import Pair
-    from dormouse.ab.plan import build_plan
-    from dormouse.ab.records import RunRecord, load_record
-    from dormouse.ab.report import write_outputs
-    from dormouse.ab.results import analyze
+    from dormouse.ab.comparison.plan import build_plan
+    from dormouse.ab.reporting.report import write_outputs
+    from dormouse.ab.reporting.results import analyze
+    from dormouse.ab.rule.looks import progress
+    from dormouse.ab.runs.job import Run
+    from dormouse.ab.runs.records import RunRecord, load_record
     from dormouse.config.schema import arm_name
     from dormouse.train.loop import train
 
@@ -150,12 +150,12 @@ def test_the_toy_arm_trains_logs_probes_plots_and_reports(toy: type[ResidualArm]
         f"fixed: [{', '.join(overrides(runs, 'unused')[:-2])}]\n"
         "arms:\n  rezero: []\n  toy: [model.use_toy=true]\n")
     plan = build_plan("toy", [], tmp_path / "ab", registry=reg)
-    for pair in plan.pairs:
-        train(pair.cfg)
+    for run in plan.runs:
+        train(run.cfg)
 
-    def read(pair: Pair) -> RunRecord:
-        return load_record(pair.arm, pair.seed, pair.run_dir, arm_name(pair.cfg), pair.steps,
-                           replicate=pair.replicate)
+    def read(run: Run) -> RunRecord:
+        return load_record(run.arm, run.seed, run.run_dir, arm_name(run.cfg), run.steps,
+                           replicate=run.replicate)
 
     results, records = analyze(plan, progress(plan, read), read)
     write_outputs(plan.comp_dir, results, records)

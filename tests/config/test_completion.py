@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from dormouse.ab.registry import list_comparisons
+from dormouse.ab.comparison.registry import list_comparisons
 from dormouse.cli.completion import complete_comparison, complete_override
 from dormouse.config.overrides import available, schema_keys
 from dormouse.config.schema import schema

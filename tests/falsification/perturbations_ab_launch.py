@@ -1,29 +1,29 @@
-"""Perturbations of how a comparison's pairs are launched: the `ab NAME` refusals, the
-locks, the per-pair slots, the submitit requeue hook, `ab status` and its ETA under --jobs, the live board,
-errors said once, a pair's life under faults (no finished run deleted) and workers that outlive no driver
+"""Perturbations of how a comparison's runs are launched: the `ab NAME` refusals, the
+locks, the per-run slots, the submitit requeue hook, `ab status` and its ETA under --jobs, the live board,
+errors said once, a run's life under faults (no finished run deleted) and workers that outlive no driver
 (tests/falsification; format in perturbations_attnres.py). ``protects`` names what a defect here would
 break."""
 
 from __future__ import annotations
 
-_LOCK = "dormouse/run/lock.py"  # the run, comparison and pair locks
-_LAUNCH = "dormouse/ab/launch.py"
-_CLUSTER = "dormouse/ab/cluster.py"
-_PAIRJOB = "dormouse/ab/pairjob.py"
-_RUNNER = "dormouse/ab/runner.py"
-_REGISTRATION = "dormouse/ab/registration.py"
-_PLAN = "dormouse/ab/plan.py"
-_LOOKS = "dormouse/ab/looks.py"
-_STATUS = "dormouse/ab/status.py"
-_LIVE = "dormouse/ab/live.py"
+_LOCK = "dormouse/run/lock.py"  # the run, comparison and run locks
+_LAUNCH = "dormouse/ab/launchers/local.py"
+_CLUSTER = "dormouse/ab/launchers/cluster.py"
+_PAIRJOB = "dormouse/ab/runs/job.py"
+_RUNNER = "dormouse/ab/comparison/runner.py"
+_REGISTRATION = "dormouse/ab/comparison/binding.py"
+_PLAN = "dormouse/ab/comparison/plan.py"
+_LOOKS = "dormouse/ab/rule/looks.py"
+_STATUS = "dormouse/ab/comparison/status.py"
+_LIVE = "dormouse/ab/runs/board.py"
 _L = "tests/ab/test_ab_lock.py::"
 _T = "tests/flows/test_ab_launch.py::"
 _A = "tests/flows/test_ab.py::"
-_REGISTRY = "dormouse/ab/registry.py"
+_REGISTRY = "dormouse/ab/comparison/registry.py"
 _NAMES = "tests/ab/test_ab_names.py::"
 _ETA = "tests/ab/test_ab_eta.py::"
-_LIFE = "tests/flows/test_pair_life.py::"
-_NO_RETRAIN = _LIFE + "test_no_submitit_exception_at_any_point_of_a_pairs_life_deletes_or_retrains_it"
+_LIFE = "tests/flows/test_run_life.py::"
+_NO_RETRAIN = _LIFE + "test_no_submitit_exception_at_any_point_of_a_runs_life_deletes_or_retrains_it"
 
 PERTURBATIONS: list[dict] = [
     {
@@ -33,7 +33,7 @@ PERTURBATIONS: list[dict] = [
         "old": "            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n",
         "new": "            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)\n",
         "gates": [_L + "test_a_lock_held_by_a_live_process_is_refused_naming_its_pid_and_host"],
-        "why": "a shared lock admits a second `dormouse ab`: two processes train the same pair and one "
+        "why": "a shared lock admits a second `dormouse ab`: two processes train the same run and one "
                "deletes the other's folder",
         "protects": "A/B rule",
     },
@@ -50,11 +50,11 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "pair_lock_not_the_pairs",
         "file": _PAIRJOB,
-        "function": "run_pair",
-        "old": "        lock = pair_lock(task.comp_dir, pair.name).acquire()\n",
-        "new": "        lock = pair_lock(task.comp_dir, pair.name + '-x').acquire()\n",
-        "gates": [_T + "test_a_pair_trained_by_another_process_is_not_touched"],
-        "why": "a new driver restarts a pair an orphaned job is still training (deleting its directory)",
+        "function": "train_run",
+        "old": "        lock = run_lock(task.comp_dir, run.name).acquire()\n",
+        "new": "        lock = run_lock(task.comp_dir, run.name + '-x').acquire()\n",
+        "gates": [_T + "test_a_run_trained_by_another_process_is_not_touched"],
+        "why": "a new driver restarts a run an orphaned job is still training (deleting its directory)",
         "protects": "A/B rule",
     },
     {
@@ -63,8 +63,8 @@ PERTURBATIONS: list[dict] = [
         "function": "enter_slot",
         "old": "        torch.set_num_threads(slot.threads)\n",
         "new": "        pass\n",
-        "gates": [_T + "test_parallel_pairs_equal_the_sequential_pairs_bit_for_bit"],
-        "why": "--threads / the per-pair share of the cores is recorded but not applied: the reduction order "
+        "gates": [_T + "test_parallel_runs_equal_the_sequential_runs_bit_for_bit"],
+        "why": "--threads / the per-run share of the cores is recorded but not applied: the reduction order "
                "(and the report's thread count) is not what was asked",
         "protects": "A/B rule",
     },
@@ -85,29 +85,29 @@ PERTURBATIONS: list[dict] = [
         "old": "        slots.append(Slot(i, per_job, (devices[i],) if cuda and devices is not None else None))\n",
         "new": "        slots.append(Slot(i, per_job, (devices[0],) if cuda and devices is not None else None))\n",
         "gates": [_T + "test_slots_share_the_cores_and_refuse_what_cannot_be_honoured"],
-        "why": "--jobs N on an N-GPU node puts every pair on GPU 0",
+        "why": "--jobs N on an N-GPU node puts every run on GPU 0",
         "protects": "A/B rule",
     },
     {
         "name": "preempted_job_not_requeued",
         "file": _CLUSTER,
-        "function": "PairJob.checkpoint",
+        "function": "RunJob.checkpoint",
         "old": "        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)\n",
         "new": "        return None\n",
         "gates": [_T + "test_submitit_local_jobs_complete_and_preempted_jobs_requeue_and_resume"],
-        "why": "submitit's checkpointing hook declines: a preempted or timed-out pair is lost instead of "
+        "why": "submitit's checkpointing hook declines: a preempted or timed-out run is lost instead of "
                "requeued and resumed",
         "protects": "training loop",
     },
     {
         "name": "preempted_pair_not_handed_to_submitit",
         "file": _CLUSTER,
-        "function": "PairJob.__call__",
+        "function": "RunJob.__call__",
         "old": "        if outcome.status == INTERRUPTED and outcome.exit_code == 128 + int(usr):\n",
         "new": "        if outcome.status == INTERRUPTED and outcome.exit_code == -1:\n",
         "gates": [_T + "test_submitit_local_jobs_complete_and_preempted_jobs_requeue_and_resume"],
         "why": "the trainer checkpointed on the preemption signal but the job ends instead of requeueing: "
-               "the pair stays unfinished until someone reruns the comparison",
+               "the run stays unfinished until someone reruns the comparison",
         "protects": "training loop",
     },
     {
@@ -123,17 +123,17 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "status_misses_running_pairs",
         "file": _STATUS,
-        "function": "pair_status",
+        "function": "run_status",
         "old": "    elif is_locked(lock_path):\n",
         "new": "    elif False:\n",
         "gates": [_T + "test_status_during_a_run_shows_done_running_pending_and_failed"],
-        "why": "`dormouse ab status` shows a pair being trained as interrupted or pending",
+        "why": "`dormouse ab status` shows a run being trained as interrupted or pending",
         "protects": "A/B rule",
     },
     {
         "name": "board_never_live",
         "file": _LIVE,
-        "function": "PairBoard.__enter__",
+        "function": "RunBoard.__enter__",
         "old": "        if self.console.is_terminal:\n",
         "new": "        if False:\n",
         "gates": [_T + "test_the_board_is_plain_lines_off_a_terminal_and_a_live_table_on_one"],
@@ -154,12 +154,12 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "job_does_not_check_its_code",
         "file": _PAIRJOB,
-        "function": "run_pair",
+        "function": "train_run",
         "old": "    if task.fingerprint is not None and code_here.sha256 != task.fingerprint:\n",
         "new": "    if task.fingerprint is None and code_here.sha256 != task.fingerprint:\n",
-        "gates": [_A + "test_a_pair_whose_job_runs_other_code_is_failed_not_trained"],
+        "gates": [_A + "test_a_run_whose_job_runs_other_code_is_failed_not_trained"],
         "why": "a job that runs on other code than the comparison's (an edit after the driver's check, a node "
-               "with another checkout) trains its pair anyway",
+               "with another checkout) trains its run anyway",
         "protects": "A/B rule",
     },
     {
@@ -178,9 +178,9 @@ PERTURBATIONS: list[dict] = [
         "function": "ProcessLauncher.run",
         "old": "for sig in (signal.SIGINT, signal.SIGTERM)}",
         "new": "for sig in (signal.SIGTERM,)}",
-        "gates": [_T + "test_a_sigint_to_the_driver_alone_stops_each_running_pair_with_one_signal"],
+        "gates": [_T + "test_a_sigint_to_the_driver_alone_stops_each_running_run_with_one_signal"],
         "why": "`kill -INT` of `dormouse ab` stops the driver and leaves its workers training: the comparison "
-               "looks stopped while two pairs go on writing into it, and a restart races them",
+               "looks stopped while two runs go on writing into it, and a restart races them",
         "protects": "A/B rule",
     },
     {
@@ -189,14 +189,14 @@ PERTURBATIONS: list[dict] = [
         "function": "_worker_init",
         "old": "        os.setpgrp()\n",
         "new": "        pass\n",
-        "gates": [_T + "test_a_sigint_to_the_driver_alone_stops_each_running_pair_with_one_signal"],
+        "gates": [_T + "test_a_sigint_to_the_driver_alone_stops_each_running_run_with_one_signal"],
         "why": "a terminal's Ctrl-C reaches each worker twice (from the terminal and from the driver), and a "
-               "second SIGINT stops a training loop without its checkpoint: every running pair restarts",
+               "second SIGINT stops a training loop without its checkpoint: every running run restarts",
         "protects": "A/B rule",
     },
     {
         "name": "fingerprint_looks_for_conf_beside_the_sources",
-        "file": "dormouse/ab/fingerprint.py",
+        "file": "dormouse/ab/comparison/fingerprint.py",
         "function": "conf_dir",
         "old": "    conf = Path(importlib.import_module(\"dormouse.conf\").__file__ or \"\").resolve().parent\n",
         "new": "    conf = Path(__file__).resolve().parents[1] / \"conf\"\n",
@@ -227,53 +227,53 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "slot_workers_spawned_reimporting_torch",
-        "file": "dormouse/ab/launch.py",
+        "file": "dormouse/ab/launchers/local.py",
         "function": "ProcessLauncher.__init__",
         "old": "        self.context = worker_context()\n",
         "new": "        self.context = multiprocessing.get_context(\"spawn\")\n",
         "gates": ["tests/flows/test_ab_launch.py::test_slot_workers_start_with_torch_and_the_trainer_already_imported"],
         "why": "every --jobs worker is spawned and imports torch (and torch._dynamo at its first optimizer) "
-               "again: seconds per worker before its first pair, more than a small pair's training",
+               "again: seconds per worker before its first run, more than a small run's training",
         "protects": "A/B rule",
     },
     {
         "name": "eta_ignores_the_parallel_slots",
-        "file": "dormouse/ab/status.py",
+        "file": "dormouse/ab/comparison/status.py",
         "function": "comparison_eta",
-        "old": "        heapq.heappush(free, heapq.heappop(free) + per_pair)\n",
-        "new": "        heapq.heappush(free, max(free) + per_pair)\n",
-        "gates": [_ETA + "test_two_slots_before_any_pair_finished_give_an_eta_from_the_running_pairs_pace",
-                  _ETA + "test_finished_pairs_set_the_pair_time_and_the_slots_share_the_pending_pairs"],
-        "why": "the pending pairs are counted one after another as if one slot ran them: under --jobs N the "
+        "old": "        heapq.heappush(free, heapq.heappop(free) + per_run)\n",
+        "new": "        heapq.heappush(free, max(free) + per_run)\n",
+        "gates": [_ETA + "test_two_slots_before_any_run_finished_give_an_eta_from_the_running_runs_pace",
+                  _ETA + "test_finished_runs_set_the_run_time_and_the_slots_share_the_pending_runs"],
+        "why": "the pending runs are counted one after another as if one slot ran them: under --jobs N the "
                "ETA is about N times too long",
         "protects": "A/B rule",
     },
     {
         "name": "eta_unknown_until_a_pair_finished",
-        "file": "dormouse/ab/status.py",
+        "file": "dormouse/ab/comparison/status.py",
         "function": "comparison_eta",
         "old": "                else sum(projected) / len(projected) if projected else None)\n",
         "new": "                else None)\n",
-        "gates": [_ETA + "test_two_slots_before_any_pair_finished_give_an_eta_from_the_running_pairs_pace"],
-        "why": "under --jobs N the first N pairs run together, so no ETA until the first wave ends",
+        "gates": [_ETA + "test_two_slots_before_any_run_finished_give_an_eta_from_the_running_runs_pace"],
+        "why": "under --jobs N the first N runs run together, so no ETA until the first wave ends",
         "protects": "A/B rule",
     },
     {
         "name": "board_eta_forgets_the_pending_pairs",
-        "file": "dormouse/ab/live.py",
-        "function": "PairBoard.eta_s",
-        "old": "comparison_eta(running, done, sum(p.status == \"pending\" for p in self.pairs.values()))",
+        "file": "dormouse/ab/runs/board.py",
+        "function": "RunBoard.eta_s",
+        "old": "comparison_eta(running, done, sum(p.status == \"pending\" for p in self.runs.values()))",
         "new": "comparison_eta(running, done, 0)",
         "gates": [_ETA + "test_the_live_board_shows_the_eta_for_the_slots_running_at_once"],
-        "why": "the live board's ETA covers the running pairs only: it says minutes when hours of pending "
-               "pairs remain",
+        "why": "the live board's ETA covers the running runs only: it says minutes when hours of pending "
+               "runs remain",
         "protects": "A/B rule",
     },
     {
         "name": "any_resume_exception_starts_the_pair_over",
         "file": _PAIRJOB,
         "function": "_complete",
-        "old": "unreadable = unreadable_checkpoints(pair) if isinstance(exc, CHECKPOINT_REFUSALS) else None\n",
+        "old": "unreadable = unreadable_checkpoints(run) if isinstance(exc, CHECKPOINT_REFUSALS) else None\n",
         "new": "unreadable = f\"{type(exc).__name__}: {exc}\"\n",
         "gates": [_NO_RETRAIN + "[UncompletedJobError-after_a_checkpoint-resume]", _NO_RETRAIN],
         "why": "any exception during a resume (submitit's UncompletedJobError from its signal "
@@ -288,16 +288,16 @@ PERTURBATIONS: list[dict] = [
         "old": "    if state != \"complete\":\n",
         "new": "    if True:\n",
         "gates": [_NO_RETRAIN + "[UncompletedJobError-during_plots-resume]", _NO_RETRAIN],
-        "why": "a pair whose final eval and checkpoint are on disk fails when the scheduler's "
+        "why": "a run whose final eval and checkpoint are on disk fails when the scheduler's "
                "exception comes during its probe plots (USR2 after the loop), and is trained again",
         "protects": "A/B rule",
     },
     {
         "name": "finished_run_without_done_line_resumed",
         "file": _PAIRJOB,
-        "function": "pair_state",
-        "old": "        return \"complete\", (f\"finished at step {pair.steps}: its final eval is on disk; it stopped",
-        "new": "        return \"resume\", (f\"finished at step {pair.steps}: its final eval is on disk; it stopped",
+        "function": "run_state",
+        "old": "        return \"complete\", (f\"finished at step {run.steps}: its final eval is on disk; it stopped",
+        "new": "        return \"resume\", (f\"finished at step {run.steps}: its final eval is on disk; it stopped",
         "gates": [_LIFE + "test_a_finished_run_without_its_done_line_is_kept_and_its_log_finished",
                   _NO_RETRAIN + "[UncompletedJobError-after_final_eval-first]"],
         "why": "a run stopped between its final eval and its done line is not complete: it fails its "
@@ -308,8 +308,8 @@ PERTURBATIONS: list[dict] = [
         "name": "unreadable_run_deleted_not_set_aside",
         "file": _PAIRJOB,
         "function": "set_aside",
-        "old": "    os.replace(pair.run_dir, dest)  # same filesystem: one rename, nothing copied or lost\n",
-        "new": "    shutil.rmtree(pair.run_dir)\n",
+        "old": "    os.replace(run.run_dir, dest)  # same filesystem: one rename, nothing copied or lost\n",
+        "new": "    shutil.rmtree(run.run_dir)\n",
         "gates": [_LIFE + "test_a_run_whose_checkpoints_are_all_unreadable_is_moved_aside_with_its_reason_then_"
                   "restarted"],
         "why": "a run whose checkpoints are all unreadable is deleted with its metrics and reason instead of "
@@ -322,7 +322,7 @@ PERTURBATIONS: list[dict] = [
         "function": "unreadable_checkpoints",
         "old": "        else:\n            return None\n",
         "new": "        else:\n            reasons.append(f\"{path} loads\")\n",
-        "gates": [_LIFE + "test_a_refused_checkpoint_that_loads_fails_the_pair_and_moves_nothing"],
+        "gates": [_LIFE + "test_a_refused_checkpoint_that_loads_fails_the_run_and_moves_nothing"],
         "why": "a checkpoint refusal moves the run aside and restarts it although its checkpoints load (the "
                "evidence is not checked)",
         "protects": "A/B rule",
@@ -335,7 +335,7 @@ PERTURBATIONS: list[dict] = [
         "new": "    if False:\n",
         "gates": [_T + "test_a_killed_driver_leaves_no_process_and_a_rerun_loses_and_repeats_nothing"],
         "why": "SIGKILL of `dormouse ab --jobs 2` leaves its workers training to the end, then alive "
-               "forever with the fork server and resource tracker (~1.1 GB), each pair still holding its lock",
+               "forever with the fork server and resource tracker (~1.1 GB), each run still holding its lock",
         "protects": "A/B rule",
     },
     {
@@ -345,7 +345,7 @@ PERTURBATIONS: list[dict] = [
         "old": "    while _BUSY.is_set():\n",
         "new": "    while False:\n",
         "gates": [_T + "test_a_killed_driver_leaves_no_process_and_a_rerun_loses_and_repeats_nothing"],
-        "why": "a worker whose driver died exits mid-step: its pair loses the steps since its last checkpoint "
+        "why": "a worker whose driver died exits mid-step: its run loses the steps since its last checkpoint "
                "and leaves its lock and launch record saying it is running",
         "protects": "A/B rule",
     },
@@ -353,7 +353,7 @@ PERTURBATIONS: list[dict] = [
         "name": "driver_leaves_a_finished_run_unfinished",
         "file": _RUNNER,
         "function": "run_comparison",
-        "old": "        for line in finish_complete_runs(plan.all_pairs, plan.comp_dir):",
+        "old": "        for line in finish_complete_runs(plan.all_runs, plan.comp_dir):",
         "new": "        for line in []:",
         "gates": [_LIFE + "test_the_driver_finishes_a_complete_run_it_would_not_schedule"],
         "why": "a run stopped between its final checkpoint and its done line is complete but never scheduled: "
@@ -363,9 +363,9 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "final_eval_without_checkpoint_not_complete",
         "file": _PAIRJOB,
-        "function": "pair_state",
-        "old": "    if final_row(rows, pair.steps) is not None:\n",
-        "new": "    if final_row(rows, pair.steps) is not None and read_run(pair.run_dir).finished:\n",
+        "function": "run_state",
+        "old": "    if final_row(rows, run.steps) is not None:\n",
+        "new": "    if final_row(rows, run.steps) is not None and read_run(run.run_dir).finished:\n",
         "gates": [_LIFE + "test_a_run_with_its_final_eval_but_no_checkpoint_is_kept",
                   _LIFE + "test_a_run_killed_between_its_final_eval_row_and_its_final_checkpoint_is_complete"],
         "why": "a run needs its done line to be complete, so one whose final eval row "

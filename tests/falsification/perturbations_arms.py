@@ -86,7 +86,7 @@ PERTURBATIONS: list[dict] = [
                "        ResidualArm.shared_counters = self.counters\n",
         "gates": [_T + "test_two_models_in_one_process_each_count_their_own_iterations"],
         "why": "the counters one object for every model in the process (a module-level PROBES): an A/B "
-               "run's pairs, or a reference model beside the trained one, count into each other's window, and "
+               "run's runs, or a reference model beside the trained one, count into each other's window, and "
                "pausing one pauses all",
         "protects": "counters",
     },

@@ -5,8 +5,8 @@ registered pilot sd, and its stated power). """
 
 from __future__ import annotations
 
-_SEQ = "dormouse/ab/sequential.py"
-_STATS = "dormouse/ab/stats.py"
+_SEQ = "dormouse/ab/rule/sequential.py"
+_STATS = "dormouse/ab/rule/stats.py"
 _T = "tests/ab/test_design_assumptions.py::"
 
 PERTURBATIONS: list[dict] = [

@@ -1,4 +1,4 @@
-"""Perturbations of the registered bad-run policy (dormouse/ab/bad_runs.py; tests/falsification;
+"""Perturbations of the registered bad-run policy (dormouse/ab/rule/bad_runs.py; tests/falsification;
 format in perturbations_attnres.py, plus ``protects``).
 
 The policy replaces runs, so each way it could select on the data, or hide an arm that fails to learn, is
@@ -8,11 +8,11 @@ a replaced replicate used again at a later look, bad runs not reported, and the 
 
 from __future__ import annotations
 
-_RULE = "dormouse/ab/bad_runs.py"
-_LOOKS = "dormouse/ab/looks.py"
-_RESULTS = "dormouse/ab/results.py"
-_REPORT = "dormouse/ab/report.py"
-_REGISTRY = "dormouse/ab/registry.py"
+_RULE = "dormouse/ab/rule/bad_runs.py"
+_LOOKS = "dormouse/ab/rule/looks.py"
+_RESULTS = "dormouse/ab/reporting/results.py"
+_REPORT = "dormouse/ab/reporting/report.py"
+_REGISTRY = "dormouse/ab/comparison/registry.py"
 _T = "tests/ab/test_bad_run_policy.py::"
 
 PERTURBATIONS: list[dict] = [

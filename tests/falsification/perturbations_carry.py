@@ -4,7 +4,7 @@ perturbations_attnres.py). ``protects`` names what a defect here would break."""
 
 from __future__ import annotations
 
-_CARRY = "dormouse/ab/carry.py"
+_CARRY = "dormouse/ab/lifecycle/carry.py"
 _T = "tests/flows/test_carry_comparison.py::"
 
 PERTURBATIONS: list[dict] = [
@@ -12,10 +12,10 @@ PERTURBATIONS: list[dict] = [
         "name": "carry_takes_unfinished_pairs",
         "file": _CARRY,
         "function": "_comparison_files",
-        "old": "        if pair.run_dir.is_dir() and pair_state(pair)[0] == \"complete\":\n",
-        "new": "        if pair.run_dir.is_dir():\n",
-        "gates": [_T + "test_a_carried_comparison_resumes_elsewhere_without_redoing_a_finished_pair"],
-        "why": "an interrupted pair's log and metrics are committed without its checkpoint: the results folder "
+        "old": "        if run.run_dir.is_dir() and run_state(run)[0] == \"complete\":\n",
+        "new": "        if run.run_dir.is_dir():\n",
+        "gates": [_T + "test_a_carried_comparison_resumes_elsewhere_without_redoing_a_finished_run"],
+        "why": "an interrupted run's log and metrics are committed without its checkpoint: the results folder "
                "holds a half-run a reader can take for a result, and what is carried is not what resuming needs",
         "protects": "A/B rule",
     },
@@ -26,25 +26,25 @@ PERTURBATIONS: list[dict] = [
         "old": "    if differ:\n",
         "new": "    if False:\n",
         "gates": [_T + "test_restore_refuses_to_mix_with_another_run_of_the_comparison"],
-        "why": "restoring into a directory holding another run of the comparison mixes the two runs' pairs "
+        "why": "restoring into a directory holding another run of the comparison mixes the two runs' runs "
                "(or overwrites finished results)",
         "protects": "A/B rule",
     },
     {
         "name": "sittings_count_the_pause_between_sessions",
-        "file": "dormouse/ab/publish.py",
+        "file": "dormouse/ab/lifecycle/publish.py",
         "function": "sittings",
         "old": "                <= SITTING_GAP_S:\n",
         "new": "                <= 1e9:\n",
         "gates": ["tests/flows/test_publish_comparison.py::"
-                  "test_sittings_merge_overlapping_pairs_and_split_at_a_pause_between_sessions"],
+                  "test_sittings_merge_overlapping_runs_and_split_at_a_pause_between_sessions"],
         "why": "a comparison run in two sessions a day apart is published as having taken the machine a day: "
                "its cost, which the next registration is sized from, is wrong by the pause",
         "protects": "A/B rule",
     },
     {
         "name": "run_cpus_counts_every_run_on_the_first_runs_cpu",
-        "file": "dormouse/ab/publish.py",
+        "file": "dormouse/ab/lifecycle/publish.py",
         "function": "run_cpus",
         "old": "if (cpu := prov.get(\"cpu\")) else",
         "new": "if (cpu := provenances[0].get(\"cpu\")) else",

@@ -1,4 +1,4 @@
-"""Perturbations of what the SLURM launcher makes of what SLURM says: a pair cancelled while pending, a SIGTERM
+"""Perturbations of what the SLURM launcher makes of what SLURM says: a run cancelled while pending, a SIGTERM
 requeue, submitit's requeue killed by its own SIGTERM, a failure's reason and its job id. Each reverts one rule;
 the gates are tests/flows/test_ab_cluster.py's, which need no cluster (the same behaviours against a real SLURM
 are tests/flows/test_ab_slurm.py's, which the falsification runner cannot count on). Format in
@@ -6,8 +6,8 @@ perturbations_attnres.py, plus ``protects``."""
 
 from __future__ import annotations
 
-_CLUSTER = "dormouse/ab/cluster.py"
-_PAIRJOB = "dormouse/ab/pairjob.py"
+_CLUSTER = "dormouse/ab/launchers/cluster.py"
+_PAIRJOB = "dormouse/ab/runs/job.py"
 _C = "tests/flows/test_ab_cluster.py::"
 
 PERTURBATIONS: list[dict] = [
@@ -18,9 +18,9 @@ PERTURBATIONS: list[dict] = [
         "function": "SubmititLauncher._poll_slurm",
         "old": "        if time.monotonic() - since < self.config.lost_after_s:\n",
         "new": "        if True:\n",
-        "gates": [_C + "test_a_pair_cancelled_while_pending_is_failed_after_lost_after_s_not_waited_on_forever",
+        "gates": [_C + "test_a_run_cancelled_while_pending_is_failed_after_lost_after_s_not_waited_on_forever",
                   _C + "test_a_job_that_died_without_a_result_is_failed_and_a_job_squeue_cannot_see_is_not"],
-        "why": "no bound on the wait for a job SLURM no longer lists: a pair cancelled while pending (or a job "
+        "why": "no bound on the wait for a job SLURM no longer lists: a run cancelled while pending (or a job "
                "killed without a result, without accounting) hangs `dormouse ab` forever, the board showing "
                "it running",
         "protects": "A/B rule",
@@ -32,7 +32,7 @@ PERTURBATIONS: list[dict] = [
         "old": "    return \"absent\" if sacct == \"UNKNOWN\" else \"ended\"\n",
         "new": "    return \"alive\" if sacct == \"UNKNOWN\" else \"ended\"\n",
         "gates": [_C + "test_a_job_squeue_does_not_list_and_sacct_does_not_know_is_absent_not_pending",
-                  _C + "test_a_pair_cancelled_while_pending_is_failed_after_lost_after_s_not_waited_on_forever"],
+                  _C + "test_a_run_cancelled_while_pending_is_failed_after_lost_after_s_not_waited_on_forever"],
         "why": "submitit's reading: a job sacct has no record of (UNKNOWN) is unfinished, so the cancelled "
                "pending array task, of which SLURM keeps no record, is waited on forever",
         "protects": "A/B rule",
@@ -45,7 +45,7 @@ PERTURBATIONS: list[dict] = [
         "new": "    if queue_state is None:\n        return \"absent\"\n",
         "gates": [_C + "test_a_pending_running_completing_or_requeued_job_is_alive_and_a_result_wins",
                   _C + "test_a_job_that_died_without_a_result_is_failed_and_a_job_squeue_cannot_see_is_not"],
-        "why": "a controller that does not answer for lost_after_s (a restart) fails every running pair "
+        "why": "a controller that does not answer for lost_after_s (a restart) fails every running run "
                "while their jobs go on training",
         "protects": "A/B rule",
     },
@@ -53,11 +53,11 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "sigterm_requeue_returns_interrupted",
         "file": _CLUSTER,
-        "function": "PairJob.__call__",
+        "function": "RunJob.__call__",
         "old": "                and requeued_by_slurm(_restarts_at_start(), job_info_in_job(env.job_id))):\n",
         "new": "                and False):\n",
         "gates": [_C + "test_a_sigterm_that_was_a_requeue_ends_the_job_without_a_result"],
-        "why": "a SIGTERM from `scontrol requeue` or PreemptMode=REQUEUE is returned as an interrupted pair: the "
+        "why": "a SIGTERM from `scontrol requeue` or PreemptMode=REQUEUE is returned as an interrupted run: the "
                "look ends with every arm invalid and exit 1 while SLURM finishes the requeued job unobserved",
         "protects": "A/B rule",
     },
@@ -68,7 +68,7 @@ PERTURBATIONS: list[dict] = [
         "old": "            if outcome.status != DONE and stale_result(outcome, slurm_job_info(sj.job_id)):\n",
         "new": "            if False:\n",
         "gates": [_C + "test_a_result_written_before_a_requeue_is_set_aside_and_the_requeued_job_waited_for"],
-        "why": "a result written before its job was requeued is taken as the pair's outcome: the pair is "
+        "why": "a result written before its job was requeued is taken as the run's outcome: the run is "
                "reported interrupted while its requeued job resumes it",
         "protects": "A/B rule",
     },
@@ -80,7 +80,7 @@ PERTURBATIONS: list[dict] = [
         "new": "    return now is not None and now >= restarts_at_start\n",
         "gates": [_C + "test_a_restart_count_that_went_up_is_a_requeue_and_one_that_did_not_is_a_cancel",
                   _C + "test_a_sigterm_that_was_a_cancel_returns_interrupted_with_the_boards_job_id"],
-        "why": "an `scancel` is taken for a requeue: the job ends without a result and the pair is failed "
+        "why": "an `scancel` is taken for a requeue: the job ends without a result and the run is failed "
                "lost_after_s later instead of recorded interrupted",
         "protects": "A/B rule",
     },
@@ -92,14 +92,14 @@ PERTURBATIONS: list[dict] = [
         "old": "        if not requeue_went_through(exc.returncode, _restarts_at_start(), info):\n",
         "new": "        if True:\n",
         "gates": [_C + "test_submitits_requeue_killed_by_its_own_sigterm_is_a_requeue_not_a_failure"],
-        "why": "`scontrol requeue` killed by the requeue it asked for raises CalledProcessError: the pair is "
+        "why": "`scontrol requeue` killed by the requeue it asked for raises CalledProcessError: the run is "
                "reported failed while the requeued job goes on running it",
         "protects": "A/B rule",
     },
     {
         "name": "requeue_race_fix_not_installed_in_the_job",
         "file": _CLUSTER,
-        "function": "PairJob.__call__",
+        "function": "RunJob.__call__",
         "old": "            submitit.slurm.slurm.SlurmJobEnvironment._requeue = _requeue_surviving_its_own_signal\n",
         "new": "            pass\n",
         "gates": [_C + "test_submitits_requeue_killed_by_its_own_sigterm_is_a_requeue_not_a_failure"],
@@ -131,11 +131,11 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "attempt_record_job_id_is_slurms_raw_id",
         "file": _CLUSTER,
-        "function": "PairJob.__call__",
+        "function": "RunJob.__call__",
         "old": "        os.environ[JOB_ID_ENV] = env.job_id\n",
         "new": "        os.environ[JOB_ID_ENV] = env.raw_job_id\n",
         "gates": [_C + "test_a_sigterm_that_was_a_cancel_returns_interrupted_with_the_boards_job_id"],
-        "why": "launch/PAIR.json records SLURM_JOB_ID (5) while the board and the failure say 3_1",
+        "why": "launch/RUN.json records SLURM_JOB_ID (5) while the board and the failure say 3_1",
         "protects": "A/B rule",
     },
     {

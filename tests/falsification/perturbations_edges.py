@@ -7,8 +7,8 @@ from __future__ import annotations
 
 _LOOP = "dormouse/train/loop.py"
 _METRICS = "dormouse/train/metrics.py"
-_LAUNCH = "dormouse/ab/launch.py"
-_CLUSTER = "dormouse/ab/cluster.py"
+_LAUNCH = "dormouse/ab/launchers/local.py"
+_CLUSTER = "dormouse/ab/launchers/cluster.py"
 _TEAM = "tests/flows/test_wandb_team.py::"
 _LOCAL = "tests/flows/test_ab_cluster.py::"
 
@@ -80,7 +80,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "verdict_summary_run_not_grouped",
-        "file": "dormouse/ab/wandb_summary.py",
+        "file": "dormouse/ab/reporting/wandb_summary.py",
         "function": "log_verdict",
         "old": "                     group=str(results.name), job_type=\"verdict\", name=f\"{results.name}-verdict\",\n",
         "new": "                     group=None, job_type=\"verdict\", name=f\"{results.name}-verdict\",\n",
@@ -92,7 +92,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "verdict_summary_sent_with_wandb_off",
-        "file": "dormouse/ab/wandb_summary.py",
+        "file": "dormouse/ab/reporting/wandb_summary.py",
         "function": "log_verdict",
         "old": "    if mode == \"disabled\":\n",
         "new": "    if False:\n",

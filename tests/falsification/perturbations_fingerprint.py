@@ -1,4 +1,4 @@
-"""Perturbations of what the code fingerprint covers (dormouse/ab/fingerprint.py): each drops one
+"""Perturbations of what the code fingerprint covers (dormouse/ab/comparison/fingerprint.py): each drops one
 source that computes a run from the fingerprint, or adds one that does not, and tests/ab/test_fingerprint_covers.py
 must go red (tests/falsification; format in perturbations_attnres.py). A source left out is one whose edit joins
 a resumed comparison unseen; one wrongly added invalidates a running comparison for an edit that changes no run.
@@ -6,7 +6,7 @@ a resumed comparison unseen; one wrongly added invalidates a running comparison 
 
 from __future__ import annotations
 
-_FP = "dormouse/ab/fingerprint.py"
+_FP = "dormouse/ab/comparison/fingerprint.py"
 _C = "tests/ab/test_fingerprint_covers.py::"
 
 PERTURBATIONS: list[dict] = [

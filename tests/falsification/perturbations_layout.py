@@ -7,7 +7,7 @@ from __future__ import annotations
 PERTURBATIONS: list[dict] = [
     {
         "name": "ab_reads_runs_through_the_logs_view",
-        "file": "dormouse/ab/records.py",
+        "file": "dormouse/ab/runs/records.py",
         "function": "<module>",
         "old": "from dormouse.run.checks import checked_run\n",
         "new": "import dormouse.cli.logs  # noqa: F401\nfrom dormouse.run.checks import checked_run\n",
@@ -18,10 +18,10 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "the_ab_command_imports_the_study_at_start",
-        "file": "dormouse/ab/command.py",
+        "file": "dormouse/ab/comparison/command.py",
         "function": "<module>",
-        "old": "from dormouse.ab.registry import is_study\n",
-        "new": "import dormouse.ab.study  # noqa: F401\nfrom dormouse.ab.registry import is_study\n",
+        "old": "from dormouse.ab.comparison.registry import is_study\n",
+        "new": "import dormouse.ab.study.registry  # noqa: F401\nfrom dormouse.ab.comparison.registry import is_study\n",
         "gates": ["tests/flows/test_layering.py::test_the_ab_command_imports_the_study_only_for_a_study"],
         "why": "every `dormouse ab NAME` loads the study's stack (its registry, its interaction rule) to ask whether "
                "NAME is a study: a plain comparison depends on the study it is a part of",

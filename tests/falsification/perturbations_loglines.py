@@ -225,7 +225,7 @@ PERTURBATIONS: list[dict] = [
         "old": '    for div, suffix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):\n',
         "new": '    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):\n',
         "gates": [_T + "test_human_is_the_one_count_format_and_parse_count_reads_it_back"],
-        "why": "the one count format would lose T and P: the A/B status's FLOPs (ab/status.py's `_si` did them) "
+        "why": "the one count format would lose T and P: the A/B status's FLOPs (ab/comparison/status.py's `_si` did them) "
         "would read 2.5e+06G",
         "protects": "counters",
     },

@@ -313,7 +313,7 @@ PERTURBATIONS: list[dict] = [
                 "        for name, p in ((n, params[n]) for n in set(params)):\n"),
         "gates": ["tests/flows/test_resume_signal.py::test_a_run_interrupted_by_a_signal_and_resumed_is_bit_identical"],
         "why": "the AdamW groups list the parameters in a set's (str-hash) order: the same within one process, "
-               "so an in-process resume passes, but a resumed pair is another process and the checkpoint's "
+               "so an in-process resume passes, but a resumed run is another process and the checkpoint's "
                "moments (matched by position) land on other parameters",
         "protects": "training loop",
     },

@@ -1,5 +1,5 @@
-"""Perturbations of the learning-rate curve in the report (dormouse/ab/tune_report.py, the
-learning-rate plot and the forest plot's flag in dormouse/ab/plots.py; tests/ab/test_tune_report.py,
+"""Perturbations of the learning-rate curve in the report (dormouse/ab/tune/report.py, the
+learning-rate plot and the forest plot's flag in dormouse/ab/reporting/plots.py; tests/ab/test_tune_report.py,
 tests/ab/test_ab_plots.py; format in perturbations_attnres.py, plus ``protects``).
 
 Each is a plausible one-line defect that would let a reader take a verdict for more than it is: a sign check
@@ -9,8 +9,8 @@ runs or draws the confirmatory mean where the arm did not run.
 
 from __future__ import annotations
 
-_REPORT = "dormouse/ab/tune_report.py"
-_PLOTS = "dormouse/ab/plots.py"
+_REPORT = "dormouse/ab/tune/report.py"
+_PLOTS = "dormouse/ab/reporting/plots.py"
 _T = "tests/ab/test_tune_report.py::"
 _P = "tests/ab/test_ab_plots.py::"
 

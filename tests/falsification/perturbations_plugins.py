@@ -85,14 +85,14 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "pair_task_pickled_without_its_plugins",
-        "file": "dormouse/ab/pairjob.py",
+        "file": "dormouse/ab/runs/job.py",
         "function": "_task_with_plugins",
         "old": "    activate(specs, origin=\"the comparison's driver\")\n",
         "new": "",
-        "gates": ["tests/ab/test_pair_task_plugins.py::test_a_pair_task_unpickles_in_a_fresh_process_with_its_plugin"
+        "gates": ["tests/ab/test_run_task_plugins.py::test_a_run_task_unpickles_in_a_fresh_process_with_its_plugin"
                   "_arm"],
-        "why": "a --jobs worker or cluster job unpickles the pair's config before anything loads the plugin "
-               "whose options class it holds: every pair of a plugin arm dies in the worker",
+        "why": "a --jobs worker or cluster job unpickles the run's config before anything loads the plugin "
+               "whose options class it holds: every run of a plugin arm dies in the worker",
         "protects": "arms' set-up",
     },
 ]

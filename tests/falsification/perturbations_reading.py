@@ -6,8 +6,8 @@ clear of its title, ``ab status`` at 80 columns, and a comparison given by path 
 
 from __future__ import annotations
 
-_SEQ = "dormouse/ab/sequential.py"
-_STATUS = "dormouse/ab/status.py"
+_SEQ = "dormouse/ab/rule/sequential.py"
+_STATUS = "dormouse/ab/comparison/status.py"
 _S = "tests/ab/test_ab_sequential.py::"
 _A = "tests/ab/test_design_assumptions.py::"
 _P = "tests/ab/test_ab_plots.py::"
@@ -50,7 +50,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "forest_legend_over_the_title",
-        "file": "dormouse/ab/plots.py",
+        "file": "dormouse/ab/reporting/plots.py",
         "function": "draw_forest",
         "old": "                 pad=FOREST_TITLE_PAD_PT)\n",
         "new": "                 pad=6)\n",
@@ -64,8 +64,8 @@ PERTURBATIONS: list[dict] = [
         "function": "status_table",
         "old": "        table.add_column(col, overflow=\"fold\", no_wrap=col != \"run\",\n",
         "new": "        table.add_column(col, overflow=\"ellipsis\", no_wrap=col != \"run\",\n",
-        "gates": [_ST + "test_status_folds_a_long_tune_pair_name_rather_than_squeezing_the_bpb"],
-        "why": "`dormouse ab status` cuts a long pair name to \"…\" at 80 columns",
+        "gates": [_ST + "test_status_folds_a_long_tune_run_name_rather_than_squeezing_the_bpb"],
+        "why": "`dormouse ab status` cuts a long run name to \"…\" at 80 columns",
         "protects": "A/B rule",
     },
     {
@@ -74,13 +74,13 @@ PERTURBATIONS: list[dict] = [
         "function": "_status_cells",
         "old": "            r[\"note\"] or \" \".join(x for x in (rest, where) if x)]\n",
         "new": "            r[\"note\"] or \" \".join(x for x in (f\"bpb={bpb} \" * 3, rest, where) if x)]\n",
-        "gates": [_ST + "test_status_at_80_columns_keeps_the_bpb_whole_and_a_finished_pairs_eval_on_one_line"],
-        "why": "`dormouse ab status` wraps a finished pair's eval over several lines at 80 columns",
+        "gates": [_ST + "test_status_at_80_columns_keeps_the_bpb_whole_and_a_finished_runs_eval_on_one_line"],
+        "why": "`dormouse ab status` wraps a finished run's eval over several lines at 80 columns",
         "protects": "A/B rule",
     },
     {
         "name": "path_registration_named_by_its_name",
-        "file": "dormouse/ab/registry.py",
+        "file": "dormouse/ab/comparison/registry.py",
         "function": "Registered.argument",
         "old": "        return shlex.quote(self.given if _looks_like_path(self.given) else self.spec.name)\n",
         "new": "        return shlex.quote(self.spec.name)\n",

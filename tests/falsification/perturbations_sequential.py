@@ -1,16 +1,16 @@
-"""Perturbations of protocol v2's decision rule (dormouse/ab/sequential.py; tests/falsification;
+"""Perturbations of protocol v2's decision rule (dormouse/ab/rule/sequential.py; tests/falsification;
 format in perturbations_attnres.py, plus ``protects``).
 
 Each turns the registered rule into a plausible other one: the v1 margin back, α not spent across looks,
 the family taken from the arms present, `worse` without significance, TOST without spending; and the
-numbers reported beside the verdict (dormouse/ab/stats.py): probability of improvement, bad runs,
+numbers reported beside the verdict (dormouse/ab/rule/stats.py): probability of improvement, bad runs,
 Hodges–Lehmann interval (the A/A calibration check's are in perturbations_assumptions.py).
 """
 
 from __future__ import annotations
 
-_SEQ = "dormouse/ab/sequential.py"
-_STATS = "dormouse/ab/stats.py"
+_SEQ = "dormouse/ab/rule/sequential.py"
+_STATS = "dormouse/ab/rule/stats.py"
 _T = "tests/ab/test_ab_sequential.py::"
 _S = "tests/ab/test_ab_stats.py::"
 
@@ -104,7 +104,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "bad_runs_miss_diverged_runs",
-        "file": "dormouse/ab/bad_runs.py",
+        "file": "dormouse/ab/rule/bad_runs.py",
         "function": "is_bad",
         "old": "not math.isfinite(final_bpb) or final_bpb > ceiling",
         "new": "final_bpb > ceiling",
@@ -125,7 +125,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "sizing_card_takes_the_baseline_as_an_arm",
-        "file": "dormouse/ab/size.py",
+        "file": "dormouse/ab/lifecycle/size.py",
         "function": "pilot_sds",
         "old": "if a.get(\"role\") == \"arm\" and a.get(\"diff_sd\") is not None}",
         "new": "if a.get(\"diff_sd\") is not None}",

@@ -1,4 +1,4 @@
-"""Perturbations of a registered study's wiring (dormouse/ab/study.py, dormouse/ab/study_report.py; format in
+"""Perturbations of a registered study's wiring (dormouse/ab/study/registry.py, dormouse/ab/study/report.py; format in
 perturbations_attnres.py, plus ``protects``).
 
 Each puts back a plausible slip: the points sharing the template's seeds (the rule treats them as
@@ -9,8 +9,8 @@ overlaps streams accepted.
 
 from __future__ import annotations
 
-_ST = "dormouse/ab/study.py"
-_SR = "dormouse/ab/study_report.py"
+_ST = "dormouse/ab/study/registry.py"
+_SR = "dormouse/ab/study/report.py"
 _T = "tests/flows/test_study.py::"
 _POINTS = _T + "test_each_point_is_the_template_at_alpha_over_p_with_the_axis_and_its_own_seed_streams"
 

@@ -1,4 +1,4 @@
-"""Perturbations of a registered study's primary rule, the arm × axis contrast (dormouse/ab/interaction.py;
+"""Perturbations of a registered study's primary rule, the arm × axis contrast (dormouse/ab/study/interaction.py;
 format in perturbations_attnres.py, plus ``protects``).
 
 Each puts back a plausible other rule: the Welch or the pooled df on data the points' early stopping
@@ -9,7 +9,7 @@ present, the hold-back not applied, and a point with one difference decided on.
 
 from __future__ import annotations
 
-_IA = "dormouse/ab/interaction.py"
+_IA = "dormouse/ab/study/interaction.py"
 _T = "tests/ab/test_study_interaction.py::"
 _TYPE_I = _T + "test_no_change_gives_grows_or_shrinks_at_most_alpha"
 

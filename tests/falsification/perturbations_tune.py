@@ -1,23 +1,23 @@
-"""Perturbations of the tune stage's gates (dormouse/ab/tune.py; tests/ab/test_ab_tune.py;
+"""Perturbations of the tune stage's gates (dormouse/ab/tune/stage.py; tests/ab/test_ab_tune.py;
 format in perturbations_attnres.py, plus ``protects``).
 
-Each is a plausible one-line defect in the rule, the seed streams, the A/A arm's lr, the confirmatory pairs'
+Each is a plausible one-line defect in the rule, the seed streams, the A/A arm's lr, the confirmatory runs'
 lr, the resume or the report, which its gate turns red.
 """
 
 from __future__ import annotations
 
-_TUNE = "dormouse/ab/tune.py"
-_PAIRJOB = "dormouse/ab/pairjob.py"
+_TUNE = "dormouse/ab/tune/stage.py"
+_PAIRJOB = "dormouse/ab/runs/job.py"
 _TRAIN = "dormouse/train/loop.py"
-_PLAN = "dormouse/ab/plan.py"
-_REG = "dormouse/ab/registry.py"
+_PLAN = "dormouse/ab/comparison/plan.py"
+_REG = "dormouse/ab/comparison/registry.py"
 _G = "tests/ab/test_ab_tune.py::"
 
 PERTURBATIONS: list[dict] = [
     {
         "name": "tune_rule_picks_the_highest_bpb",
-        "file": "dormouse/ab/tune_rule.py",
+        "file": "dormouse/ab/tune/rule.py",
         "function": "choose",
         "old": "    return min(sorted(finals), key=lambda lr: fmean(finals[lr]))\n",
         "new": "    return max(sorted(finals), key=lambda lr: fmean(finals[lr]))\n",
@@ -27,7 +27,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "tune_rule_ties_to_the_larger_lr",
-        "file": "dormouse/ab/tune_rule.py",
+        "file": "dormouse/ab/tune/rule.py",
         "function": "choose",
         "old": "    return min(sorted(finals), key=lambda lr: fmean(finals[lr]))\n",
         "new": "    return min(sorted(finals, reverse=True), key=lambda lr: fmean(finals[lr]))\n",
@@ -37,7 +37,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "tune_rule_drops_diverged_runs",
-        "file": "dormouse/ab/tune_rule.py",
+        "file": "dormouse/ab/tune/rule.py",
         "function": "choose",
         "old": "    return min(sorted(finals), key=lambda lr: fmean(finals[lr]))\n",
         "new": "    return min(sorted(finals), key=lambda lr: fmean([v for v in finals[lr] if v != math.inf]"
@@ -53,8 +53,8 @@ PERTURBATIONS: list[dict] = [
         "function": "ComparisonPlan.tuned_arms",
         "old": "        return [a for a in self.arms if a != self.reg.spec.aa_arm]\n",
         "new": "        return list(self.arms)\n",
-        "gates": [_G + "test_the_plan_holds_each_tuned_arm_at_each_lr_and_no_aa_tune_pair"],
-        "why": "the A/A arm gets tune pairs of its own: it is no longer the baseline again",
+        "gates": [_G + "test_the_plan_holds_each_tuned_arm_at_each_lr_and_no_aa_tune_run"],
+        "why": "the A/A arm gets tune runs of its own: it is no longer the baseline again",
         "protects": "A/B rule",
     },
     {
@@ -94,10 +94,10 @@ PERTURBATIONS: list[dict] = [
         "name": "tune_confirmatory_pairs_ignore_the_chosen_lr",
         "file": _PLAN,
         "function": "ComparisonPlan.choose_lrs",
-        "old": "            pair.cfg.train.lr = float(chosen[pair.arm])\n",
-        "new": "            pair.cfg.train.lr = float(pair.cfg.train.lr)\n",
-        "gates": [_G + "test_confirmatory_pairs_run_at_their_arms_chosen_lr"],
-        "why": "the tune stage chooses but the confirmatory pairs run at the composed default lr",
+        "old": "            run.cfg.train.lr = float(chosen[run.arm])\n",
+        "new": "            run.cfg.train.lr = float(run.cfg.train.lr)\n",
+        "gates": [_G + "test_confirmatory_runs_run_at_their_arms_chosen_lr"],
+        "why": "the tune stage chooses but the confirmatory runs run at the composed default lr",
         "protects": "A/B rule",
     },
     {
@@ -106,19 +106,19 @@ PERTURBATIONS: list[dict] = [
         "function": "diverged",
         "old": "        return bool(ended[-1][\"diverged\"])\n",
         "new": "        return False\n",
-        "gates": [_G + "test_a_resume_recomputes_the_same_choice_without_rerunning_tune_pairs"],
-        "why": "a resume does not see that a tune run diverged: it re-runs the diverged tune pairs",
+        "gates": [_G + "test_a_resume_recomputes_the_same_choice_without_rerunning_tune_runs"],
+        "why": "a resume does not see that a tune run diverged: it re-runs the diverged tune runs",
         "protects": "A/B rule",
     },
     {
         "name": "tune_divergence_not_recorded",
         "file": _PAIRJOB,
-        "function": "run_pair",
+        "function": "train_run",
         "old": "        diverged = isinstance(exc, TrainError) and exc.diverged\n",
         "new": "        diverged = False\n",
         "gates": [_G + "test_each_attempt_records_whether_its_run_diverged",
-                  _G + "test_a_resume_recomputes_the_same_choice_without_rerunning_tune_pairs"],
-        "why": "the attempt record says no run diverged: a resume re-runs the diverged tune pairs "
+                  _G + "test_a_resume_recomputes_the_same_choice_without_rerunning_tune_runs"],
+        "why": "the attempt record says no run diverged: a resume re-runs the diverged tune runs "
                "(divergence is a recorded fact, not a grep of the error text)",
         "protects": "A/B rule",
     },
@@ -141,7 +141,7 @@ PERTURBATIONS: list[dict] = [
         "new": "    return False\n",
         "gates": [_G + "test_a_run_from_before_the_record_is_read_as_diverged_from_its_error_file"],
         "why": "a tune run written before attempts recorded divergence is no longer read as diverged: resuming an "
-               "older comparison re-runs its diverged tune pairs",
+               "older comparison re-runs its diverged tune runs",
         "protects": "A/B rule",
     },
     {
@@ -156,7 +156,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "tune_report_does_not_mark_the_choice",
-        "file": "dormouse/ab/tune_report.py",  # the report's tune section
+        "file": "dormouse/ab/tune/report.py",  # the report's tune section
         "function": "_cell",
         "old": "    return f\"**{text}** ←\" if chosen is not None and lr_key(chosen) == lr_key(lr) else text\n",
         "new": "    return text\n",

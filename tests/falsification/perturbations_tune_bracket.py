@@ -1,4 +1,4 @@
-"""Perturbations of the bracketing tune rule (dormouse/ab/tune_rule.py, the tune
+"""Perturbations of the bracketing tune rule (dormouse/ab/tune/rule.py, the tune
 stage's plan and registration; tests/ab/test_tune_bracketing.py; format in perturbations_attnres.py, plus
 ``protects``).
 
@@ -9,9 +9,9 @@ turns red.
 
 from __future__ import annotations
 
-_RULE = "dormouse/ab/tune_rule.py"
-_REG = "dormouse/ab/registry.py"
-_PLAN = "dormouse/ab/plan.py"
+_RULE = "dormouse/ab/tune/rule.py"
+_REG = "dormouse/ab/comparison/registry.py"
+_PLAN = "dormouse/ab/comparison/plan.py"
 _G = "tests/ab/test_tune_bracketing.py::"
 _F = "tests/flows/test_tune_bracketing_flow.py::"
 
@@ -150,11 +150,11 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "tune_bracket_plan_misses_extension_pairs",
         "file": _PLAN,
-        "function": "ComparisonPlan.all_pairs",
-        "old": "        return [*self.potential_tune_pairs(), *self.pairs]\n",
-        "new": "        return [*self.tune_pairs, *self.pairs]\n",
-        "gates": [_F + "test_every_tune_pair_that_may_exist_is_in_the_plan"],
-        "why": "the runner's kept-run check and the code check walk only the grid's tune pairs: an extension run "
+        "function": "ComparisonPlan.all_runs",
+        "old": "        return [*self.potential_tune_runs(), *self.runs]\n",
+        "new": "        return [*self.tune_runs, *self.runs]\n",
+        "gates": [_F + "test_every_tune_run_that_may_exist_is_in_the_plan"],
+        "why": "the runner's kept-run check and the code check walk only the grid's tune runs: an extension run "
                "computed by other code goes unnoticed",
         "protects": "A/B rule",
     },

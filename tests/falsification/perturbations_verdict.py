@@ -8,11 +8,11 @@ eval for the final one, the A/A arm on its baseline's data order).
 
 from __future__ import annotations
 
-_REPORT = "dormouse/ab/report.py"
-_RESULTS = "dormouse/ab/results.py"
-_RECORDS = "dormouse/ab/records.py"
-_LOOKS = "dormouse/ab/looks.py"
-_PLAN = "dormouse/ab/plan.py"
+_REPORT = "dormouse/ab/reporting/report.py"
+_RESULTS = "dormouse/ab/reporting/results.py"
+_RECORDS = "dormouse/ab/runs/records.py"
+_LOOKS = "dormouse/ab/rule/looks.py"
+_PLAN = "dormouse/ab/comparison/plan.py"
 _V = "tests/ab/test_ab_verdict.py::"
 
 PERTURBATIONS: list[dict] = [

@@ -13,11 +13,11 @@ import pytest
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from dormouse.ab.command import ab_design, ab_run
-from dormouse.ab.pairjob import pair_state
-from dormouse.ab.registration import STAMP_NAME
-from dormouse.ab.registry import ABSpecError, ComparisonError, list_comparisons, load_spec
-from dormouse.ab.runner import plan_pairs, run_comparison
+from dormouse.ab.comparison.binding import STAMP_NAME
+from dormouse.ab.comparison.command import ab_design, ab_run
+from dormouse.ab.comparison.registry import ABSpecError, ComparisonError, list_comparisons, load_spec
+from dormouse.ab.comparison.runner import plan_runs, run_comparison
+from dormouse.ab.runs.job import run_state
 from dormouse.arms.registry import ARMS
 from dormouse.config.schema import arm_name
 from tests.helpers.ab_exit import exit_code
@@ -59,13 +59,13 @@ def test_shipped_comparisons_load_and_compose() -> None:
         assert reg.protocol == 2 and reg.spec.baseline == "rezero" and reg.spec.aa_arm == "rezero_aa"
         assert set(reg.spec.arms) == {"rezero", "gr", "attnres_full", "attnres_block", "rezero_aa"}
         assert len(reg.spec.looks) >= 2 and reg.spec.sesoi > 0
-        pairs = plan_pairs(reg, [], Path("/tmp/never-written"))  # every pair composes and validates
-        kinds = {p.arm: arm_name(p.cfg) for p in pairs}
+        runs = plan_runs(reg, [], Path("/tmp/never-written"))  # every run composes and validates
+        kinds = {p.arm: arm_name(p.cfg) for p in runs}
         assert kinds == {"rezero": "rezero", "gr": "gr", "attnres_full": "attnres",
                          "attnres_block": "attnres", "rezero_aa": "rezero"}
-        block = next(p for p in pairs if p.arm == "attnres_block")
+        block = next(p for p in runs if p.arm == "attnres_block")
         assert block.cfg.model.attnres.block_size == 2
-        assert len(pairs) == 5 * reg.spec.looks[-1]
+        assert len(runs) == 5 * reg.spec.looks[-1]
     assert load_spec("residual").spec.fixed[0] == "preset=9m"
     assert "preset=tiny" in load_spec("smoke").spec.fixed
     assert load_spec("residual_cpu").protocol == 1  # the published result's registration: read only
@@ -76,14 +76,14 @@ def test_each_replicate_has_its_own_seed_streams_and_the_aa_arm_its_own_data(
     """Replicate k trains every arm with train.seed = init base + k and train.data_seed = data base + k; the
     A/A arm, the baseline again, with the A/A data base + k. Extending the looks extends the streams and
     renumbers nothing."""
-    pairs = plan_pairs(load_spec("t", registry), [], tmp_path / "t")
-    seeds = {(p.arm, p.replicate): (int(p.cfg.train.seed), int(p.cfg.train.data_seed)) for p in pairs}
+    runs = plan_runs(load_spec("t", registry), [], tmp_path / "t")
+    seeds = {(p.arm, p.replicate): (int(p.cfg.train.seed), int(p.cfg.train.data_seed)) for p in runs}
     for k in (1, 2, 3):
         assert {seeds[(a, k)] for a in ("rezero", "gr", "attnres_full", "attnres_block")} == {(k, 100 + k)}
         assert seeds[("rezero_aa", k)] == (k, 200 + k)
     (registry / "t.yaml").write_text(SEQUENTIAL.replace("looks: [2, 4]", "looks: [2, 4, 6]"))
     longer = {(p.arm, p.replicate): (int(p.cfg.train.seed), int(p.cfg.train.data_seed))
-              for p in plan_pairs(load_spec("t", registry), [], tmp_path / "t")}
+              for p in plan_runs(load_spec("t", registry), [], tmp_path / "t")}
     assert all(longer[key] == value for key, value in seeds.items()) and len(longer) == 30
 
 
@@ -128,7 +128,7 @@ def test_bad_override_value_is_refused_naming_the_arm(tmp_path: Path, registry: 
     assert any("attnres_block" in line and "block_size" in line for line in info.value.lines)
 
 
-def test_what_this_machine_cannot_run_is_refused_before_any_pair(tmp_path: Path, registry: Path) -> None:
+def test_what_this_machine_cannot_run_is_refused_before_any_run(tmp_path: Path, registry: Path) -> None:
     """A kernel the arm cannot run here (the fused read on a CPU) is refused for the arm, before any run, as
     `dormouse train` refuses it before step 0: the plan asks the machine, composing the config does not."""
     fused_on_gr = SPEC.replace("gr: [model.use_gr=true]", "gr: [model.use_gr=true, model.kernel=triton]")
@@ -234,7 +234,7 @@ def test_sequential_looks_stop_decided_arms_and_resume_continues_the_schedule(tm
 
 
 def test_status_shows_the_looks_and_design_prints_and_saves_the_card(tmp_path: Path, registry: Path) -> None:
-    from dormouse.ab.command import status_command
+    from dormouse.ab.comparison.command import status_command
 
     (registry / "t.yaml").write_text(SEQUENTIAL)
     console = Console(record=True, width=250)
@@ -253,9 +253,9 @@ def test_status_shows_the_looks_and_design_prints_and_saves_the_card(tmp_path: P
 
 def test_runs_computed_by_other_code_are_refused_until_restart(tmp_path: Path, registry: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every pair records the fingerprint of the code it ran on; a later invocation on other code adds no
+    """Every run records the fingerprint of the code it ran on; a later invocation on other code adds no
     run, says what differs and how to proceed; --restart starts over on the new code."""
-    from dormouse.ab import fingerprint
+    from dormouse.ab.comparison import fingerprint
 
     run(registry, tmp_path / "ab", FakeTrain(stop_at={"gr-s3": 10}))
     real = fingerprint.compute()
@@ -283,7 +283,7 @@ def test_the_code_fingerprint_covers_the_configs_where_the_installed_package_has
     import sys
     import types
 
-    from dormouse.ab import fingerprint
+    from dormouse.ab.comparison import fingerprint
 
     real = fingerprint.compute().files
     assert {"conf/config.yaml", "conf/preset/cpu.yaml"} <= set(real), sorted(k for k in real if "conf" in k)
@@ -303,29 +303,29 @@ def test_the_code_fingerprint_covers_the_configs_where_the_installed_package_has
         fingerprint.compute()
 
 
-def test_a_pair_whose_job_runs_other_code_is_failed_not_trained(tmp_path: Path, registry: Path,
+def test_a_run_whose_job_runs_other_code_is_failed_not_trained(tmp_path: Path, registry: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The code can change between the driver's check and a job (an edit, a node with another checkout):
     the job compares its own fingerprint with the comparison's and trains nothing."""
-    from dormouse.ab import pairjob
-    from dormouse.ab.launch import FAILED
+    from dormouse.ab.launchers.local import FAILED
+    from dormouse.ab.runs import job as runjob
 
     (registry / "t.yaml").write_text(SPEC)
-    plan_ = plan_pairs(load_spec("t", registry), [], tmp_path / "t")
+    plan_ = plan_runs(load_spec("t", registry), [], tmp_path / "t")
     fake = FakeTrain()
-    task = pairjob.PairTask(plan_[0], tmp_path / "t", fake, "sequential", fingerprint="0" * 64)
-    outcome = pairjob.run_pair(task)
+    task = runjob.RunTask(plan_[0], tmp_path / "t", fake, "sequential", fingerprint="0" * 64)
+    outcome = runjob.train_run(task)
     assert outcome.status == FAILED and "not the comparison's" in outcome.note and fake.calls == []
 
 
-def test_compiling_pairs_share_one_compile_cache_in_the_comparison(tmp_path: Path, registry: Path,
+def test_compiling_runs_share_one_compile_cache_in_the_comparison(tmp_path: Path, registry: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """With train.compile=true every pair (any process, any resume) points torch's compile caches
+    """With train.compile=true every run (any process, any resume) points torch's compile caches
     at <comparison>/compile_cache, so an arm's graph is built once; the attempt record says where; the
-    variable is unset again afterwards; eager pairs are left alone; a directory the user set is kept."""
+    variable is unset again afterwards; eager runs are left alone; a directory the user set is kept."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
-    # what importing torch._dynamo leaves in the environment (every pair worker imports it): not the user's
+    # what importing torch._dynamo leaves in the environment (every run worker imports it): not the user's
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())
     fake = FakeTrain()
     out = run(registry, tmp_path / "ab", fake, ["train.compile=true"])
@@ -338,14 +338,14 @@ def test_compiling_pairs_share_one_compile_cache_in_the_comparison(tmp_path: Pat
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == default_cache_dir()  # torch's default is back
     eager = FakeTrain()
     run(registry, tmp_path / "ab_eager", eager)
-    assert set(eager.cache_dirs.values()) == {default_cache_dir()}  # an eager pair is left alone
+    assert set(eager.cache_dirs.values()) == {default_cache_dir()}  # an eager run is left alone
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
     own = FakeTrain()
     run(registry, tmp_path / "ab_own", own, ["train.compile=true"])
     assert set(own.cache_dirs.values()) == {str(tmp_path / "mine")}
 
 
-def test_rerun_does_not_redo_completed_pairs(finished: tuple[Path, Path, FakeTrain]) -> None:
+def test_rerun_does_not_redo_completed_runs(finished: tuple[Path, Path, FakeTrain]) -> None:
     registry, comp, _ = finished
     again = FakeTrain()
     out = run(registry, comp.parent, again)
@@ -353,7 +353,7 @@ def test_rerun_does_not_redo_completed_pairs(finished: tuple[Path, Path, FakeTra
     assert json.loads((out / "results.json").read_text())["arms"]["gr"]["verdict"] == "better"
 
 
-def test_interrupted_pair_with_checkpoint_is_resumed(tmp_path: Path, registry: Path) -> None:
+def test_interrupted_run_with_checkpoint_is_resumed(tmp_path: Path, registry: Path) -> None:
     first = FakeTrain(stop_at={"gr-s2": 10})  # gr-s2 "killed" after its step-10 eval and checkpoint
     out = run(registry, tmp_path / "ab", first)
     assert pair_state_of(out, "gr-s2") == "resume"
@@ -369,7 +369,7 @@ def test_interrupted_pair_with_checkpoint_is_resumed(tmp_path: Path, registry: P
     assert results["arms"]["gr"]["counter_check"] == "pass"
 
 
-def test_interrupted_pair_without_checkpoint_is_restarted(tmp_path: Path, registry: Path) -> None:
+def test_interrupted_run_without_checkpoint_is_restarted(tmp_path: Path, registry: Path) -> None:
     run(registry, tmp_path / "ab", FakeTrain())
     partial = (tmp_path / "ab" / "t" / "attnres_full-s3")
     # Plant a partial run: its metrics stop at step 10, no done line, no checkpoint.
@@ -386,8 +386,8 @@ def test_interrupted_pair_without_checkpoint_is_restarted(tmp_path: Path, regist
 
 
 def test_failed_resume_falls_back_to_a_restart(tmp_path: Path, registry: Path) -> None:
-    """A resume refused for a checkpoint none of whose files load starts the pair over, the old run moved
-    aside with its reason (tests/flows/test_pair_life.py has the rest of a pair's life)."""
+    """A resume refused for a checkpoint none of whose files load starts the run over, the old run moved
+    aside with its reason (tests/flows/test_run_life.py has the rest of a run's life)."""
     run(registry, tmp_path / "ab", FakeTrain(stop_at={"rezero-s1": 10}))
     fake = FakeTrain(fail_resume=True)
     out = run(registry, tmp_path / "ab", fake)
@@ -397,7 +397,7 @@ def test_failed_resume_falls_back_to_a_restart(tmp_path: Path, registry: Path) -
     assert "planted: checkpoint unreadable" in (aside / "SET_ASIDE.txt").read_text()
 
 
-def test_a_failed_pair_marks_its_arm_invalid_and_is_retried(tmp_path: Path, registry: Path) -> None:
+def test_a_failed_run_marks_its_arm_invalid_and_is_retried(tmp_path: Path, registry: Path) -> None:
     out = run(registry, tmp_path / "ab", FakeTrain(fail=("attnres_block-s2",)))
     results = json.loads((out / "results.json").read_text())
     assert not results["complete"]
@@ -459,10 +459,10 @@ def test_wandb_grouping_and_run_names(finished: tuple[Path, Path, FakeTrain]) ->
 
 def pair_state_of(comp_dir: Path, name: str) -> str:
     cfg = OmegaConf.load(comp_dir / name / "config.yaml")
-    from dormouse.ab.pairjob import Pair
+    from dormouse.ab.runs.job import Run
 
     arm, seed = re.match(r"(.*)-s(\d+)$", name).groups()
-    return pair_state(Pair(arm, int(seed), cfg, comp_dir / name))[0]
+    return run_state(Run(arm, int(seed), cfg, comp_dir / name))[0]
 
 
 # --- one real comparison --------------------------------------------------------------------------------
@@ -470,7 +470,7 @@ def pair_state_of(comp_dir: Path, name: str) -> str:
 @pytest.mark.slow
 def test_real_smoke_comparison_resumes_and_passes_the_log_check(tmp_path: Path) -> None:
     """The shipped `smoke` registration (protocol 2, looks at 2 and 4) with the real trainer, cut to 4
-    steps: every arm's counters are proven by the log check, an interrupted pair resumes from its
+    steps: every arm's counters are proven by the log check, an interrupted run resumes from its
     checkpoint and its arm rejoins the schedule where it stood, and the A/A arm, on its own data order,
     differs from the baseline (it calibrates something)."""
     from dormouse.cli.logs import logs_command

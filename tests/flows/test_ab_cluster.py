@@ -1,5 +1,5 @@
 """What the SLURM launcher makes of what SLURM says, without a cluster: the decisions of
-dormouse/ab/cluster.py as pure functions, and the driver's poll loop and the job's own SIGTERM / requeue
+dormouse/ab/launchers/cluster.py as pure functions, and the driver's poll loop and the job's own SIGTERM / requeue
 handling with squeue, scontrol and the clock faked. The same behaviours against a real single-node SLURM:
 tests/flows/test_ab_slurm.py."""
 
@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import submitit
 
-from dormouse.ab import cluster
-from dormouse.ab.cluster import (
-    PairJob,
+from dormouse.ab.launchers import cluster
+from dormouse.ab.launchers.cluster import (
+    RunJob,
     SlurmLauncherConfig,
     SubmititLauncher,
     failure_reason,
@@ -26,14 +26,14 @@ from dormouse.ab.cluster import (
     requeued_by_slurm,
     stale_result,
 )
-from dormouse.ab.launch import DONE, FAILED, INTERRUPTED, Job, LaunchError, Outcome
+from dormouse.ab.launchers.local import DONE, FAILED, INTERRUPTED, Job, LaunchError, Outcome
 from tests.helpers.ab_exit import exit_code
 
 # --- what a queue state means ---------------------------------------------------------------------------
 
 
 def test_a_job_squeue_does_not_list_and_sacct_does_not_know_is_absent_not_pending() -> None:
-    """A pair cancelled while pending: SLURM keeps no record (squeue lists nothing, sacct UNKNOWN), which
+    """A run cancelled while pending: SLURM keeps no record (squeue lists nothing, sacct UNKNOWN), which
     submitit counts as unfinished forever."""
     assert queue_verdict("", "UNKNOWN", False) == "absent"
     assert queue_verdict("", "PENDING", False) == "absent"  # sacct's record lags; squeue is current
@@ -160,7 +160,7 @@ def _launcher(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, clock: Clock, que
     return SubmititLauncher(SlurmLauncherConfig(poll_s=10, **config), tmp_path, "ab-t")
 
 
-def test_a_pair_cancelled_while_pending_is_failed_after_lost_after_s_not_waited_on_forever(
+def test_a_run_cancelled_while_pending_is_failed_after_lost_after_s_not_waited_on_forever(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Job 3_1 runs and finishes; 3_2 is cancelled while pending (squeue stops listing it, sacct never
     knew it): it is failed, with a line that says why, after lost_after_s."""
@@ -250,13 +250,13 @@ def _in_an_array_task(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, restarts:
                  "SLURM_RESTART_COUNT": str(restarts)}.items():
         monkeypatch.setenv(k, v)
     monkeypatch.delenv("DORMOUSE_JOB_ID", raising=False)
-    # PairJob installs the requeue that survives its own SIGTERM; undo that after the test.
+    # RunJob installs the requeue that survives its own SIGTERM; undo that after the test.
     monkeypatch.setattr(submitit.slurm.slurm.SlurmJobEnvironment, "_requeue",
                         submitit.slurm.slurm.SlurmJobEnvironment._requeue)
 
 
 def _sigterm_pair() -> Outcome:
-    from dormouse.ab.pairjob import _where
+    from dormouse.ab.runs.job import _where
 
     return Outcome("e-s1", INTERRUPTED, "interrupted (SIGTERM); rerun to resume", 128 + int(signal.SIGTERM),
                    {"recorded_job_id": _where()["job_id"]})
@@ -264,12 +264,12 @@ def _sigterm_pair() -> Outcome:
 
 def test_a_sigterm_that_was_a_requeue_ends_the_job_without_a_result(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """scontrol requeue and PreemptMode=REQUEUE send SIGTERM: the pair checkpoints and returns 143, and the
+    """scontrol requeue and PreemptMode=REQUEUE send SIGTERM: the run checkpoints and returns 143, and the
     job ends without a result so that the requeued job resumes it."""
     _in_an_array_task(monkeypatch, tmp_path)
     monkeypatch.setattr(cluster, "slurm_job_info", lambda job_id: {"JobState": "COMPLETING", "Restarts": "1"})
     with pytest.raises(SystemExit):
-        PairJob(_sigterm_pair, (), None)()
+        RunJob(_sigterm_pair, (), None)()
 
 
 def test_a_sigterm_that_was_a_cancel_returns_interrupted_with_the_boards_job_id(
@@ -278,7 +278,7 @@ def test_a_sigterm_that_was_a_cancel_returns_interrupted_with_the_boards_job_id(
     the array task's as the board shows it, 3_1, not SLURM_JOB_ID's 5."""
     _in_an_array_task(monkeypatch, tmp_path)
     monkeypatch.setattr(cluster, "slurm_job_info", lambda job_id: {"JobState": "COMPLETING", "Restarts": "0"})
-    outcome = PairJob(_sigterm_pair, (), None)()
+    outcome = RunJob(_sigterm_pair, (), None)()
     assert outcome.status == INTERRUPTED and outcome.exit_code == 143
     assert outcome.where["recorded_job_id"] == "3_1" and outcome.where["job_id"] == "3_1"
     assert outcome.where["restarts"] == 0
@@ -290,7 +290,7 @@ def test_submitits_requeue_killed_by_its_own_sigterm_is_a_requeue_not_a_failure(
     cluster): the job is requeued, so the job's requeue succeeds; when the count did not go up, the
     error is raised."""
     _in_an_array_task(monkeypatch, tmp_path)
-    PairJob(lambda: Outcome("f-s1", DONE), (), None)()  # installs the job's requeue
+    RunJob(lambda: Outcome("f-s1", DONE), (), None)()  # installs the job's requeue
     env = submitit.JobEnvironment()
     calls: list[list[str]] = []
 
@@ -312,14 +312,14 @@ def test_submitits_requeue_killed_by_its_own_sigterm_is_a_requeue_not_a_failure(
 def test_off_slurm_the_job_records_no_restart_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for k in ARRAY_TASK_ENV:
         monkeypatch.delenv(k, raising=False)
-    monkeypatch.delenv("DORMOUSE_JOB_ID", raising=False)  # PairJob sets it: undone after the test
+    monkeypatch.delenv("DORMOUSE_JOB_ID", raising=False)  # RunJob sets it: undone after the test
     monkeypatch.setenv("SUBMITIT_EXECUTOR", "local")
     monkeypatch.setenv("SUBMITIT_LOCAL_JOB_ID", "77")
     monkeypatch.setenv("SUBMITIT_FOLDER", str(tmp_path))
     for k, v in {"SUBMITIT_LOCAL_NTASKS": "1", "SUBMITIT_LOCAL_GLOBALID": "0", "SUBMITIT_LOCAL_LOCALID": "0",
                  "SUBMITIT_LOCAL_NODEID": "0", "SUBMITIT_LOCAL_NNODES": "1"}.items():
         monkeypatch.setenv(k, v)
-    outcome = PairJob(lambda: Outcome("g-s1", DONE), (), None)()
+    outcome = RunJob(lambda: Outcome("g-s1", DONE), (), None)()
     assert outcome.where["job_id"] == "77" and "restarts" not in outcome.where
     assert os.environ["DORMOUSE_JOB_ID"] == "77"
 
@@ -331,8 +331,8 @@ def test_slurm_off_a_cluster_is_refused_even_on_a_machine_with_slurm_installed(
     installs it for tests/flows/test_ab_slurm.py)."""
     from test_ab_launch import _console, _registry
 
-    from dormouse.ab.command import ab_run
-    from dormouse.ab.launch_request import LaunchRequest
+    from dormouse.ab.comparison.command import ab_run
+    from dormouse.ab.launchers.request import LaunchRequest
 
     monkeypatch.setattr(submitit.SlurmExecutor, "affinity", classmethod(lambda cls: -1))
     err = _console()
@@ -346,7 +346,7 @@ def test_slurm_off_a_cluster_is_refused_even_on_a_machine_with_slurm_installed(
 # --- launcher.cluster=local on a small machine ----------------------------------------------------------
 
 def test_local_cluster_jobs_never_start_more_threads_than_cores() -> None:
-    from dormouse.ab.launch import cluster_share, local_cluster_share
+    from dormouse.ab.launchers.local import cluster_share, local_cluster_share
 
     for cores in (1, 2, 3, 8, 16):
         for cpus, most_jobs in ((8, 64), (1, 64), (4, 2)):
@@ -359,8 +359,8 @@ def test_local_cluster_jobs_never_start_more_threads_than_cores() -> None:
 
 def test_local_cluster_jobs_run_in_waves_of_the_machines_share_and_a_stop_starts_no_wave(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("dormouse.ab.launch.available_cores", lambda: 2)
-    launcher = SubmititLauncher(SlurmLauncherConfig(cluster="local", gpus_per_pair=0), tmp_path, "ab-t")
+    monkeypatch.setattr("dormouse.ab.launchers.local.available_cores", lambda: 2)
+    launcher = SubmititLauncher(SlurmLauncherConfig(cluster="local", gpus_per_run=0), tmp_path, "ab-t")
     assert (launcher.at_once, launcher.threads) == (2, 1)
     assert launcher.settings()["threads_per_pair"] == 1 and launcher.settings()["jobs"] == 2
 
@@ -372,7 +372,7 @@ def test_local_cluster_jobs_run_in_waves_of_the_machines_share_and_a_stop_starts
 
             return contextlib.nullcontext()
 
-        def submit(self, job: PairJob) -> Any:
+        def submit(self, job: RunJob) -> Any:
             self.submitted.append(job)
             return type("Submitted", (), {"job_id": str(len(self.submitted))})()
 

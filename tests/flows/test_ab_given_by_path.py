@@ -10,7 +10,7 @@ import pytest
 from omegaconf import DictConfig
 from rich.console import Console
 
-from dormouse.ab.runner import run_comparison
+from dormouse.ab.comparison.runner import run_comparison
 from dormouse.errors import Interrupted
 from dormouse.run.files import ComparisonFiles
 from tests.flows.test_ab import SPEC, FakeTrain

@@ -1,6 +1,6 @@
-"""How the pairs run: --jobs N in worker processes gives the sequential numbers bit for bit, submitit's
+"""How the runs run: --jobs N in worker processes gives the sequential numbers bit for bit, submitit's
 local executor (real processes, no SLURM) submits, completes, requeues a preempted job that resumes
-from its checkpoint, and reports; slots, the launcher config, the comparison and pair locks in the
+from its checkpoint, and reports; slots, the launcher config, the comparison and run locks in the
 runner, --plan, --status, the live board, errors said once, and a killed driver that leaves no process."""
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ import pytest
 from omegaconf import DictConfig
 from rich.console import Console
 
-from dormouse.ab.cluster import load_launcher_config
-from dormouse.ab.command import ab_plan, ab_run, status_command
-from dormouse.ab.launch import (
+from dormouse.ab.comparison.command import ab_plan, ab_run, status_command
+from dormouse.ab.comparison.registry import ComparisonError
+from dormouse.ab.comparison.runner import run_comparison
+from dormouse.ab.launchers.cluster import load_launcher_config
+from dormouse.ab.launchers.local import (
     DONE,
     INTERRUPTED,
     WORKER_PRELOAD,
@@ -33,10 +35,8 @@ from dormouse.ab.launch import (
     ProcessLauncher,
     plan_slots,
 )
-from dormouse.ab.launch_request import LaunchRequest
-from dormouse.ab.pairjob import read_launch_record
-from dormouse.ab.registry import ComparisonError
-from dormouse.ab.runner import run_comparison
+from dormouse.ab.launchers.request import LaunchRequest
+from dormouse.ab.runs.job import read_launch_record
 from tests.helpers.ab_exit import exit_code
 
 TESTS = Path(__file__).resolve().parent
@@ -58,7 +58,7 @@ arms:
   rezero: []
   gr: [model.use_gr=true]
 """
-TIMING = {"tok/s", "time_s", "peak_mem_bytes"}  # what may differ between two runs of the same pair
+TIMING = {"tok/s", "time_s", "peak_mem_bytes"}  # what may differ between two runs of the same run
 
 
 def _registry(tmp_path: Path, text: str = REAL) -> Path:
@@ -69,7 +69,7 @@ def _registry(tmp_path: Path, text: str = REAL) -> Path:
 
 
 def _numbers(comp_dir: Path) -> dict[str, list[dict[str, Any]]]:
-    """Every pair's metrics rows, timings dropped."""
+    """Every run's metrics rows, timings dropped."""
     out = {}
     for d in sorted(p for p in comp_dir.iterdir() if (p / "metrics.jsonl").is_file()):
         rows = [json.loads(ln) for ln in (d / "metrics.jsonl").read_text().splitlines()]
@@ -118,9 +118,9 @@ def test_slots_share_the_cores_and_refuse_what_cannot_be_honoured() -> None:
 
 def test_launcher_config_comes_from_the_config_group_and_the_command_line() -> None:
     c = load_launcher_config("slurm")
-    assert c.cluster == "slurm" and c.gpus_per_pair == 1 and c.time_min > 0
-    c = load_launcher_config("slurm", ["partition=gpu", "time_min=30", "gpus_per_pair=4"])
-    assert (c.partition, c.time_min, c.gpus_per_pair) == ("gpu", 30, 4)
+    assert c.cluster == "slurm" and c.gpus_per_run == 1 and c.time_min > 0
+    c = load_launcher_config("slurm", ["partition=gpu", "time_min=30", "gpus_per_run=4"])
+    assert (c.partition, c.time_min, c.gpus_per_run) == ("gpu", 30, 4)
     with pytest.raises(LaunchError) as info:
         load_launcher_config("slurm", ["partion=gpu", "time_min=soon", "cluster=pbs"])
     text = str(info.value)
@@ -131,9 +131,9 @@ def test_launcher_config_comes_from_the_config_group_and_the_command_line() -> N
 
 # --- --jobs ---------------------------------------------------------------------------------------------
 
-def test_parallel_pairs_equal_the_sequential_pairs_bit_for_bit(tmp_path: Path) -> None:
-    """`--jobs 2` runs each pair in a worker process beside another; with the same per-pair thread count
-    (1) every pair's losses and bpb, and so every verdict number, equal the sequential run's exactly."""
+def test_parallel_runs_equal_the_sequential_runs_bit_for_bit(tmp_path: Path) -> None:
+    """`--jobs 2` runs each run in a worker process beside another; with the same per-run thread count
+    (1) every run's losses and bpb, and so every verdict number, equal the sequential run's exactly."""
     reg = _registry(tmp_path)
     seq = run_comparison("t", [], root=tmp_path / "seq", console=_console(), registry=reg,
                          launch=LaunchRequest(jobs=1, threads=1)).plan.comp_dir
@@ -142,7 +142,7 @@ def test_parallel_pairs_equal_the_sequential_pairs_bit_for_bit(tmp_path: Path) -
     a, b = _numbers(seq), _numbers(par)
     assert set(a) == {"rezero-s1", "gr-s1", "rezero-s2", "gr-s2"}
     # Bound 0: the same ops in the same order on one thread give the same bits; any difference is a leak.
-    assert a == b, f"parallel pairs differ from sequential: deviation={_deviation(a, b):.3g} bound=0"
+    assert a == b, f"parallel runs differ from sequential: deviation={_deviation(a, b):.3g} bound=0"
     assert _verdicts(seq) == _verdicts(par)
     launch = json.loads((par / "results.json").read_text())["launch"]
     assert launch["this_invocation"]["jobs"] == 2
@@ -151,7 +151,7 @@ def test_parallel_pairs_equal_the_sequential_pairs_bit_for_bit(tmp_path: Path) -
         assert [x["threads"] for x in rec] == [1] and rec[0]["launcher"] == "local-processes"
         assert rec[0]["pid"] != os.getpid()  # it ran in a worker
         assert launch["pairs"][name]["threads"] == [1]
-    assert "| 1 | local-processes |" in (par / "report.md").read_text()  # per-pair threads in the report
+    assert "| 1 | local-processes |" in (par / "report.md").read_text()  # per-run threads in the report
     seq_rec = read_launch_record(seq, "gr-s1")["attempts"]
     assert seq_rec[0]["threads"] == 1 and seq_rec[0]["pid"] == os.getpid()
 
@@ -164,7 +164,7 @@ def _what_the_worker_had(key: str) -> Outcome:
 
 def test_slot_workers_start_with_torch_and_the_trainer_already_imported() -> None:
     """A `--jobs` worker does not re-import torch (and torch._dynamo on its first optimizer), seconds per
-    worker before its first pair. Workers are forked from the standard library's fork server, which
+    worker before its first run. Workers are forked from the standard library's fork server, which
     imported them once (multiprocessing.set_forkserver_preload): not started by this process (spawn)."""
     launcher = ProcessLauncher(plan_slots(2, cuda=False, threads=1))
     outcomes = launcher.run([Job(f"j{i}", _what_the_worker_had, (f"j{i}",)) for i in range(2)],
@@ -193,7 +193,7 @@ def _trains_until_a_signal(key: str, ready: str) -> Outcome:
     return Outcome(key, INTERRUPTED if got else DONE, note=note, exit_code=130 if got else None)
 
 
-def test_a_sigint_to_the_driver_alone_stops_each_running_pair_with_one_signal(tmp_path: Path) -> None:
+def test_a_sigint_to_the_driver_alone_stops_each_running_run_with_one_signal(tmp_path: Path) -> None:
     """`kill -INT` of `dormouse ab` (not a terminal's Ctrl-C, which reaches the foreground group) left the
     workers training: the driver stopped waiting but passed nothing on. Now it passes one SIGINT to each
     worker; the workers have their own process group, so a terminal's Ctrl-C is not a second signal
@@ -202,7 +202,7 @@ def test_a_sigint_to_the_driver_alone_stops_each_running_pair_with_one_signal(tm
     keys = ["a", "b", "c"]  # two run, the third must never start
 
     def on_start(key: str, where: str) -> None:
-        if key == "b":  # both pairs are in their loops: signal the driver alone
+        if key == "b":  # both runs are in their loops: signal the driver alone
             deadline = time.monotonic() + 120
             while len(list(tmp_path.iterdir())) < 2 and time.monotonic() < deadline:
                 time.sleep(0.02)
@@ -222,7 +222,7 @@ def test_a_sigint_to_the_driver_alone_stops_each_running_pair_with_one_signal(tm
         assert seen["pgrp"] != os.getpgrp(), "a worker shares the terminal's process group"
 
 
-# Long enough that a pair is mid-run when its driver is killed (a tiny step is ~20 ms on one thread).
+# Long enough that a run is mid-run when its driver is killed (a tiny step is ~20 ms on one thread).
 ORPHANS = REAL.replace("train.steps=4, train.eval_every=2", "train.steps=300, train.eval_every=50, "
                        "train.ckpt_every=50")
 ORPHAN_BOUND_S = 60  # after the driver's SIGKILL, every process it started is gone within this
@@ -247,8 +247,8 @@ def _session(sid: int) -> list[int]:
 def test_a_killed_driver_leaves_no_process_and_a_rerun_loses_and_repeats_nothing(tmp_path: Path) -> None:
     """SIGKILL of `dormouse ab --jobs 2` must not leave its workers, the fork server or the resource tracker
     alive. Each worker watches its driver and stops its
-    pair the way SIGINT does (a checkpoint at the next step); then every process the driver started exits.
-    Rerunning the command resumes the stopped pairs and finishes the comparison, every eval once."""
+    run the way SIGINT does (a checkpoint at the next step); then every process the driver started exits.
+    Rerunning the command resumes the stopped runs and finishes the comparison, every eval once."""
     reg = _registry(tmp_path, ORPHANS)
     root, out = tmp_path / "ab", tmp_path / "driver.out"
     comp = root / "t"
@@ -259,7 +259,7 @@ def test_a_killed_driver_leaves_no_process_and_a_rerun_loses_and_repeats_nothing
         driver = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and driver.poll() is None:  # both pairs of the first wave evaluated
+        while time.monotonic() < deadline and driver.poll() is None:  # both runs of the first wave evaluated
             if sum(1 for m in comp.glob("*/metrics.jsonl") if m.read_text().strip()) >= 2:
                 break
             time.sleep(0.1)
@@ -278,7 +278,7 @@ def test_a_killed_driver_leaves_no_process_and_a_rerun_loses_and_repeats_nothing
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     stopped = [p.parent.name for p in comp.glob("*/train.log") if "interrupted" in p.read_text()]
-    assert len(stopped) == 2, "both running pairs stop with a checkpoint, as on SIGINT"
+    assert len(stopped) == 2, "both running runs stop with a checkpoint, as on SIGINT"
     for name in stopped:
         assert read_launch_record(comp, name)["attempts"][-1]["state"] == "interrupted"
 
@@ -301,7 +301,7 @@ KILLED = "rezero-s2"  # preempted where the trainer was not listening: submitit'
 
 
 def preempt_once(cfg: DictConfig) -> Any:
-    """The trainer, except that the first attempt of two pairs is preempted at step 2, as a SLURM job is
+    """The trainer, except that the first attempt of two runs is preempted at step 2, as a SLURM job is
     when it is preempted or reaches its time limit (USR2): PREEMPTED as the training loop reports it
     (a checkpoint at step 2, then Interrupted(128+USR2)), KILLED by the raw signal after its step-2
     checkpoint, outside the loop's handler."""
@@ -321,8 +321,8 @@ def preempt_once(cfg: DictConfig) -> Any:
 
 def test_submitit_local_jobs_complete_and_preempted_jobs_requeue_and_resume(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each pair a submitit job (local executor: real processes, no SLURM). Preempted jobs go through
-    submitit's checkpointing hook, are requeued and resume their pair from the checkpoint: the numbers
+    """Each run a submitit job (local executor: real processes, no SLURM). Preempted jobs go through
+    submitit's checkpointing hook, are requeued and resume their run from the checkpoint: the numbers
     equal an uninterrupted sequential run's, and so does the report."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
     reg = _registry(tmp_path)
@@ -330,11 +330,11 @@ def test_submitit_local_jobs_complete_and_preempted_jobs_requeue_and_resume(
                          launch=LaunchRequest(threads=1)).plan.comp_dir
     console = _console()
     launch = LaunchRequest(launcher="slurm", launcher_overrides=[
-        "cluster=local", "gpus_per_pair=0", "cpus_per_task=1", "poll_s=0.2", "time_min=10", "signal_delay_s=5"])
+        "cluster=local", "gpus_per_run=0", "cpus_per_task=1", "poll_s=0.2", "time_min=10", "signal_delay_s=5"])
     out = run_comparison("t", [], root=tmp_path / "sub", console=console, registry=reg, train_fn=preempt_once,
                          launch=launch).plan.comp_dir
     a, b = _numbers(seq), _numbers(out)
-    assert a == b, f"submitit pairs differ from sequential: deviation={_deviation(a, b):.3g} bound=0"
+    assert a == b, f"submitit runs differ from sequential: deviation={_deviation(a, b):.3g} bound=0"
     assert _verdicts(out) == _verdicts(seq)
     for name, first in ((PREEMPTED, "interrupted"), (KILLED, "stopped")):
         attempts = read_launch_record(out, name)["attempts"]
@@ -354,16 +354,16 @@ def test_submitit_local_jobs_complete_and_preempted_jobs_requeue_and_resume(
 _HOLD = """
 import sys, time
 from pathlib import Path
-from dormouse.run.lock import comparison_lock, pair_lock
-which, comp, pair = sys.argv[1:4]
-lock = (comparison_lock(Path(comp)) if which == "comparison" else pair_lock(Path(comp), pair)).acquire()
+from dormouse.run.lock import comparison_lock, run_lock
+which, comp, run = sys.argv[1:4]
+lock = (comparison_lock(Path(comp)) if which == "comparison" else run_lock(Path(comp), run)).acquire()
 print("held", flush=True)
 time.sleep(120)
 """
 
 
-def _hold(which: str, comp_dir: Path, pair: str = "") -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", _HOLD, which, str(comp_dir), pair], stdout=subprocess.PIPE,
+def _hold(which: str, comp_dir: Path, run: str = "") -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD, which, str(comp_dir), run], stdout=subprocess.PIPE,
                             text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
     return proc
@@ -398,9 +398,9 @@ def test_a_second_dormouse_ab_on_a_live_comparison_is_refused_with_pid_and_host(
     assert f"pid {proc.pid}" in text and len(fake.calls) == 15
 
 
-def test_a_pair_trained_by_another_process_is_not_touched(tmp_path: Path) -> None:
-    """A job left running by a dead driver still holds its pair's lock: a new driver leaves that pair alone
-    (it would delete the running pair's directory to restart it) and refuses to --restart under it."""
+def test_a_run_trained_by_another_process_is_not_touched(tmp_path: Path) -> None:
+    """A job left running by a dead driver still holds its run's lock: a new driver leaves that run alone
+    (it would delete the running run's directory to restart it) and refuses to --restart under it."""
     from test_ab import SPEC, FakeTrain
 
     reg = _registry(tmp_path, SPEC)
@@ -428,7 +428,7 @@ def test_a_pair_trained_by_another_process_is_not_touched(tmp_path: Path) -> Non
 
 # --- --plan, --status, the board, errors once -----------------------------------------------------------
 
-def test_plan_trains_nothing_writes_nothing_and_shows_pairs_overrides_state_and_cost(tmp_path: Path) -> None:
+def test_plan_trains_nothing_writes_nothing_and_shows_runs_overrides_state_and_cost(tmp_path: Path) -> None:
     from test_ab import SPEC, FakeTrain
 
     reg = _registry(tmp_path, SPEC)
@@ -464,8 +464,8 @@ def test_the_time_left_is_estimated_from_runs_timed_on_this_cpu_only(tmp_path: P
     leave the plan's estimate and the status's ETA."""
     from test_ab import SPEC, FakeTrain
 
-    from dormouse.ab.plan import build_plan
-    from dormouse.ab.status import comparison_status
+    from dormouse.ab.comparison.plan import build_plan
+    from dormouse.ab.comparison.status import comparison_status
 
     reg = _registry(tmp_path, SPEC)
     run_comparison("t", ["train.lr=0.002"], root=tmp_path / "ab", registry=reg, console=_console(),
@@ -520,13 +520,13 @@ def test_the_board_is_plain_lines_off_a_terminal_and_a_live_table_on_one(tmp_pat
     run_comparison("t", [], root=tmp_path / "a", registry=reg, console=plain, train_fn=FakeTrain())
     text = plain.export_text()
     assert text.count("start ") == 15 and text.count("done ") >= 15
-    assert text.count("┃ run ") == 1  # the progress table once, at the end: never reprinted per pair
+    assert text.count("┃ run ") == 1  # the progress table once, at the end: never reprinted per run
     buf = io.StringIO()
     term = Console(file=buf, force_terminal=True, width=200)
     run_comparison("t", [], root=tmp_path / "b", registry=reg, console=term, train_fn=FakeTrain())
     raw = buf.getvalue()
     assert "\x1b[2K" in raw or "\x1b[1A" in raw  # rich Live: cursor moves, the table redrawn in place
-    assert "start rezero-s1" not in raw  # no per-pair lines on a terminal: the table says it
+    assert "start rezero-s1" not in raw  # no per-run lines on a terminal: the table says it
 
 
 def test_an_invalid_override_is_reported_once_for_the_comparison(tmp_path: Path) -> None:

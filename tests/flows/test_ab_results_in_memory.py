@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from dormouse.ab import runner
-from dormouse.ab.pairjob import Pair
-from dormouse.ab.records import RunRecord
-from dormouse.ab.results import ComparisonResults
+from dormouse.ab.comparison import runner
+from dormouse.ab.reporting.results import ComparisonResults
+from dormouse.ab.runs.job import Run
+from dormouse.ab.runs.records import RunRecord
 from tests.flows.test_ab import SEQUENTIAL, SPEC, FakeTrain
 
 
@@ -24,23 +24,23 @@ def test_the_report_reads_no_record_the_looks_did_not_read(tmp_path: Path, monke
     (tmp_path / "registry" / "t.yaml").write_text(SEQUENTIAL)
     reads: Counter[str] = Counter()
     after_replays: list[Counter[str]] = []  # the reads counted as each replay of the looks ends
-    read_pair, progress = runner.read_pair, runner.progress
+    read_run, progress = runner.read_run, runner.progress
 
-    def counted_read(p: Pair, error: str | None = None) -> RunRecord:
+    def counted_read(p: Run, error: str | None = None) -> RunRecord:
         reads[p.name] += 1
-        return read_pair(p, error)
+        return read_run(p, error)
 
     def counted_progress(*args: Any, **kw: Any) -> Any:
         state = progress(*args, **kw)
         after_replays.append(Counter(reads))
         return state
 
-    monkeypatch.setattr(runner, "read_pair", counted_read)
+    monkeypatch.setattr(runner, "read_run", counted_read)
     monkeypatch.setattr(runner, "progress", counted_progress)
     results = runner.run_comparison("t", [], root=tmp_path / "ab", console=Console(record=True, width=200),
                                     train_fn=FakeTrain(), registry=tmp_path / "registry")
 
-    assert len(after_replays) == 3  # look 1's pairs, look 2's pairs, then the replay that finds nothing to run
+    assert len(after_replays) == 3  # look 1's runs, look 2's runs, then the replay that finds nothing to run
     assert reads == after_replays[-1]  # the analysis and the report read nothing more
     assert max(reads.values()) <= len(after_replays)  # a run is read at most once per replay
     assert {name for name, n in reads.items() if n == 3} >= {"rezero-s1", "gr-s1", "rezero-s2", "gr-s2"}
@@ -49,7 +49,7 @@ def test_the_report_reads_no_record_the_looks_did_not_read(tmp_path: Path, monke
 
 
 @pytest.mark.parametrize(("spec", "fake"), [(SEQUENTIAL, FakeTrain()), (SPEC, FakeTrain(fail=("attnres_block-s2",)))],
-                         ids=["two looks", "a failed pair"])
+                         ids=["two looks", "a failed run"])
 def test_results_json_reads_back_as_the_results_written(tmp_path: Path, spec: str, fake: FakeTrain) -> None:
     (tmp_path / "registry").mkdir()
     (tmp_path / "registry" / "t.yaml").write_text(spec)

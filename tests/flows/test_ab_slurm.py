@@ -1,6 +1,6 @@
 """`dormouse ab NAME --launcher slurm` against a real SLURM: a comparison submitted as job
 arrays, collected, bit-identical to a sequential run; USR2 preemption, SLURM's own time-limit signal and a
-SIGTERM requeue resumed; submitit's requeue killed by its own SIGTERM survived; a pair cancelled while
+SIGTERM requeue resumed; submitit's requeue killed by its own SIGTERM survived; a run cancelled while
 pending and a job that dies without a result reported failed within launcher.lost_after_s, never a hang.
 
 The cluster: ``scripts/slurm_cluster.sh up`` (a single node with accounting; root). Without one these tests
@@ -27,16 +27,16 @@ from typing import Any
 import pytest
 from omegaconf import DictConfig
 
-from dormouse.ab.launch_request import LaunchRequest
-from dormouse.ab.pairjob import read_launch_record
-from dormouse.ab.runner import run_comparison
+from dormouse.ab.comparison.runner import run_comparison
+from dormouse.ab.launchers.request import LaunchRequest
+from dormouse.ab.runs.job import read_launch_record
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parents[1]
 REQUIRED = os.environ.get("DORMOUSE_SLURM_TESTS", "") == "required"
 
-# Planted behaviour, read inside the jobs (sbatch passes the environment on): pair -> "wait" (train to step
-# 2, say so in MARKS/<pair>.ready, and wait for a stop signal, which the trainer then honours: checkpoint at
+# Planted behaviour, read inside the jobs (sbatch passes the environment on): run -> "wait" (train to step
+# 2, say so in MARKS/<run>.ready, and wait for a stop signal, which the trainer then honours: checkpoint at
 # step 2, exit 128 + the signal) or "die" (SIGKILL before training: no result). First attempt only.
 PLANT_ENV, MARKS_ENV = "DORMOUSE_TEST_PLANT", "DORMOUSE_TEST_MARKS"
 
@@ -68,7 +68,7 @@ def slurm() -> None:
 
 
 def planted(cfg: DictConfig) -> Any:
-    """The trainer, with the first attempt of the planted pairs stopped as the plan says (see PLANT_ENV)."""
+    """The trainer, with the first attempt of the planted runs stopped as the plan says (see PLANT_ENV)."""
     import dormouse.train.loop as train_module
 
     plan = json.loads(os.environ.get(PLANT_ENV) or "{}")
@@ -116,11 +116,11 @@ def _environment(monkeypatch: pytest.MonkeyPatch, marks: Path, plant: dict[str, 
 
 def _launch(*extra: str) -> LaunchRequest:
     return LaunchRequest(launcher="slurm", launcher_overrides=[
-        "partition=debug", "gpus_per_pair=0", "cpus_per_task=1", "poll_s=1", *extra])
+        "partition=debug", "gpus_per_run=0", "cpus_per_task=1", "poll_s=1", *extra])
 
 
 class Signaller:
-    """A thread that acts on the planted pairs' marks: pair -> what to do with its job once it waits."""
+    """A thread that acts on the planted runs' marks: run -> what to do with its job once it waits."""
 
     def __init__(self, marks: Path, actions: dict[str, Callable[[str, int], None]]) -> None:
         self.marks, self.actions = marks, dict(actions)
@@ -131,15 +131,15 @@ class Signaller:
 
     def _run(self) -> None:
         while not self._stop.is_set() and self.actions:
-            for pair in list(self.actions):
-                mark = self.marks / f"{pair}.ready"
+            for run in list(self.actions):
+                mark = self.marks / f"{run}.ready"
                 if mark.is_file() and mark.read_text():
                     job, pid = mark.read_text().split()
                     try:
-                        self.actions.pop(pair)(job, int(pid))
-                        self.done[pair] = job
+                        self.actions.pop(run)(job, int(pid))
+                        self.done[run] = job
                     except Exception as exc:  # said by the test, not lost in a thread
-                        self.errors.append(f"{pair} ({job}): {exc}")
+                        self.errors.append(f"{run} ({job}): {exc}")
             time.sleep(0.2)
 
     def __enter__(self) -> Signaller:
@@ -183,13 +183,13 @@ def race_scontrol(tmp_path: Path) -> Iterator[Path]:
     yield folder
 
 
-def test_slurm_pairs_equal_sequential_and_preempted_requeued_and_timed_out_pairs_resume(
+def test_slurm_runs_equal_sequential_and_preempted_requeued_and_timed_out_runs_resume(
         slurm: None, sequential: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         race_scontrol: Path) -> None:
     """Each look a job array on SLURM. gr-s1 is preempted (USR2, with submitit's `scontrol requeue` killed
     by its own SIGTERM), rezero-s1 requeued by `scontrol requeue` (SIGTERM), rezero-s2 waits at step 2 until
     SLURM's own time-limit signal: each resumes from its step-2 checkpoint in its requeued job, and every
-    pair's numbers equal the sequential run's, bit for bit."""
+    run's numbers equal the sequential run's, bit for bit."""
     from test_ab_launch import _console, _deviation, _numbers, _verdicts
 
     reg, seq = sequential
@@ -215,21 +215,21 @@ def test_slurm_pairs_equal_sequential_and_preempted_requeued_and_timed_out_pairs
     text = console.export_text()
     assert not signaller.errors, signaller.errors
     assert set(signaller.done) == {"gr-s1", "rezero-s1"}, (signaller.done, text)
-    # No pair came back interrupted or failed: each requeued job was waited for (otherwise the board
+    # No run came back interrupted or failed: each requeued job was waited for (otherwise the board
     # says "interrupted rezero-s1" and the look ends while the requeued job goes on).
     assert not re.search(r"^\S+ (interrupted|failed) ", text, re.M), text
     a, b = _numbers(seq), _numbers(out)
-    assert a == b, f"SLURM pairs differ from sequential: deviation={_deviation(a, b):.3g} bound=0\n{text}"
+    assert a == b, f"SLURM runs differ from sequential: deviation={_deviation(a, b):.3g} bound=0\n{text}"
     assert _verdicts(out) == _verdicts(seq)
-    for pair in ("gr-s1", "rezero-s1", "rezero-s2"):
-        attempts = read_launch_record(out, pair)["attempts"]
+    for run in ("gr-s1", "rezero-s1", "rezero-s2"):
+        attempts = read_launch_record(out, run)["attempts"]
         states = [x["state"] for x in attempts]
-        assert states[0] == "interrupted" and states[-1] == "done" and len(states) >= 2, (pair, attempts)
-        assert attempts[1]["note"] == "resumed from its checkpoint", (pair, attempts)
-        assert {x["job_id"] for x in attempts} == {signaller.done.get(pair, attempts[0]["job_id"])}
-        assert "resume step=2" in (out / pair / "train.log").read_text()
-    for pair, job in signaller.done.items():  # the record's job id is the one the board showed (item 5)
-        assert re.search(rf"{pair}\b.*slurm job {job}\b", text), (pair, job, text)
+        assert states[0] == "interrupted" and states[-1] == "done" and len(states) >= 2, (run, attempts)
+        assert attempts[1]["note"] == "resumed from its checkpoint", (run, attempts)
+        assert {x["job_id"] for x in attempts} == {signaller.done.get(run, attempts[0]["job_id"])}
+        assert "resume step=2" in (out / run / "train.log").read_text()
+    for run, job in signaller.done.items():  # the record's job id is the one the board showed (item 5)
+        assert re.search(rf"{run}\b.*slurm job {job}\b", text), (run, job, text)
     logs = "".join(p.read_text() for p in sorted((out / "submitit").glob("*_log.*")))
     assert logs.count("sent by the requeue it asked for") >= 2  # gr-s1's and rezero-s2's race, survived
     assert "SIGTERM was SLURM's requeue" in logs  # rezero-s1's job ended without a result
@@ -238,9 +238,9 @@ def test_slurm_pairs_equal_sequential_and_preempted_requeued_and_timed_out_pairs
     print(f"slurm comparison with 3 requeues: {elapsed:.0f} s")
 
 
-def test_slurm_a_pair_cancelled_while_pending_and_a_job_that_dies_are_failed_not_waited_on(
+def test_slurm_a_run_cancelled_while_pending_and_a_job_that_dies_are_failed_not_waited_on(
         slurm: None, sequential: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One pair at a time (array_parallelism=1); the last pair's array task is cancelled while it pends
+    """One run at a time (array_parallelism=1); the last run's array task is cancelled while it pends
     (SLURM keeps no record of it), rezero-s2's job is killed before it writes a result, and sacct does not
     answer (a cluster without accounting): both are failed within lost_after_s, the look ends, the others
     are done."""
@@ -288,6 +288,6 @@ def test_slurm_a_pair_cancelled_while_pending_and_a_job_that_dies_are_failed_not
     assert done == ["gr-s1", "rezero-s1"], (done, text)
     assert "rezero-s2" in text.split("without a result")[0].splitlines()[-1], text
     assert "invalid" in flat
-    # Bounded: the pairs (one at a time, seconds each) plus lost_after_s for the two lost ones, not a hang.
+    # Bounded: the runs (one at a time, seconds each) plus lost_after_s for the two lost ones, not a hang.
     assert elapsed < 240, f"{elapsed:.0f} s"
     print(f"slurm comparison with 2 lost jobs: {elapsed:.0f} s")

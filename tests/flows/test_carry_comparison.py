@@ -1,5 +1,5 @@
 """A long comparison resumes on a fresh machine from what was committed (`dormouse ab carry`,
-dormouse/ab/carry.py): the finished pairs' small files, the stamps and the launch records; never a
+dormouse/ab/lifecycle/carry.py): the finished runs' small files, the stamps and the launch records; never a
 checkpoint, a lock or a compile cache."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from test_ab import FakeTrain, registry, run  # noqa: F401 - registry is a fixture
 
-from dormouse.ab import carry
-from dormouse.ab.registry import ComparisonError
+from dormouse.ab.comparison.registry import ComparisonError
+from dormouse.ab.lifecycle import carry
 
 
-def test_a_carried_comparison_resumes_elsewhere_without_redoing_a_finished_pair(tmp_path: Path,
+def test_a_carried_comparison_resumes_elsewhere_without_redoing_a_finished_run(tmp_path: Path,
                                                                                 registry: Path) -> None:  # noqa: F811
     first = FakeTrain(stop_at={"gr-s2": 10})  # gr-s2 is "killed" at step 10: not finished
     run(registry, tmp_path / "ab", first)
@@ -22,7 +22,7 @@ def test_a_carried_comparison_resumes_elsewhere_without_redoing_a_finished_pair(
     carry.save("t", tmp_path / "ab", saved, registry)
     names = {p.relative_to(saved).as_posix() for p in saved.rglob("*") if p.is_file()}
     assert "registration.json" in names and "launch/gr-s1.json" in names and "gr-s1/metrics.jsonl" in names
-    assert not any(n.startswith("gr-s2/") for n in names), "an unfinished pair is not carried"
+    assert not any(n.startswith("gr-s2/") for n in names), "an unfinished run is not carried"
     assert not any("checkpoints" in n or n.endswith(".lock") or "compile_cache" in n for n in names)
 
     fresh = tmp_path / "fresh"  # another machine: nothing of runs/ but what was committed

@@ -13,7 +13,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from dormouse.ab.registry import list_comparisons
+from dormouse.ab.comparison.registry import list_comparisons
 from dormouse.cli.ab import ab_app
 from dormouse.cli.app import app
 

@@ -50,17 +50,17 @@ WORK = [
     ("train", "dormouse.cli.sweep.run_sweep", ["train", "-m", "train.lr=1e-3,3e-3"]),
     ("train", "dormouse.config.schema.compose_config", ["train", "--cfg", "job"]),
     ("validate", "dormouse.train.preflight.preflight", ["validate"]),
-    ("ab", "dormouse.ab.command.ab_run", ["ab", "smoke"]),
-    ("ab run", "dormouse.ab.command.ab_run", ["ab", "run", "smoke"]),
-    ("ab plan", "dormouse.ab.command.ab_plan", ["ab", "plan", "smoke"]),
-    ("ab status", "dormouse.ab.command.ab_status", ["ab", "status", "smoke"]),
-    ("ab design", "dormouse.ab.command.ab_design", ["ab", "design", "smoke"]),
-    ("ab list", "dormouse.ab.registry.list_comparisons", ["ab", "list"]),
-    ("ab publish", "dormouse.ab.publish.publish_named", ["ab", "publish", "smoke", "--command", "x"]),
-    ("ab carry", "dormouse.ab.carry.save", ["ab", "carry", "save", "smoke"]),
-    ("ab carry", "dormouse.ab.carry.restore", ["ab", "carry", "restore", "smoke"]),
-    ("ab rerun", "dormouse.ab.rerun.rerun", ["ab", "rerun", "smoke", "gr", "1"]),
-    ("ab size", "dormouse.ab.size.size_from", ["ab", "size", "results.json", "--looks", "2,4"]),
+    ("ab", "dormouse.ab.comparison.command.ab_run", ["ab", "smoke"]),
+    ("ab run", "dormouse.ab.comparison.command.ab_run", ["ab", "run", "smoke"]),
+    ("ab plan", "dormouse.ab.comparison.command.ab_plan", ["ab", "plan", "smoke"]),
+    ("ab status", "dormouse.ab.comparison.command.ab_status", ["ab", "status", "smoke"]),
+    ("ab design", "dormouse.ab.comparison.command.ab_design", ["ab", "design", "smoke"]),
+    ("ab list", "dormouse.ab.comparison.registry.list_comparisons", ["ab", "list"]),
+    ("ab publish", "dormouse.ab.lifecycle.publish.publish_named", ["ab", "publish", "smoke", "--command", "x"]),
+    ("ab carry", "dormouse.ab.lifecycle.carry.save", ["ab", "carry", "save", "smoke"]),
+    ("ab carry", "dormouse.ab.lifecycle.carry.restore", ["ab", "carry", "restore", "smoke"]),
+    ("ab rerun", "dormouse.ab.lifecycle.rerun.rerun", ["ab", "rerun", "smoke", "gr", "1"]),
+    ("ab size", "dormouse.ab.lifecycle.size.size_from", ["ab", "size", "results.json", "--looks", "2,4"]),
     ("logs", "dormouse.cli.logs.logs_command", ["logs", "."]),
     ("eval", "dormouse.cli.eval.eval_checkpoint", ["eval", "runs/r"]),
     ("sample", "dormouse.cli.sample.sample_run", ["sample", "runs/r"]),
@@ -101,7 +101,7 @@ def test_ctrl_c_before_a_command_turns_it_into_an_interrupt_exits_130(monkeypatc
     def ctrl_c(*_args: object, **_kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("dormouse.ab.command.ab_plan", ctrl_c)
+    monkeypatch.setattr("dormouse.ab.comparison.command.ab_plan", ctrl_c)
     result = runner.invoke(app, ["ab", "plan", "smoke"])
     assert (result.exit_code, result.stderr) == (130, "")
 

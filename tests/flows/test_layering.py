@@ -81,7 +81,7 @@ def test_each_layer_imports_only_from_the_layers_below():
 def test_a_plain_comparison_reaches_nothing_of_the_study():
     """The engine of one comparison (its runner, at any import depth, lazy imports included) never reaches the
     study's modules: a study is built on comparisons, not the other way round."""
-    seen, todo = set(), ["dormouse.ab.runner"]
+    seen, todo = set(), ["dormouse.ab.comparison.runner"]
     while todo:
         module = todo.pop()
         path = PACKAGE.joinpath(*module.split(".")[1:])
@@ -90,9 +90,9 @@ def test_a_plain_comparison_reaches_nothing_of_the_study():
             continue
         seen.add(module)
         todo.extend(package_imports(path))
-    study = sorted(m for m in seen if m.startswith(("dormouse.ab.study", "dormouse.ab.interaction")))
-    assert len(seen) > 10, f"the walk from dormouse.ab.runner found only {sorted(seen)}"
-    assert not study, f"dormouse.ab.runner reaches the study's modules: {study}"
+    study = sorted(m for m in seen if m.startswith("dormouse.ab.study"))
+    assert len(seen) > 10, f"the walk from dormouse.ab.comparison.runner found only {sorted(seen)}"
+    assert not study, f"dormouse.ab.comparison.runner reaches the study's modules: {study}"
 
 
 def test_the_ab_command_imports_the_study_only_for_a_study():
@@ -100,7 +100,8 @@ def test_the_ab_command_imports_the_study_only_for_a_study():
     import subprocess
     import sys
 
-    code = ("import sys, dormouse.cli.app, dormouse.cli.ab, dormouse.ab.command, dormouse.ab.runner; "
-            "print(sorted(m for m in sys.modules if m.startswith(('dormouse.ab.study', 'dormouse.ab.interaction'))))")
+    code = ("import sys, dormouse.cli.app, dormouse.cli.ab, dormouse.ab.comparison.command, "
+            "dormouse.ab.comparison.runner; "
+            "print(sorted(m for m in sys.modules if m.startswith('dormouse.ab.study')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]", f"the ab command imports the study's modules at start: {out}"

@@ -179,7 +179,7 @@ def test_without_check_exit_0_and_missing_path_exit_2(tmp_path: Path) -> None:
 
 def test_a_directory_without_a_log_is_a_finding_and_logs_refuses_it(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    run = checked_run(tmp_path / "empty")  # what `dormouse ab` checks of a pair that never started
+    run = checked_run(tmp_path / "empty")  # what `dormouse ab` checks of a run that never started
     assert [f.kind for f in run.findings] == ["no-log"]
     console = Console(record=True, width=250)  # `dormouse logs` of a folder with no run: an error, exit 2
     assert logs_command([tmp_path / "empty"], console=console, err_console=console) == 2

@@ -1,13 +1,13 @@
 """A comparison published across sittings reports the time it ran, not the pauses between sessions
-(`dormouse ab publish`, dormouse/ab/publish.py)."""
+(`dormouse ab publish`, dormouse/ab/lifecycle/publish.py)."""
 
 from __future__ import annotations
 
-from dormouse.ab import publish
+from dormouse.ab.lifecycle import publish
 
 
-def test_sittings_merge_overlapping_pairs_and_split_at_a_pause_between_sessions() -> None:
-    attempts = [  # two pairs at once, a short gap before the next look, then a pause of an hour
+def test_sittings_merge_overlapping_runs_and_split_at_a_pause_between_sessions() -> None:
+    attempts = [  # two runs at once, a short gap before the next look, then a pause of an hour
         ("2026-12-02T07:00:00", "2026-12-02T07:05:00"),
         ("2026-12-02T07:00:00", "2026-12-02T07:04:00"),
         ("2026-12-02T07:05:30", "2026-12-02T07:10:00"),

@@ -9,7 +9,7 @@ is what a reader must be able to rely on: the numbers in the README came from th
 
 The verdicts are recomputed here from the per-run final bpb in ``runs`` (not from the arms' own summary
 fields), with the rule written out from docs/ab-protocol.md and the Student-t distribution from scipy,
-without calling ``dormouse.ab.stats``: an oracle independent of the code that wrote the report.
+without calling ``dormouse.ab.rule.stats``: an oracle independent of the code that wrote the report.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 from scipy import stats as sps
 
-from dormouse.ab.registration import registration_hash
-from dormouse.ab.registry import load_spec
+from dormouse.ab.comparison.binding import registration_hash
+from dormouse.ab.comparison.registry import load_spec
 from tests.helpers import published_comparison as published
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,7 +59,7 @@ def test_published_results_come_from_the_registered_file(results: dict[str, Any]
     assert {a: r["overrides"] for a, r in results["arms"].items()} == {a: list(o) for a, o in spec.arms.items()}
 
 
-def test_every_registered_pair_finished_and_passed_its_counter_check(results: dict[str, Any]) -> None:
+def test_every_registered_run_finished_and_passed_its_counter_check(results: dict[str, Any]) -> None:
     spec = load_spec(NAME).spec
     assert results["complete"] is True
     ran = {(r["arm"], r["seed"]) for r in results["runs"] if r["complete"]}
@@ -140,12 +140,12 @@ def test_the_publication_names_its_command_commit_and_machine() -> None:
 # --- residual_cpu2: protocol 2, a tune stage, looks ----------------------------------------------------------
 # The verdicts are replayed look by look from the per-run final bpb with the rule written out from
 # docs/ab-protocol.md (O'Brien-Fleming-type spending, Bonferroni over the registered family, TOST for a tie)
-# and scipy's normal and Student-t distributions, without calling dormouse.ab.sequential. The tune stage's
+# and scipy's normal and Student-t distributions, without calling dormouse.ab.rule.sequential. The tune stage's
 # choice is recomputed from the carried tune runs' metrics, and every confirmatory run's carried config is
 # checked to have trained at its arm's choice.
 NAME2 = "residual_cpu2"
 PUBLISHED2 = REPO / "docs" / "results" / NAME2
-CARRIED2 = PUBLISHED2 / "carry"  # each finished pair's config, provenance, log and metrics, as it ran
+CARRIED2 = PUBLISHED2 / "carry"  # each finished run's config, provenance, log and metrics, as it ran
 
 
 @pytest.fixture(scope="module")

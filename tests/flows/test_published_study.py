@@ -4,7 +4,7 @@ verdict in it follows from its runs by the registered rules.
 Each point is checked as a published protocol-2 comparison (tests/helpers/published_comparison.py: its
 registration, the replicates its looks needed, the tune choice with its bracketing, every look replayed), and
 the study's primary question is recomputed from the carried runs' final bpb by the contrast written out from
-docs/ab-protocol.md (tests/helpers/published_study.py), not by ``dormouse.ab.interaction``.
+docs/ab-protocol.md (tests/helpers/published_study.py), not by ``dormouse.ab.study.interaction``.
 
 Until the study is published (it runs over several sittings; what resuming needs is carried in
 docs/results/depth_cpu/carry/) these tests are skipped.
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from dormouse.ab.study import load_study
+from dormouse.ab.study.registry import load_study
 from tests.helpers import published_comparison as published
 from tests.helpers import published_study
 

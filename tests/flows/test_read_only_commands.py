@@ -61,7 +61,7 @@ def test_ab_list_imports_neither_torch_nor_scipy() -> None:
 # Every arm of a registered comparison composed and validated in a fresh interpreter, and one bad option refused.
 CONFIG_PROBE = """
 import sys
-from dormouse.ab.registry import load_spec
+from dormouse.ab.comparison.registry import load_spec
 from dormouse.config.schema import compose_config, validate
 spec = load_spec("smoke").spec
 for overrides in spec.arms.values():

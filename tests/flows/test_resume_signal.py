@@ -4,7 +4,7 @@ The rule (dormouse/train/state.py, dormouse/train/loop.py): a run stopped by SIG
 is in, checkpoints it and exits 128 + the signal; resumed, it is bit-identical on CPU at a fixed thread count
 to the run nobody interrupted. tests/train/test_resume.py proves it in one process at the tiny preset
 (``stop_at_step``); here every run is its own ``dormouse train`` process, as in a comparison (an interrupted
-pair is resumed by another process, days later), at the CPU preset's arithmetic (d_model 128, 4 heads, fp32 on
+run is resumed by another process, days later), at the CPU preset's arithmetic (d_model 128, 4 heads, fp32 on
 CPU, the attnres_block arm of ``residual_cpu2``) and one thread (the comparison's), stopped by a real signal
 at a step that is neither an eval nor a checkpoint step: the open eval window, the optimizer's moments and the
 schedule all cross the checkpoint the signal wrote.
@@ -36,7 +36,7 @@ from dormouse.run.checkpoint import list_checkpoints, load_checkpoint
 REPO = Path(__file__).resolve().parents[2]
 PAUSED = "paused-at-optimizer-step"
 # The CPU preset's model and dtype (conf/preset/cpu.yaml = the schema's defaults), the arm of the published
-# resumed pair (residual_cpu2's attnres_block), a short schedule and eval set so a run takes seconds.
+# resumed run (residual_cpu2's attnres_block), a short schedule and eval set so a run takes seconds.
 STEPS, EVAL_EVERY, CKPT_EVERY, STOP_AT = 24, 10, 10, 13
 ARGS = ["preset=cpu", "model.use_attnres=true", "model.attnres.block_size=2", "train.batch_size=8",
         f"train.steps={STEPS}", "train.warmup=4", f"train.eval_every={EVAL_EVERY}",
@@ -47,7 +47,7 @@ UNREPEATABLE = {"tok/s", "time_s", "peak_mem_bytes"}
 
 
 def _run(args: list[str], hash_seed: int, pause: int | None = None) -> subprocess.Popen[str]:
-    """``dormouse train ARGS`` in a fresh process at one thread (the published pairs' count); with ``pause``,
+    """``dormouse train ARGS`` in a fresh process at one thread (the published runs' count); with ``pause``,
     through this module's hook (see the module docstring)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "PYTHONHASHSEED": str(hash_seed), "PYTHONPATH": os.pathsep.join(

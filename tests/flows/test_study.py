@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from dormouse.ab import carry
-from dormouse.ab.command import ab_design, ab_plan, ab_run, ab_status
-from dormouse.ab.publish import publish_study
-from dormouse.ab.registry import ABSpecError, ComparisonError, load_spec
-from dormouse.ab.results import ArmResult
-from dormouse.ab.study import load_study
-from dormouse.ab.study_report import decision_diffs
+from dormouse.ab.comparison.command import ab_design, ab_plan, ab_run, ab_status
+from dormouse.ab.comparison.registry import ABSpecError, ComparisonError, load_spec
+from dormouse.ab.lifecycle import carry
+from dormouse.ab.lifecycle.publish import publish_study
+from dormouse.ab.reporting.results import ArmResult
+from dormouse.ab.study.registry import load_study
+from dormouse.ab.study.report import decision_diffs
 from tests.helpers.ab_exit import exit_code
 from tests.helpers.fake_train import FakeTrain
 from tests.helpers.registrations import registration, write_registry

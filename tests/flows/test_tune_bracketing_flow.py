@@ -1,5 +1,5 @@
 """The bracketing tune stage end to end: a small registration whose grid puts arms' optima at and beyond its
-top edge. The extension pairs run, ``--plan`` and ``--status`` show the extension, ``results.json``'s
+top edge. The extension runs run, ``--plan`` and ``--status`` show the extension, ``results.json``'s
 ``tune`` holds each arm's flags, and the report names the extension lr.
 
 The fake trainer (tests/helpers/fake_train.py, planted as in tests/ab/test_ab_tune.py) writes a run whose
@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from dormouse.ab.command import ab_plan, ab_status
-from dormouse.ab.plan import build_plan
-from dormouse.ab.runner import run_comparison
+from dormouse.ab.comparison.command import ab_plan, ab_status
+from dormouse.ab.comparison.plan import build_plan
+from dormouse.ab.comparison.runner import run_comparison
 from tests.helpers.fake_train import FakeTrain
 from tests.helpers.registrations import registration, write_registry
 
@@ -65,7 +65,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, FakeTrain,
     return comp, fake, reg, console.export_text() + "\n" + run_console.export_text()
 
 
-def test_the_extension_and_second_seed_pairs_run_after_the_grid(finished: tuple[Path, FakeTrain, Path, str]) -> None:
+def test_the_extension_and_second_seed_runs_run_after_the_grid(finished: tuple[Path, FakeTrain, Path, str]) -> None:
     _, fake, _, _ = finished
     tune_calls = [c for c in fake.names if c.startswith("tune-")]
     assert set(tune_calls) == {
@@ -135,12 +135,12 @@ def test_the_report_names_the_extension_lr(finished: tuple[Path, FakeTrain, Path
     assert "bpb_vs_lr.png" in section and "unbracketed" in section.lower()
 
 
-def test_every_tune_pair_that_may_exist_is_in_the_plan(finished: tuple[Path, FakeTrain, Path, str]) -> None:
-    """The runner's kept-run check, the code check and --status walk ``plan.all_pairs``: every tune pair the
+def test_every_tune_run_that_may_exist_is_in_the_plan(finished: tuple[Path, FakeTrain, Path, str]) -> None:
+    """The runner's kept-run check, the code check and --status walk ``plan.all_runs``: every tune run the
     budget allows (any extension lr, the second seed) must be there, not only the grid's."""
     comp, fake, reg, _ = finished
     plan = build_plan("tb", [], comp.parent, registry=reg)
-    names = {p.name for p in plan.all_pairs}
+    names = {p.name for p in plan.all_runs}
     assert {c for c in fake.names if c.startswith("tune-")} <= names
     assert "tune-gr-lr0.00025-s9002" in names and "tune-gr-lr0.016-s9002" in names
-    assert len(names) == 4 * (3 + 2 * 2) * 2 + len(plan.pairs)
+    assert len(names) == 4 * (3 + 2 * 2) * 2 + len(plan.runs)

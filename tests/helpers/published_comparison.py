@@ -1,8 +1,8 @@
 """An independent oracle for a published protocol-2 comparison (a folder under docs/results/, or a study's
 point): the registration it came from, the replicates its looks needed, the tune stage's choice, and every
 look's verdict, recomputed from the carried runs' own files with the rules written out from docs/ab-protocol.md
-and scipy's distributions, without calling ``dormouse.ab.sequential``, ``dormouse.ab.tune`` or
-``dormouse.ab.stats``.
+and scipy's distributions, without calling ``dormouse.ab.rule.sequential``, ``dormouse.ab.tune.stage`` or
+``dormouse.ab.rule.stats``.
 
 Used by tests/flows/test_published_results.py (residual_cpu2) and tests/flows/test_published_study.py (each
 point of a published study). ``results`` is the comparison's ``results.json``; ``carried`` the folder that holds

@@ -1,7 +1,7 @@
 """An independent oracle for a published registered study (docs/results/<study>/): the study folder came from
 the registered study file, and the primary question (each tested arm's change of Δ along the axis) follows from
 the carried runs' final bpb by the contrast written out from docs/ab-protocol.md ("A registered study: the
-primary question") with scipy's Student t, without calling ``dormouse.ab.interaction``.
+primary question") with scipy's Student t, without calling ``dormouse.ab.study.interaction``.
 
 Each point is a protocol-2 comparison checked by tests/helpers/published_comparison.py; its runs' files are in
 ``<publication>/carry/<point>/``.
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from scipy import stats as sps
 
-from dormouse.ab.registration import registration_hash
+from dormouse.ab.comparison.binding import registration_hash
 from tests.helpers import published_comparison as published
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dormouse.ab.registry import ABSpecError, load_spec
+from dormouse.ab.comparison.registry import ABSpecError, load_spec
 
 # The overrides that make each arm of a test registration (conf/ab/*.yaml names the same).
 ARM_OVERRIDES = {

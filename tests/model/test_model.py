@@ -30,7 +30,7 @@ _TABLE_BOUND = 2e-6
 
 
 def ref_rope(x: Tensor, base: float) -> Tensor:
-    """x [B, T, H, hd] -> each pair (x[..., j], x[..., j + hd/2]) rotated by the angle p * base^(-2j/hd)."""
+    """x [B, T, H, hd] -> each run (x[..., j], x[..., j + hd/2]) rotated by the angle p * base^(-2j/hd)."""
     hd = x.shape[-1]
     half = hd // 2
     pos = torch.arange(x.shape[1], dtype=F64)

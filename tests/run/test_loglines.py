@@ -209,7 +209,7 @@ def test_a_run_stopped_before_its_first_eval_says_so_not_step_none() -> None:
 @pytest.mark.parametrize(("n", "text"), [(512, "512"), (0.5, "0.5"), (12.0, "12"), (1638400, "1.64M"),
                                          (8123.4, "8.12k"), (3e12, "3T"), (2.5e15, "2.5P"), (-2500, "-2.5k")])
 def test_human_is_the_one_count_format_and_parse_count_reads_it_back(n: float, text: str) -> None:
-    """The eval line's counts and the A/B status's tokens and FLOPs (ab/status.py's `_si`, which it replaces):
+    """The eval line's counts and the A/B status's tokens and FLOPs (the A/B status's `_si`, which it replaces):
     3 significant figures, k..P. The inverse is parse_count, to those 3 figures."""
     assert human(n) == text
     assert parse_count(text) == pytest.approx(n, rel=5e-3)

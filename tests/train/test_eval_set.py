@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from dormouse.ab.registry import ComparisonError, load_spec
-from dormouse.ab.runner import plan_pairs
+from dormouse.ab.comparison.registry import ComparisonError, load_spec
+from dormouse.ab.comparison.runner import plan_runs
 from dormouse.config.schema import DataConfig, load_config
 from dormouse.data import DataError, load_corpus
 from dormouse.train.loop import train
@@ -68,11 +68,11 @@ def test_a_registered_comparison_that_asks_for_more_eval_than_val_is_refused_bef
         "name: big\nbaseline: a\nmin_effect: 0.01\nseeds: [1, 2]\n"
         "fixed: [preset=tiny, data.eval_bytes=1048576]\narms:\n  a: []\n  b: [model.use_gr=true]\n")
     with pytest.raises(ComparisonError) as err:
-        plan_pairs(load_spec("big", registry=reg), [], tmp_path / "never")
+        plan_runs(load_spec("big", registry=reg), [], tmp_path / "never")
     assert "data.eval_bytes=1048576 is larger than the val split" in str(err.value)
     assert not (tmp_path / "never").exists()
     # The shipped registration asks for what the embedded corpus's val split holds (it asked for 1 MiB).
-    plan_pairs(load_spec("residual"), [], tmp_path / "never")
+    plan_runs(load_spec("residual"), [], tmp_path / "never")
 
 
 def test_the_default_eval_size_fits_a_short_val_split_and_says_so_but_an_explicit_one_is_never_cut(

@@ -38,7 +38,7 @@ def test_first_step_prints_its_time_off_a_terminal_before_the_first_eval(tmp_pat
 def test_a_compiled_run_projects_from_its_second_step_not_from_the_compilation(
         tmp_path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch):
     """train.compile=true: the first step holds the compilation (42 s against 0.1 s a step at residual_cpu's
-    shape: projected, it would say 33 h for a 5-min pair), so it is named as such and the pace comes
+    shape: projected, it would say 33 h for a 5-min run), so it is named as such and the pace comes
     from the second step. (compile_whole is replaced by the eager model: the loop is under test, not Inductor.)"""
     from dormouse.model.looped import LoopedByteLM
 

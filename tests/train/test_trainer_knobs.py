@@ -93,7 +93,7 @@ def test_eval_only_gives_the_runs_own_final_bpb_and_writes_nothing(tmp_path: Pat
     result = runner.invoke(app, ["eval", str(run)])
     assert result.exit_code == 0, result.output
     (text,) = [ln for ln in result.stdout.splitlines() if ln.startswith("eval ")]
-    line = dict(pair.split("=", 1) for pair in text.split()[1:])
+    line = dict(run.split("=", 1) for run in text.split()[1:])
     assert line["step"] == "4" and line["arm"] == "rezero"
     assert abs(float(line["bpb"]) - final["bpb"]) <= 5e-5  # the line keeps 4 decimals
     assert _snapshot(tmp_path) == before  # nothing written, nothing touched

@@ -1,0 +1,90 @@
+"""``dormouse ab``'s questions, one function per verb, each returning the command's exit code.
+
+:func:`ab_run` runs a comparison (:func:`dormouse.ab.comparison.runner.run_comparison`) or a registered study
+(:func:`dormouse.ab.study.runner.run_study`); :func:`ab_plan` (what a run would do), :func:`ab_status` (where it
+stands) and :func:`ab_design` (the registered design's card, saved with it) only read
+(:mod:`dormouse.ab.comparison.questions`; a study's, :mod:`dormouse.ab.study.questions`). Refusals raise their
+:class:`dormouse.errors.DormouseError`; the CLI's one handler (dormouse/cli/exits.py) says them and exits
+with their code (2 refused before any run, 130/143 interrupted).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from dormouse.ab.comparison.questions import design_command, plan_command, status_command
+from dormouse.ab.comparison.registry import is_study
+from dormouse.ab.launchers.request import LaunchRequest
+from dormouse.ab.runs.job import TrainFn
+from dormouse.run.files import AB_ROOT
+
+__all__ = ["ab_design", "ab_plan", "ab_run", "ab_status", "design_command", "plan_command", "status_command",
+           "stdout_console"]
+
+
+def stdout_console() -> Console:
+    """The verbs' stdout: in a file or a pipe rich assumes 80 columns and would wrap every table cell."""
+    return Console(width=None if sys.stdout.isatty() else 200)
+
+
+def ab_run(name: str, overrides: list[str], *, restart: bool = False, root: Path = AB_ROOT,
+           console: Console | None = None, train_fn: TrainFn | None = None, registry: Path | None = None,
+           launch: LaunchRequest | None = None) -> int:
+    """Run (or continue) ``name`` to its verdicts. 0 = every run the schedule needed finished (whatever the
+    verdicts); 1 = some run failed (the report says which; rerun to retry); from the results just computed."""
+    console = console or stdout_console()
+    if is_study(name, registry):  # a registered study: every point, then the study's answer
+        from dormouse.ab.study.registry import load_study
+        from dormouse.ab.study.runner import run_study
+
+        study = run_study(load_study(name, registry), overrides, restart=restart, root=root, console=console,
+                          train_fn=train_fn, launch=launch)
+        return 0 if study["complete"] else 1
+    from dormouse.ab.comparison.runner import run_comparison
+
+    results = run_comparison(name, overrides, restart=restart, root=root, console=console, train_fn=train_fn,
+                             registry=registry, launch=launch)
+    return 0 if results.complete else 1
+
+
+def ab_plan(name: str, overrides: list[str], *, root: Path = AB_ROOT, console: Console | None = None,
+            registry: Path | None = None, launch: LaunchRequest | None = None) -> int:
+    """What a run would do: the runs, their overrides, what is done, the launch settings and the cost (exit 0)."""
+    console, launch = console or stdout_console(), launch or LaunchRequest()
+    if is_study(name, registry):
+        from dormouse.ab.study.questions import study_plan
+        from dormouse.ab.study.registry import load_study
+
+        study_plan(load_study(name, registry), overrides, root=root, launch=launch, console=console)
+    else:
+        plan_command(name, overrides, root=root, registry=registry, launch=launch, console=console)
+    return 0
+
+
+def ab_status(name: str, *, root: Path = AB_ROOT, console: Console | None = None,
+              registry: Path | None = None) -> int:
+    """Where ``name`` stands (read-only, safe while it runs): exit 0; 2 if it never started."""
+    console = console or stdout_console()
+    if is_study(name, registry):
+        from dormouse.ab.study.questions import study_status
+        from dormouse.ab.study.registry import load_study
+
+        return study_status(load_study(name, registry), root=root, console=console)
+    return status_command(name, root=root, registry=registry, console=console)
+
+
+def ab_design(name: str, overrides: list[str], *, root: Path = AB_ROOT, console: Console | None = None,
+              registry: Path | None = None) -> int:
+    """The registered design's card (type-I error, power, expected replicates), printed and saved (exit 0)."""
+    console = console or stdout_console()
+    if is_study(name, registry):
+        from dormouse.ab.study.questions import study_design
+        from dormouse.ab.study.registry import load_study
+
+        study_design(load_study(name, registry), overrides, root=root, console=console)
+    else:
+        design_command(name, overrides, root=root, registry=registry, console=console)
+    return 0

@@ -1,0 +1,525 @@
+"""Runs as submitit jobs (``--launcher slurm``; options :class:`SlurmLauncherConfig`, defaults
+``conf/launcher/slurm.yaml``); ``launcher.cluster=local`` runs the same path on submitit's local executor, sharing
+the cores as ``--jobs`` does. A run with ``gpus_per_run > 1`` is a DDP job, one task per GPU. On USR2 (preemption,
+time-out) submitit requeues the job, which resumes the run from its checkpoints on disk bit-identically. SIGTERM is
+both a cancel and a requeue: a requeue raises the job's restart count (:func:`requeued_by_slurm`). A job gone from
+the queue without a result is failed after ``lost_after_s`` (:func:`queue_verdict`)."""
+
+from __future__ import annotations
+
+import importlib.resources
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import submitit
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from dormouse.ab.launchers.local import (
+    DONE,
+    FAILED,
+    INTERRUPTED,
+    FinishFn,
+    Job,
+    LaunchError,
+    Outcome,
+    Slot,
+    StartFn,
+    cluster_share,
+    run_in_slot,
+)
+from dormouse.run.files import ComparisonFiles
+
+LAUNCHER_PACKAGE = "dormouse.conf"
+LAUNCHER_DIR = "launcher"
+CLUSTERS = ("slurm", "local")
+# The job id as the driver shows it (``3_1`` for an array task), for the run's attempt record.
+JOB_ID_ENV = "DORMOUSE_JOB_ID"
+
+
+@dataclass
+class SlurmLauncherConfig:
+    """SLURM options for one run's job (``conf/launcher/slurm.yaml``; ``launcher.KEY=VALUE`` overrides)."""
+
+    cluster: str = "slurm"  # "slurm", or "local": submitit's local executor (same path, no cluster)
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    time_min: int = 240  # wall-clock limit of one job; a job that reaches it is requeued and resumes
+    gpus_per_run: int = 1  # 0 = a CPU job; > 1 = the run trains as a DDP job, one task per GPU
+    cpus_per_task: int = 8  # per task (per GPU); also the job's torch.set_num_threads (local: at most; launch.py)
+    mem_gb: int | None = None
+    max_requeues: int = 3  # time-outs a run may be requeued after (submitit's max_num_timeout)
+    signal_delay_s: int = 120  # USR2 this long before the time limit: time to checkpoint
+    array_parallelism: int = 64  # at most this many runs at once
+    setup: list[str] = field(default_factory=list)  # shell lines before the job (module load, venv)
+    sbatch: dict[str, str] = field(default_factory=dict)  # any other sbatch option, e.g. {exclusive: ""}
+    folder: str | None = None  # submitit's pickles and logs; null = <comparison>/submitit
+    poll_s: float = 10.0  # how often the driver polls the jobs
+    lost_after_s: float = 300.0  # a job out of the queue without a result is failed after this long
+
+
+def _fields() -> str:
+    return ", ".join(SlurmLauncherConfig.__dataclass_fields__)
+
+
+def load_launcher_config(name: str, overrides: Sequence[str] = ()) -> SlurmLauncherConfig:
+    """``conf/launcher/NAME.yaml`` (or a YAML path) on the typed schema, then ``KEY=VALUE`` overrides (no
+    ``launcher.`` prefix); :class:`LaunchError` names every bad field."""
+    if name.endswith((".yaml", ".yml")):
+        path: Any = Path(name)
+        source = name
+    else:
+        path = importlib.resources.files(LAUNCHER_PACKAGE) / LAUNCHER_DIR / f"{name}.yaml"
+        source = f"{LAUNCHER_PACKAGE}/{LAUNCHER_DIR}/{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.name[:-5] for p in (importlib.resources.files(LAUNCHER_PACKAGE) / LAUNCHER_DIR)
+                       .iterdir() if p.name.endswith(".yaml"))
+        raise LaunchError([f"--launcher {name}: no {source}; known launchers: local (--jobs), "
+                           f"{', '.join(known)}"])
+    lines: list[str] = []
+    try:
+        cfg = OmegaConf.merge(OmegaConf.structured(SlurmLauncherConfig), OmegaConf.create(path.read_text()))
+    except OmegaConfBaseException as exc:
+        raise LaunchError([f"{source}: field '{getattr(exc, 'full_key', '?')}': "
+                           f"{str(getattr(exc, 'msg', exc)).splitlines()[0]} (fields: {_fields()})"]) from exc
+    for o in overrides:
+        key, eq, value = o.partition("=")
+        if not eq:
+            lines.append(f"launcher override {o!r} is not launcher.KEY=VALUE")
+            continue
+        try:
+            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([f"{key}={value}"]))
+        except OmegaConfBaseException as exc:
+            lines.append(f"launcher.{key}={value!r}: {str(getattr(exc, 'msg', exc)).splitlines()[0]} "
+                         f"(fields: {_fields()})")
+    if lines:
+        raise LaunchError(lines)
+    out: SlurmLauncherConfig = OmegaConf.to_object(cfg)  # type: ignore[assignment]
+    lines = validate_launcher_config(out)
+    if lines:
+        raise LaunchError(lines)
+    return out
+
+
+def validate_launcher_config(c: SlurmLauncherConfig) -> list[str]:
+    lines = []
+    if c.cluster not in CLUSTERS:
+        lines.append(f"launcher.cluster={c.cluster!r}: one of {', '.join(CLUSTERS)}")
+    for key in ("time_min", "cpus_per_task", "array_parallelism"):
+        if getattr(c, key) < 1:
+            lines.append(f"launcher.{key}={getattr(c, key)}: must be >= 1")
+    for key in ("gpus_per_run", "max_requeues", "signal_delay_s", "lost_after_s"):
+        if getattr(c, key) < 0:
+            lines.append(f"launcher.{key}={getattr(c, key)}: must be >= 0")
+    if c.signal_delay_s >= 60 * c.time_min:
+        lines.append(f"launcher.signal_delay_s={c.signal_delay_s} is not shorter than launcher.time_min="
+                     f"{c.time_min} minutes: the job would be signalled before it starts")
+    return lines
+
+
+def check_cluster(c: SlurmLauncherConfig) -> None:
+    """Refuse, before anything is written, a SLURM launch where there is no SLURM."""
+    if c.cluster == "slurm" and submitit.SlurmExecutor.affinity() <= 0:
+        raise LaunchError(["--launcher slurm: `srun` is not on PATH, so this is not a SLURM login node "
+                           "(submitit submits with sbatch and runs with srun); run it on the cluster, or pass "
+                           "launcher.cluster=local to run the same jobs on this machine"])
+
+
+def make_executor(c: SlurmLauncherConfig, folder: Path, job_name: str) -> Any:
+    """The submitit executor for ``c``: SLURM (refused loudly off a cluster) or the local executor."""
+    tasks = max(1, c.gpus_per_run)
+    if c.cluster == "local":
+        ex: Any = submitit.LocalExecutor(folder=folder, max_num_timeout=c.max_requeues)
+        ex.update_parameters(timeout_min=c.time_min, tasks_per_node=tasks, gpus_per_node=c.gpus_per_run,
+                             signal_delay_s=c.signal_delay_s, setup=list(c.setup))
+        return ex
+    check_cluster(c)
+    ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=c.max_requeues)
+    params: dict[str, Any] = {
+        "job_name": job_name, "time": c.time_min, "nodes": 1, "ntasks_per_node": tasks,
+        "cpus_per_task": c.cpus_per_task, "signal_delay_s": c.signal_delay_s,
+        "array_parallelism": c.array_parallelism, "setup": list(c.setup),
+    }
+    if c.gpus_per_run:
+        params["gpus_per_node"] = c.gpus_per_run
+    for key in ("partition", "account", "qos", "constraint"):
+        if getattr(c, key) is not None:
+            params[key] = getattr(c, key)
+    if c.mem_gb is not None:
+        params["mem"] = f"{c.mem_gb}GB"
+    if c.sbatch:
+        params["additional_parameters"] = dict(c.sbatch)
+    try:
+        ex.update_parameters(**params)
+    except ValueError as exc:
+        raise LaunchError([f"--launcher slurm: submitit refused the options: {exc}"]) from exc
+    return ex
+
+
+# --- what SLURM says about a job (pure decisions: tests/flows/test_ab_cluster.py checks them without a cluster) ---
+
+# squeue's states of a job that is still SLURM's to run or finish (``squeue -t all`` also lists ended jobs
+# for MinJobAge seconds, with their final state).
+LIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_FED",
+                         "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT", "SUSPENDED", "STOPPED",
+                         "RESV_DEL_HOLD", "SPECIAL_EXIT"})
+
+
+def queue_verdict(queue_state: str | None, sacct_state: str, has_result: bool) -> str:
+    """What the driver makes of a job it waits for: ``result`` (its file is there), ``alive`` (squeue lists it),
+    ``ended`` (a final state, no result), ``absent`` (no squeue or sacct record: cancelled while pending, or no
+    accounting) or ``unsure`` (squeue did not answer: no evidence, the lost clock does not run). ``queue_state`` is
+    squeue's state ("" when unlisted), ``sacct_state`` submitit's (``UNKNOWN`` without a record). ``ended`` and
+    ``absent`` fail after ``lost_after_s``, the grace for a result file on a shared filesystem (submitit counts
+    UNKNOWN as unfinished forever)."""
+    if has_result:
+        return "result"
+    if queue_state is None:
+        return "unsure"
+    state = queue_state.split()[0].upper() if queue_state.strip() else ""
+    if state in LIVE_STATES:
+        return "alive"
+    if state:
+        return "ended"
+    sacct = sacct_state.split()[0].upper() if sacct_state.strip() else "UNKNOWN"
+    if sacct in LIVE_STATES:
+        # sacct's record lags squeue's (submitit reads it at most every few minutes): squeue is current
+        # and does not list the job, so the job is not alive, whatever the old record says.
+        return "absent"
+    return "absent" if sacct == "UNKNOWN" else "ended"
+
+
+def restart_count(info: dict[str, str] | None) -> int | None:
+    """``Restarts=N`` of ``scontrol show job`` (None when unknown)."""
+    try:
+        return int(info["Restarts"]) if info else None
+    except (KeyError, ValueError):
+        return None
+
+
+def requeued_by_slurm(restarts_at_start: int, info: dict[str, str] | None) -> bool:
+    """Whether the job that started as restart ``restarts_at_start`` (``SLURM_RESTART_COUNT``) was requeued since:
+    SLURM raises the restart count before it signals a requeue, a cancel leaves it, so a SIGTERM is a requeue
+    exactly when the count went up. No record (``info`` None): not requeued."""
+    now = restart_count(info)
+    return now is not None and now > restarts_at_start
+
+
+def stale_result(outcome: Any, info: dict[str, str] | None) -> bool:
+    """A result written before its job was requeued (restart count above ``where["restarts"]``): not the outcome."""
+    where = getattr(outcome, "where", None) or {}
+    if "restarts" not in where:
+        return False
+    return requeued_by_slurm(int(where["restarts"]), info)
+
+
+def requeue_went_through(returncode: int, restarts_at_start: int, info: dict[str, str] | None) -> bool:
+    """Whether a failed ``scontrol requeue`` happened anyway: killed by its own requeue's SIGTERM, restart count up."""
+    return returncode < 0 and requeued_by_slurm(restarts_at_start, info)
+
+
+_TRACE_RULE = "-" * 22  # submitit's FailedJobError puts the job's traceback between two such lines
+
+
+def failure_reason(text: str) -> str:
+    """The line(s) of a submitit error that say why the job failed (its last line is only a log path): the
+    traceback's exception line, or for a job with no result submitit's "has not produced any output" and the error
+    stream's last line that is not submitit's bookkeeping."""
+    lines = [ln.rstrip() for ln in text.strip().splitlines()]
+    if _TRACE_RULE in lines:
+        first = lines.index(_TRACE_RULE)
+        rest = lines[first + 1:]
+        trace = rest[:rest.index(_TRACE_RULE)] if _TRACE_RULE in rest else rest
+        exc_lines = [ln for ln in trace if ln.strip() and not ln.startswith((" ", "\t", "Traceback"))]
+        if exc_lines:
+            return exc_lines[-1].strip()
+    said: list[str] = []
+    for ln in lines:
+        if "has not produced any output" in ln:
+            said.append("no result: the job " + ln[ln.index("has not produced"):].strip())
+    log = [ln.strip() for ln in lines if ln.strip() and ln.strip("-") and not ln.strip().startswith(
+        ("Job ", "has not produced", "Error stream produced", "No error stream", "No output", "/"))
+        and "submitit " not in ln and not ln.startswith("  - ")]
+    if log:
+        said.append(log[-1])
+    if said:
+        return "; ".join(said)
+    return lines[-1].strip() if lines else "no reason given"
+
+
+def parse_scontrol(text: str) -> dict[str, str]:
+    """``scontrol show job -o``'s KEY=VALUE fields (the first job's line)."""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    out: dict[str, str] = {}
+    for item in line.split():
+        key, eq, value = item.partition("=")
+        if eq:
+            out.setdefault(key, value)
+    return out
+
+
+def slurm_job_info(job_id: str) -> dict[str, str] | None:
+    """``scontrol show job -o JOB`` as a dict; None when SLURM has no record of the job (or no answer)."""
+    try:
+        text = subprocess.run(["scontrol", "show", "job", "-o", str(job_id)], capture_output=True, text=True,
+                              timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_scontrol(text) or None
+
+
+def job_info_in_job(job_id: str, tries: int = 5, pause_s: float = 0.5) -> dict[str, str] | None:
+    """:func:`slurm_job_info` asked twice from a job being signalled: a requeue's SIGTERM can kill the first call."""
+    for attempt in range(tries):
+        info = slurm_job_info(job_id)
+        if info is not None:
+            return info
+        if attempt + 1 < tries:
+            time.sleep(pause_s)
+    return None
+
+
+def squeue_states() -> dict[str, str] | None:
+    """This user's jobs as squeue lists them (array tasks one by one, ended ones included: ``-t all``): job id ->
+    state; None when squeue does not answer."""
+    try:
+        text = subprocess.run(["squeue", "-h", "-r", "-t", "all", "--me", "-o", "%i|%T"], capture_output=True,
+                              text=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    states = {}
+    for line in text.splitlines():
+        job, _, state = line.strip().partition("|")
+        if job:
+            states[job] = state
+    return states
+
+
+def _restarts_at_start() -> int:
+    return int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+
+
+def _requeue_surviving_its_own_signal(self: Any, countdown: int) -> None:
+    """submitit's ``SlurmJobEnvironment._requeue``, except that a ``scontrol requeue`` killed by the requeue's own
+    SIGTERM is no error when the job was requeued (:func:`requeue_went_through`)."""
+    from submitit.core import logger
+
+    jid = self.job_id
+    try:
+        subprocess.check_call(["scontrol", "requeue", jid], timeout=60)
+    except subprocess.CalledProcessError as exc:
+        info = job_info_in_job(jid)
+        if not requeue_went_through(exc.returncode, _restarts_at_start(), info):
+            raise
+        logger.get_logger().info(f"`scontrol requeue {jid}` died with signal {-exc.returncode}, sent by the "
+                                 f"requeue it asked for: job {jid} is requeued (restart {restart_count(info)})")
+    logger.get_logger().info(f"Requeued job {jid} ({countdown} remaining timeouts)")
+
+
+class RunJob(submitit.helpers.Checkpointable):
+    """One run as a checkpointable submitit job: requeued on USR2, it resumes from the run's checkpoints."""
+
+    def __init__(self, fn: Any, args: tuple[Any, ...], threads: int | None) -> None:
+        self.fn, self.args, self.threads = fn, args, threads
+
+    def __call__(self) -> Outcome:
+        env = submitit.JobEnvironment()
+        slurm = isinstance(env, submitit.slurm.slurm.SlurmJobEnvironment)
+        if slurm:
+            # submitit's requeue, made to survive the SIGTERM of its own requeue.
+            submitit.slurm.slurm.SlurmJobEnvironment._requeue = _requeue_surviving_its_own_signal
+        # The job id as the driver and its board name it (an array task: 3_1, not SLURM_JOB_ID's 5), for
+        # the run's attempt record (dormouse/ab/runs/job.py).
+        os.environ[JOB_ID_ENV] = env.job_id
+        if env.num_tasks > 1:  # a multi-GPU run: one task per GPU, torch.distributed over env://
+            submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+        outcome = run_in_slot(Slot(env.global_rank, self.threads, None), self.fn, self.args)
+        outcome.where["job_id"] = env.job_id
+        if slurm:
+            outcome.where["restarts"] = _restarts_at_start()
+        usr = env._usr_sig()  # submitit's preemption/time-out signal (USR2 unless SUBMITIT_PREEMPT_SIGNAL)
+        if outcome.status == INTERRUPTED and outcome.exit_code == 128 + int(usr):
+            # The trainer caught the preemption signal at a step boundary and checkpointed: hand over to
+            # submitit's own handler, which calls checkpoint() below and requeues.
+            signal.raise_signal(usr)
+            time.sleep(5)  # the handler exits; never reached unless it declined to requeue
+        if (slurm and outcome.status == INTERRUPTED and outcome.exit_code == 128 + int(signal.SIGTERM)
+                and requeued_by_slurm(_restarts_at_start(), job_info_in_job(env.job_id))):
+            # SIGTERM was SLURM's requeue, not a cancel: end without a result, as submitit's own requeue
+            # does (SystemExit writes none), so the driver waits for the requeued job, which resumes.
+            print(f"job {env.job_id}: SIGTERM was SLURM's requeue; the requeued job resumes the run", flush=True)
+            sys.exit(-1)
+        return outcome
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        """submitit's hook: resubmit this job unchanged (the run's state is its checkpoints on disk)."""
+        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+class SubmititLauncher:
+    """Each job a submitit job. Waits for them all, polling squeue once per round on SLURM; Ctrl-C cancels the
+    unfinished jobs (each checkpoints at its next step) and returns."""
+
+    def __init__(self, config: SlurmLauncherConfig, folder: Path, job_name: str) -> None:
+        check_cluster(config)
+        self.config = config
+        self.folder, self.job_name = Path(folder), job_name
+        self.name = "slurm" if config.cluster == "slurm" else "submitit-local"
+        self.stopped_by: int | None = None
+        # On SLURM every job is submitted at once (the scheduler runs them as nodes free up, with the
+        # threads it allocated); on this machine, a share of its cores (:func:`local_cluster_share`).
+        self.at_once, self.threads = cluster_share(config)
+
+    def settings(self) -> dict[str, Any]:
+        c = asdict(self.config)
+        return {"launcher": self.name, "threads_per_pair": self.threads,
+                **({"jobs": self.at_once} if self.at_once is not None else {}),
+                **{k: c[k] for k in ("partition", "time_min", "gpus_per_run", "cpus_per_task", "max_requeues")}}
+
+    def run(self, jobs: Sequence[Job], on_start: StartFn, on_finish: FinishFn) -> list[Outcome]:
+        """Submit and wait: all at once on SLURM, locally in waves of ``at_once``; after a stop no wave starts."""
+        if not jobs:
+            return []
+        # The executor (and its folder) only now: after the comparison's lock and registration check.
+        executor = make_executor(self.config, self.folder, self.job_name)
+        width = self.at_once or len(jobs)
+        outcomes: list[Outcome] = []
+        for first in range(0, len(jobs), width):
+            submitted: list[tuple[Job, Any]] = []
+            with executor.batch():
+                for job in jobs[first:first + width]:
+                    submitted.append((job, executor.submit(RunJob(job.fn, job.args, self.threads))))
+            for job, sj in submitted:
+                on_start(job.key, f"{self.name} job {sj.job_id}")
+            outcomes += self.wait(submitted, on_finish)
+            if self.stopped_by is not None:
+                break
+        return outcomes
+
+    def wait(self, submitted: Sequence[tuple[Job, Any]], on_finish: FinishFn) -> list[Outcome]:
+        outcomes: list[Outcome] = []
+        left = dict(enumerate(submitted))
+        lost_since: dict[int, float] = {}
+        slurm = self.config.cluster == "slurm"
+        silent_since: float | None = None  # since when squeue has not answered (the controller is down)
+        try:
+            while left:
+                queue = squeue_states() if slurm else {}
+                silent_since = self._say_if_silent(queue, silent_since)
+                for i, (job, sj) in list(left.items()):
+                    if slurm:
+                        outcome = self._poll_slurm(job, sj, queue, lost_since, i)
+                    elif sj.done():
+                        outcome = _outcome_of(job, sj)
+                    else:
+                        outcome = None
+                    if outcome is None:
+                        continue
+                    del left[i]
+                    outcomes.append(outcome)
+                    on_finish(outcome)
+                if left:
+                    time.sleep(self.config.poll_s)
+        except KeyboardInterrupt:
+            self.stopped_by = 130
+            for job, sj in left.values():
+                try:
+                    sj.cancel(check=False)
+                except Exception:  # a job that already finished: nothing to cancel
+                    pass
+                outcomes.append(Outcome(job.key, INTERRUPTED, f"job {sj.job_id} cancelled by Ctrl-C", 130))
+        return outcomes
+
+    def _say_if_silent(self, queue: dict[str, str] | None, since: float | None) -> float | None:
+        """A silent controller is no evidence of a lost job, so the driver waits, saying so once every
+        ``lost_after_s``. Returns the new start of the silence (None once squeue answers)."""
+        if queue is not None:
+            return None
+        now = time.monotonic()
+        if since is None:
+            return now
+        if now - since >= self.config.lost_after_s:
+            print(f"squeue has not answered for {now - since:.0f} s (the SLURM controller is down or "
+                  f"unreachable); still waiting for {self.name} jobs: Ctrl-C stops the comparison and cancels "
+                  "them", flush=True)
+            return now
+        return since
+
+    def _poll_slurm(self, job: Job, sj: Any, queue: dict[str, str] | None, lost_since: dict[int, float],
+                    i: int) -> Outcome | None:
+        """One SLURM job's outcome, or None while there is none yet (see :func:`queue_verdict`)."""
+        result = sj.task(0).paths.result_pickle
+        queue_state = None if queue is None else queue.get(sj.job_id, "")
+        verdict = queue_verdict(queue_state, sj.state if queue_state == "" else "", result.exists())
+        if verdict == "result":
+            lost_since.pop(i, None)
+            outcome = _outcome_of(job, sj)
+            if outcome.status != DONE and stale_result(outcome, slurm_job_info(sj.job_id)):
+                # The job was requeued after it wrote this (SIGTERM requeue, preemption): the requeued job
+                # writes the run's outcome. Keep the stale file beside it, for the record.
+                aside = result.with_name(f"{result.name}.before-restart-{outcome.where.get('restarts')}")
+                result.replace(aside)
+                print(f"job {sj.job_id}: {outcome.status} ({outcome.note}), then requeued by SLURM: waiting for "
+                      f"the requeued job (the earlier result is {aside.name})", flush=True)
+                return None
+            return outcome
+        if verdict in ("alive", "unsure"):
+            lost_since.pop(i, None)
+            return None
+        since = lost_since.setdefault(i, time.monotonic())
+        if time.monotonic() - since < self.config.lost_after_s:
+            return None
+        what = ("SLURM has no record of it (cancelled while pending, or gone on a cluster without accounting)"
+                if verdict == "absent" else f"it ended ({queue_state or sj.state}) without a result")
+        said = _last_line(sj.paths.stderr)
+        return Outcome(job.key, FAILED, f"job {sj.job_id}: {what}, for {self.config.lost_after_s:g} s "
+                       f"(launcher.lost_after_s)" + (f"; its log ends: {said}" if said else "")
+                       + f"; its log: {sj.paths.stderr}")
+
+
+def _outcome_of(job: Job, sj: Any) -> Outcome:
+    """A finished submitit job's outcome: what the run function returned, or why there is none."""
+    try:
+        results = sj.results()
+    except Exception as exc:  # the job raised, was killed, or timed out too often
+        return Outcome(job.key, FAILED, f"job {sj.job_id} ({_state_now(sj)}): {failure_reason(str(exc))}; "
+                       f"its log: {sj.paths.stderr}")
+    outcome: Outcome = results[0]  # rank 0 speaks for a multi-task (DDP) run
+    if outcome.status not in (DONE, FAILED, INTERRUPTED):
+        return Outcome(job.key, FAILED, f"job {sj.job_id} returned {outcome.status!r}")
+    return outcome
+
+
+def _last_line(path: Path) -> str:
+    """The last non-empty line of a job's log (``srun: error: ... Killed``), or "" when there is none."""
+    try:
+        lines = [ln.strip() for ln in Path(path).read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
+
+
+def _state_now(sj: Any) -> str:
+    """The job's state as SLURM says it now (submitit's cached one can be minutes old)."""
+    if isinstance(sj, submitit.SlurmJob):
+        info = slurm_job_info(sj.job_id)
+        if info and info.get("JobState"):
+            return f"state {info['JobState']} now"
+        try:
+            return f"state {sj.get_info(mode='force').get('State') or 'UNKNOWN'} now"
+        except Exception:  # sacct unreachable: say so rather than a stale state
+            return "state unknown"
+    return f"state {sj.state}"
+
+
+def default_folder(comp_dir: Path, c: SlurmLauncherConfig) -> Path:
+    return Path(os.path.expanduser(c.folder)) if c.folder else ComparisonFiles(Path(comp_dir)).submitit

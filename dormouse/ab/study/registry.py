@@ -1,0 +1,251 @@
+"""A registered study: a protocol-2 registration plus a ``study:`` block (docs/ab-protocol.md, "A registered
+study"), holding a comparison at each value of one config axis and one primary question across them. Point i is the
+file's comparison named ``<axis leaf>-<value>``, at α/P, with ``axis=value`` in ``fixed`` and every seed base + i ×
+stride; its registration text carries the study file's sha256, so editing the study changes every point's stamp.
+Points run with the comparison machinery unchanged in ``<root>/<study>/<point>/``."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import MISSING, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from dormouse.ab.comparison.registry import (
+    RUNNER_KEYS,
+    STUDY_KEY,
+    TUNED_KEY,
+    ABSpecError,
+    ComparisonSpec,
+    Registered,
+    _load_plugins,
+    _looks_like_path,
+    _read_text,
+    override_key,
+    parse_spec,
+    validate_spec,
+)
+from dormouse.ab.rule.sequential import Design
+from dormouse.ab.study.interaction import InteractionDesign, point_design
+
+
+@dataclass
+class StudyBlock:
+    """The ``study:`` block of a registered study (docs/ab-protocol.md, "A registered study")."""
+
+    axis: str = MISSING
+    points: list[Any] = MISSING  # numbers; Any so that an int axis (model.max_iter) keeps its type
+    seed_stride: int = MISSING
+    smallest_change: float = MISSING
+    expected_change: float = MISSING
+    alpha_holdback: float = 1.0
+
+
+@dataclass
+class Point:
+
+    index: int
+    value: Any
+    reg: Registered
+
+    @property
+    def name(self) -> str:
+        return self.reg.spec.name
+
+
+@dataclass
+class RegisteredStudy:
+    """A loaded study: the template comparison (the file without ``study:``), the block, text and source."""
+
+    template: ComparisonSpec
+    study: StudyBlock
+    text: str
+    source: str
+    given: str
+
+    @property
+    def name(self) -> str:
+        return self.template.name
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+    @property
+    def argument(self) -> str:
+        return Registered(spec=self.template, text=self.text, source=self.source, given=self.given).argument
+
+    @property
+    def tested(self) -> list[str]:
+        return self.template.tested
+
+    @property
+    def axis(self) -> str:
+        return self.study.axis
+
+    @property
+    def values(self) -> list[Any]:
+        return list(self.study.points)
+
+    def interaction_design(self) -> InteractionDesign:
+        """The primary rule's registered design: α, τ, the points and the family of tested arms."""
+        return InteractionDesign(alpha=float(self.template.alpha), smallest_change=float(self.study.smallest_change),
+                                 points=tuple(float(v) for v in self.study.points), n_arms=len(self.tested),
+                                 alpha_holdback=float(self.study.alpha_holdback))
+
+    def point_design(self) -> Design:
+        """The sequential design every point runs (α/P, the registered SESOI, looks and hold-back)."""
+        t = self.template
+        return point_design(self.interaction_design(), float(t.sesoi), tuple(t.looks), float(t.alpha_holdback))
+
+    def points(self) -> list[Point]:
+        return study_points(self)
+
+
+def point_name(axis: str, value: Any) -> str:
+    """A point's comparison name and directory: the axis's last key and the value, ``max_iter-4``."""
+    return f"{axis.rsplit('.', 1)[-1]}-{value:g}"
+
+
+def load_study(name: str, registry: Path | None = None) -> RegisteredStudy:
+    """Load, schema-check and validate study ``name``; :class:`ABSpecError` names each bad field (``study.<field>``
+    for the block's)."""
+    text, source = _read_text(name, registry)
+    raw = OmegaConf.create(text)
+    block_raw = raw.pop(STUDY_KEY)
+    try:
+        block: StudyBlock = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(StudyBlock), block_raw))  # type: ignore[assignment]
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None) or "?"
+        msg = str(getattr(exc, "msg", None) or exc).splitlines()[0]
+        raise ABSpecError([f"{source}: field 'study.{key}': {msg} (study fields: "
+                           f"{', '.join(StudyBlock.__dataclass_fields__)})"]) from exc
+    except ValueError as exc:  # not a mapping (a number, null): OmegaConf refuses to merge it at all
+        raise ABSpecError([f"{source}: field 'study': {block_raw!r} must be a mapping of the study fields "
+                           f"({', '.join(StudyBlock.__dataclass_fields__)})"]) from exc
+    template = parse_spec(OmegaConf.to_yaml(raw), source)
+    if not isinstance(template, ComparisonSpec):
+        raise ABSpecError([f"{source}: field 'protocol': a study is a protocol-2 registration (protocol: 2)"])
+    _load_plugins(template, name, registry, source)
+    expected = None if _looks_like_path(name) else name
+    problems = validate_spec(template, source, expected) + study_problems(template, block, source)
+    if problems:
+        raise ABSpecError(problems)
+    study = RegisteredStudy(template=template, study=block, text=text, source=source, given=name)
+    problems = [line for p in study_points(study) for line in validate_spec(p.reg.spec, p.reg.source)]
+    problems += _seed_overlaps(study)
+    if problems:
+        raise ABSpecError(problems)
+    return study
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def study_problems(template: ComparisonSpec, block: StudyBlock, source: str) -> list[str]:
+    """Every problem of the ``study:`` block, one line each naming the field (``study.<field>``)."""
+    lines: list[str] = []
+
+    def bad(key: str, msg: str) -> None:
+        lines.append(f"{source}: field '{key}': {msg}")
+
+    axis = block.axis
+    if not axis or "=" in axis or axis.strip() != axis or axis.startswith(("+", "~")):
+        bad("study.axis", f"{axis!r} must be a config key (e.g. model.max_iter)")
+    elif axis in RUNNER_KEYS:
+        bad("study.axis", f"{axis!r} is a key the runner sets for every run ({', '.join(RUNNER_KEYS)})")
+    elif axis == TUNED_KEY:
+        bad("study.axis", f"{axis!r} is what each point's tune stage chooses per arm; a study of the learning "
+            "rate is a tune grid, not a study")
+    else:
+        setters = [("fixed", o) for o in template.fixed] + [
+            (f"arms.{a}", o) for a, ovs in template.arms.items() for o in ovs]
+        for where, o in setters:
+            if override_key(o) == axis:
+                bad(where, f"override {o!r} sets {axis}, the study's axis: each point sets it")
+    points = list(block.points)
+    if not all(_number(v) for v in points):
+        bad("study.points", f"{points} must be finite numbers (the axis's values)")
+    else:
+        design = InteractionDesign(alpha=float(template.alpha), smallest_change=float(block.smallest_change),
+                                   points=tuple(float(v) for v in points), n_arms=max(1, len(template.tested)),
+                                   alpha_holdback=float(block.alpha_holdback))
+        for name, what in design.field_problems():
+            if name != "alpha":  # the template's own check names 'alpha'
+                bad(f"study.{name}", what)
+        if len({point_name(axis, v) for v in points}) != len(points):
+            bad("study.points", f"{points}: two values give the same point name")
+    if block.seed_stride < 1:
+        bad("study.seed_stride", f"{block.seed_stride} must be >= 1")
+    if not (_number(block.expected_change) and block.expected_change != 0):
+        bad("study.expected_change", f"{block.expected_change} must be a finite non-zero number (bpb; < 0 = grows)")
+    return lines
+
+
+def _shifted(template: ComparisonSpec, axis: str, value: Any, index: int, stride: int, n_points: int) -> ComparisonSpec:
+    spec = copy.deepcopy(template)
+    shift = index * stride
+    spec.name = point_name(axis, value)
+    spec.alpha = float(template.alpha) / n_points
+    spec.fixed = [*template.fixed, f"{axis}={value}"]
+    spec.init_seed_base += shift
+    spec.data_seed_base += shift
+    if spec.aa_data_seed_base is not None:
+        spec.aa_data_seed_base += shift
+    if spec.tune is not None:
+        spec.tune.init_seed_base += shift
+        spec.tune.data_seed_base += shift
+    spec.description = f"Point {spec.name} of study {template.name}. {template.description}"
+    return spec
+
+
+def study_points(study: RegisteredStudy) -> list[Point]:
+    """Each point's comparison, in the axis's order."""
+    points = list(study.study.points)
+    out = []
+    for i, value in enumerate(points):
+        spec = _shifted(study.template, study.axis, value, i, int(study.study.seed_stride), len(points))
+        # The study file's sha256, not its path: the point's stamp follows the file's bytes wherever it is read.
+        header = (f"# Point {spec.name} ({study.axis}={value}) of the registered study {study.name} (study file\n"
+                  f"# sha256 {study.sha256}), made by dormouse.ab.study.registry; not a file to edit.\n")
+        text = header + OmegaConf.to_yaml(OmegaConf.structured(spec))
+        reg = Registered(spec=spec, text=text, source=f"{study.source} [point {spec.name}]", given=study.given)
+        out.append(Point(i, value, reg))
+    return out
+
+
+def _streams(spec: ComparisonSpec) -> dict[str, list[tuple[str, range]]]:
+    """A point's seeds per kind (init, data): which stream, which seeds."""
+    n = spec.planned_replicates
+    init = [("init_seed_base", range(spec.init_seed_base, spec.init_seed_base + n))]
+    data = [("data_seed_base", range(spec.data_seed_base, spec.data_seed_base + n))]
+    if spec.aa_data_seed_base is not None:
+        data.append(("aa_data_seed_base", range(spec.aa_data_seed_base, spec.aa_data_seed_base + n)))
+    if spec.tune is not None:
+        streams = spec.tune.streams()
+        init.append(("tune.init_seed_base", streams["tune.init_seed_base"]))
+        data.append(("tune.data_seed_base", streams["tune.data_seed_base"]))
+    return {"init": init, "data": data}
+
+
+def _seed_overlaps(study: RegisteredStudy) -> list[str]:
+    """Refuse, naming the stride, points sharing a seed: they would share weights or data order, and the rule treats
+    points as independent."""
+    seen: dict[str, list[tuple[str, str, range]]] = {"init": [], "data": []}
+    for p in study.points():
+        for kind, streams in _streams(p.reg.spec).items():
+            for field_name, seeds in streams:
+                for other_point, other_field, other in seen[kind]:
+                    if other_point != p.name and max(seeds.start, other.start) < min(seeds.stop, other.stop):
+                        return [f"{study.source}: field 'study.seed_stride': {study.study.seed_stride} makes point "
+                                f"{p.name}'s {field_name} seeds {seeds.start}..{seeds.stop - 1} overlap point "
+                                f"{other_point}'s {other_field} seeds {other.start}..{other.stop - 1}; the points "
+                                "must be independent: take a stride larger than every stream's length"]
+                seen[kind].append((p.name, field_name, seeds))
+    return []

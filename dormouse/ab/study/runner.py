@@ -1,0 +1,91 @@
+"""``dormouse ab STUDY``: run a registered study point by point with the comparison machinery, then report
+(docs/ab-protocol.md, "A registered study"). Every point's plan is built before any run (a CLI override may not set
+the axis); the study directory is locked and bound to the study file's bytes and overrides; the study card is saved;
+each point runs :func:`~dormouse.ab.comparison.runner.run_comparison` in ``<root>/<study>/<point>/`` (a failed point is
+reported and the next runs); then :mod:`dormouse.ab.study.report`. The study adds no engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from dormouse.ab.comparison.binding import bind_registration, busy_runs, ensure_card, refuse_busy
+from dormouse.ab.comparison.plan import ComparisonPlan, build_plan
+from dormouse.ab.comparison.registry import ComparisonError, Registered, override_key
+from dormouse.ab.comparison.runner import run_comparison
+from dormouse.ab.launchers.request import LaunchRequest
+from dormouse.ab.runs.job import TrainFn
+from dormouse.ab.study.interaction import StudyCard, study_card
+from dormouse.ab.study.registry import RegisteredStudy
+from dormouse.run.files import AB_ROOT, StudyFiles
+from dormouse.run.lock import comparison_lock
+
+
+def study_registration(study: RegisteredStudy) -> Registered:
+    """The study file as a registration, for the study directory's stamp (the file's exact bytes)."""
+    return Registered(spec=study.template, text=study.text, source=study.source, given=study.given)
+
+
+def study_dir(study: RegisteredStudy, root: Path) -> Path:
+    return (Path(root) / study.name).resolve()
+
+
+def check_study_overrides(study: RegisteredStudy, overrides: list[str]) -> None:
+    """A CLI override may not set the study's axis: it would make every point the same point."""
+    bad = [o for o in overrides if override_key(o) == study.axis]
+    if bad:
+        raise ComparisonError([f"override {o!r} sets {study.axis}, the axis of study {study.name}: each point "
+                               "sets it (study.points)" for o in bad])
+
+
+def build_point_plans(study: RegisteredStudy, overrides: list[str], root: Path) -> list[ComparisonPlan]:
+    """Every point's plan, composed and checked; all problems of all points at once, before any run."""
+    check_study_overrides(study, overrides)
+    plans, lines = [], []
+    for point in study.points():
+        try:
+            plans.append(build_plan(point.reg, overrides, study_dir(study, root)))
+        except ComparisonError as exc:
+            lines += [f"point {point.name}: {line}" for line in exc.lines]
+    if lines:
+        raise ComparisonError(lines)
+    return plans
+
+
+def card_of(study: RegisteredStudy) -> StudyCard:
+    t = study.template
+    return study_card(study.interaction_design(), study.point_design(), float(t.pilot_sd),
+                      float(t.expected_effect), float(study.study.expected_change))
+
+
+def run_study(study: RegisteredStudy, overrides: list[str], *, restart: bool = False, root: Path = AB_ROOT,
+              console: Console | None = None, train_fn: TrainFn | None = None,
+              launch: LaunchRequest | None = None) -> dict[str, Any]:
+    """Run (or continue) a study point by point and report; returns its results as written (``complete``: every
+    point's schedule finished). Refusals come before any run."""
+    from dormouse.ab.study.report import write_study_outputs  # matplotlib: only when a report is written
+
+    console = console or Console()
+    plans = build_point_plans(study, overrides, root)
+    sdir = study_dir(study, root)
+    with comparison_lock(sdir) as lock:
+        if lock.stale_message():
+            console.print(f"[yellow]note:[/] {lock.stale_message()}")
+        if restart and sdir.exists():  # no point's run is deleted while another process trains it
+            refuse_busy([f"{plan.name}/{run}" for plan in plans for run in busy_runs(plan.comp_dir)], study.argument)
+        reg = study_registration(study)
+        stamp = bind_registration(sdir, reg, overrides, restart, console)
+        card = ensure_card(sdir, reg, overrides, lambda: card_of(study), console, f"ab {study.name}: simulating "
+                           "the study card (every point's looks, then the interaction rule)")
+        for point in study.points():
+            console.print(f"[bold]study {study.name}: point {point.index + 1} of {len(plans)}, {point.name} "
+                          f"({study.axis}={point.value})[/]")
+            run_comparison(point.reg, overrides, root=sdir, console=console, train_fn=train_fn, launch=launch)
+        results = write_study_outputs(study, sdir, {k: v for k, v in stamp.items() if k != "registered"}, card)
+    for line in results["summary"]:
+        console.print(line, soft_wrap=True, highlight=False, markup=False)
+    console.print(f"study report: {StudyFiles(sdir).report}")
+    return results
+
