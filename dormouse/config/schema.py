@@ -205,6 +205,11 @@ def _device_form_problems(device: str, world_size: int) -> list[str]:
     return []
 
 
+def wandb_on(logging: Any) -> bool:
+    """Whether a logging section (typed or as composed) sends anything to wandb."""
+    return str(logging.wandb) != "disabled"
+
+
 @dataclass
 class LoggingConfig:
     wandb: str = "disabled"  # "disabled" | "offline" | "online"

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from rich.console import Console
 
 from dormouse.ab.comparison.status import comparison_eta
-from dormouse.ab.launchers.local import DONE, Outcome
+from dormouse.ab.launchers.base import DONE, Outcome
 from dormouse.ab.runs.board import RunBoard
 from dormouse.ab.runs.job import Run
 

@@ -94,7 +94,7 @@ PERTURBATIONS: list[dict] = [
         "name": "verdict_summary_sent_with_wandb_off",
         "file": "dormouse/ab/reporting/wandb_summary.py",
         "function": "log_verdict",
-        "old": "    if mode == \"disabled\":\n",
+        "old": "    if not wandb_on(logging):\n",
         "new": "    if False:\n",
         "gates": ["tests/ab/test_ab_wandb_summary.py::test_nothing_reaches_wandb_when_the_comparisons_runs_do_not_"
                   "log_to_it"],

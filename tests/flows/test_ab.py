@@ -234,7 +234,7 @@ def test_sequential_looks_stop_decided_arms_and_resume_continues_the_schedule(tm
 
 
 def test_status_shows_the_looks_and_design_prints_and_saves_the_card(tmp_path: Path, registry: Path) -> None:
-    from dormouse.ab.comparison.command import status_command
+    from dormouse.ab.comparison.questions import status_command
 
     (registry / "t.yaml").write_text(SEQUENTIAL)
     console = Console(record=True, width=250)
@@ -307,7 +307,7 @@ def test_a_run_whose_job_runs_other_code_is_failed_not_trained(tmp_path: Path, r
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The code can change between the driver's check and a job (an edit, a node with another checkout):
     the job compares its own fingerprint with the comparison's and trains nothing."""
-    from dormouse.ab.launchers.local import FAILED
+    from dormouse.ab.launchers.base import FAILED
     from dormouse.ab.runs import job as runjob
 
     (registry / "t.yaml").write_text(SPEC)

@@ -15,6 +15,7 @@ import pytest
 import submitit
 
 from dormouse.ab.launchers import cluster
+from dormouse.ab.launchers.base import DONE, FAILED, INTERRUPTED, Job, LaunchError, Outcome
 from dormouse.ab.launchers.cluster import (
     RunJob,
     SlurmLauncherConfig,
@@ -26,7 +27,6 @@ from dormouse.ab.launchers.cluster import (
     requeued_by_slurm,
     stale_result,
 )
-from dormouse.ab.launchers.local import DONE, FAILED, INTERRUPTED, Job, LaunchError, Outcome
 from tests.helpers.ab_exit import exit_code
 
 # --- what a queue state means ---------------------------------------------------------------------------

@@ -21,20 +21,13 @@ import pytest
 from omegaconf import DictConfig
 from rich.console import Console
 
-from dormouse.ab.comparison.command import ab_plan, ab_run, status_command
+from dormouse.ab.comparison.command import ab_plan, ab_run
+from dormouse.ab.comparison.questions import status_command
 from dormouse.ab.comparison.registry import ComparisonError
 from dormouse.ab.comparison.runner import run_comparison
+from dormouse.ab.launchers.base import DONE, INTERRUPTED, Job, LaunchError, Outcome
 from dormouse.ab.launchers.cluster import load_launcher_config
-from dormouse.ab.launchers.local import (
-    DONE,
-    INTERRUPTED,
-    WORKER_PRELOAD,
-    Job,
-    LaunchError,
-    Outcome,
-    ProcessLauncher,
-    plan_slots,
-)
+from dormouse.ab.launchers.local import WORKER_PRELOAD, ProcessLauncher, plan_slots
 from dormouse.ab.launchers.request import LaunchRequest
 from dormouse.ab.runs.job import read_launch_record
 from tests.helpers.ab_exit import exit_code

@@ -25,7 +25,7 @@ from submitit.local.local import LOCAL_REQUEUE_RETURN_CODE, LocalJobEnvironment
 
 from dormouse.ab.comparison.registry import load_spec
 from dormouse.ab.comparison.runner import plan_runs
-from dormouse.ab.launchers.local import DONE, FAILED, INTERRUPTED
+from dormouse.ab.launchers.base import DONE, FAILED, INTERRUPTED
 from dormouse.ab.runs.job import SET_ASIDE, SET_ASIDE_REASON, Run, RunTask, read_launch_record, run_state, train_run
 from dormouse.run.checkpoint import CheckpointError, atomic_save, checkpoint_path, list_checkpoints, load_checkpoint
 from dormouse.run.loglines import read_metrics

@@ -15,14 +15,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from dormouse.ab.comparison.questions import design_command, plan_command, status_command
 from dormouse.ab.comparison.registry import is_study
 from dormouse.ab.launchers.request import LaunchRequest
 from dormouse.ab.runs.job import TrainFn
 from dormouse.run.files import AB_ROOT
 
-__all__ = ["ab_design", "ab_plan", "ab_run", "ab_status", "design_command", "plan_command", "status_command",
-           "stdout_console"]
+__all__ = ["ab_design", "ab_plan", "ab_run", "ab_status", "stdout_console"]
 
 
 def stdout_console() -> Console:
@@ -59,7 +57,9 @@ def ab_plan(name: str, overrides: list[str], *, root: Path = AB_ROOT, console: C
         from dormouse.ab.study.registry import load_study
 
         study_plan(load_study(name, registry), overrides, root=root, launch=launch, console=console)
-    else:
+    else:  # the read-only questions load only for the verbs that ask them, not for a run
+        from dormouse.ab.comparison.questions import plan_command
+
         plan_command(name, overrides, root=root, registry=registry, launch=launch, console=console)
     return 0
 
@@ -73,6 +73,8 @@ def ab_status(name: str, *, root: Path = AB_ROOT, console: Console | None = None
         from dormouse.ab.study.registry import load_study
 
         return study_status(load_study(name, registry), root=root, console=console)
+    from dormouse.ab.comparison.questions import status_command
+
     return status_command(name, root=root, registry=registry, console=console)
 
 
@@ -86,5 +88,7 @@ def ab_design(name: str, overrides: list[str], *, root: Path = AB_ROOT, console:
 
         study_design(load_study(name, registry), overrides, root=root, console=console)
     else:
+        from dormouse.ab.comparison.questions import design_command
+
         design_command(name, overrides, root=root, registry=registry, console=console)
     return 0

@@ -21,7 +21,7 @@ from dormouse.ab.comparison.binding import (
 from dormouse.ab.comparison.plan import build_plan
 from dormouse.ab.comparison.registry import PROTOCOL, ComparisonError, Registered, load_spec
 from dormouse.ab.comparison.status import comparison_status, render_looks, render_plan, render_status, tune_cost_line
-from dormouse.ab.launchers.local import LaunchError
+from dormouse.ab.launchers.base import LaunchError
 from dormouse.ab.launchers.request import LaunchRequest, resolve_launch
 from dormouse.ab.rule.looks import progress, read_run
 from dormouse.ab.tune import stage as tune

@@ -18,11 +18,11 @@ from dormouse.ab.comparison.binding import bind_registration, check_same_code, e
 from dormouse.ab.comparison.plan import ComparisonPlan, build_plan
 from dormouse.ab.comparison.registry import ComparisonError, Registered
 from dormouse.ab.comparison.status import verdict_table
-from dormouse.ab.launchers.local import DONE, InProcessLauncher, Job, Launcher, LaunchError
+from dormouse.ab.launchers.base import DONE, Job, Launcher, LaunchError
+from dormouse.ab.launchers.local import InProcessLauncher
 from dormouse.ab.launchers.request import LaunchRequest, resolve_launch
 from dormouse.ab.reporting.report import bad_run_lines, write_outputs
 from dormouse.ab.reporting.results import ComparisonResults, analyze
-from dormouse.ab.reporting.wandb_summary import log_verdict
 from dormouse.ab.rule.looks import Progress, ReadRecord, progress, read_run, stages_of
 from dormouse.ab.runs.board import RunBoard
 from dormouse.ab.runs.job import (
@@ -35,7 +35,7 @@ from dormouse.ab.runs.job import (
     train_run,
 )
 from dormouse.ab.runs.records import RunRecord
-from dormouse.ab.tune import stage as tune
+from dormouse.config.schema import wandb_on
 from dormouse.errors import Interrupted
 from dormouse.run.files import AB_ROOT, LAUNCH
 from dormouse.run.lock import comparison_lock
@@ -45,9 +45,12 @@ def plan_runs(reg: Registered, overrides: list[str], comp_dir: Path) -> list[Run
     """Every confirmatory run of a registration composed and validated (protocol 1 too: `dormouse ab rerun`
     re-runs a published run), with a tune stage's lrs from ``comp_dir``'s ``tune.json`` or ``results.json``."""
     plan = build_plan(reg, overrides, Path(comp_dir).parent)
-    chosen = tune.recorded_choice(Path(comp_dir))
-    if plan.tune_runs and chosen is not None:
-        plan.choose_lrs(chosen)
+    if plan.tune_runs:
+        from dormouse.ab.tune.stage import recorded_choice  # the tune wing loads only for a tuned comparison
+
+        chosen = recorded_choice(Path(comp_dir))
+        if chosen is not None:
+            plan.choose_lrs(chosen)
     if plan.comp_dir != Path(comp_dir).resolve():  # a directory not named after the comparison
         for p in plan.runs:
             p.run_dir = Path(comp_dir).resolve() / p.name
@@ -90,7 +93,7 @@ def run_comparison(
         card = ensure_design_card(plan, console)
         state, read = _run_stages(plan, launcher, train_fn or _default_train_fn(), code.sha256, console)
         written = _report(plan, launcher, state, read, {k: v for k, v in stamp.items() if k != "registered"}, card)
-        log_verdict(plan.arm_cfgs[plan.reg.spec.baseline].logging, plan.comp_dir, written)  # wandb on: its summary run
+        _log_verdict(plan, written)
     console.print(verdict_table(written))
     for line in bad_run_lines(written):  # the registered bad-run policy's finding, beside the verdicts
         console.print(line, soft_wrap=True, highlight=False)
@@ -178,6 +181,15 @@ def _run_launch(comp_dir: Path, run: str) -> dict[str, Any]:
             "hosts": sorted({a["host"] for a in attempts if a.get("host")}),
             "cuda_visible_devices": sorted({str(a["cuda_visible_devices"]) for a in attempts
                                             if a.get("cuda_visible_devices") is not None})}
+
+
+def _log_verdict(plan: ComparisonPlan, written: ComparisonResults) -> None:
+    """With wandb on for the runs, the verdict goes to their group as one summary run."""
+    logging = plan.arm_cfgs[plan.reg.spec.baseline].logging
+    if wandb_on(logging):
+        from dormouse.ab.reporting.wandb_summary import log_verdict  # wandb's summary: only when wandb is on
+
+        log_verdict(logging, plan.comp_dir, written)
 
 
 def _default_train_fn() -> TrainFn:

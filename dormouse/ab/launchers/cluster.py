@@ -22,19 +22,8 @@ import submitit
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from dormouse.ab.launchers.local import (
-    DONE,
-    FAILED,
-    INTERRUPTED,
-    FinishFn,
-    Job,
-    LaunchError,
-    Outcome,
-    Slot,
-    StartFn,
-    cluster_share,
-    run_in_slot,
-)
+from dormouse.ab.launchers.base import DONE, FAILED, INTERRUPTED, FinishFn, Job, LaunchError, Outcome, Slot, StartFn
+from dormouse.ab.launchers.local import cluster_share, run_in_slot
 from dormouse.run.files import ComparisonFiles
 
 LAUNCHER_PACKAGE = "dormouse.conf"

@@ -9,15 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dormouse.ab.launchers.local import (
-    InProcessLauncher,
-    Launcher,
-    LaunchError,
-    ProcessLauncher,
-    Slot,
-    cluster_share,
-    plan_slots,
-)
+from dormouse.ab.launchers.base import Launcher, LaunchError, Slot
+from dormouse.ab.launchers.local import InProcessLauncher, ProcessLauncher, cluster_share, plan_slots
 from dormouse.ab.runs.job import Run
 
 if TYPE_CHECKING:  # only for the annotation: the cluster module (submitit) is loaded for --launcher slurm only

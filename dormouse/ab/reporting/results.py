@@ -23,7 +23,6 @@ from dormouse.ab.rule.looks import INVALID, UNDECIDED, Progress, paired_differen
 from dormouse.ab.rule.sequential import BETTER, TIE, WORSE, nearest_skew_line
 from dormouse.ab.runs.job import Run, recorded_fingerprints
 from dormouse.ab.runs.records import RunRecord, is_finite_number
-from dormouse.ab.tune import stage as tune
 from dormouse.arms.registry import ARMS
 from dormouse.config.schema import arm_name
 from dormouse.run.plugins import PROVENANCE_KEY
@@ -334,6 +333,15 @@ def _arm_result(arm: str, role: str, ran: list[RunRecord], state: Progress, base
                     for r in ran if not r.complete])
 
 
+def _tune(plan: ComparisonPlan, state: Progress) -> dict[str, Any] | None:
+    """The tune stage as results.json holds it (None without one)."""
+    if state.tune is None:
+        return None
+    from dormouse.ab.tune.stage import to_dict  # the tune wing loads only for a tuned comparison
+
+    return to_dict(plan, state.tune)
+
+
 def analyze(plan: ComparisonPlan, state: Progress, read: Callable[[Run], RunRecord], *,
             registration: dict[str, Any] | None = None, design_card: dict[str, Any] | None = None,
             launch: dict[str, Any] | None = None) -> tuple[ComparisonResults, list[RunRecord]]:
@@ -360,7 +368,7 @@ def analyze(plan: ComparisonPlan, state: Progress, read: Callable[[Run], RunReco
         complete=not state.pending and all(not a.incomplete for a in arms.values()),
         registration=registration or {}, design_card=design_card,
         aa_calibration=_calibration(arms, aa, float(spec.pilot_sd)), skewness=_skewness(arms, design_card),
-        code=_code(records), tune=None if state.tune is None else tune.to_dict(plan, state.tune),
+        code=_code(records), tune=_tune(plan, state),
         notes=_notes(cpu, state), arms=arms,
         runs=[_run_json(r) for r in sorted(records, key=lambda r: (r.replicate, plan.arms.index(r.arm)))],
         generated=datetime.now().isoformat(timespec="seconds"), command=f"dormouse ab {plan.reg.argument}",

@@ -12,6 +12,7 @@ from typing import Any
 
 from dormouse.ab.reporting.report import verdict_rows
 from dormouse.ab.reporting.results import ComparisonResults
+from dormouse.config.schema import wandb_on
 from dormouse.run.checkpoint import atomic_write_text
 from dormouse.run.files import WANDB_ID
 from dormouse.train.metrics import wandb_dir
@@ -41,13 +42,12 @@ def summary_fields(results: ComparisonResults) -> dict[str, Any]:
 def log_verdict(logging: Any, comp_dir: Path, results: ComparisonResults, wandb: Any = None) -> bool:
     """Send ``results`` to wandb as the summary run when ``logging`` (the runs' section) has wandb on; returns
     whether it did. ``wandb``: the module (tests give a stand-in)."""
-    mode = str(logging.wandb)
-    if mode == "disabled":
+    if not wandb_on(logging):
         return False
     if wandb is None:
         import wandb  # lazy: wandb is heavy and usually disabled
 
-    run = wandb.init(mode=mode, entity=logging.wandb_entity, project=logging.wandb_project,
+    run = wandb.init(mode=str(logging.wandb), entity=logging.wandb_entity, project=logging.wandb_project,
                      group=str(results.name), job_type="verdict", name=f"{results.name}-verdict",
                      tags=[str(tag) for tag in logging.wandb_tags], dir=wandb_dir(comp_dir),
                      id=_summary_id(comp_dir), resume="allow", config=_config(results),

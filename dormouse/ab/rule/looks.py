@@ -16,7 +16,6 @@ from dormouse.ab.rule import bad_runs
 from dormouse.ab.rule.sequential import UNDECIDED, decide
 from dormouse.ab.runs.job import Run
 from dormouse.ab.runs.records import RunRecord, is_finite_number, load_record
-from dormouse.ab.tune import stage as tune
 from dormouse.config.schema import arm_name
 
 # An arm whose runs failed or whose counters show it did not run as asked: no verdict, but it stays in the
@@ -119,7 +118,11 @@ def _finding_free(records: list[RunRecord]) -> bool:
 
 def stages_of(plan: ComparisonPlan) -> list[Stage]:
     """The plan's stages in the order they run: the tune stage when one is registered, then the looks."""
-    return [*([tune.TuneStage()] if plan.tune_runs else []), ConfirmatoryLooks()]
+    if not plan.tune_runs:
+        return [ConfirmatoryLooks()]
+    from dormouse.ab.tune.stage import TuneStage  # the tune wing loads only for a tuned comparison
+
+    return [TuneStage(), ConfirmatoryLooks()]
 
 
 def progress(plan: ComparisonPlan, read: ReadRecord, failed: set[str] | None = None) -> Progress:

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from dormouse.ab.launchers.local import Outcome
+from dormouse.ab.launchers.base import Outcome
 from dormouse.ab.runs.job import Run
 from dormouse.run.loglines import read_metrics
 

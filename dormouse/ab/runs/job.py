@@ -1,6 +1,6 @@
 """One run of a comparison brought to completion wherever it runs: keep it, resume it, or (re)start it.
 :func:`train_run`, what every launcher runs, holds the run's lock, records each attempt in
-``<comparison>/launch/<run>.json`` and returns an :class:`~dormouse.ab.launchers.local.Outcome` (only ``SystemExit``,
+``<comparison>/launch/<run>.json`` and returns an :class:`~dormouse.ab.launchers.base.Outcome` (only ``SystemExit``,
 submitit's requeue, passes). Users read *run* for one (arm, replicate) training run; the code's ``Run``, ``pair_*``
 names and the JSON ``"pair"`` keys name the same thing and stay, as published results read them.
 
@@ -28,7 +28,7 @@ import cloudpickle
 from omegaconf import DictConfig
 
 from dormouse.ab.comparison import fingerprint
-from dormouse.ab.launchers.local import DONE, FAILED, INTERRUPTED, Outcome
+from dormouse.ab.launchers.base import DONE, FAILED, INTERRUPTED, Outcome
 from dormouse.ab.runs.records import final_row
 from dormouse.arms.plugins import activate, plugin_specs
 from dormouse.errors import Interrupted, TrainError
