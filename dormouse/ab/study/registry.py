@@ -212,8 +212,9 @@ def study_points(study: RegisteredStudy) -> list[Point]:
     for i, value in enumerate(points):
         spec = _shifted(study.template, study.axis, value, i, int(study.study.seed_stride), len(points))
         # The study file's sha256, not its path: the point's stamp follows the file's bytes wherever it is read.
+        # The header is part of the point's registered bytes: a published study's stamps hash it as written.
         header = (f"# Point {spec.name} ({study.axis}={value}) of the registered study {study.name} (study file\n"
-                  f"# sha256 {study.sha256}), made by dormouse.ab.study.registry; not a file to edit.\n")
+                  f"# sha256 {study.sha256}), made by dormouse.ab.study; not a file to edit.\n")
         text = header + OmegaConf.to_yaml(OmegaConf.structured(spec))
         reg = Registered(spec=spec, text=text, source=f"{study.source} [point {spec.name}]", given=study.given)
         out.append(Point(i, value, reg))
