@@ -6,12 +6,15 @@ compiled kernels natively).
 
 Under pytest-xdist (``addopts`` in pyproject.toml) each worker gives torch its share of the cores, so that
 the workers do not oversubscribe the machine, and the tests of a module that share a module-scoped fixture
-(a comparison run once, then read by each test) go to one worker, so that the fixture is built once.
+(a comparison run once, then read by each test) go to one worker, so that the fixture is built once. The
+workers take the ``slow`` tests first, then the groups, then the rest (``--no-loadscope-reorder`` keeps this
+order), so that the run does not end with one worker on a long test while the other idles.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -40,7 +43,9 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Group each test that uses a fixture shared across tests with the rest of its module (``--dist
-    loadgroup`` sends a group to one worker); a test that names its own group keeps it."""
+    loadgroup`` sends a group to one worker); a test that names its own group keeps it. Then the ``slow`` tests
+    first, the tests of a group next, the rest last, each in collection order (every worker collects the same
+    order, as xdist requires): the longest work starts while there is other work to share the cores with."""
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:
             continue
@@ -48,3 +53,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         defs = info.name2fixturedefs.values() if info is not None else ()
         if any(d[-1].scope in SHARED_SCOPES for d in defs if d):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # in one process (-n 0) a module's tests stay together
+        items.sort(key=_start_order(items))
+
+
+def _start_order(items: list[pytest.Item]) -> Callable[[pytest.Item], tuple[bool, bool]]:
+    """Sort key: a ``slow`` test or a group holding one, then the other groups, then the rest."""
+
+    def group(item: pytest.Item) -> str | None:
+        mark = item.get_closest_marker("xdist_group")
+        return None if mark is None else str(mark.args[0] if mark.args else mark.kwargs.get("name"))
+
+    slow_groups = {group(i) for i in items if i.get_closest_marker("slow") is not None} - {None}
+    return lambda item: (item.get_closest_marker("slow") is None and group(item) not in slow_groups,
+                         group(item) is None)

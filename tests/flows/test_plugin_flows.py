@@ -3,20 +3,26 @@ file in their own folder (``--plugin``, anywhere on the line, or a registration'
 installed package's entry point. Each trains, validates, is checked, sampled, evaluated and resumed (the
 readers load the plugin the run recorded, with no ``--plugin``), and runs a registered comparison written in
 the researcher's folder (``--jobs`` and submitit's executor); a bad plugin is one ``error:`` line, exit 2.
+
+Each command runs in this process as a fresh one would see it: in the researcher's folder, and with every
+plugin the command loaded forgotten when it returns, so a reader that does not load the run's plugin finds
+no arm of that name (the runs' workers and submitit's jobs are still processes of their own).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from click.testing import Result
 from typer.testing import CliRunner
 
+from dormouse.arms import builtin  # noqa: F401  (registered before plugins_forgotten reads the arms)
 from dormouse.cli.app import app
+from tests.helpers.plugin_arms import plugins_forgotten
 from tests.helpers.plugin_files import forget_plugins, write_plugin_file, write_plugin_package
 
 __all__ = ["forget_plugins"]
@@ -42,23 +48,31 @@ fixed: [{fixed}, train.steps=20, train.eval_every=10]
 """
 
 
-def dormouse(args: list[str], cwd: Path, site: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m dormouse ARGS`` in ``cwd`` (this checkout's dormouse; ``site`` holds 'installed' packages)."""
-    path = [str(REPO), *([str(site)] if site else []), os.environ.get("PYTHONPATH", "")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "DORMOUSE_PLUGINS": "", "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "dormouse", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600)
+def dormouse(args: list[str], cwd: Path, site: Path | None = None) -> Result:
+    """``dormouse ARGS`` typed in ``cwd`` (``site`` holds 'installed' packages): run in this process, then every
+    plugin it loaded forgotten (its arms, modules, ``sys.path`` and ``DORMOUSE_PLUGINS``)."""
+    here, env = Path.cwd(), {"DORMOUSE_PLUGINS": "", "COLUMNS": "200"}
+    with plugins_forgotten():
+        if site is not None:  # on this process's path, and on the path of the processes it starts
+            sys.path.insert(0, str(site))
+            env["PYTHONPATH"] = os.pathsep.join([str(site), str(REPO), os.environ.get("PYTHONPATH", "")])
+        os.chdir(cwd)
+        try:
+            return CliRunner().invoke(app, args, env=env)
+        finally:
+            os.chdir(here)
 
 
-def ok(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return done.stdout + done.stderr
+def ok(done: Result) -> str:
+    assert done.exit_code == 0, done.output[-2000:] + done.stderr[-2000:] + repr(done.exception)
+    return done.output
 
 
-def refused(done: subprocess.CompletedProcess[str]) -> str:
-    """The one ``error:`` line of a command refused with exit 2, no traceback."""
+def refused(done: Result) -> str:
+    """The one ``error:`` line of a command refused with exit 2, no traceback (an exception other than the
+    exit would have been one)."""
     errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
-    assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.exit_code == 2 and len(errors) == 1 and isinstance(done.exception, SystemExit), done.stderr[-2000:]
     return errors[0]
 
 
@@ -66,6 +80,7 @@ def final_bpb(run: Path) -> float:
     return [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()][-1]["bpb"]
 
 
+@pytest.mark.slow
 def test_a_plugin_file_arm_trains_validates_checks_samples_evaluates_and_resumes(tmp_path: Path) -> None:
     work = tmp_path / "research"
     write_plugin_file(work, "my_arms", "fgate")
@@ -90,7 +105,7 @@ def test_a_plugin_file_arm_trains_validates_checks_samples_evaluates_and_resumes
     (work / "my_arms.py").rename(work / "moved.py")
     assert "used plugin my_arms" in refused(dormouse(["eval", "runs/r"], work))
     checked = dormouse(["logs", "--check", "runs/r"], work)
-    assert checked.returncode == 1 and "missing-plugin: run runs/r used plugin my_arms" in checked.stderr
+    assert checked.exit_code == 1 and "missing-plugin: run runs/r used plugin my_arms" in checked.stderr
 
 
 @pytest.mark.usefixtures("forget_plugins")
@@ -107,6 +122,7 @@ def test_a_bad_plugin_is_one_error_line_and_exit_2(tmp_path: Path, monkeypatch: 
         assert result.exit_code == 2 and len(errors) == 1 and words in errors[0], (args, result.stderr)
 
 
+@pytest.mark.slow
 def test_a_registration_in_the_researchers_folder_runs_its_plugin_arm_and_pins_its_code(tmp_path: Path) -> None:
     work = tmp_path / "research"
     write_plugin_file(work / "arms", "study_arms", "sgate")
@@ -119,10 +135,11 @@ def test_a_registration_in_the_researchers_folder_runs_its_plugin_arm_and_pins_i
     with (work / "arms" / "study_arms.py").open("a") as f:
         f.write("\n# an edit after the comparison started\n")
     again = dormouse(["ab", "study.yaml", "--root", "ab"], work)  # refused in three error lines, no traceback
-    assert again.returncode == 2 and "Traceback" not in again.stderr, again.stderr[-2000:]
+    assert again.exit_code == 2 and isinstance(again.exception, SystemExit), again.stderr[-2000:]
     assert "computed by other code" in again.stderr and "changed: plugin/study_arms/study_arms.py" in again.stderr
 
 
+@pytest.mark.slow
 def test_an_installed_packages_arm_needs_no_option_anywhere(tmp_path: Path) -> None:
     site, work = tmp_path / "site", tmp_path / "research"
     write_plugin_package(site, "gatepkg", "pgate", dist="dormouse-gate-arms")

@@ -51,17 +51,6 @@ def test_two_gloo_ranks_match_one_process_with_the_same_global_batch(tmp_path: P
     assert (tmp_path / "two" / "train.log").read_text().count("eval ") == 6
 
 
-@pytest.mark.slow
-def test_a_run_resumes_under_torchrun(tmp_path: Path):
-    # warmup 8: the 4 steps taken keep their learning rates under the 8-step budget (one schedule)
-    args = [*ARGS, "train.eval_every=2", "train.warmup=8", f"run.dir={tmp_path}", "run.name=r"]
-    torchrun(2, [*args, "train.steps=4"])
-    out = torchrun(2, [*args, "train.steps=8", "train.resume=auto"])
-    assert "resumed at step 4" in out.stdout
-    assert [r["step"] for r in rows(tmp_path / "r")] == [2, 4, 6, 8]
-    assert (tmp_path / "r" / "train.log").read_text().splitlines()[-1].startswith("done step=8")
-
-
 def test_batch_that_does_not_divide_by_the_ranks_is_refused(tmp_path: Path):
     env = {**os.environ, "RANK": "0", "WORLD_SIZE": "3", "LOCAL_RANK": "0"}
     out = subprocess.run([sys.executable, "-m", "dormouse", "train", *ARGS, f"run.dir={tmp_path}"],
@@ -71,12 +60,17 @@ def test_batch_that_does_not_divide_by_the_ranks_is_refused(tmp_path: Path):
 
 
 @pytest.mark.slow
-def test_torchrun_resumes_from_an_explicit_checkpoint_path(tmp_path: Path):
-    """Every rank must load the checkpoint rank 0 chose (an explicit path here), or the ranks desynchronise."""
-    torchrun(2, [*ARGS, "train.steps=4", "train.eval_every=2", "train.warmup=6", f"run.dir={tmp_path}",
-                 "run.name=a"])
-    ckpt = tmp_path / "a" / "checkpoints" / "step_00000004.pt"
-    out = torchrun(2, [*ARGS, "train.steps=6", "train.eval_every=2", "train.warmup=6", f"run.dir={tmp_path}",
-                       "run.name=b", f"train.resume={ckpt}"])
+def test_a_torchrun_run_resumes_from_its_last_checkpoint_or_an_explicit_one(tmp_path: Path):
+    """One 4-step run under torchrun, resumed twice: ``resume=auto`` continues it, an explicit checkpoint path
+    starts another run from it. Every rank must load the checkpoint rank 0 chose, or the ranks desynchronise."""
+    # warmup 8: the 4 steps taken keep their learning rates under the 8-step budget (one schedule)
+    args = [*ARGS, "train.eval_every=2", "train.warmup=8", f"run.dir={tmp_path}"]
+    torchrun(2, [*args, "run.name=r", "train.steps=4"])
+    ckpt = tmp_path / "r" / "checkpoints" / "step_00000004.pt"
+    out = torchrun(2, [*args, "run.name=b", "train.steps=8", f"train.resume={ckpt}"])
     assert "resumed at step 4" in out.stdout
-    assert [r["step"] for r in rows(tmp_path / "b")] == [2, 4, 6]
+    assert [r["step"] for r in rows(tmp_path / "b")] == [2, 4, 6, 8]
+    out = torchrun(2, [*args, "run.name=r", "train.steps=8", "train.resume=auto"])
+    assert "resumed at step 4" in out.stdout
+    assert [r["step"] for r in rows(tmp_path / "r")] == [2, 4, 6, 8]
+    assert (tmp_path / "r" / "train.log").read_text().splitlines()[-1].startswith("done step=8")
