@@ -27,33 +27,16 @@ from dormouse.ab.runs.job import Run
 from dormouse.ab.runs.records import RunRecord, load_record
 from dormouse.arms.registry import ARMS
 from dormouse.config.schema import arm_name
+from tests.helpers.registrations import registration, write_registry
 
-SPEC = """\
-protocol: 2
-name: t
-baseline: rezero
-sesoi: 0.01
-alpha: 0.05
-looks: [3]
-init_seed_base: 1
-data_seed_base: 101
-pilot_sd: 0.01
-expected_effect: -0.02
-bad_run_ceiling: 2.15
-fixed: [preset=tiny, train.device=cpu]
-arms:
-  rezero: []
-  gr: [model.use_gr=true]
-  attnres_full: [model.use_attnres=true]
-  attnres_block: [model.use_attnres=true, model.attnres.block_size=2]
-"""
+SPEC = registration("t", ("rezero", "gr", "attnres_full", "attnres_block"), aa_arm=None,
+                    fields="bad_run_ceiling: 2.15", fixed="[preset=tiny, train.device=cpu]")
 BASE = {1: 2.00, 2: 2.10, 3: 2.20}
 
 
 @pytest.fixture(scope="module")
 def plan(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    reg = tmp_path_factory.mktemp("registry")
-    (reg / "t.yaml").write_text(SPEC)
+    reg = write_registry(tmp_path_factory.mktemp("comparison"), "t", SPEC)
     return build_plan("t", [], tmp_path_factory.mktemp("ab"), registry=reg)
 
 

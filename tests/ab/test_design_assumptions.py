@@ -31,6 +31,7 @@ from dormouse.ab.rule.looks import progress
 from dormouse.ab.runs.job import Run
 from dormouse.ab.runs.records import RunRecord
 from dormouse.config.schema import arm_name
+from tests.helpers.registrations import registration, write_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED2 = ROOT / "docs" / "results" / "residual_cpu2" / "results.json"
@@ -224,34 +225,15 @@ def test_the_aa_checks_stated_power_is_its_chi_square_power() -> None:
 
 # --- results.json, the report and the console -----------------------------------------------------------
 
-SPEC = """\
-protocol: 2
-name: t
-baseline: rezero
-aa_arm: rezero_aa
-sesoi: 0.01
-alpha: 0.05
-alpha_holdback: 0.7
-looks: [4]
-init_seed_base: 1
-data_seed_base: 101
-aa_data_seed_base: 1001
-pilot_sd: 0.01
-expected_effect: -0.02
-fixed: [preset=tiny, train.device=cpu]
-arms:
-  rezero: []
-  rezero_aa: []
-  gr: [model.use_gr=true]
-"""
+SPEC = registration("t", ("rezero", "rezero_aa", "gr"), aa_arm="rezero_aa", looks="[4]",
+                    fields="alpha_holdback: 0.7", fixed="[preset=tiny, train.device=cpu]")
 DIFFS = {"gr": [-0.10, -0.11, -0.09, -0.12], "rezero_aa": [0.004, -0.012, 0.009, 0.001]}
 
 
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """results.json of planted final bpb: the baseline at 2.0 + replicate/10, each arm at that + DIFFS."""
-    reg = tmp_path_factory.mktemp("registry")
-    (reg / "t.yaml").write_text(SPEC)
+    reg = write_registry(tmp_path_factory.mktemp("comparison"), "t", SPEC)
     plan = build_plan("t", [], tmp_path_factory.mktemp("ab"), registry=reg)
 
     def read(run: Run) -> RunRecord:

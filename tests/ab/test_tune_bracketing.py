@@ -19,7 +19,7 @@ import pytest
 
 from dormouse.ab.comparison.registry import ABSpecError, load_spec
 from dormouse.ab.tune.rule import Bracketing, Request, choose, next_step, replay
-from tests.helpers.registrations import refusal
+from tests.helpers.registrations import refusal, registration, write_registry
 
 GRID = (1.0, 2.0, 4.0)
 
@@ -113,9 +113,7 @@ def test_a_second_seed_that_moves_the_best_to_an_edge_extends_again() -> None:
 
 
 def test_the_second_seed_is_one_more_stream_disjoint_from_the_confirmatory_ones(tmp_path: Path) -> None:
-    reg = tmp_path / "registry"
-    reg.mkdir()
-    (reg / "tb.yaml").write_text(SPEC)
+    reg = write_registry(tmp_path, "tb", SPEC)
     tune = load_spec("tb", reg).spec.tune
     assert list(tune.streams()["tune.init_seed_base"]) == [9001, 9002, 9003]
     (reg / "tb.yaml").write_text(SPEC.replace("init_seed_base: 1\n", "init_seed_base: 9003\n"))
@@ -145,21 +143,7 @@ def test_every_arm_has_the_same_budget_and_no_arm_exceeds_it() -> None:
 
 # --- the registration -----------------------------------------------------------------------------------
 
-SPEC = """\
-protocol: 2
-name: tb
-baseline: rezero
-sesoi: 0.01
-alpha: 0.05
-looks: [3]
-init_seed_base: 1
-data_seed_base: 101
-pilot_sd: 0.01
-expected_effect: -0.02
-fixed: [preset=tiny]
-arms:
-  rezero: []
-  gr: [model.use_gr=true]
+SPEC = registration("tb", ("rezero", "gr"), aa_arm=None, fixed="[preset=tiny]", tail="""\
 tune:
   lrs: [0.001, 0.002, 0.004]
   replicates: 2
@@ -167,7 +151,7 @@ tune:
   data_seed_base: 9101
   extensions: 3
   second_seed_gap: 0.03
-"""
+""")
 
 
 def _refusal(tmp_path: Path, old: str, new: str) -> str:
@@ -187,9 +171,7 @@ def test_bad_extensions_or_gap_are_refused_naming_the_field(tmp_path: Path) -> N
 
 
 def test_a_geometric_grid_gives_its_ratio_and_extension_points(tmp_path: Path) -> None:
-    reg = tmp_path / "ok"
-    reg.mkdir()
-    (reg / "tb.yaml").write_text(SPEC.replace("[0.001, 0.002, 0.004]", "[2.0e-3, 3.0e-3, 4.5e-3]"))
+    reg = write_registry(tmp_path, "tb", SPEC.replace("[0.001, 0.002, 0.004]", "[2.0e-3, 3.0e-3, 4.5e-3]"))
     r = load_spec("tb", reg).spec.tune.bracketing()
     assert r.ratio == 1.5 and r.lr_at(3) == 0.00675 and r.lr_at(-1) == pytest.approx(2e-3 / 1.5, rel=1e-12)
     assert r.budget == (3 + 3) * 3

@@ -27,6 +27,7 @@ from dormouse.arms.registry import ARMS, unregister_arm
 from dormouse.config.schema import ConfigError, load_config
 from dormouse.run.checks import checked_run
 from dormouse.run.loglines import parse_eval_line
+from tests.helpers.registrations import registration, write_registry
 
 
 @dataclass
@@ -142,13 +143,9 @@ def test_the_toy_arm_trains_logs_probes_plots_and_reports(toy: type[ResidualArm]
     assert (toy_dir / "toy_beta.png").read_bytes()[:4] == b"\x89PNG"
     # the A/B report, through the comparison's own plan, looks and report (protocol 2): the toy arm against
     # the ReZero baseline, two replicates trained from the plan's composed configs
-    reg = tmp_path / "registry"
-    reg.mkdir()
-    (reg / "toy.yaml").write_text(
-        "protocol: 2\nname: toy\nbaseline: rezero\nsesoi: 0.05\nalpha: 0.05\nlooks: [2]\ninit_seed_base: 1\n"
-        "data_seed_base: 101\npilot_sd: 0.05\nexpected_effect: -0.05\n"
-        f"fixed: [{', '.join(overrides(runs, 'unused')[:-2])}]\n"
-        "arms:\n  rezero: []\n  toy: [model.use_toy=true]\n")
+    reg = write_registry(tmp_path, "toy", registration(
+        "toy", ("rezero", "toy"), sesoi=0.05, looks="[2]", expected_effect=-0.05, aa_arm=None,
+        fixed=f"[{', '.join(overrides(runs, 'unused')[:-2])}]", overrides={"toy": "[model.use_toy=true]"}))
     plan = build_plan("toy", [], tmp_path / "ab", registry=reg)
     for run in plan.runs:
         train(run.cfg)

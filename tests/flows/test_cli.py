@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from dormouse.ab.comparison.registry import list_comparisons
 from dormouse.cli.ab import ab_app
 from dormouse.cli.app import app
+from tests.helpers.registrations import registration
 
 runner = CliRunner()
 
@@ -66,15 +67,16 @@ def test_no_registered_comparison_is_named_like_a_verb():
     assert not _verbs() & set(list_comparisons()), _verbs() & set(list_comparisons())
 
 
-_MINE = ("protocol: 2\nname: mine\ndescription: two arms, two replicates, four steps\nbaseline: rezero\n"
-         "sesoi: 0.01\nlooks: [2]\ninit_seed_base: 1\ndata_seed_base: 1\npilot_sd: 0.01\nexpected_effect: -0.02\n"
-         "fixed: [preset=tiny, train.steps=4, train.eval_every=4, data.eval_bytes=256, "
-         "logging.progress=off, train.device=cpu]\narms:\n  rezero: []\n  gr: [model.use_gr=true]\n")
+def _mine(name: str = "mine") -> str:
+    return registration(name, ("rezero", "gr"), looks="[2]", aa_arm=None,
+                        description="two arms, two replicates, four steps",
+                        fixed="[preset=tiny, train.steps=4, train.eval_every=4, data.eval_bytes=256, "
+                              "logging.progress=off, train.device=cpu]")
 
 
 def test_a_comparison_named_like_a_verb_is_run_by_the_run_verb(tmp_path: Path):
     spec = tmp_path / "status.yaml"  # named `status`: `dormouse ab status ...` asks the verb
-    spec.write_text(_MINE.replace("name: mine", "name: status"))
+    spec.write_text(_mine("status"))
     result = runner.invoke(app, ["ab", "run", str(spec), "--root", str(tmp_path / "ab"), "--jobs", "1"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "ab" / "status" / "report.md").is_file()
@@ -85,7 +87,7 @@ def test_a_comparison_named_like_a_verb_is_run_by_the_run_verb(tmp_path: Path):
 @pytest.mark.parametrize("options_first", [False, True], ids=["name-then-options", "options-then-name"])
 def test_ab_runs_a_registration_file_given_by_path(tmp_path: Path, options_first: bool):
     spec = tmp_path / "mine.yaml"
-    spec.write_text(_MINE)
+    spec.write_text(_mine())
     root = ["--root", str(tmp_path / "ab")]
     result = runner.invoke(app, ["ab", *root, str(spec)] if options_first else ["ab", str(spec), *root])
     assert result.exit_code == 0, result.output

@@ -14,16 +14,9 @@ from dormouse.cli.logs import logs_command
 from dormouse.run.checks import checked_runs
 from dormouse.run.loglines import format_eval_line
 from tests.flows.test_logs import plant, row
+from tests.helpers.registrations import registration
 
-REGISTERED = """protocol: 2
-name: tiny
-baseline: rezero
-aa_arm: rezero_aa
-arms:
-  rezero: []
-  gr: [model.use_gr=true]
-  rezero_aa: []
-"""
+REGISTERED = registration("tiny", ("rezero", "gr", "rezero_aa"))
 # replicate -> final bpb, per arm: gr is 0.1 bpb better than rezero in both replicates
 FINALS = {"rezero": {1: 2.5, 2: 2.7}, "gr": {1: 2.4, 2: 2.6}, "rezero_aa": {1: 2.55, 2: 2.65}}
 

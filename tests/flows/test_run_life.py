@@ -29,24 +29,13 @@ from dormouse.ab.launchers.base import DONE, FAILED, INTERRUPTED
 from dormouse.ab.runs.job import SET_ASIDE, SET_ASIDE_REASON, Run, RunTask, read_launch_record, run_state, train_run
 from dormouse.run.checkpoint import CheckpointError, atomic_save, checkpoint_path, list_checkpoints, load_checkpoint
 from dormouse.run.loglines import read_metrics
+from tests.helpers.fake_train import FakeTrain
 from tests.helpers.planted_run import append_eval, append_log, done_line, eval_rows, write_run_header
+from tests.helpers.registrations import registration, write_registry
 
 STEPS, EVERY = 30, 10
-SPEC = f"""\
-protocol: 2
-name: t
-baseline: rezero
-sesoi: 0.01
-looks: [2]
-init_seed_base: 1
-data_seed_base: 1
-pilot_sd: 0.01
-expected_effect: -0.02
-fixed: [preset=tiny, train.steps={STEPS}, train.eval_every={EVERY}, train.device=cpu, logging.progress=off]
-arms:
-  rezero: []
-  gr: [model.use_gr=true]
-"""
+SPEC = registration("t", ("rezero", "gr"), looks="[2]", aa_arm=None, fixed=f"[preset=tiny, train.steps={STEPS}, "
+                    f"train.eval_every={EVERY}, train.device=cpu, logging.progress=off]")
 
 # The points of a run's life where a fault strikes: the trainer's own order is eval row, checkpoint, then
 # (after the last step) the done line, then the probe plots.
@@ -58,7 +47,9 @@ class Life:
     """Stands in for dormouse.train.loop.train: a planted run directory whose checkpoints load (a resume starts
     from the newest one, dropping later rows as the trainer's replay does), an eval and a checkpoint every
     EVERY steps, then the done line, then the plots. ``stop_at``: returns after that step's checkpoint, as
-    a killed run leaves it; ``fault`` is called at ``point``."""
+    a killed run leaves it; ``fault`` is called at ``point``. Not tests/helpers/fake_train.py's FakeTrain,
+    which plants a comparison's numbers behind checkpoints that never load: this one lives one run through
+    the real checkpoint format and the trainer's resume."""
 
     def __init__(self, *, stop_at: int | None = None, point: str | None = None,
                  fault: Callable[[], None] | None = None) -> None:
@@ -154,8 +145,7 @@ def _fault(name: str, install: Callable[[bool], None]) -> tuple[Callable[[], Non
 
 @pytest.fixture(scope="module")
 def composed(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    reg = tmp_path_factory.mktemp("registry")
-    (reg / "t.yaml").write_text(SPEC)
+    reg = write_registry(tmp_path_factory.mktemp("comparison"), "t", SPEC)
     return next(p for p in plan_runs(load_spec("t", reg), [], reg / "ab" / "t") if p.name == "rezero-s1")
 
 
@@ -316,14 +306,11 @@ def test_the_driver_finishes_a_complete_run_it_would_not_schedule(tmp_path: Path
     and its done line is never handed to a run job; the driver's pass finishes its log (under the run's
     lock) instead of leaving it "unfinished" to the counter check, which would invalidate its arm."""
     from rich.console import Console
-    from test_ab import SPEC as AB_SPEC
-    from test_ab import FakeTrain
 
     from dormouse.ab.comparison.runner import run_comparison
 
-    reg = tmp_path / "registry"
-    reg.mkdir()
-    (reg / "t.yaml").write_text(AB_SPEC)
+    arms = ("rezero", "gr", "attnres_full", "attnres_block", "rezero_aa")
+    reg = write_registry(tmp_path, "t", registration("t", arms))
     root = tmp_path / "ab"
     run_comparison("t", [], root=root, console=Console(record=True, width=200), registry=reg, train_fn=FakeTrain())
     log = root / "t" / "gr-s2" / "train.log"

@@ -25,14 +25,19 @@ FIXED = "[preset=tiny, train.steps=20, train.eval_every=10, train.device=cpu, lo
 
 def registration(name: str, arms: tuple[str, ...], *, sesoi: float = 0.01, looks: str = "[3]",
                  expected_effect: float = -0.02, description: str | None = None, fields: str = "",
-                 tail: str = "") -> str:
-    """A protocol-2 registration named ``name`` whose first arm is the baseline and last the A/A arm; ``fields``
-    (lines) go after ``expected_effect``, ``tail`` (a block such as ``tune:`` or ``study:``) after the arms."""
+                 tail: str = "", fixed: str = FIXED, aa_arm: str | None = "last",
+                 overrides: dict[str, str] | None = None) -> str:
+    """A protocol-2 registration named ``name`` whose first arm is the baseline and last the A/A arm (``aa_arm``
+    names another; None: no A/A arm, nor its data seeds); ``fields`` (lines) go after ``expected_effect``,
+    ``tail`` (a block such as ``tune:`` or ``study:``) after the arms; ``overrides`` give arms not in
+    ARM_OVERRIDES theirs."""
+    aa, known = (arms[-1] if aa_arm == "last" else aa_arm), {**ARM_OVERRIDES, **(overrides or {})}
     head = ["protocol: 2", f"name: {name}"] + ([f"description: {description}"] if description else [])
-    lines = [*head, f"baseline: {arms[0]}", f"aa_arm: {arms[-1]}", f"sesoi: {sesoi}", "alpha: 0.05",
-             f"looks: {looks}", "init_seed_base: 1", "data_seed_base: 101", "aa_data_seed_base: 201",
-             "pilot_sd: 0.01", f"expected_effect: {expected_effect}", *fields.splitlines(), f"fixed: {FIXED}",
-             "arms:", *(f"  {arm}: {ARM_OVERRIDES[arm]}" for arm in arms)]
+    lines = [*head, f"baseline: {arms[0]}", *([f"aa_arm: {aa}"] if aa else []), f"sesoi: {sesoi}", "alpha: 0.05",
+             f"looks: {looks}", "init_seed_base: 1", "data_seed_base: 101",
+             *(["aa_data_seed_base: 201"] if aa else []), "pilot_sd: 0.01", f"expected_effect: {expected_effect}",
+             *fields.splitlines(), f"fixed: {fixed}", "arms:",
+             *(f"  {arm}: {known[arm]}" for arm in arms)]
     return "\n".join(lines) + "\n" + tail
 
 
