@@ -12,8 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.flows.test_logs import healthy, plant
 from tests.flows.test_logs_comparison import plant_comparison
 
