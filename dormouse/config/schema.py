@@ -85,7 +85,7 @@ class DataConfig:
     # train stream (data.val_fraction); "tail" = always the tail; or a split's name (it must exist)
     hf_val_split: str = "auto"
     hf_text_field: str = "text"
-    hf_streaming: bool = False  # refused: the corpus is held in memory (dormouse.data.load_corpus)
+    hf_streaming: bool = False  # refused: the corpus is held in memory (dormouse.data.read_corpus)
     seq_len: int = 128
     val_fraction: float = 0.05  # the tail of the corpus, never trained on
     # how much of the val split the fixed eval set reads (whole windows); null = min(65536, the val split)

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from dormouse.train.distributed import DistInfo
+from dormouse.train.dist_info import DistInfo
 
 
 def resolve_device(requested: str, info: DistInfo) -> torch.device:

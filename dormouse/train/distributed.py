@@ -1,37 +1,15 @@
 """torch.distributed under torchrun (RANK, WORLD_SIZE, LOCAL_RANK; without them every helper is a no-op):
-process-group set-up, NCCL on CUDA and gloo on CPU, and the few collectives the loop needs."""
+process-group set-up, NCCL on CUDA and gloo on CPU, and the few collectives the loop needs (the rank itself:
+:mod:`dormouse.train.dist_info`)."""
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-
-@dataclass(frozen=True)
-class DistInfo:
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-
-    @property
-    def enabled(self) -> bool:
-        return self.world_size > 1
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-
-def dist_info_from_env() -> DistInfo:
-    return DistInfo(
-        rank=int(os.environ.get("RANK", 0)),
-        world_size=int(os.environ.get("WORLD_SIZE", 1)),
-        local_rank=int(os.environ.get("LOCAL_RANK", 0)),
-    )
+from dormouse.train.dist_info import DistInfo
 
 
 def init_distributed(info: DistInfo, device: torch.device) -> None:

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from dormouse.arms.probes import learned_values
 from dormouse.config.schema import arm_name
-from dormouse.data import ByteCorpus, bits_per_byte, eval_windows, keyed_seed, load_corpus, train_batch
+from dormouse.data import bits_per_byte, keyed_seed
 from dormouse.errors import Interrupted, RunDirRefused, StartRefused, TrainError
 from dormouse.model.looped import LoopedByteLM
 from dormouse.run.checkpoint import (
@@ -44,13 +44,13 @@ from dormouse.run.loglines import (
     format_resume_line,
     read_metrics,
 )
+from dormouse.train.batches import ByteCorpus, eval_windows, load_corpus, train_batch
 from dormouse.train.device import autocast_context, compute_dtype, resolve_device
+from dormouse.train.dist_info import DistInfo, dist_info_from_env
 from dormouse.train.distributed import (
-    DistInfo,
     barrier,
     broadcast_flag,
     broadcast_object,
-    dist_info_from_env,
     init_distributed,
     shutdown_distributed,
 )

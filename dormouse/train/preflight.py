@@ -1,6 +1,6 @@
 """``dormouse validate``: a dry run of everything ``dormouse train`` would refuse before step 0, using the same
 functions ``train`` calls so the two cannot disagree: :func:`check_environment` (files, CUDA, the arm's
-kernel), the data (:func:`dormouse.data.load_corpus`), the run directory in dry-run mode and its lock, and
+kernel), the data (:func:`dormouse.train.batches.load_corpus`), the run directory in dry-run mode and its lock, and
 :func:`start_refusals`. :func:`config_warnings` flag what runs but is probably unmeant. Nothing is created."""
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ from omegaconf import DictConfig
 from dormouse.arms import builtin  # noqa: F401  (the arm classes whose kernel choice is checked)
 from dormouse.arms.registry import arm_class, arm_classes
 from dormouse.config.schema import arm_name, invalid
-from dormouse.data import DataError, load_corpus, resolve_eval_bytes
+from dormouse.data import DataError, resolve_eval_bytes
 from dormouse.errors import TrainError
 from dormouse.run.checkpoint import CheckpointError
 from dormouse.run.files import RunFiles
+from dormouse.train.batches import load_corpus
 from dormouse.train.device import resolve_device
-from dormouse.train.distributed import dist_info_from_env
+from dormouse.train.dist_info import dist_info_from_env
 from dormouse.train.start import default_run_name, prepare_run_dir, run_in_use
 from dormouse.train.state import checkpoint_step
 from dormouse.train.step_notice import device_memory, memory_refusal, size, step_memory

@@ -27,14 +27,16 @@ from dormouse.arms import builtin  # noqa: F401  (the arm classes a run's name a
 from dormouse.arms.plugins import records_for
 from dormouse.arms.registry import arm_class, arm_classes
 from dormouse.config.overrides import GROUPS
-from dormouse.config.schema import ConfigError, arm_name, compose_config, validate
-from dormouse.data import DEFAULT_EVAL_BYTES, ByteCorpus, resolve_eval_bytes
+from dormouse.config.schema import ConfigError, arm_name, compose_config
+from dormouse.data import DEFAULT_EVAL_BYTES, resolve_eval_bytes
 from dormouse.errors import RunDirRefused, TrainError
 from dormouse.run import plugins as run_plugins
 from dormouse.run.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, load_newest
 from dormouse.run.files import RunFiles
 from dormouse.run.lock import HolderLock, LockHeld, is_locked, read_holder
-from dormouse.train.distributed import DistInfo, broadcast_object, dist_info_from_env
+from dormouse.train.batches import ByteCorpus
+from dormouse.train.dist_info import DistInfo
+from dormouse.train.distributed import broadcast_object
 from dormouse.train.schedule import SCHEDULE_KEYS, schedule_change_problem
 from dormouse.train.state import checkpoint_step
 
@@ -392,14 +394,8 @@ def _load_resumed_plugins(cfg: DictConfig) -> bool:
     return set(arm_classes()) != before
 
 
-def load_run_config(overrides: list[str] | None = None) -> DictConfig:
-    """The config a run starts with (saved config under ``overrides`` when resuming), validated."""
-    cfg = compose_config(overrides)
-    if str(cfg.train.resume) != "never":
-        if _load_resumed_plugins(cfg):  # the run's plugin arm: its switch must be in the schema composed
-            cfg = compose_config(overrides)
-        cfg = resume_config(cfg, list(overrides or []))
-    problems = validate(cfg, dist_info_from_env().world_size)  # torchrun's WORLD_SIZE: the batch split
-    if problems:
-        raise ConfigError(problems)
-    return cfg
+def resumed_config(cfg: DictConfig, overrides: list[str]) -> DictConfig:
+    """A resume's config: its run's plugins loaded, then its saved config under the command line's ``overrides``."""
+    if _load_resumed_plugins(cfg):  # the run's plugin arm: its switch must be in the schema composed
+        cfg = compose_config(overrides)
+    return resume_config(cfg, overrides)

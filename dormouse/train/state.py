@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from dormouse.arms.probes import ProbeCounters
-from dormouse.train.distributed import DistInfo, all_reduce_sum
+from dormouse.train.dist_info import DistInfo
+from dormouse.train.distributed import all_reduce_sum
 
 
 @dataclass(frozen=True)

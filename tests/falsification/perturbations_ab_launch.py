@@ -113,8 +113,8 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "override_error_said_per_arm",
         "file": _PLAN,
-        "function": "_compose_arms",
-        "old": "              if len(arm_lines) == len(spec.arms) and all(ln in lns for lns in arm_lines.values())]\n",
+        "function": "arm_problem_lines",
+        "old": "              if len(arm_lines) == len(reg.spec.arms) and all(ln in lns for lns in arm_lines.values())]\n",
         "new": "              if False]\n",
         "gates": [_T + "test_an_invalid_override_is_reported_once_for_the_comparison"],
         "why": "a bad CLI override is reported once per arm (five identical errors)",

@@ -131,9 +131,9 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "ab_plan_skips_the_machine_checks",
-        "file": "dormouse/ab/comparison/plan.py",
-        "function": "_compose_arms",
-        "old": "        if machine := environment_problems(arm_cfgs[arm]):\n",
+        "file": "dormouse/ab/comparison/runner.py",
+        "function": "machine_problems",
+        "old": "        if machine := environment_problems(cfg):\n",
         "new": "        if machine := []:\n",
         "gates": ["tests/flows/test_ab.py::test_what_this_machine_cannot_run_is_refused_before_any_run"],
         "why": "a comparison whose arm asks for what this machine cannot run (the fused kernel on a CPU, CUDA) starts "

@@ -15,8 +15,8 @@ PERTURBATIONS: list[dict] = [
         "name": "split_puts_val_at_the_head",
         "file": _DATA,
         "function": "_split",
-        "old": "    return everything[:n_train].clone(), everything[n_train:].clone()\n",
-        "new": "    return everything[n_val:].clone(), everything[:n_val].clone()\n",
+        "old": "    return data[:n_train], data[n_train:]\n",
+        "new": "    return data[n_val:], data[:n_val]\n",
         "gates": [_EVAL + "test_eval_reads_the_val_split_and_training_never_does"],
         "why": "val taken from the head and train from the rest: training reads the bytes the eval was meant for",
         "protects": "data/eval",
@@ -24,8 +24,8 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "eval_bytes_beyond_val_accepted",
         "file": _DATA,
-        "function": "load_corpus",
-        "old": "    if eval_bytes is not None and int(eval_bytes) > val.numel():\n",
+        "function": "read_corpus",
+        "old": "    if eval_bytes is not None and int(eval_bytes) > len(val):\n",
         "new": "    if False:\n",
         "gates": [_EVAL + "test_eval_bytes_larger_than_the_val_split_is_refused_naming_it"],
         "why": "an eval_bytes larger than the val split passes the data check (the residual registration's "

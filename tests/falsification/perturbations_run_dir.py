@@ -76,7 +76,7 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "resume_ignores_the_saved_config",
-        "file": _RUNDIR,
+        "file": "dormouse/train/run_config.py",
         "function": "load_run_config",
         "old": "    if str(cfg.train.resume) != \"never\":",
         "new": "    if False:",

@@ -45,7 +45,7 @@ EXCEPTIONS = _package_exceptions()
 # Each command (and each path through one), the function that does its work (imported by the command when
 # it runs, so replacing the module's attribute reaches it) and the arguments that get there.
 WORK = [
-    ("train", "dormouse.train.start.load_run_config", ["train"]),
+    ("train", "dormouse.train.run_config.load_run_config", ["train"]),
     ("train", "dormouse.train.loop.train", ["train"]),
     ("train", "dormouse.cli.sweep.run_sweep", ["train", "-m", "train.lr=1e-3,3e-3"]),
     ("train", "dormouse.config.schema.compose_config", ["train", "--cfg", "job"]),
@@ -109,7 +109,7 @@ def test_ctrl_c_before_a_command_turns_it_into_an_interrupt_exits_130(monkeypatc
 @pytest.fixture(scope="module")
 def default_config():
     """The default run config, composed once: train and validate load it before their work."""
-    from dormouse.train.start import load_run_config
+    from dormouse.train.run_config import load_run_config
 
     return load_run_config([])
 
@@ -117,7 +117,7 @@ def default_config():
 @pytest.mark.parametrize("command,target,args", WORK, ids=[f"{c}:{t.rsplit('.', 1)[1]}" for c, t, _ in WORK])
 def test_every_command_ends_on_each_dormouse_error_with_its_exit_code_and_one_error_line(
         monkeypatch: pytest.MonkeyPatch, default_config, command: str, target: str, args: list[str]):
-    monkeypatch.setattr("dormouse.train.start.load_run_config", lambda *_args, **_kwargs: default_config)
+    monkeypatch.setattr("dormouse.train.run_config.load_run_config", lambda *_args, **_kwargs: default_config)
     module, _, name = target.rpartition(".")
     wrong = []
     for cls in (cls for cls in EXCEPTIONS if issubclass(cls, DormouseError)):
@@ -151,6 +151,6 @@ def test_an_error_naming_several_problems_says_each_on_its_own_line(monkeypatch:
     def refused(*_args: object, **_kwargs: object) -> None:
         raise ConfigError(["model.a: first", "model.b: second"])
 
-    monkeypatch.setattr("dormouse.train.start.load_run_config", refused)
+    monkeypatch.setattr("dormouse.train.run_config.load_run_config", refused)
     result = runner.invoke(app, ["validate"])
     assert (result.exit_code, result.stderr) == (2, "error: model.a: first\nerror: model.b: second\n")

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from dormouse.cli.app import app
 from dormouse.train.loop import train
-from dormouse.train.start import RunDirRefused, load_run_config
+from dormouse.train.run_config import load_run_config
+from dormouse.train.start import RunDirRefused
 
 runner = CliRunner()
 TINY = ["preset=tiny", "train.steps=2", "train.eval_every=2", "data.eval_bytes=256", "logging.progress=off"]

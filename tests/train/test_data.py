@@ -1,4 +1,5 @@
-"""Behaviour of the data pipeline (dormouse/data.py): sources, split, batches, eval set, bad data."""
+"""Behaviour of the data pipeline (dormouse/data.py, dormouse/train/batches.py): sources, split, batches, eval
+set, bad data."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ import pytest
 import torch
 
 from dormouse.config.schema import DataConfig
-from dormouse.data import ByteCorpus, DataError, bits_per_byte, eval_windows, load_corpus, train_batch
+from dormouse.data import DataError, bits_per_byte
+from dormouse.train.batches import ByteCorpus, eval_windows, load_corpus, train_batch
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,8 @@ import pytest
 from dormouse.ab.comparison.registry import ComparisonError, load_spec
 from dormouse.ab.comparison.runner import plan_runs
 from dormouse.config.schema import DataConfig, load_config
-from dormouse.data import DataError, load_corpus
+from dormouse.data import DataError
+from dormouse.train.batches import load_corpus
 from dormouse.train.loop import train
 
 N_TRAIN, N_VAL = 3000, 1000  # val_fraction 0.25 of 4000 bytes: the last 1000 bytes are val
@@ -81,7 +82,7 @@ def test_the_default_eval_size_fits_a_short_val_split_and_says_so_but_an_explici
     # shorter than 65,536 (DEFAULT_EVAL_BYTES), so the default fits itself to the split.
     import json
 
-    from dormouse.data import eval_windows
+    from dormouse.train.batches import eval_windows
 
     corpus = tmp_path / "input.txt"
     corpus.write_bytes((b"First Citizen:\nBefore we proceed any further, hear me speak.\n" * 20000)[:1115394])

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from dormouse.cli.app import app
 from dormouse.config.schema import DataConfig
-from dormouse.data import DataError, load_corpus
+from dormouse.data import DataError
+from dormouse.train.batches import load_corpus
 
 TRAIN = [f"train row {i} " + "t" * 30 for i in range(40)]
 VALID = [f"valid row {i} " + "v" * 30 for i in range(10)]

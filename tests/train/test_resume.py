@@ -205,7 +205,7 @@ def test_loop_state_round_trips_through_a_checkpoint():
     from dataclasses import fields
 
     from dormouse.arms.probes import ProbeCounters
-    from dormouse.train.distributed import DistInfo
+    from dormouse.train.dist_info import DistInfo
     from dormouse.train.state import LoopState
 
     counters = ProbeCounters()

@@ -11,7 +11,8 @@ import pytest
 from dormouse.config.schema import ConfigError
 from dormouse.errors import TrainError
 from dormouse.train.loop import train
-from dormouse.train.start import load_run_config, prepare_run_dir
+from dormouse.train.run_config import load_run_config
+from dormouse.train.start import prepare_run_dir
 
 SAVED = ["preset=tiny", "train.steps=16", "train.warmup=8", "train.eval_every=6", "data.eval_bytes=1024",
          "train.ckpt_every=4", "logging.progress=off"]

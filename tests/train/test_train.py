@@ -90,8 +90,8 @@ def test_same_seed_gives_the_same_losses(tmp_path: Path):
 
 
 def test_two_evaluations_of_one_model_agree_exactly(tmp_path: Path):
-    from dormouse.data import eval_windows, load_corpus
     from dormouse.model.looped import LoopedByteLM
+    from dormouse.train.batches import eval_windows, load_corpus
     from dormouse.train.loop import evaluate
 
     cfg = load_config([*TINY])

@@ -11,7 +11,7 @@ import pytest
 
 from dormouse.run.loglines import parse_eval_line
 from dormouse.train.loop import train
-from dormouse.train.start import load_run_config
+from dormouse.train.run_config import load_run_config
 
 TINY = ["preset=tiny", "train.steps=4", "train.eval_every=2", "data.eval_bytes=256", "logging.progress=off"]
 ARMS = {"rezero": ([], "alpha", "rezero_alpha.png"), "gr": (["model.use_gr=true"], "gate", "gr_gates.png"),

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from dormouse.cli.app import app
 from dormouse.config.schema import load_config
-from dormouse.data import train_batch
 from dormouse.model.looped import LoopedByteLM
+from dormouse.train.batches import train_batch
 from dormouse.train.loop import accumulate_gradients, readout_loss, train
 
 runner = CliRunner()

@@ -1,10 +1,11 @@
 """One plan per comparison, built once and read by the run, ``ab plan``, ``ab status`` and ``ab design``: the
 registration, its replicates (init and data-order seeds), looks and every run's composed config
 (docs/ab-protocol.md, "Running a comparison"). :func:`build_plan` composes each arm once (Hydra is the slow part)
-and validates every run before anything runs; a problem all arms share is said once. Replicate k (1-based) uses
-``base + k − 1`` of each stream, so a longer schedule only adds replicates; the bad-run policy's R spares continue
-the streams past the maximum. Tune runs beyond the grid are made on demand (:meth:`ComparisonPlan.tune_run`). A
-protocol-1 registration plans its listed seeds as one look."""
+and validates every run and its corpus before anything runs, without torch; a problem all arms share is said once.
+What this machine can run (device, kernel) is the run's check (:func:`dormouse.ab.comparison.runner.machine_problems`).
+Replicate k (1-based) uses ``base + k − 1`` of each stream, so a longer schedule only adds replicates; the bad-run
+policy's R spares continue the streams past the maximum. Tune runs beyond the grid are made on demand
+(:meth:`ComparisonPlan.tune_run`). A protocol-1 registration plans its listed seeds as one look."""
 
 from __future__ import annotations
 
@@ -28,9 +29,9 @@ from dormouse.ab.comparison.registry import (
 )
 from dormouse.ab.runs.job import Run
 from dormouse.config.schema import ConfigError, arm_name, validate
+from dormouse.data import DataError, read_corpus
 from dormouse.run.files import ComparisonFiles, run_name
-from dormouse.train.preflight import environment_problems
-from dormouse.train.start import load_run_config
+from dormouse.train.run_config import load_run_config
 
 if TYPE_CHECKING:
     from dormouse.ab.rule.sequential import Design
@@ -263,16 +264,7 @@ def _compose_arms(reg: Registered, overrides: list[str], comp_dir: Path, first: 
             arm_cfgs[arm] = load_run_config(full)
         except ConfigError as exc:
             arm_lines[arm] = list(exc.lines)
-            continue
-        # what this machine cannot run (a missing file, CUDA, the kernel) is refused before any run, as
-        # `dormouse train` refuses it before step 0
-        if machine := environment_problems(arm_cfgs[arm]):
-            arm_lines[arm] = machine
-    # A problem every arm has (a bad CLI or fixed override) is the comparison's: say it once.
-    shared = [ln for ln in dict.fromkeys(ln for lns in arm_lines.values() for ln in lns)
-              if len(arm_lines) == len(spec.arms) and all(ln in lns for lns in arm_lines.values())]
-    lines += [f"{reg.source}: every arm: {ln}" for ln in shared]
-    lines += [f"{reg.source}: arm {arm!r}: {ln}" for arm, lns in arm_lines.items() for ln in lns if ln not in shared]
+    lines += arm_problem_lines(reg, arm_lines)
     if not lines and spec.aa_arm is not None:
         base_kind, aa_kind = arm_name(arm_cfgs[spec.baseline]), arm_name(arm_cfgs[spec.aa_arm])
         if base_kind != aa_kind:
@@ -285,10 +277,18 @@ def _compose_arms(reg: Registered, overrides: list[str], comp_dir: Path, first: 
     return arm_cfgs
 
 
+def arm_problem_lines(reg: Registered, arm_lines: dict[str, list[str]]) -> list[str]:
+    """Each arm's problems, a line each naming the arm; one every arm has (a bad CLI or fixed override) is the
+    comparison's: said once."""
+    shared = [ln for ln in dict.fromkeys(ln for lns in arm_lines.values() for ln in lns)
+              if len(arm_lines) == len(reg.spec.arms) and all(ln in lns for lns in arm_lines.values())]
+    return [*(f"{reg.source}: every arm: {ln}" for ln in shared),
+            *(f"{reg.source}: arm {arm!r}: {ln}" for arm, lns in arm_lines.items() for ln in lns if ln not in shared)]
+
+
 def _data_problems(reg: Registered, arm_cfgs: dict[str, DictConfig]) -> list[str]:
-    """Load each distinct data config once before any run: a ``data.eval_bytes`` larger than the val split is
-    refused, naming it."""
-    from dormouse.data import DataError, load_corpus
+    """Read each distinct data config's corpus once before any run: a missing or short corpus, or a
+    ``data.eval_bytes`` larger than the val split, is refused naming it."""
 
     lines: list[str] = []
     seen: dict[str, str | None] = {}
@@ -297,7 +297,7 @@ def _data_problems(reg: Registered, arm_cfgs: dict[str, DictConfig]) -> list[str
         key = json.dumps(data, sort_keys=True)
         if key not in seen:
             try:
-                load_corpus(cfg.data)
+                read_corpus(cfg.data)
                 seen[key] = None
             except DataError as exc:
                 seen[key] = str(exc)

@@ -51,16 +51,23 @@ def started_stamp(comp_dir: Path, reg: Registered, console: Console, what: str =
     return stamp
 
 
+# What the plan leaves to the run: the machine is torch's question, and the read-only verbs import no torch.
+MACHINE_AT_RUN = ("this machine (CUDA, a GPU per job, each arm's kernel): not checked by `ab plan`, which imports "
+                  "no torch; `dormouse ab run` checks it before any run")
+
+
 def plan_command(name: str | Registered, overrides: list[str], *, root: Path, registry: Path | None,
                  launch: LaunchRequest, console: Console) -> None:
-    """``plan``: compose and check everything a run would, print the plan and its looks, write nothing."""
+    """``plan``: compose and check everything a run would but the machine (:data:`MACHINE_AT_RUN`), print the plan
+    and its looks, write nothing."""
     plan = build_plan(name, overrides, root, registry)
     try:
-        settings = resolve_launch(launch, plan.runs).settings()
+        settings = resolve_launch(launch, plan.runs, machine=False).settings()
     except LaunchError as exc:
         raise ComparisonError(exc.lines) from exc
     render_plan(plan, launch=settings, registration=registration_state(plan.comp_dir, plan.reg, plan.overrides),
                 console=console)
+    _say(console, MACHINE_AT_RUN)
     if plan.tune_runs:
         outcome = tune.settle(plan, read_run, set())
         _say(console, tune_cost_line(plan))

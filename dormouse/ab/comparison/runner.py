@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from dormouse.ab.comparison import fingerprint
 from dormouse.ab.comparison.binding import bind_registration, check_same_code, ensure_design_card, refuse_protocol_1
-from dormouse.ab.comparison.plan import ComparisonPlan, build_plan
+from dormouse.ab.comparison.plan import ComparisonPlan, arm_problem_lines, build_plan
 from dormouse.ab.comparison.registry import ComparisonError, Registered
 from dormouse.ab.comparison.status import verdict_table
 from dormouse.ab.launchers.base import DONE, Job, Launcher, LaunchError
@@ -41,10 +41,30 @@ from dormouse.run.files import AB_ROOT, LAUNCH
 from dormouse.run.lock import comparison_lock
 
 
+def machine_problems(plan: ComparisonPlan) -> list[str]:
+    """What this machine cannot run of each arm (CUDA absent, a device not visible, a kernel the device cannot run),
+    as ``dormouse train`` refuses it before step 0; a line each naming the arm, a shared one said once."""
+    from dormouse.train.preflight import environment_problems  # torch: only a comparison about to train asks
+
+    arm_lines: dict[str, list[str]] = {}
+    for arm, cfg in plan.arm_cfgs.items():
+        if machine := environment_problems(cfg):
+            arm_lines[arm] = machine
+    return arm_problem_lines(plan.reg, arm_lines)
+
+
+def refuse_what_this_machine_cannot_run(plan: ComparisonPlan) -> None:
+    """:func:`machine_problems` as one :class:`ComparisonError`, before any run."""
+    if lines := machine_problems(plan):
+        raise ComparisonError(lines)
+
+
 def plan_runs(reg: Registered, overrides: list[str], comp_dir: Path) -> list[Run]:
     """Every confirmatory run of a registration composed and validated (protocol 1 too: `dormouse ab rerun`
-    re-runs a published run), with a tune stage's lrs from ``comp_dir``'s ``tune.json`` or ``results.json``."""
+    re-runs a published run) and runnable here, with a tune stage's lrs from ``comp_dir``'s ``tune.json`` or
+    ``results.json``."""
     plan = build_plan(reg, overrides, Path(comp_dir).parent)
+    refuse_what_this_machine_cannot_run(plan)
     if plan.tune_runs:
         from dormouse.ab.tune.stage import recorded_choice  # the tune wing loads only for a tuned comparison
 
@@ -77,6 +97,7 @@ def run_comparison(
     the family); a signal raises :class:`dormouse.errors.Interrupted` once the running runs have checkpointed."""
     console = console or Console()
     plan = build_plan(name, overrides, root, registry)
+    refuse_what_this_machine_cannot_run(plan)
     refuse_protocol_1(plan.reg)
     try:
         launcher = resolve_launch(launch or LaunchRequest(), plan.all_runs).launcher(plan.comp_dir, plan.name)

@@ -19,13 +19,8 @@ from dormouse.ab.comparison.binding import design_card_for, read_stamp, save_car
 from dormouse.ab.comparison.questions import plan_command, started_stamp, status_command
 from dormouse.ab.comparison.status import tune_most_runs
 from dormouse.ab.launchers.request import LaunchRequest
+from dormouse.ab.study.plans import build_point_plans, card_of, study_dir, study_registration
 from dormouse.ab.study.registry import RegisteredStudy
-from dormouse.ab.study.runner import (
-    build_point_plans,
-    card_of,
-    study_dir,
-    study_registration,
-)
 from dormouse.run.files import StudyFiles
 
 

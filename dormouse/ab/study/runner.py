@@ -1,8 +1,9 @@
 """``dormouse ab STUDY``: run a registered study point by point with the comparison machinery, then report
-(docs/ab-protocol.md, "A registered study"). Every point's plan is built before any run (a CLI override may not set
-the axis); the study directory is locked and bound to the study file's bytes and overrides; the study card is saved;
-each point runs :func:`~dormouse.ab.comparison.runner.run_comparison` in ``<root>/<study>/<point>/`` (a failed point is
-reported and the next runs); then :mod:`dormouse.ab.study.report`. The study adds no engine."""
+(docs/ab-protocol.md, "A registered study"). Every point's plan (:mod:`dormouse.ab.study.plans`) is built and this
+machine checked for each before any run; the study directory is locked and bound to the study file's bytes and
+overrides; the study card is saved; each point runs :func:`~dormouse.ab.comparison.runner.run_comparison` in
+``<root>/<study>/<point>/`` (a failed point is reported and the next runs); then :mod:`dormouse.ab.study.report`.
+The study adds no engine."""
 
 from __future__ import annotations
 
@@ -12,52 +13,14 @@ from typing import Any
 from rich.console import Console
 
 from dormouse.ab.comparison.binding import bind_registration, busy_runs, ensure_card, refuse_busy
-from dormouse.ab.comparison.plan import ComparisonPlan, build_plan
-from dormouse.ab.comparison.registry import ComparisonError, Registered, override_key
-from dormouse.ab.comparison.runner import run_comparison
+from dormouse.ab.comparison.registry import ComparisonError
+from dormouse.ab.comparison.runner import machine_problems, run_comparison
 from dormouse.ab.launchers.request import LaunchRequest
 from dormouse.ab.runs.job import TrainFn
-from dormouse.ab.study.interaction import StudyCard, study_card
+from dormouse.ab.study.plans import build_point_plans, card_of, study_dir, study_registration
 from dormouse.ab.study.registry import RegisteredStudy
 from dormouse.run.files import AB_ROOT, StudyFiles
 from dormouse.run.lock import comparison_lock
-
-
-def study_registration(study: RegisteredStudy) -> Registered:
-    """The study file as a registration, for the study directory's stamp (the file's exact bytes)."""
-    return Registered(spec=study.template, text=study.text, source=study.source, given=study.given)
-
-
-def study_dir(study: RegisteredStudy, root: Path) -> Path:
-    return (Path(root) / study.name).resolve()
-
-
-def check_study_overrides(study: RegisteredStudy, overrides: list[str]) -> None:
-    """A CLI override may not set the study's axis: it would make every point the same point."""
-    bad = [o for o in overrides if override_key(o) == study.axis]
-    if bad:
-        raise ComparisonError([f"override {o!r} sets {study.axis}, the axis of study {study.name}: each point "
-                               "sets it (study.points)" for o in bad])
-
-
-def build_point_plans(study: RegisteredStudy, overrides: list[str], root: Path) -> list[ComparisonPlan]:
-    """Every point's plan, composed and checked; all problems of all points at once, before any run."""
-    check_study_overrides(study, overrides)
-    plans, lines = [], []
-    for point in study.points():
-        try:
-            plans.append(build_plan(point.reg, overrides, study_dir(study, root)))
-        except ComparisonError as exc:
-            lines += [f"point {point.name}: {line}" for line in exc.lines]
-    if lines:
-        raise ComparisonError(lines)
-    return plans
-
-
-def card_of(study: RegisteredStudy) -> StudyCard:
-    t = study.template
-    return study_card(study.interaction_design(), study.point_design(), float(t.pilot_sd),
-                      float(t.expected_effect), float(study.study.expected_change))
 
 
 def run_study(study: RegisteredStudy, overrides: list[str], *, restart: bool = False, root: Path = AB_ROOT,
@@ -69,6 +32,9 @@ def run_study(study: RegisteredStudy, overrides: list[str], *, restart: bool = F
 
     console = console or Console()
     plans = build_point_plans(study, overrides, root)
+    if lines := [f"point {point.name}: {line}" for point, plan in zip(study.points(), plans)
+                 for line in machine_problems(plan)]:
+        raise ComparisonError(lines)
     sdir = study_dir(study, root)
     with comparison_lock(sdir) as lock:
         if lock.stale_message():
