@@ -4,10 +4,11 @@ lines) and how it ended. Reading never raises on bad content: what cannot be rea
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from dormouse.arms.plugins import PluginError
 from dormouse.arms.registry import model_arm
@@ -110,6 +111,20 @@ class RunReading:
         self.findings.append(Finding(*row.at, kind, message))
 
 
+def _load_config(path: Path) -> DictConfig:
+    """A run's config.yaml, parsed once per version of the file (a comparison replays every run's after each
+    batch of runs; parsing is most of a replay's time)."""
+    st = path.stat()
+    return _parsed_config(str(path), st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+@lru_cache(maxsize=4096)
+def _parsed_config(path: str, inode: int, mtime_ns: int, size: int) -> DictConfig:
+    cfg = OmegaConf.load(path)
+    OmegaConf.set_readonly(cfg, True)  # shared by every later read of this version
+    return cfg  # type: ignore[return-value]
+
+
 def _read_config(run: RunReading) -> None:
     """Fill the config fields the checks need from the run's config.yaml (absent or unreadable: skip)."""
     cfg_path = RunFiles(run.run_dir).config
@@ -121,7 +136,7 @@ def _read_config(run: RunReading) -> None:
     except PluginError as exc:
         run.add(None, "missing-plugin", str(exc))
     try:
-        cfg = OmegaConf.load(cfg_path)
+        cfg = _load_config(cfg_path)
         run.config_steps = int(cfg.train.steps)
         run.config_eval_every = int(cfg.train.eval_every)
         run.config_arm = model_arm(cfg.model)
