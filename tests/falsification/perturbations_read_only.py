@@ -175,4 +175,16 @@ PERTURBATIONS: list[dict] = [
                "any config (a comparison's plan, a sweep's) takes torch's seconds for dataclasses and option checks",
         "protects": "arms' set-up",
     },
+    {
+        "name": "plan_imports_the_machine_check",
+        "file": "dormouse/ab/comparison/plan.py",
+        "function": "<module>",
+        "old": "from dormouse.data import DataError, read_corpus\n",
+        "new": "from dormouse.data import DataError, read_corpus\n"
+               "from dormouse.train.preflight import environment_problems  # noqa: F401\n",
+        "gates": [_FAST + "test_read_only_ab_verbs_import_no_torch"],
+        "why": "the plan imports the machine check (torch, the arm classes) at its top: `ab plan`, `status` and "
+               "`design` take torch's seconds to read a registration and a few files",
+        "protects": "A/B rule",
+    },
 ]
