@@ -109,13 +109,13 @@ PERTURBATIONS: list[dict] = [
         "protects": "training loop",
     },
     {
-        "name": "reader_works_out_the_arm_through_the_schema",
+        "name": "reader_works_out_the_arm_through_the_arm_classes",
         "file": "dormouse/run/reader.py",
         "function": "_read_config",
         "old": "        run.config_arm = model_arm(cfg.model)\n",
-        "new": "        run.config_arm = __import__(\"dormouse.config.schema\", fromlist=[\"arm_name\"]).arm_name(cfg)\n",
+        "new": "        run.config_arm = __import__(\"dormouse.arms.builtin\") and model_arm(cfg.model)\n",
         "gates": [_FAST + "test_logs_of_runs_and_a_comparison_does_not_import_torch"],
-        "why": "the reader asks the config schema (built from the arm classes) which arm a run trained: every "
+        "why": "the reader loads the arm classes (nn.Modules) to name the arm a run trained: every "
                "`dormouse logs` of a run with a config.yaml imports torch",
         "protects": "training loop",
     },
