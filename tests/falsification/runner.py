@@ -67,7 +67,9 @@ LAYOUT: dict[str, str] = {
     "scripts": "scripts",
     "docs": "docs",  # docs/results/: the published comparisons tests/flows/test_published_results.py reads
 }
-EXTRA_FILES: tuple[str, ...] = ("pyproject.toml",)
+# Top-level files the tree holds as they are: the package metadata, and what a researcher reads to use and cite
+# the code (tests/flows/test_citation.py).
+EXTRA_FILES: tuple[str, ...] = ("pyproject.toml", "README.md", "LICENSE", "CITATION.cff", ".gitignore")
 REQUIRED_KEYS: tuple[str, ...] = ("name", "file", "function", "old", "new", "gates", "why", "protects")
 # What a gate protects, in the order docs/falsification.md lists the groups.
 PROTECTS: tuple[str, ...] = ("mechanism", "kernels", "training loop", "data/eval", "arms' set-up", "A/B rule",
@@ -170,6 +172,8 @@ def load_perturbations(files: list[Path] | None = None) -> tuple[list[dict[str, 
 
 def tree_path(file: str) -> str:
     """Where repo-relative ``file`` lives in the temporary tree (conf/x -> dormouse/conf/x, ...)."""
+    if file in EXTRA_FILES:
+        return file
     head, _, rest = file.replace("\\", "/").partition("/")
     if head not in LAYOUT or not rest:
         raise StalePerturbation(f"{file}: not under one of the copied directories {sorted(LAYOUT)}")
