@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
@@ -19,6 +20,9 @@ from dormouse.ab.comparison.registry import is_study
 from dormouse.ab.launchers.request import LaunchRequest
 from dormouse.ab.runs.job import TrainFn
 from dormouse.run.files import AB_ROOT
+
+if TYPE_CHECKING:  # the annotation only: a plain comparison loads nothing of the study
+    from dormouse.ab.study.registry import RegisteredStudy
 
 __all__ = ["ab_design", "ab_plan", "ab_run", "ab_status", "stdout_console"]
 
@@ -28,19 +32,27 @@ def stdout_console() -> Console:
     return Console(width=None if sys.stdout.isatty() else 200)
 
 
+def _registered_study(name: str, registry: Path | None) -> RegisteredStudy | None:
+    """The registered study ``name`` names, loaded (the study's modules load only then); None for a comparison."""
+    if not is_study(name, registry):
+        return None
+    from dormouse.ab.study.registry import load_study
+
+    return load_study(name, registry)
+
+
 def ab_run(name: str, overrides: list[str], *, restart: bool = False, root: Path = AB_ROOT,
            console: Console | None = None, train_fn: TrainFn | None = None, registry: Path | None = None,
            launch: LaunchRequest | None = None) -> int:
     """Run (or continue) ``name`` to its verdicts. 0 = every run the schedule needed finished (whatever the
     verdicts); 1 = some run failed (the report says which; rerun to retry); from the results just computed."""
     console = console or stdout_console()
-    if is_study(name, registry):  # a registered study: every point, then the study's answer
-        from dormouse.ab.study.registry import load_study
+    if (study := _registered_study(name, registry)) is not None:  # every point, then the study's answer
         from dormouse.ab.study.runner import run_study
 
-        study = run_study(load_study(name, registry), overrides, restart=restart, root=root, console=console,
-                          train_fn=train_fn, launch=launch)
-        return 0 if study["complete"] else 1
+        written = run_study(study, overrides, restart=restart, root=root, console=console, train_fn=train_fn,
+                            launch=launch)
+        return 0 if written["complete"] else 1
     from dormouse.ab.comparison.runner import run_comparison
 
     results = run_comparison(name, overrides, restart=restart, root=root, console=console, train_fn=train_fn,
@@ -52,11 +64,10 @@ def ab_plan(name: str, overrides: list[str], *, root: Path = AB_ROOT, console: C
             registry: Path | None = None, launch: LaunchRequest | None = None) -> int:
     """What a run would do: the runs, their overrides, what is done, the launch settings and the cost (exit 0)."""
     console, launch = console or stdout_console(), launch or LaunchRequest()
-    if is_study(name, registry):
+    if (study := _registered_study(name, registry)) is not None:
         from dormouse.ab.study.questions import study_plan
-        from dormouse.ab.study.registry import load_study
 
-        study_plan(load_study(name, registry), overrides, root=root, launch=launch, console=console)
+        study_plan(study, overrides, root=root, launch=launch, console=console)
     else:  # the read-only questions load only for the verbs that ask them, not for a run
         from dormouse.ab.comparison.questions import plan_command
 
@@ -68,11 +79,10 @@ def ab_status(name: str, *, root: Path = AB_ROOT, console: Console | None = None
               registry: Path | None = None) -> int:
     """Where ``name`` stands (read-only, safe while it runs): exit 0; 2 if it never started."""
     console = console or stdout_console()
-    if is_study(name, registry):
+    if (study := _registered_study(name, registry)) is not None:
         from dormouse.ab.study.questions import study_status
-        from dormouse.ab.study.registry import load_study
 
-        return study_status(load_study(name, registry), root=root, console=console)
+        return study_status(study, root=root, console=console)
     from dormouse.ab.comparison.questions import status_command
 
     return status_command(name, root=root, registry=registry, console=console)
@@ -82,11 +92,10 @@ def ab_design(name: str, overrides: list[str], *, root: Path = AB_ROOT, console:
               registry: Path | None = None) -> int:
     """The registered design's card (type-I error, power, expected replicates), printed and saved (exit 0)."""
     console = console or stdout_console()
-    if is_study(name, registry):
+    if (study := _registered_study(name, registry)) is not None:
         from dormouse.ab.study.questions import study_design
-        from dormouse.ab.study.registry import load_study
 
-        study_design(load_study(name, registry), overrides, root=root, console=console)
+        study_design(study, overrides, root=root, console=console)
     else:
         from dormouse.ab.comparison.questions import design_command
 
