@@ -4,6 +4,7 @@ process-group set-up, NCCL on CUDA and gloo on CPU, and the few collectives the 
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import torch
@@ -21,10 +22,13 @@ def init_distributed(info: DistInfo, device: torch.device) -> None:
 def shutdown_distributed(info: DistInfo, *, barrier: bool = False) -> None:
     """Destroy the process group; with ``barrier`` (every rank finished its run) the ranks meet first: a gloo rank
     torn down while a peer still holds the connection can abort ("terminate called without an active exception").
-    A rank that failed alone skips it, so that it never waits for peers that will not come."""
+    A rank that failed alone skips it, so that it never waits for peers that will not come. The DDP wrapper sits
+    in reference cycles (its hooks close over it) and holds the group: collected here, its reducer lets go of the
+    group while the interpreter is whole, not during its teardown, where a gloo worker thread can abort the rank."""
     if info.enabled and dist.is_initialized():
         if barrier:
             dist.barrier()
+        gc.collect()
         dist.destroy_process_group()
 
 

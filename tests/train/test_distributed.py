@@ -74,3 +74,34 @@ def test_a_torchrun_run_resumes_from_its_last_checkpoint_or_an_explicit_one(tmp_
     assert "resumed at step 4" in out.stdout
     assert [r["step"] for r in rows(tmp_path / "r")] == [2, 4, 6, 8]
     assert (tmp_path / "r" / "train.log").read_text().splitlines()[-1].startswith("done step=8")
+
+
+def test_the_process_group_is_torn_down_after_the_ddp_wrapper_that_holds_it_is_freed(tmp_path: Path):
+    """DDP sits in reference cycles and its reducer holds the gloo group; left to the interpreter's teardown, the
+    group's worker threads can abort a finished rank. shutdown_distributed frees the wrapper before the group."""
+    import gc
+
+    import torch
+    import torch.distributed as dist
+
+    from dormouse.train.dist_info import DistInfo
+    from dormouse.train.distributed import shutdown_distributed
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    automatic = gc.isenabled()
+    gc.disable()  # only the collection shutdown_distributed makes may free the wrapper
+    try:
+        def train_a_step() -> None:
+            model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
+            model(torch.randn(2, 4)).sum().backward()
+
+        train_a_step()
+        shutdown_distributed(DistInfo(rank=0, world_size=2), barrier=True)
+        assert not dist.is_initialized()
+        alive = [o for o in gc.get_objects() if isinstance(o, torch.nn.parallel.DistributedDataParallel)]
+        assert not alive, "the DDP wrapper outlived its process group"
+    finally:
+        if automatic:
+            gc.enable()
+        if dist.is_initialized():
+            dist.destroy_process_group()
