@@ -175,6 +175,15 @@ def _read_log_lines(run: RunReading, lines: list[str]) -> list[EvalRow]:
     return evals
 
 
+def logged_evals(run_dir: Path) -> list[dict[str, Any]]:
+    """train.log's effective eval rows, from its own lines: what the run logged whatever metrics.jsonl lost."""
+    run = RunReading(path=RunFiles(run_dir).log)
+    if not run.path.is_file():
+        return []
+    lines = run.path.read_text(encoding="utf-8", errors="replace").splitlines()
+    return [row.values for row in _read_log_lines(run, lines)]
+
+
 def _metrics_rows(run: RunReading, metrics: Path, logged: list[EvalRow]) -> list[EvalRow]:
     """metrics.jsonl's rows with their train.log lines; a row missing a needed field is a finding."""
     shown = {row.step: row for row in logged}

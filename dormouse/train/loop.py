@@ -36,6 +36,7 @@ from dormouse.run.checkpoint import (
 )
 from dormouse.run.files import LOG, METRICS, RunFiles
 from dormouse.run.loglines import (
+    WINDOW_COLUMNS,
     format_done_line,
     format_header,
     format_interrupted_line,
@@ -340,8 +341,10 @@ def _train(cfg: DictConfig, corpus: ByteCorpus, device: torch.device, kernel: st
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         loop.load_state_dict(loop_part(state), model.counters, carries_sums=info.is_main)
-        if loop.step >= t.steps:  # nothing left to do: report, write nothing
-            if info.is_main:
+        if loop.step >= t.steps:  # nothing left to train
+            if info.is_main and final_row_lost(run, loop, source):
+                return rebuild_final_row(run, loop, source)
+            if info.is_main:  # report, write nothing
                 print(f"run {run.files.dir} is already complete at step {loop.step} (train.steps={t.steps}); "
                       "nothing to resume", flush=True)
             return TrainResult(run.files.dir, _history(run, loop.step, source), [], 0.0, **run.counts,
@@ -380,9 +383,9 @@ def _resume_point(run: _Run) -> tuple[dict[str, Any] | None, Path | None]:
     return state, source
 
 
-def _open_run_dir(run: _Run, loop: LoopState, resumed_from: Path | None) -> None:
+def _open_run_dir(run: _Run, loop: LoopState, resumed_from: Path | None, *, atomic_rows: bool = False) -> None:
     """Rank 0: write config.yaml and provenance.json, start or continue train.log; a resume first settles the
-    append-only files, logging each ``repair``."""
+    append-only files, logging each ``repair``. ``atomic_rows``: each row rewrites metrics.jsonl whole."""
     files, cfg = run.files, run.cfg
     try:
         files.dir.mkdir(parents=True, exist_ok=True)
@@ -415,7 +418,7 @@ def _open_run_dir(run: _Run, loop: LoopState, resumed_from: Path | None) -> None
           f"steps={cfg.train.steps} eval_every={cfg.train.eval_every}"
           + (f"  (resumed at step {loop.step} from {resumed_from})" if resumed_from else ""), flush=True)
     wandb = _wandb_run(cfg, files, resumed=resumed_from is not None)
-    run.metrics = Metrics([TerminalSink(run.show), TrainLogSink(files.log), JsonlSink(files.metrics),
+    run.metrics = Metrics([TerminalSink(run.show), TrainLogSink(files.log), JsonlSink(files.metrics, atomic_rows),
                            *([wandb] if wandb is not None else [])], history)
 
 
@@ -426,6 +429,49 @@ def _history(run: _Run, step: int, source: Path | None) -> list[dict[str, Any]]:
     if not path.exists() and owner is not None:
         path = owner.metrics
     return [row for row in read_metrics(path) if int(row["step"]) <= step]
+
+
+def final_row_lost(run: _Run, loop: LoopState, source: Path | None) -> bool:
+    """A run resumed at its last step whose metrics.jsonl lacks that step's row (its last line torn or cut off
+    after the final checkpoint was written)."""
+    return loop.step == run.cfg.train.steps and all(int(row["step"]) != loop.step
+                                                     for row in _history(run, loop.step, source))
+
+
+def rebuild_final_row(run: _Run, loop: LoopState, source: Path | None) -> TrainResult:
+    """Rank 0: write a finished run's lost final row again from its final checkpoint, as a resume settles the files
+    first (the torn line cut, a ``repair`` logged); then the done line, so the run reads finished."""
+    measured = loop.last_eval
+    if measured is None:
+        raise RunDirRefused(f"cannot rebuild the final eval row of step {loop.step} missing from {run.files.metrics}: "
+                            f"{source} does not hold that eval's training-window fields (loss, counters, cost); its "
+                            f"train.log eval line shows them rounded; to train the run again, pass "
+                            "train.overwrite=true train.resume=never")
+    print(f"run {run.files.dir}: metrics.jsonl lacks its final eval row (step {loop.step}); re-evaluating {source}",
+          flush=True)
+    _open_run_dir(run, loop, source, atomic_rows=True)
+    # Recomputed from the checkpoint: bpb, bpb@k and the learned probes (its weights on the fixed eval set, in the
+    # same batches on the same device and threads: the same floats summed in the same order, the same bits), and
+    # step, tokens, skipped, lr, arm, kernel, params (its loop state and config). The window's means and counters
+    # (loss, depth, tok/s, <arm>_ran/_asked, window_steps, depth_sum) and the cost (time_s, peak_mem_bytes) were
+    # measured while training, so they come from the checkpoint's record of that eval: the row is the original's.
+    row = _metrics_row(run, loop, WindowTotals(0.0, run.model.counters.snapshot()))
+    row.update(measured)  # the row's own keys: each keeps its place
+    run.metrics.log(row)
+    wall = float(measured["time_s"])  # the done line's wall_s, as dormouse ab's job writes a missing one
+    _end_run(run, loop.step, wall)
+    return run.result(loop, [], wall)
+
+
+def _end_run(run: _Run, step: int, wall: float) -> None:
+    """Rank 0: the done line, the arm's plots from the final row, the sinks closed."""
+    run.append_log(format_done_line(step, wall))
+    # What the arm learned, drawn from the final eval's probes (matplotlib: imported on rank 0 only).
+    from dormouse.arms.plots import write_probe_plots
+
+    run.metrics.images(write_probe_plots(run.files.dir, run.metrics.rows[-1],
+                                         label=f"{run.cfg.run.name}, step {step}"), step)
+    run.metrics.close()
 
 
 def _loop(run: _Run, loop: LoopState, stop_at_step: int | None) -> TrainResult:
@@ -462,13 +508,7 @@ def _loop(run: _Run, loop: LoopState, stop_at_step: int | None) -> TrainResult:
         run.progress.close()
     wall = time.time() - run.start_time
     if info.is_main:
-        run.append_log(format_done_line(loop.step, wall))
-        # What the arm learned, drawn from the final eval's probes (matplotlib: imported on rank 0 only).
-        from dormouse.arms.plots import write_probe_plots
-
-        run.metrics.images(write_probe_plots(run.files.dir, run.metrics.rows[-1],
-                                             label=f"{run.cfg.run.name}, step {loop.step}"), loop.step)
-        run.metrics.close()
+        _end_run(run, loop.step, wall)
     barrier(info)
     return run.result(loop, losses, wall)
 
@@ -538,11 +578,17 @@ def eval_and_log(run: _Run, loop: LoopState) -> None:
     if run.info.is_main:
         row = _metrics_row(run, loop, totals)
         run.metrics.log(row)
+        loop.last_eval = {key: row[key] for key in (*MEASURED, *totals.counters)}
         bad_eval = not math.isfinite(row["bpb"])
     run.model.counters.reset()
     loop.window.reset()
     if broadcast_flag(bad_eval, run.info, run.device) and run.cfg.train.nonfinite == "stop":
         raise run.nonfinite_error("eval bpb", loop.step, "lower train.lr")
+
+
+# An eval row's fields measured while training, not recomputable from a checkpoint: the window's means, what
+# the schedule asked, and the cost (with the counters, LoopState.last_eval).
+MEASURED = ("loss", "tok/s", "depth", "time_s", "peak_mem_bytes", *WINDOW_COLUMNS)
 
 
 def _metrics_row(run: _Run, loop: LoopState, totals: WindowTotals) -> dict[str, Any]:

@@ -77,8 +77,13 @@ class JsonlSink(RowSink):
     """The row appended to ``metrics.jsonl``: the one source of every number (dormouse.run.loglines)."""
 
     path: Path
+    atomic: bool = False  # rewrite the file whole: a rebuilt final row is never torn by its own write
 
     def write(self, row: Row) -> None:
+        if self.atomic:
+            kept = self.path.read_text(encoding="utf-8") if self.path.exists() else ""
+            atomic_write_text(self.path, kept + format_metrics_row(row))
+            return
         with self.path.open("a") as f:
             f.write(format_metrics_row(row))
 

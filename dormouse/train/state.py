@@ -3,7 +3,7 @@
 :data:`LOOP_KEY`, so a field added here is saved with the rest. Checkpoint layout::
 
     {"model": ..., "optimizer": ..., "config": {...},
-     "loop": {"step", "tokens", "skipped", "window": {...}, "probes": {...}, "rng_cpu"}}
+     "loop": {"step", "tokens", "skipped", "window": {...}, "probes": {...}, "rng_cpu", "last_eval": {...}}}
 
 :func:`loop_part` also reads checkpoints with the loop's keys at the top level."""
 
@@ -78,19 +78,23 @@ class LoopState:
     tokens: int = 0  # training tokens (bytes) seen, over all ranks
     skipped: int = 0  # steps whose update was skipped for a non-finite loss or gradient
     window: Window = field(default_factory=Window)
+    # The last eval row's fields only the training process measured (its window's means and counters, its cost):
+    # a final row lost after the final checkpoint is rebuilt from them (dormouse.train.loop.rebuild_final_row).
+    last_eval: dict[str, Any] | None = None
 
     def state_dict(self, totals: WindowTotals) -> dict[str, Any]:
         """The loop's part of a checkpoint, per-rank sums stored summed over ranks (rank 0 carries them)."""
         window = self.window.state_dict()
         window["loss_sum"] = totals.loss_sum
         return {"step": self.step, "tokens": self.tokens, "skipped": self.skipped, "window": window,
-                "probes": dict(totals.counters), "rng_cpu": torch.get_rng_state()}
+                "probes": dict(totals.counters), "rng_cpu": torch.get_rng_state(), "last_eval": self.last_eval}
 
     def load_state_dict(self, state: dict[str, Any], counters: ProbeCounters, *, carries_sums: bool) -> None:
         """Restore from a checkpoint, the window's counts into the model's ``counters``."""
         self.step, self.tokens, self.skipped = int(state["step"]), int(state["tokens"]), int(state["skipped"])
         self.window.load_state_dict(state["window"])
         torch.set_rng_state(state["rng_cpu"])
+        self.last_eval = state.get("last_eval")  # a checkpoint may lack it: its final row cannot be rebuilt
         if carries_sums:
             counters.load(state["probes"])
         else:

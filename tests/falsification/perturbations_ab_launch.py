@@ -305,6 +305,17 @@ PERTURBATIONS: list[dict] = [
         "protects": "A/B rule",
     },
     {
+        "name": "restart_deletes_a_run_whose_final_row_was_torn",
+        "file": _PAIRJOB,
+        "function": "_clear_for_restart",
+        "old": "(read_metrics(run.files.metrics), logged_evals(run.run_dir))",
+        "new": "(read_metrics(run.files.metrics),)",
+        "gates": [_LIFE + "test_a_restart_never_deletes_a_run_holding_a_final_eval_or_a_checkpoint"],
+        "why": "a run whose final metrics row was torn and whose checkpoints are gone is deleted and trained "
+               "again from step 0, though train.log holds its final eval",
+        "protects": "record",
+    },
+    {
         "name": "unreadable_run_deleted_not_set_aside",
         "file": _PAIRJOB,
         "function": "set_aside",

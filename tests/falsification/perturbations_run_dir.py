@@ -19,6 +19,9 @@ _FILES = "tests/run/test_run_files.py::"
 _TORN = _FILES + "test_a_torn_metrics_row_is_reported_then_cut_on_resume_and_the_first_new_row_survives"
 _FULL = _FILES + "test_a_full_disk_at_the_first_writes_says_one_true_line_and_the_same_command_reruns"
 _REFUSED = _FILES + "test_whatever_validate_refuses_train_refuses_creating_nothing"
+_LOST_FINAL = _FILES + "test_a_finished_run_whose_final_row_was_torn_gets_it_back_byte_for_byte_on_resume"
+_LOST_FINAL_AB = ("tests/flows/test_run_life.py::"
+                  "test_a_comparison_rebuilds_a_run_final_row_torn_after_its_final_checkpoint_and_counts_the_run")
 
 PERTURBATIONS: list[dict] = [
     {
@@ -139,6 +142,40 @@ PERTURBATIONS: list[dict] = [
         "why": "the resume appends the first new metrics row onto the torn one, and that row "
                "is lost to every JSON reader",
         "protects": "training loop",
+    },
+    {
+        "name": "finished_run_keeps_its_lost_final_row_lost",
+        "file": "dormouse/train/loop.py",
+        "function": "_train",
+        "old": "            if info.is_main and final_row_lost(run, loop, source):\n",
+        "new": "            if False:\n",
+        "gates": [_LOST_FINAL, _LOST_FINAL_AB],
+        "why": "a finished run whose final metrics row was torn after its final checkpoint resumes as 'already "
+               "complete': the row stays lost, the previous eval's bpb is called final, `logs --check` stays red "
+               "and a comparison counts the run failed on every rerun",
+        "protects": "record",
+    },
+    {
+        "name": "rebuilt_final_row_takes_the_empty_window",
+        "file": "dormouse/train/loop.py",
+        "function": "rebuild_final_row",
+        "old": "    row.update(measured)  # the row's own keys: each keeps its place\n",
+        "new": "    pass\n",
+        "gates": [_LOST_FINAL],
+        "why": "the rebuilt final row reads the resumed (empty) window: its loss and depth NaN, its counters 0/0 "
+               "(a dead arm to the check), its cost the repair's, not the original row",
+        "protects": "record",
+    },
+    {
+        "name": "lost_final_row_without_its_window_crashes",
+        "file": "dormouse/train/loop.py",
+        "function": "rebuild_final_row",
+        "old": "    if measured is None:\n",
+        "new": "    if False:\n",
+        "gates": [_FILES + "test_a_lost_final_row_whose_checkpoint_cannot_rebuild_it_is_refused_in_one_line"],
+        "why": "a final checkpoint without its eval's window fields is not refused: the rebuild crashes with a "
+               "traceback after settling the files",
+        "protects": "record",
     },
     {
         "name": "logs_check_misses_a_torn_metrics_row",

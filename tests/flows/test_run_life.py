@@ -347,3 +347,68 @@ def test_a_run_with_its_final_eval_but_no_checkpoint_is_kept(
     again = Life()
     assert _attempt(other, other.run_dir.parent, again).status == DONE and again.calls == ["never"]
     assert not (other.run_dir.parent / SET_ASIDE).exists()  # nothing worth keeping: removed
+
+
+def tear_final_row(run_dir: Path) -> str:
+    """Cut metrics.jsonl's last row in half, as a power loss after the final checkpoint leaves it; returns the row."""
+    metrics = run_dir / "metrics.jsonl"
+    final = metrics.read_text().splitlines(keepends=True)[-1]
+    metrics.write_bytes(metrics.read_bytes()[:-(len(final) // 2)])
+    return final
+
+
+@pytest.mark.slow
+def test_a_comparison_rebuilds_a_run_final_row_torn_after_its_final_checkpoint_and_counts_the_run(
+        tmp_path: Path) -> None:
+    """The real trainer, 4 steps a run: a run whose final metrics row was torn after its final checkpoint is
+    resumed by the rerun, which re-evaluates the checkpoint and writes the row again, byte for byte; the run
+    counts and its arm keeps its verdict (not ``invalid`` from a failed run, rerun after rerun)."""
+    from rich.console import Console
+
+    from dormouse.ab.comparison.runner import run_comparison
+    from dormouse.train.loop import train
+
+    fixed = ("[preset=tiny, train.steps=4, train.eval_every=2, data.eval_bytes=512, train.device=cpu, "
+             "logging.progress=off]")
+    reg = write_registry(tmp_path, "t", registration("t", ("rezero", "gr"), looks="[2]", aa_arm=None, fixed=fixed))
+
+    def compare() -> dict[str, Any]:
+        out = run_comparison("t", [], root=tmp_path / "ab", console=Console(record=True), registry=reg,
+                             train_fn=train).plan.comp_dir
+        return json.loads((out / "results.json").read_text())
+
+    before = compare()
+    run_dir = tmp_path / "ab" / "t" / "gr-s2"
+    final = tear_final_row(run_dir)
+    after = compare()
+    assert (run_dir / "metrics.jsonl").read_text().splitlines(keepends=True)[-1] == final
+    assert after["complete"] and after["arms"]["gr"]["verdict"] == before["arms"]["gr"]["verdict"] != "invalid"
+    assert after["arms"]["gr"]["counter_check"] == "pass", after["arms"]["gr"]["findings"]
+    assert read_launch_record(tmp_path / "ab" / "t", "gr-s2")["attempts"][-1]["state"] == DONE
+
+
+def _files(run_dir: Path) -> set[str]:
+    return {str(p.relative_to(run_dir)) for p in run_dir.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("checkpoint", [True, False], ids=["checkpoint", "no_checkpoint"])
+@pytest.mark.parametrize("final", ["row", "torn_row", "none"])
+def test_a_restart_never_deletes_a_run_holding_a_final_eval_or_a_checkpoint(
+        tmp_path: Path, composed: Run, final: str, checkpoint: bool) -> None:
+    """Each (final eval, checkpoint) combination through the run job: a run holding its final eval (the metrics
+    row, or only train.log's line when the row was torn) or a checkpoint keeps every file and never trains again
+    from step 0; only a run with neither is removed and started over."""
+    comp = tmp_path / "ab" / "t"
+    run = _pair(composed, comp)
+    _attempt(run, comp, Life(stop_at=None if final != "none" else 2 * EVERY))
+    if final == "torn_row":
+        tear_final_row(run.run_dir)
+    if not checkpoint:
+        for ckpt in list_checkpoints(run.files.checkpoints):
+            ckpt.unlink()
+    before, again = _files(run.run_dir), Life()
+    _attempt(run, comp, again)
+    if final == "none" and not checkpoint:
+        assert again.calls == ["never"]  # nothing worth keeping: removed and started over
+    else:
+        assert "never" not in again.calls and before <= _files(run.run_dir)

@@ -68,6 +68,39 @@ def test_a_torn_metrics_row_is_reported_then_cut_on_resume_and_the_first_new_row
     assert "torn-line" not in kinds(run_dir) and "malformed" not in kinds(run_dir)
 
 
+def test_a_finished_run_whose_final_row_was_torn_gets_it_back_byte_for_byte_on_resume(tmp_path: Path):
+    """Power lost after the final checkpoint: the final metrics row torn, the done line with it. The resume
+    re-evaluates the final checkpoint and writes the row again, the same bytes, and the run reads finished."""
+    run_dir, metrics, log = tmp_path / "r", tmp_path / "r" / "metrics.jsonl", tmp_path / "r" / "train.log"
+    assert runner.invoke(app, ["train", *TINY, f"run.dir={tmp_path}", "run.name=r"]).exit_code == 0
+    final = metrics.read_text().splitlines(keepends=True)[-1]
+    metrics.write_bytes(metrics.read_bytes()[:-(len(final) // 2)])
+    log.write_bytes(log.read_bytes()[:-5])
+    result = runner.invoke(app, ["train", f"run.dir={tmp_path}", "run.name=r", "train.resume=auto"])
+    assert result.exit_code == 0, result.output
+    assert metrics.read_text().splitlines(keepends=True)[-1] == final and metrics_steps(run_dir) == [6, 12, 16]
+    assert f"val bpb={json.loads(final)['bpb']:.4f}" in result.output
+    checked = runner.invoke(app, ["logs", "--check", str(run_dir)])
+    assert checked.exit_code == 0, checked.output
+
+
+def test_a_lost_final_row_whose_checkpoint_cannot_rebuild_it_is_refused_in_one_line(tmp_path: Path):
+    """A final checkpoint without its eval's training-window fields cannot give the row back: one line, exit 2,
+    nothing written."""
+    run_dir, metrics = tmp_path / "r", tmp_path / "r" / "metrics.jsonl"
+    train(load_config([*TINY, f"run.dir={tmp_path}", "run.name=r"]))
+    newest = list_checkpoints(run_dir / "checkpoints")[-1]
+    state = torch.load(newest, weights_only=False)
+    del state["loop"]["last_eval"]
+    atomic_save(state, newest)
+    metrics.write_bytes(metrics.read_bytes()[:-40])
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file() and p.name != "run.lock"}
+    result = runner.invoke(app, ["train", f"run.dir={tmp_path}", "run.name=r", "train.resume=auto"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "cannot rebuild the final eval row of step 16" in one_line(result.output)
+    assert before == {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file() and p.name != "run.lock"}
+
+
 def test_a_fallback_resume_leaves_each_step_once_in_metrics_jsonl(tmp_path: Path):
     run_dir = tmp_path / "r"
     train(load_config([*TINY, f"run.dir={tmp_path}", "run.name=r"]))

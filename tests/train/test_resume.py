@@ -51,7 +51,7 @@ def test_a_checkpoint_keeps_the_loop_state_under_one_key_and_no_metrics_history(
     train(load_config([*TINY, f"run.dir={tmp_path}", "run.name=r"]))
     state = load_checkpoint(list_checkpoints(tmp_path / "r" / "checkpoints")[-1])
     assert set(state) == {"model", "optimizer", "config", "loop"}
-    assert set(state["loop"]) == {"step", "tokens", "skipped", "window", "probes", "rng_cpu"}
+    assert set(state["loop"]) == {"step", "tokens", "skipped", "window", "probes", "rng_cpu", "last_eval"}
     assert state["loop"]["step"] == 16
 
 

@@ -6,7 +6,8 @@ names and the JSON ``"pair"`` keys name the same thing and stay, as published re
 
 No path deletes a finished run: one with its final eval on disk is complete whatever was raised after it
 (:func:`run_state`); a failed resume deletes nothing, and moves the run to ``<comparison>/set_aside/`` only when
-every checkpoint is unreadable; a restart removes only a directory with neither checkpoint nor final eval."""
+every checkpoint is unreadable; a restart removes only a directory with neither checkpoint nor final eval. A final
+row torn after the final checkpoint is a resume, which writes it again (dormouse.train.loop.rebuild_final_row)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from dormouse.run.checkpoint import CheckpointError, atomic_write_text, list_che
 from dormouse.run.files import ComparisonFiles, RunFiles
 from dormouse.run.lock import LockHeld, run_lock
 from dormouse.run.loglines import format_done_line, last_eval_phrase, read_metrics
-from dormouse.run.reader import read_run
+from dormouse.run.reader import logged_evals, read_run
 
 TrainFn = Callable[[DictConfig], Any]  # trains one run's run: dormouse.train.loop.train, or a test's fake
 # Exceptions that mean "stopped by a signal": the run checkpointed (or could not) and the comparison stops;
@@ -309,9 +310,10 @@ def set_aside(run: Run, comp_dir: Path, reason: str) -> Path:
 
 
 def _clear_for_restart(run: Run) -> None:
-    """Empty the way for a fresh run: a directory holding a final eval or a checkpoint is refused, not deleted,
-    whatever the caller thought."""
-    if final_row(read_metrics(run.files.metrics), run.steps) is not None or list_checkpoints(run.files.checkpoints):
+    """Empty the way for a fresh run: a directory holding a final eval (metrics.jsonl's row, or train.log's line
+    when the row was torn) or a checkpoint is refused, not deleted, whatever the caller thought."""
+    final = [final_row(rows, run.steps) for rows in (read_metrics(run.files.metrics), logged_evals(run.run_dir))]
+    if any(row is not None for row in final) or list_checkpoints(run.files.checkpoints):
         raise RuntimeError(f"{run.run_dir} holds a final eval or a checkpoint; refusing to delete it to restart "
                            "the run (move it away by hand if it is not wanted)")
     shutil.rmtree(run.run_dir)
