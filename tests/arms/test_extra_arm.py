@@ -28,7 +28,7 @@ READERS = [
 
 def test_the_tests_that_read_the_arm_set_pass_with_an_extra_arm_registered():
     env = {k: v for k, v in os.environ.items() if k != "DORMOUSE_PLUGINS"}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", "-p",
                            "tests.helpers.extra_arm", *READERS], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
