@@ -57,23 +57,31 @@ def run(registry: Path, root: Path, fake: FakeTrain, overrides: list[str] | None
 
 # --- the registered files -------------------------------------------------------------------------------
 
-def test_shipped_comparisons_load_and_compose() -> None:
+@pytest.mark.parametrize("name, base", [("residual", "rezero"), ("smoke", "prenorm")])
+def test_shipped_comparisons_load_and_compose(name: str, base: str) -> None:
     assert {"residual", "residual_cpu", "smoke"} <= set(list_comparisons())
-    for name in ("residual", "smoke"):
-        reg = load_spec(name)
-        assert reg.protocol == 2 and reg.spec.baseline == "rezero" and reg.spec.aa_arm == "rezero_aa"
-        assert set(reg.spec.arms) == {"rezero", "gr", "attnres_full", "attnres_block", "rezero_aa"}
-        assert len(reg.spec.looks) >= 2 and reg.spec.sesoi > 0
-        runs = plan_runs(reg, [], Path("/tmp/never-written"))  # every run composes and validates
-        kinds = {p.arm: arm_name(p.cfg) for p in runs}
-        assert kinds == {"rezero": "rezero", "gr": "gr", "attnres_full": "attnres",
-                         "attnres_block": "attnres", "rezero_aa": "rezero"}
-        block = next(p for p in runs if p.arm == "attnres_block")
-        assert block.cfg.model.attnres.block_size == 2
-        assert len(runs) == 5 * reg.spec.looks[-1]
+    reg = load_spec(name)
+    assert reg.protocol == 2 and reg.spec.baseline == base and reg.spec.aa_arm == f"{base}_aa"
+    assert set(reg.spec.arms) == {base, "gr", "attnres_full", "attnres_block", f"{base}_aa"}
+    assert len(reg.spec.looks) >= 2 and reg.spec.sesoi > 0
+    runs = plan_runs(reg, [], Path("/tmp/never-written"))  # every run composes and validates
+    kinds = {p.arm: arm_name(p.cfg) for p in runs}
+    assert kinds == {base: base, "gr": "gr", "attnres_full": "attnres", "attnres_block": "attnres",
+                     f"{base}_aa": base}
+    block = next(p for p in runs if p.arm == "attnres_block")
+    assert block.cfg.model.attnres.block_size == 2
+    assert len(runs) == 5 * reg.spec.looks[-1]
     assert load_spec("residual").spec.fixed[0] == "preset=9m"
     assert "preset=tiny" in load_spec("smoke").spec.fixed
     assert load_spec("residual_cpu").protocol == 1  # the published result's registration: read only
+
+
+def test_the_smoke_comparison_measures_every_arm_against_the_plain_prenorm_residual() -> None:
+    """The first comparison a newcomer runs has the baseline the README names for every comparison: pre-norm."""
+    spec = load_spec("smoke").spec
+    assert spec.baseline == "prenorm" and spec.arms["prenorm"] == ["model.use_prenorm=true"]
+    runs = plan_runs(load_spec("smoke"), [], Path("/tmp/never-written"))
+    assert {arm_name(p.cfg) for p in runs if p.arm in (spec.baseline, spec.aa_arm)} == {"prenorm"}
 
 
 def test_each_replicate_has_its_own_seed_streams_and_the_aa_arm_its_own_data(
@@ -497,7 +505,7 @@ def test_real_smoke_comparison_resumes_and_passes_the_log_check(tmp_path: Path) 
 
     out = smoke()
     assert calls[:10] == [(f"{a}-s{k}", "never") for k in (1, 2) for a in
-                          ("rezero", "gr", "attnres_full", "attnres_block", "rezero_aa")]
+                          ("prenorm", "gr", "attnres_full", "attnres_block", "prenorm_aa")]
     results = json.loads((out / "results.json").read_text())
     assert not results["complete"] and results["arms"]["gr"]["verdict"] == "invalid"
     assert all(name != "gr" for name, _ in (c[0].rsplit("-s", 1) for c in calls[10:]))  # invalid: it stopped
@@ -514,7 +522,7 @@ def test_real_smoke_comparison_resumes_and_passes_the_log_check(tmp_path: Path) 
         assert a["counter_check"] == "pass", (name, a["findings"])
         assert a["verdict"] in ("baseline", "aa", "better", "worse", "tie", "undecided"), name
     # The A/A arm trains on its own data-order stream, so its paired differences measure run-to-run noise.
-    assert all(d != 0.0 for d in results["arms"]["rezero_aa"]["diffs"])
+    assert all(d != 0.0 for d in results["arms"]["prenorm_aa"]["diffs"])
     assert logs_command([out], check=True, console=Console(record=True)) == 0
     for f in ("report.md", "bpb_vs_tokens.png", "bpb_by_depth.png", "design.json"):
         assert (out / f).is_file()
