@@ -218,6 +218,20 @@ def test_end_to_end_report_results_and_plots_agree(finished: tuple[Path, Path, F
     assert results["code"]["commits"][0][:12] in report
 
 
+def test_the_driver_says_what_the_previous_look_decided_before_the_next_look_starts(tmp_path: Path,
+                                                                                   registry: Path) -> None:
+    """One line per look taken, before the next look's runs: each arm's verdict, the numbers, stop or continue."""
+    (registry / "t.yaml").write_text(SEQUENTIAL)
+    console = Console(record=True, width=200)
+    run_comparison("t", [], root=tmp_path / "ab", console=console, train_fn=FakeTrain(exact=("gr",)),
+                   registry=registry)
+    lines = console.export_text().splitlines()
+    (said,) = [i for i, ln in enumerate(lines) if ln.startswith("ab t: look 1 of 2 (2 replicates per arm) decided: ")]
+    assert lines[said + 1].startswith("ab t: look 2 of 2 (4 replicates per arm"), lines[said:said + 2]
+    assert "gr better (Δ -" in lines[said] and ": stops" in lines[said], lines[said]
+    assert "attnres_full undecided (Δ " in lines[said] and ": continues" in lines[said], lines[said]
+
+
 def test_sequential_looks_stop_decided_arms_and_resume_continues_the_schedule(tmp_path: Path,
                                                                             registry: Path) -> None:
     """Looks at 2 and 4 replicates: gr's planted effect has no jitter, so look 1 decides it and it runs no

@@ -23,7 +23,7 @@ from dormouse.ab.launchers.local import InProcessLauncher
 from dormouse.ab.launchers.request import LaunchRequest, resolve_launch
 from dormouse.ab.reporting.report import bad_run_lines, write_outputs
 from dormouse.ab.reporting.results import ComparisonResults, analyze
-from dormouse.ab.rule.looks import Progress, ReadRecord, progress, read_run, stages_of
+from dormouse.ab.rule.looks import Progress, ReadRecord, last_look_line, progress, read_run, stages_of
 from dormouse.ab.runs.board import RunBoard
 from dormouse.ab.runs.job import (
     Run,
@@ -179,6 +179,9 @@ def _run_batch(plan: ComparisonPlan, launcher: Launcher, train_fn: TrainFn, code
     tasks = [Job(p.name, train_run, (RunTask(p, plan.comp_dir, train_fn, launcher.name, output_to_file=workers,
                                              fingerprint=code),)) for p in todo]
     settings = ", ".join(f"{k}={v}" for k, v in launcher.settings().items() if v is not None)
+    decided = last_look_line(plan, state)
+    if decided is not None:  # why the arms of the next look run on, and the others do not
+        console.print(f"ab {plan.name}: {decided}", soft_wrap=True, highlight=False, markup=False)
     console.print(f"ab {plan.name}: {state.stage.describe(plan, state)}: {len(tasks)} runs to train ({settings})"
                   + (f"; workers' output in {plan.comp_dir / LAUNCH}" if workers else ""))
     with RunBoard(plan.name, todo, console) as board:
