@@ -5,7 +5,9 @@ report."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -540,6 +542,33 @@ def test_real_smoke_comparison_resumes_and_passes_the_log_check(tmp_path: Path) 
     assert logs_command([out], check=True, console=Console(record=True)) == 0
     for f in ("report.md", "bpb_vs_tokens.png", "bpb_by_depth.png", "design.json"):
         assert (out / f).is_file()
+
+
+def test_a_sigterm_between_two_runs_says_interrupted_and_releases_the_lock(
+        tmp_path: Path, registry: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TERM at a run boundary (after one run's end, outside any training loop) stops the driver as TERM during a
+    run does: its interrupted line, exit 143, its lock released (no stale lock for the next driver)."""
+    from dormouse.ab.runs.board import RunBoard
+
+    finish = RunBoard.finish
+
+    def finish_then_term(self: RunBoard, outcome: Any) -> None:
+        finish(self, outcome)
+        if outcome.key == "rezero-s1":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(RunBoard, "finish", finish_then_term)
+    # Where the driver installs no handler of its own, this one stands in for the default (which ends pytest).
+    swallowed: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: swallowed.append(signum))
+    console, fake = Console(record=True, width=200), FakeTrain()
+    try:
+        code = exit_code(ab_run, "t", [], root=tmp_path / "ab", console=console, train_fn=fake, registry=registry)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert (code, swallowed, [c[0] for c in fake.calls]) == (143, [], ["rezero-s1"])
+    assert "interrupted: rerun `dormouse ab t`" in console.export_text()
+    assert (tmp_path / "ab" / "t" / "ab.lock").read_text() == ""  # released: empty is free, not stale
 
 
 def test_ctrl_c_stops_the_comparison_and_a_rerun_continues(tmp_path: Path, registry: Path) -> None:
