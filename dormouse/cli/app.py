@@ -203,10 +203,12 @@ def eval_(
     Writes nothing, to the run or anywhere else."""
     load_plugins(ctx)
     from dormouse.cli.eval import eval_checkpoint
-    from dormouse.run.loglines import format_eval_line
+    from dormouse.run.loglines import format_eval_line, format_params
 
-    path, row = eval_checkpoint(run_dir, checkpoint, device)
-    err.print(f"checkpoint {path} (step {row['step']})", highlight=False, markup=False)
+    def loaded(path: Path, step: int, counts: dict[str, int]) -> None:  # which model, before the eval's wait
+        err.print(f"checkpoint {path} (step {step}) {format_params(counts)}", highlight=False, markup=False)
+
+    _, row = eval_checkpoint(run_dir, checkpoint, device, on_loaded=loaded)
     print(format_eval_line(row), flush=True)
 
 
@@ -243,9 +245,10 @@ def sample(
     """Generate bytes from a run's checkpoint, at one depth or at every depth of the loop."""
     load_plugins(ctx)
     from dormouse.cli.sample import sample_run
+    from dormouse.run.loglines import format_params
 
-    def loaded(path: Path, step: int) -> None:
-        err.print(f"checkpoint {path} (step {step}); seed {seed}, temperature {temperature}, "
+    def loaded(path: Path, step: int, counts: dict[str, int]) -> None:
+        err.print(f"checkpoint {path} (step {step}) {format_params(counts)}; seed {seed}, temperature {temperature}, "
                   f"top-k {top_k or 'none'}", highlight=False, markup=False)
 
     single = num_samples == 1 and depth != "all"  # one sample streams as it is generated (dormouse.cli.sample)

@@ -135,6 +135,19 @@ def comparison_table(folder: Path, runs: list[RunReading]) -> Table:
     return table
 
 
+def comparison_tsv(folder: Path, runs: list[RunReading]) -> list[str]:
+    """The comparison's table as tab-separated rows for a file or a pipe: the same row per arm, every digit."""
+    folder = Path(folder)
+    baseline = _registered(folder).get("baseline", "?")
+    out = ["\t".join(["comparison", "arm", "role", "lr", "replicates", "runs", "bpb_mean", f"delta_vs_{baseline}",
+                      "verdict"])]
+    for row in arm_rows(folder, runs):
+        out.append("\t".join([str(folder), row.arm, row.role, row.lr, str(row.done), str(row.found),
+                              "" if row.bpb_mean is None else repr(row.bpb_mean),
+                              "" if row.delta is None else repr(row.delta), row.verdict]))
+    return out
+
+
 def comparison_notes(folder: Path, runs: list[RunReading]) -> list[str]:
     """What the table leaves out: where its numbers come from, the tune runs, how to see every run."""
     folder = Path(folder)

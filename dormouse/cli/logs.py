@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from dormouse.cli.comparison_table import comparison_notes, comparison_table, is_comparison
+from dormouse.cli.comparison_table import comparison_notes, comparison_table, comparison_tsv, is_comparison
 from dormouse.errors import print_error
 from dormouse.run.checks import checked_runs, counter_fault, non_finite
 from dormouse.run.files import RUNS_ROOT, SWEEP, RunFiles
@@ -189,12 +189,28 @@ def _path_problems(paths: list[Path]) -> list[str]:
             or not _holds_runs(p)]
 
 
+def _summarized(paths: list[Path], runs: list[RunReading]) -> set[Path]:
+    """The runs a comparison's row per arm stands for: those below a comparison folder among ``paths``."""
+    comparisons = [p.resolve() for p in paths if not (p / SWEEP).is_file() and is_comparison(p)]
+    return {run.run_dir.resolve() for run in runs for c in comparisons if c in run.run_dir.resolve().parents}
+
+
+def _print_tsv(paths: list[Path], runs: list[RunReading], per_run: bool) -> None:
+    """The tsv view: each comparison's row per arm (as its table shows it), then the other runs' evals; a
+    comparison's runs' evals only with ``per_run``, as in the table view."""
+    blocks = [comparison_tsv(p, runs) for p in paths if not (p / SWEEP).is_file() and is_comparison(p)]
+    hidden = set() if per_run else _summarized(paths, runs)
+    shown = [run for run in runs if run.run_dir.resolve() not in hidden]
+    if shown or not blocks:
+        blocks.append(tsv_lines(shown))
+    print("\n\n".join("\n".join(b) for b in blocks), flush=True)
+
+
 def _print_tables(paths: list[Path], runs: list[RunReading], console: Console, per_run: bool) -> None:
     """The table view: sweeps, comparisons (a row per arm), then each other run's table and findings."""
     width = console.width if console.is_terminal else None
     if not console.is_terminal:  # a table in a file: wide enough for every column, never "…"
         console.width = max(console.width, 1000)
-    summarized: set[Path] = set()
     for path in paths:  # a sweep (dormouse train -m) or a comparison (dormouse ab): one table of it first
         if (path / SWEEP).is_file():
             console.print(sweep_table(path, runs))
@@ -203,7 +219,7 @@ def _print_tables(paths: list[Path], runs: list[RunReading], console: Console, p
             console.print(comparison_table(path, runs))
             console.print(Text("; ".join(comparison_notes(path, runs)), style="dim"), soft_wrap=True)
             console.print()
-            summarized |= {run.run_dir.resolve() for run in runs if path.resolve() in run.run_dir.resolve().parents}
+    summarized = _summarized(paths, runs)
     for run in runs:
         if run.run_dir.resolve() in summarized and not per_run:
             for f in run.findings:  # a finding is never hidden behind the summary
@@ -242,7 +258,7 @@ def logs_command(paths: list[Path], check: bool = False, console: Console | None
     if fmt == "json":
         print(json.dumps(_json_safe(json_document(runs)), indent=1, default=str))
     elif fmt == "tsv":
-        print("\n".join(tsv_lines(runs)), flush=True)
+        _print_tsv(paths, runs, per_run)
         for run in runs:
             for f in run.findings:
                 err.print(Text(str(f)), soft_wrap=True)

@@ -116,7 +116,8 @@ def generate(model: LoopedByteLM, depth: int, opts: SampleOptions, context: int,
 
 def sample_run(run_dir: Path, opts: SampleOptions, depth: str = "last", checkpoint: Path | None = None,
                device: str = "cpu", stream: TextIO | None = None,
-               on_loaded: Callable[[Path, int], None] | None = None) -> tuple[Path, int, list[Sample]]:
+               on_loaded: Callable[[Path, int, dict[str, int]], None] | None = None
+               ) -> tuple[Path, int, list[Sample]]:
     """Load the run's checkpoint and sample at ``depth`` (``last``, ``all`` or k), streaming one sample."""
     check_options(opts)
     dev = resolve_device(device)
@@ -125,7 +126,7 @@ def sample_run(run_dir: Path, opts: SampleOptions, depth: str = "last", checkpoi
     depths = parse_depths(str(model.max_iter) if depth == "last" else depth, model.max_iter)
     context = int(cfg.data.seq_len)
     if on_loaded is not None:
-        on_loaded(path, step)
+        on_loaded(path, step, model.param_counts())
     if stream is not None and len(depths) == 1 and opts.num_samples == 1:
         text = TextStream(stream)
         text.write(opts.prompt_bytes)

@@ -56,6 +56,11 @@ def parse_count(text: str) -> float:
     return float(text)
 
 
+def format_params(counts: dict[str, int]) -> str:
+    """The model's size as every command that builds one prints it: ``params=<total> arm_params=<the arm's>``."""
+    return f"params={counts['params']:,} arm_params={counts['arm_params']:,}"
+
+
 def line_kind(line: str) -> str | None:
     """Which of :data:`KINDS` a ``train.log`` line is (by its first word), or None (provenance, warnings)."""
     head = line.strip().split(" ", 1)[0]

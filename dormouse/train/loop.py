@@ -41,6 +41,7 @@ from dormouse.run.loglines import (
     format_header,
     format_interrupted_line,
     format_metrics_row,
+    format_params,
     format_repair_line,
     format_resume_line,
     read_metrics,
@@ -413,8 +414,7 @@ def _open_run_dir(run: _Run, loop: LoopState, resumed_from: Path | None, *, atom
     if resumed_from is not None and not files.metrics.exists():  # resumed into a new directory: carry the history
         atomic_write_text(files.metrics, "".join(format_metrics_row(row) for row in history))
     # Printed on a terminal and in a pipe alike: before the first eval line this is all there is to read.
-    print(f"run {files.dir}  arm={arm_name(cfg)} params={run.counts['params']:,} "
-          f"arm_params={run.counts['arm_params']:,} device={run.device} kernel={run.kernel} "
+    print(f"run {files.dir}  arm={arm_name(cfg)} {format_params(run.counts)} device={run.device} kernel={run.kernel} "
           f"steps={cfg.train.steps} eval_every={cfg.train.eval_every}"
           + (f"  (resumed at step {loop.step} from {resumed_from})" if resumed_from else ""), flush=True)
     wandb = _wandb_run(cfg, files, resumed=resumed_from is not None)

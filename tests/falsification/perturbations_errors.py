@@ -17,8 +17,8 @@ PERTURBATIONS: list[dict] = [
         "name": "a_command_catches_an_error_by_hand_with_its_own_code",
         "file": "dormouse/cli/app.py",
         "function": "eval_",
-        "old": "    path, row = eval_checkpoint(run_dir, checkpoint, device)\n",
-        "new": "    try:\n        path, row = eval_checkpoint(run_dir, checkpoint, device)\n"
+        "old": "    _, row = eval_checkpoint(run_dir, checkpoint, device, on_loaded=loaded)\n",
+        "new": "    try:\n        _, row = eval_checkpoint(run_dir, checkpoint, device, on_loaded=loaded)\n"
                "    except Exception as exc:\n        err.print(f\"error: {exc}\")\n"
                "        raise typer.Exit(1) from None\n",
         "gates": [_MAPPED + "[eval:eval_checkpoint]"],

@@ -5,7 +5,9 @@ report."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -57,23 +59,31 @@ def run(registry: Path, root: Path, fake: FakeTrain, overrides: list[str] | None
 
 # --- the registered files -------------------------------------------------------------------------------
 
-def test_shipped_comparisons_load_and_compose() -> None:
+@pytest.mark.parametrize("name, base", [("residual", "rezero"), ("smoke", "prenorm")])
+def test_shipped_comparisons_load_and_compose(name: str, base: str) -> None:
     assert {"residual", "residual_cpu", "smoke"} <= set(list_comparisons())
-    for name in ("residual", "smoke"):
-        reg = load_spec(name)
-        assert reg.protocol == 2 and reg.spec.baseline == "rezero" and reg.spec.aa_arm == "rezero_aa"
-        assert set(reg.spec.arms) == {"rezero", "gr", "attnres_full", "attnres_block", "rezero_aa"}
-        assert len(reg.spec.looks) >= 2 and reg.spec.sesoi > 0
-        runs = plan_runs(reg, [], Path("/tmp/never-written"))  # every run composes and validates
-        kinds = {p.arm: arm_name(p.cfg) for p in runs}
-        assert kinds == {"rezero": "rezero", "gr": "gr", "attnres_full": "attnres",
-                         "attnres_block": "attnres", "rezero_aa": "rezero"}
-        block = next(p for p in runs if p.arm == "attnres_block")
-        assert block.cfg.model.attnres.block_size == 2
-        assert len(runs) == 5 * reg.spec.looks[-1]
+    reg = load_spec(name)
+    assert reg.protocol == 2 and reg.spec.baseline == base and reg.spec.aa_arm == f"{base}_aa"
+    assert set(reg.spec.arms) == {base, "gr", "attnres_full", "attnres_block", f"{base}_aa"}
+    assert len(reg.spec.looks) >= 2 and reg.spec.sesoi > 0
+    runs = plan_runs(reg, [], Path("/tmp/never-written"))  # every run composes and validates
+    kinds = {p.arm: arm_name(p.cfg) for p in runs}
+    assert kinds == {base: base, "gr": "gr", "attnres_full": "attnres", "attnres_block": "attnres",
+                     f"{base}_aa": base}
+    block = next(p for p in runs if p.arm == "attnres_block")
+    assert block.cfg.model.attnres.block_size == 2
+    assert len(runs) == 5 * reg.spec.looks[-1]
     assert load_spec("residual").spec.fixed[0] == "preset=9m"
     assert "preset=tiny" in load_spec("smoke").spec.fixed
     assert load_spec("residual_cpu").protocol == 1  # the published result's registration: read only
+
+
+def test_the_smoke_comparison_measures_every_arm_against_the_plain_prenorm_residual() -> None:
+    """The first comparison a newcomer runs has the baseline the README names for every comparison: pre-norm."""
+    spec = load_spec("smoke").spec
+    assert spec.baseline == "prenorm" and spec.arms["prenorm"] == ["model.use_prenorm=true"]
+    runs = plan_runs(load_spec("smoke"), [], Path("/tmp/never-written"))
+    assert {arm_name(p.cfg) for p in runs if p.arm in (spec.baseline, spec.aa_arm)} == {"prenorm"}
 
 
 def test_each_replicate_has_its_own_seed_streams_and_the_aa_arm_its_own_data(
@@ -208,6 +218,20 @@ def test_end_to_end_report_results_and_plots_agree(finished: tuple[Path, Path, F
     assert "bpb_vs_tokens.png" in report and "bpb_by_depth.png" in report
     assert "## Design card" in report and "A/A calibration check" in report
     assert results["code"]["commits"][0][:12] in report
+
+
+def test_the_driver_says_what_the_previous_look_decided_before_the_next_look_starts(tmp_path: Path,
+                                                                                   registry: Path) -> None:
+    """One line per look taken, before the next look's runs: each arm's verdict, the numbers, stop or continue."""
+    (registry / "t.yaml").write_text(SEQUENTIAL)
+    console = Console(record=True, width=200)
+    run_comparison("t", [], root=tmp_path / "ab", console=console, train_fn=FakeTrain(exact=("gr",)),
+                   registry=registry)
+    lines = console.export_text().splitlines()
+    (said,) = [i for i, ln in enumerate(lines) if ln.startswith("ab t: look 1 of 2 (2 replicates per arm) decided: ")]
+    assert lines[said + 1].startswith("ab t: look 2 of 2 (4 replicates per arm"), lines[said:said + 2]
+    assert "gr better (Δ -" in lines[said] and ": stops" in lines[said], lines[said]
+    assert "attnres_full undecided (Δ " in lines[said] and ": continues" in lines[said], lines[said]
 
 
 def test_sequential_looks_stop_decided_arms_and_resume_continues_the_schedule(tmp_path: Path,
@@ -497,7 +521,7 @@ def test_real_smoke_comparison_resumes_and_passes_the_log_check(tmp_path: Path) 
 
     out = smoke()
     assert calls[:10] == [(f"{a}-s{k}", "never") for k in (1, 2) for a in
-                          ("rezero", "gr", "attnres_full", "attnres_block", "rezero_aa")]
+                          ("prenorm", "gr", "attnres_full", "attnres_block", "prenorm_aa")]
     results = json.loads((out / "results.json").read_text())
     assert not results["complete"] and results["arms"]["gr"]["verdict"] == "invalid"
     assert all(name != "gr" for name, _ in (c[0].rsplit("-s", 1) for c in calls[10:]))  # invalid: it stopped
@@ -514,10 +538,37 @@ def test_real_smoke_comparison_resumes_and_passes_the_log_check(tmp_path: Path) 
         assert a["counter_check"] == "pass", (name, a["findings"])
         assert a["verdict"] in ("baseline", "aa", "better", "worse", "tie", "undecided"), name
     # The A/A arm trains on its own data-order stream, so its paired differences measure run-to-run noise.
-    assert all(d != 0.0 for d in results["arms"]["rezero_aa"]["diffs"])
+    assert all(d != 0.0 for d in results["arms"]["prenorm_aa"]["diffs"])
     assert logs_command([out], check=True, console=Console(record=True)) == 0
     for f in ("report.md", "bpb_vs_tokens.png", "bpb_by_depth.png", "design.json"):
         assert (out / f).is_file()
+
+
+def test_a_sigterm_between_two_runs_says_interrupted_and_releases_the_lock(
+        tmp_path: Path, registry: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TERM at a run boundary (after one run's end, outside any training loop) stops the driver as TERM during a
+    run does: its interrupted line, exit 143, its lock released (no stale lock for the next driver)."""
+    from dormouse.ab.runs.board import RunBoard
+
+    finish = RunBoard.finish
+
+    def finish_then_term(self: RunBoard, outcome: Any) -> None:
+        finish(self, outcome)
+        if outcome.key == "rezero-s1":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(RunBoard, "finish", finish_then_term)
+    # Where the driver installs no handler of its own, this one stands in for the default (which ends pytest).
+    swallowed: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: swallowed.append(signum))
+    console, fake = Console(record=True, width=200), FakeTrain()
+    try:
+        code = exit_code(ab_run, "t", [], root=tmp_path / "ab", console=console, train_fn=fake, registry=registry)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert (code, swallowed, [c[0] for c in fake.calls]) == (143, [], ["rezero-s1"])
+    assert "interrupted: rerun `dormouse ab t`" in console.export_text()
+    assert (tmp_path / "ab" / "t" / "ab.lock").read_text() == ""  # released: empty is free, not stale
 
 
 def test_ctrl_c_stops_the_comparison_and_a_rerun_continues(tmp_path: Path, registry: Path) -> None:

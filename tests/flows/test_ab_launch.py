@@ -236,13 +236,9 @@ def _session(sid: int) -> list[int]:
     return pids
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs /proc to find the processes")
-def test_a_killed_driver_leaves_no_process_and_a_rerun_loses_and_repeats_nothing(tmp_path: Path) -> None:
-    """SIGKILL of `dormouse ab --jobs 2` must not leave its workers, the fork server or the resource tracker
-    alive. Each worker watches its driver and stops its
-    run the way SIGINT does (a checkpoint at the next step); then every process the driver started exits.
-    Rerunning the command resumes the stopped runs and finishes the comparison, every eval once."""
+def _kill_the_driver_mid_run(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """`dormouse ab --jobs 2` SIGKILLed once both runs of its first wave evaluated, then every process it started
+    gone (asserted within ORPHAN_BOUND_S): ``(registry, comparison directory, the driver's stdout and stderr)``."""
     reg = _registry(tmp_path, ORPHANS)
     root, out = tmp_path / "ab", tmp_path / "driver.out"
     comp = root / "t"
@@ -271,6 +267,18 @@ def test_a_killed_driver_leaves_no_process_and_a_rerun_loses_and_repeats_nothing
         for pid in _session(driver.pid):  # what a failing run leaves: only this test's own processes
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+    return reg, comp, out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs /proc to find the processes")
+def test_a_killed_driver_leaves_no_process_and_a_rerun_loses_and_repeats_nothing(tmp_path: Path) -> None:
+    """SIGKILL of `dormouse ab --jobs 2` must not leave its workers, the fork server or the resource tracker
+    alive. Each worker watches its driver and stops its
+    run the way SIGINT does (a checkpoint at the next step); then every process the driver started exits.
+    Rerunning the command resumes the stopped runs and finishes the comparison, every eval once."""
+    reg, comp, _ = _kill_the_driver_mid_run(tmp_path)
+    root = comp.parent
     stopped = [p.parent.name for p in comp.glob("*/train.log") if "interrupted" in p.read_text()]
     assert len(stopped) == 2, "both running runs stop with a checkpoint, as on SIGINT"
     for name in stopped:
@@ -286,6 +294,15 @@ def test_a_killed_driver_leaves_no_process_and_a_rerun_loses_and_repeats_nothing
         log = (comp / name / "train.log").read_text()
         assert log.count("\ndone ") == 1 and ("resume step=" in log) == (name in stopped), name
     assert json.loads((comp / "results.json").read_text())["complete"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs /proc to find the processes")
+def test_a_killed_driver_leaves_no_leaked_semaphore_for_the_resource_tracker(tmp_path: Path) -> None:
+    """The workers' queues hold named semaphores; the driver unlinks them once its workers opened them, so the
+    resource tracker of a SIGKILLed driver has none to clean up and warns of none."""
+    _, _, out = _kill_the_driver_mid_run(tmp_path)
+    assert "leaked semaphore" not in out.read_text(), out.read_text()[-2000:]
 
 
 # --- submitit, local executor ---------------------------------------------------------------------------

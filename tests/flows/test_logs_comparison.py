@@ -4,6 +4,8 @@ and what `dormouse logs` reads when given no path or a folder with no run."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,6 +79,29 @@ def test_a_comparison_shows_each_runs_table_only_with_runs(tmp_path: Path) -> No
     assert "1 other run(s) (the lr tune stage) are not in the rows" in summary
     _, every = shown([folder], per_run=True)
     assert "Δ vs rezero" in every and every.count("(gr, done)") == 2 and "gr-s1" in every
+
+
+def _piped(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """`dormouse logs ARGS` with stdout a pipe, as `| cut` or `> file` would run it."""
+    return subprocess.run([sys.executable, "-m", "dormouse", "logs", *map(str, args)], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_a_comparison_in_a_pipe_is_one_tab_separated_row_per_arm_and_each_runs_rows_only_with_runs(
+        tmp_path: Path) -> None:
+    """The README's promise holds outside a terminal too: the row per arm, as TSV; the runs' evals with --runs."""
+    folder = plant_comparison(tmp_path)
+    done = _piped(folder)
+    assert done.returncode == 0, done.stderr
+    head, *rows = done.stdout.strip().split("\n")
+    assert head.split("\t") == ["comparison", "arm", "role", "lr", "replicates", "runs", "bpb_mean",
+                                "delta_vs_rezero", "verdict"]
+    assert [r.split("\t")[1] for r in rows] == ["rezero", "gr", "rezero_aa"], done.stdout
+    gr = dict(zip(head.split("\t"), rows[1].split("\t"), strict=True))
+    assert (gr["lr"], gr["replicates"], gr["verdict"]) == ("0.003", "2", "-")
+    assert float(gr["delta_vs_rezero"]) == pytest.approx(-0.1) and float(gr["bpb_mean"]) == pytest.approx(2.5)
+    every = _piped(folder, "--runs").stdout
+    assert every.startswith(done.stdout.strip() + "\n\n") and every.count(f"{folder / 'gr-s1'}\t") == 2
 
 
 def test_a_comparison_summary_still_lists_every_finding(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,12 @@ def test_the_cli_streams_one_sample_and_prints_the_same_text(run_dir: Path):
     assert result.exit_code == 0, result.output
     _, _, (one,) = sample_run(run_dir, SampleOptions(prompt="ROMEO:", n_bytes=20, temperature=0.0))
     assert result.stdout == "ROMEO:" + one.text + "\n"
+
+
+@pytest.mark.parametrize("command", [["eval"], ["sample", "--bytes", "4", "--temperature", "0"]])
+def test_eval_and_sample_print_the_models_parameter_counts_as_train_does(run_dir: Path, command: list[str]):
+    """A user checks that the checkpoint is the model they built: the counts its run recorded, as train prints."""
+    counts = json.loads((run_dir / "provenance.json").read_text())
+    result = runner.invoke(app, [command[0], str(run_dir), *command[1:]])
+    assert result.exit_code == 0, result.output
+    assert f"params={counts['params']:,} arm_params={counts['arm_params']:,}" in result.output, result.output

@@ -7,6 +7,10 @@ outputs. The command around it is :mod:`dormouse.ab.comparison.command`."""
 
 from __future__ import annotations
 
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +27,7 @@ from dormouse.ab.launchers.local import InProcessLauncher
 from dormouse.ab.launchers.request import LaunchRequest, resolve_launch
 from dormouse.ab.reporting.report import bad_run_lines, write_outputs
 from dormouse.ab.reporting.results import ComparisonResults, analyze
-from dormouse.ab.rule.looks import Progress, ReadRecord, progress, read_run, stages_of
+from dormouse.ab.rule.looks import Progress, ReadRecord, last_look_line, progress, read_run, stages_of
 from dormouse.ab.runs.board import RunBoard
 from dormouse.ab.runs.job import (
     Run,
@@ -104,7 +108,7 @@ def run_comparison(
     except LaunchError as exc:
         raise ComparisonError(exc.lines) from exc
     code = fingerprint.compute()
-    with comparison_lock(plan.comp_dir) as lock:
+    with stop_on_term(lambda: say_interrupted(plan.reg.argument, console)), comparison_lock(plan.comp_dir) as lock:
         if lock.stale_message():
             console.print(f"[yellow]note:[/] {lock.stale_message()}")
         stamp = bind_registration(plan.comp_dir, plan.reg, plan.overrides, restart, console)
@@ -179,18 +183,51 @@ def _run_batch(plan: ComparisonPlan, launcher: Launcher, train_fn: TrainFn, code
     tasks = [Job(p.name, train_run, (RunTask(p, plan.comp_dir, train_fn, launcher.name, output_to_file=workers,
                                              fingerprint=code),)) for p in todo]
     settings = ", ".join(f"{k}={v}" for k, v in launcher.settings().items() if v is not None)
+    decided = last_look_line(plan, state)
+    if decided is not None:  # why the arms of the next look run on, and the others do not
+        console.print(f"ab {plan.name}: {decided}", soft_wrap=True, highlight=False, markup=False)
     console.print(f"ab {plan.name}: {state.stage.describe(plan, state)}: {len(tasks)} runs to train ({settings})"
                   + (f"; workers' output in {plan.comp_dir / LAUNCH}" if workers else ""))
     with RunBoard(plan.name, todo, console) as board:
         outcomes = launcher.run(tasks, board.start, board.finish)
     errors.update({o.key: o.note for o in outcomes if o.status != DONE})
     if launcher.stopped_by is not None:
-        console.print(f"[yellow]interrupted[/]: rerun `dormouse ab {escape(plan.reg.argument)}` with the same "
-                      "overrides to continue (finished runs are kept, interrupted ones resume from their checkpoints)")
+        say_interrupted(plan.reg.argument, console)
         raise Interrupted(launcher.stopped_by, "the comparison was interrupted")
     for run in todo:  # never loop on a run that came back done but is not complete on disk
         if run.name not in errors and run_state(run)[0] != "complete":
             errors[run.name] = "the launcher returned without the run's final eval"
+
+
+def say_interrupted(argument: str, console: Console) -> None:
+    """The driver's last line when a signal stopped it: how to continue."""
+    console.print(f"[yellow]interrupted[/]: rerun `dormouse ab {escape(argument)}` with the same overrides to "
+                  "continue (finished runs are kept, interrupted ones resume from their checkpoints)")
+
+
+@contextmanager
+def stop_on_term(say: Callable[[], None]) -> Iterator[None]:
+    """A SIGTERM that reaches the driver between runs stops it as Ctrl-C does: the ``with`` blocks inside unwind
+    (the comparison's lock released), ``say`` tells how to continue, and :class:`Interrupted` exits 143. During a
+    run the training loop's or the ``--jobs`` launcher's own handler stands in for this one."""
+    got: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        got.append(signum)
+        raise KeyboardInterrupt
+
+    main = threading.current_thread() is threading.main_thread()  # only the main thread may install a handler
+    previous = signal.signal(signal.SIGTERM, handler) if main else None
+    try:
+        yield
+    except KeyboardInterrupt:
+        if not got:
+            raise
+        say()
+        raise Interrupted(128 + got[0], "the comparison was interrupted by SIGTERM") from None
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _run_launch(comp_dir: Path, run: str) -> dict[str, Any]:

@@ -259,6 +259,7 @@ class ProcessLauncher:
                                        initargs=(slot, driver))
 
         pools = {slot.index: pool_for(slot) for slot in self.slots}
+        settle(list(pools.values()))
         pending = list(jobs)
         free = list(self.slots)
         running: dict[Future[Outcome], tuple[Job, Slot]] = {}
@@ -298,6 +299,7 @@ class ProcessLauncher:
                         outcome = Outcome(job.key, FAILED, f"the worker process failed: {type(exc).__name__}: {exc}")
                         pools[slot.index].shutdown(wait=False)
                         pools[slot.index] = pool_for(slot)
+                        settle([pools[slot.index]])
                     if outcome.status == INTERRUPTED and not stopping:
                         stopping.append(outcome.exit_code or 130)
                     outcomes.append(outcome)
@@ -309,6 +311,38 @@ class ProcessLauncher:
                 pool.shutdown(wait=True, cancel_futures=True)
         self.stopped_by = stopping[0] if stopping else None
         return outcomes
+
+
+def settle(pools: list[ProcessPoolExecutor]) -> None:
+    """Start each pool's worker, then unlink the names of the pool's semaphores (its queues' locks): the worker has
+    opened them, and no other process will. A name left linked is the resource tracker's to clean up when the driver
+    is SIGKILLed, with a "leaked semaphore objects" warning; unlinked, nothing is left to clean up."""
+    for pool, ready in [(pool, pool.submit(os.getpid)) for pool in pools]:
+        try:
+            ready.result()
+        except Exception:  # the worker died starting: its first job fails as any dead worker's does
+            continue
+        _unlink_semaphores(pool)
+
+
+def _unlink_semaphores(pool: ProcessPoolExecutor) -> None:
+    """Unlink the named semaphores of ``pool``'s call and result queues, and take them off the resource tracker's
+    and the finalizers' lists (the handles the driver and the worker hold stay valid)."""
+    from _multiprocessing import sem_unlink
+    from multiprocessing import resource_tracker, synchronize, util
+
+    names = set()
+    for queue in (getattr(pool, "_call_queue", None), getattr(pool, "_result_queue", None)):
+        for attr in ("_rlock", "_wlock", "_sem"):
+            name = getattr(getattr(getattr(queue, attr, None), "_semlock", None), "name", None)
+            if name is not None:
+                names.add(name)
+    for final in list(util._finalizer_registry.values()):  # each would unlink its name again at collection
+        if getattr(final, "_callback", None) is synchronize.SemLock._cleanup and final._args[0] in names:
+            final.cancel()
+    for name in names:
+        sem_unlink(name)
+        resource_tracker.unregister(name, "semaphore")
 
 
 # What the fork server imports once so no worker imports it again: torch and the trainer, and what a run's

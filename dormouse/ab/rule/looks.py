@@ -194,6 +194,22 @@ class ConfirmatoryLooks:
         """Nothing: the report writes what the looks decided."""
 
 
+def last_look_line(plan: ComparisonPlan, state: Progress) -> str | None:
+    """What the last look taken decided, one clause per tested arm (its verdict, the numbers the rule compared,
+    and whether it stops or continues), for the driver's log before the next look's runs; None before look 1."""
+    if not state.looks or state.next_look is None:
+        return None
+    look = state.looks[-1]
+    parts = []
+    for arm in look.arms:
+        d = look.decisions[arm]
+        b = d.boundary
+        parts.append(f"{arm} {d.verdict} (Δ {d.mean:+.4f}, p {d.p:.3g} vs {b.sup_p:.3g}, TOST p {d.p_tost:.3g} vs "
+                     f"{b.eq_p:.3g}): {'continues' if d.verdict == UNDECIDED else 'stops'}")
+    parts += [f"{arm} {INVALID}: stops" for arm in plan.spec.tested if arm in state.invalid and arm not in look.arms]
+    return f"look {look.index + 1} of {len(plan.looks)} ({look.n} replicates per arm) decided: " + "; ".join(parts)
+
+
 def _spares(plan: ComparisonPlan, read: ReadRecord, records: dict[str, RunRecord], arms: list[str], n: int,
             failed: set[str]) -> tuple[dict[str, bad_runs.Assignment], list[Run]]:
     """Each arm's replicates at this look under the bad-run policy, and the spare runs still to run (the baseline's

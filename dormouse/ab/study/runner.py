@@ -14,7 +14,7 @@ from rich.console import Console
 
 from dormouse.ab.comparison.binding import bind_registration, busy_runs, ensure_card, refuse_busy
 from dormouse.ab.comparison.registry import ComparisonError
-from dormouse.ab.comparison.runner import machine_problems, run_comparison
+from dormouse.ab.comparison.runner import machine_problems, run_comparison, say_interrupted, stop_on_term
 from dormouse.ab.launchers.request import LaunchRequest
 from dormouse.ab.runs.job import TrainFn
 from dormouse.ab.study.plans import build_point_plans, card_of, study_dir, study_registration
@@ -36,7 +36,7 @@ def run_study(study: RegisteredStudy, overrides: list[str], *, restart: bool = F
                  for line in machine_problems(plan)]:
         raise ComparisonError(lines)
     sdir = study_dir(study, root)
-    with comparison_lock(sdir) as lock:
+    with stop_on_term(lambda: say_interrupted(study.argument, console)), comparison_lock(sdir) as lock:
         if lock.stale_message():
             console.print(f"[yellow]note:[/] {lock.stale_message()}")
         if restart and sdir.exists():  # no point's run is deleted while another process trains it
