@@ -337,7 +337,12 @@ def _unlink_semaphores(pool: ProcessPoolExecutor) -> None:
             name = getattr(getattr(getattr(queue, attr, None), "_semlock", None), "name", None)
             if name is not None:
                 names.add(name)
-    for final in list(util._finalizer_registry.values()):  # each would unlink its name again at collection
+    # CPython's own bookkeeping, private: where a version lacks it, nothing is unlinked and the tracker's
+    # warning is all that is left
+    registry = getattr(util, "_finalizer_registry", None)
+    if registry is None:
+        return
+    for final in list(registry.values()):  # each would unlink its name again at collection
         if getattr(final, "_callback", None) is synchronize.SemLock._cleanup and final._args[0] in names:
             final.cancel()
     for name in names:
