@@ -140,4 +140,37 @@ PERTURBATIONS: list[dict] = [
                "its runs and each one fails at its start, instead of the comparison being refused before any run",
         "protects": "A/B rule",
     },
+    {
+        "name": "composed_config_shared_between_callers",
+        "file": _CONFIG,
+        "function": "compose_config",
+        "old": "        return copy.deepcopy(_COMPOSED[key])\n",
+        "new": "        return _COMPOSED[key]\n",
+        "gates": ["tests/config/test_compose_memo.py::test_a_composed_config_is_the_callers_own_copy"],
+        "why": "the memo hands every caller one config object: a run's name or steps set by one caller (a plan "
+               "naming its runs) become the next caller's, so two runs of a comparison share one config",
+        "protects": "arms' set-up",
+    },
+    {
+        "name": "composed_config_keyed_without_the_preset_files_values",
+        "file": _CONFIG,
+        "function": "compose_config",
+        "old": "tuple(asked), tuple(preset_texts), schema()",
+        "new": "tuple(asked), schema()",
+        "gates": ["tests/config/test_compose_memo.py::test_an_edited_user_preset_file_composes_again"],
+        "why": "an edited preset file (same path) is served from the memo with its old values: a sweep or a "
+               "comparison in one process trains what the file said before the edit",
+        "protects": "arms' set-up",
+    },
+    {
+        "name": "conf_files_signature_by_name_only",
+        "file": _CONFIG,
+        "function": "files_signature",
+        "old": "st.st_mtime_ns, st.st_size))",
+        "new": "0, 0))",
+        "gates": ["tests/config/test_compose_memo.py::test_the_conf_files_signature_moves_with_an_edit"],
+        "why": "the memo's key sees which files conf/ holds, not what they say: an edited preset or default is "
+               "composed as it was",
+        "protects": "arms' set-up",
+    },
 ]
