@@ -188,7 +188,8 @@ def test_two_sources_under_one_arm_name_are_refused_naming_both_and_how_to_choos
 
 
 BUILT_IN_NAME_COMMANDS = [("gr", ["arms"]), ("prenorm", ["validate"]),
-                          ("attnres", ["train", "preset=tiny", "train.steps=1"]), ("rezero", ["ab", "plan", "residual"])]
+                          ("attnres", ["train", "preset=tiny", "train.steps=1"]),
+                          ("rezero", ["ab", "plan", "residual"])]
 
 
 @pytest.mark.parametrize(("name", "command"), BUILT_IN_NAME_COMMANDS, ids=[n for n, _ in BUILT_IN_NAME_COMMANDS])
