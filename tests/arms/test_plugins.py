@@ -184,3 +184,16 @@ def test_a_plugins_recorded_sha256_is_what_the_documented_standard_tools_print(t
     printed = subprocess.run(["bash", "-c", _documented_package_recipe()], cwd=package, capture_output=True,
                              text=True, check=True).stdout
     assert plugin.sha256 == printed.split()[0]
+
+
+def test_a_config_read_beside_a_plugin_whose_option_default_fails_names_the_default(tmp_path: Path) -> None:
+    """A plugin loaded past the CLI's load check (a registration's ``plugins:``, a run's record): a config is
+    refused naming the plugin's default, not as a value the user typed."""
+    path = write_plugin_file(tmp_path, "bad_default_arms", "bdfgate")
+    path.write_text(path.read_text().replace("init: float = 0.0", "init: float = 25.0"))
+    load_plugin(str(path))
+    with pytest.raises(ConfigError) as info:
+        load_config(["preset=tiny"])
+    assert info.value.lines == [
+        "the default of plugin bad_default_arms's option model.bdfgate.init is invalid (model.bdfgate.init=25.0 is "
+        f"invalid: must be within (-20, 20)): change the default in {path.resolve()}"]
