@@ -39,7 +39,7 @@ def same_source(a: Any, b: Any) -> bool:
     return a.__qualname__ == b.__qualname__ and _source_bytes(a) is not None and _source_bytes(a) == _source_bytes(b)
 
 
-class ArmNameTaken(ValueError):
+class ArmNameTaken(DormouseError, ValueError, exit_code=2):
     """A class names itself like another arm: a built-in (``taken`` None when not imported yet) or one of other
     source. The plugin loader says it with both plugins' origins."""
 

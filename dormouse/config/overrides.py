@@ -129,7 +129,7 @@ def check_overrides(overrides: list[str], schema: type, extra_options: dict[str,
             verb = "adds a key" if o.is_add() else "sets an unknown key"
             hint = _suggest(key, known)
             if key.startswith("model.") and switch_arm(key):  # an arm's switch: its plugin may not be loaded
-                hint = (hint[:-1] + " or " if did_you_mean(key, known) else "; ") + PLUGIN_HINT
+                hint = f"{hint} Or {PLUGIN_HINT}" if did_you_mean(key, known) else f"; {PLUGIN_HINT}"
             lines.append(f"override {text!r} {verb}: {key!r} is not in dormouse's config{hint}")
             continue
         if o.is_add():
