@@ -197,3 +197,18 @@ def test_a_config_read_beside_a_plugin_whose_option_default_fails_names_the_defa
     assert info.value.lines == [
         "the default of plugin bad_default_arms's option model.bdfgate.init is invalid (model.bdfgate.init=25.0 is "
         f"invalid: must be within (-20, 20)): change the default in {path.resolve()}"]
+
+
+def test_an_arm_installed_as_the_module_its_file_is_named_after_is_that_file(tmp_path: Path) -> None:
+    """The package installs the researcher's ``hwmod.py`` as the top-level module ``hwmod`` (same bytes): the
+    file named again (--plugin, a run's record) is the installed plugin, not a module name taken."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "hwmod.py").write_text(arm_source("hwmodgate"))
+    info = site / "dormouse_hwmod-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: dormouse-hwmod\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[{plugins.ENTRY_POINT_GROUP}]\nhwmodgate = hwmod\n")
+    sys.path.insert(0, str(site))
+    installed = next(p for p in activate() if p.module == "hwmod")
+    assert load_plugin(str(write_plugin_file(tmp_path / "work", "hwmod", "hwmodgate"))) is installed

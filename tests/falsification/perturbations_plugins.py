@@ -127,6 +127,17 @@ PERTURBATIONS += [
         "protects": "arms' set-up",
     },
     {
+        "name": "installed_module_of_the_files_bytes_is_a_name_taken",
+        "file": _PLUGINS,
+        "function": "_load_file",
+        "old": " and not _same_bytes(present_file, path)",
+        "new": "",
+        "gates": [_T + "test_an_arm_installed_as_the_module_its_file_is_named_after_is_that_file"],
+        "why": "a package that installs the researcher's arm file as a module of its name refuses that file "
+               "everywhere it is named (--plugin, a registration, a run's record) as a module name taken",
+        "protects": "arms' set-up",
+    },
+    {
         "name": "built_in_name_refused_only_once_the_built_ins_are_imported",
         "file": _REGISTRY,
         "function": "register_arm",
