@@ -16,11 +16,24 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from dormouse.arms.registry import defined_arm_classes, unregister_arm
+from dormouse.arms.registry import (
+    BUILTIN_ARMS,
+    ArmNameTaken,
+    arms_of_module,
+    defined_arm_classes,
+    forget_module,
+    source_file,
+    unregister_arm,
+)
 from dormouse.errors import DormouseError
 
 ENTRY_POINT_GROUP = "dormouse.arms"
 ENV_VAR = "DORMOUSE_PLUGINS"
+# What to do about an arm name no loaded code defines, said wherever one is refused (a saved config's switch, a
+# typed override).
+PLUGIN_HINT = (f"is it a plugin arm? load it with --plugin FILE (or {ENV_VAR}), or install the package that "
+               f"declares it under the `{ENTRY_POINT_GROUP}` entry points; `dormouse arms` lists the arms this "
+               "command knows")
 
 
 class PluginError(DormouseError, ValueError, exit_code=2):
@@ -56,37 +69,51 @@ def plugin_of_arm(arm: str) -> Plugin | None:
     return next((p for p in _LOADED.values() if arm in p.arms), None)
 
 
-def source_files(module_file: Path) -> list[Path]:
-    """A plugin's source files: the file, or every ``*.py`` of a package's folder."""
-    if module_file.name == "__init__.py":
-        return sorted(p for p in module_file.parent.rglob("*.py") if "__pycache__" not in p.parts)
-    return [module_file]
+def plugin_of_module(module: str) -> Plugin | None:
+    """The loaded plugin ``module`` (None when not loaded)."""
+    return _LOADED.get(module)
 
 
-def source_sha256(module_file: Path) -> str:
-    """One sha256 over a plugin's source files (their paths relative to the plugin, and their bytes)."""
-    root = module_file.parent
-    h = hashlib.sha256()
-    for path in source_files(module_file):
-        h.update(f"{path.relative_to(root).as_posix()}\n".encode())
-        h.update(hashlib.sha256(path.read_bytes()).digest())
-    return h.hexdigest()
+def source_files(module: str, module_file: Path) -> dict[str, Path]:
+    """A plugin's source files by path relative to its root: a lone module's file; for a module inside a package,
+    every ``*.py`` of its top-level package (subpackages included), since any of them may compute the arm."""
+    depth = module.count(".") + (module_file.name == "__init__.py")
+    if not depth:
+        return {module_file.name: module_file}
+    root = module_file.parents[depth - 1]
+    return {p.relative_to(root).as_posix(): p for p in sorted(root.rglob("*.py")) if "__pycache__" not in p.parts}
 
 
-def _arms_of(module_name: str) -> tuple[str, ...]:
-    return tuple(name for name, cls in defined_arm_classes().items()
-                 if cls.__module__ == module_name or cls.__module__.startswith(module_name + "."))
+def file_digests(module: str, module_file: Path) -> dict[str, str]:
+    """``relative path -> sha256`` of a plugin's source files as they are now (a file gone is left out)."""
+    return {rel: hashlib.sha256(path.read_bytes()).hexdigest()
+            for rel, path in source_files(module, module_file).items() if path.is_file()}
+
+
+def combined_sha256(module: str, digests: dict[str, str]) -> str:
+    """A plugin's sha256 from its files' (:func:`file_digests`): a lone module's is its file's, as ``sha256sum``
+    prints it; a package's is the sha256 of ``sha256sum``'s lines for its files (``<sha256>  ./<path>``) in byte
+    order of the path, the recipe in docs/arms.md."""
+    if "." not in module and list(digests) == [f"{module}.py"]:
+        return digests[f"{module}.py"]
+    lines = "".join(f"{digests[rel]}  ./{rel}\n" for rel in sorted(digests, key=lambda rel: rel.encode()))
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def source_sha256(module: str, module_file: Path) -> str:
+    """The sha256 a run records for a plugin (:func:`combined_sha256`), read now."""
+    return combined_sha256(module, file_digests(module, module_file))
 
 
 def _finish(module: Any, origin: str, label: str, spec: str = "") -> Plugin:
     """The loaded module as a :class:`Plugin`; refused when it defines no arm."""
-    arms = _arms_of(module.__name__)
+    arms = arms_of_module(module.__name__)
     if not arms:
         sys.modules.pop(module.__name__, None)  # a later load of a corrected file imports it afresh
         raise PluginError(f"plugin {label} ({origin}) defines no arm: it must define a subclass of "
                           "dormouse.arms.base.ResidualArm with its own `name` (docs/arms.md)")
     file = Path(module.__file__ or "").resolve()
-    plugin = Plugin(module.__name__, str(file), source_sha256(file), origin, arms, spec)
+    plugin = Plugin(module.__name__, str(file), source_sha256(module.__name__, file), origin, arms, spec)
     _LOADED[module.__name__] = plugin
     return plugin
 
@@ -103,9 +130,36 @@ def _import(label: str, origin: str, do_import: Any, module_name: str) -> Any:
             raise
         for name in set(defined_arm_classes()) - before:
             unregister_arm(name)
+        forget_module(module_name)
+        if isinstance(exc, ArmNameTaken):
+            message = _name_taken(exc, label, origin)  # reads the file of a module not yet forgotten
+        else:
+            why = str(exc).splitlines()[0] if str(exc) else ""
+            message = f"plugin {label} ({origin}) failed to import: {type(exc).__name__}: {why}"
         sys.modules.pop(module_name, None)
-        why = str(exc).splitlines()[0] if str(exc) else ""
-        raise PluginError(f"plugin {label} ({origin}) failed to import: {type(exc).__name__}: {why}") from None
+        raise PluginError(message) from None
+
+
+def _name_taken(exc: ArmNameTaken, label: str, origin: str) -> str:
+    """A plugin arm's name is taken: by a built-in (the plugin renames its arm), or by another plugin's arm of
+    other source (load one of the two, or rename one)."""
+    this = f"plugin {label} ({origin}; module {exc.cls.__module__}, file {source_file(exc.cls)})"
+    if exc.name in BUILTIN_ARMS:
+        return (f"{this}: its arm {exc.cls.__qualname__} is named {exc.name!r}, which is taken by dormouse's "
+                f"built-in arm {exc.name!r}; the plugin must choose another name (its class's `name`)")
+    other = plugin_of_arm(exc.name)
+    how = f"{other.origin}; " if other else ""
+    return (f"{this} defines arm {exc.name!r}, which {exc.taken.__module__} ({how}file {source_file(exc.taken)}) "
+            "already defines from other source: load only one of them (drop a --plugin, a "
+            f"{ENV_VAR} entry or a registration's `plugins:` entry, or `pip uninstall` the package that "
+            "installs one), or rename one of the two arms")
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    try:
+        return a.is_file() and a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False
 
 
 def _load_file(path: Path, origin: str, label: str) -> Plugin:
@@ -118,7 +172,8 @@ def _load_file(path: Path, origin: str, label: str) -> Plugin:
                           "Python identifier (letters, digits, _)")
     present = sys.modules.get(name)
     if present is not None:
-        if Path(getattr(present, "__file__", "") or "").resolve() != path:
+        present_file = Path(getattr(present, "__file__", "") or "").resolve()
+        if present_file != path and not _same_bytes(present_file, path):  # the same source: one plugin
             raise PluginError(f"plugin {label} ({origin}): the module name {name!r} is already taken by "
                               f"{getattr(present, '__file__', None) or 'a built-in module'}; rename {path.name}")
         return _LOADED.get(name) or _finish(present, origin, label, str(path))

@@ -4,7 +4,9 @@ import no torch; a ResidualArm subclass with its own ``name`` registers itself w
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any, overload
 
 from dormouse.errors import DormouseError
@@ -16,18 +18,57 @@ DEFAULT_ARM = "rezero"  # the arm no switch selects; its class declares default=
 BUILTIN_PACKAGE = "dormouse.arms"  # a class defined in a module under it is a built-in arm
 
 _REGISTRY: dict[str, Any] = {}  # name -> ResidualArm subclass, in definition order
+_SAME: dict[str, list[Any]] = {}  # name -> further classes of the registered arm's exact source (another route)
+
+
+def source_file(cls: Any) -> str:
+    """The file that defines ``cls`` ("" when its module has none)."""
+    return str(getattr(sys.modules.get(cls.__module__), "__file__", None) or "")
+
+
+def _source_bytes(cls: Any) -> bytes | None:
+    try:
+        return Path(source_file(cls)).read_bytes() if source_file(cls) else None
+    except OSError:
+        return None
+
+
+def same_source(a: Any, b: Any) -> bool:
+    """One arm reached by two routes (a plugin file and the package that installs it): one class name, and the
+    files defining them hold the same bytes."""
+    return a.__qualname__ == b.__qualname__ and _source_bytes(a) is not None and _source_bytes(a) == _source_bytes(b)
+
+
+class ArmNameTaken(DormouseError, ValueError, exit_code=2):
+    """A class names itself like another arm: a built-in (``taken`` None when not imported yet) or one of other
+    source. The plugin loader says it with both plugins' origins."""
+
+    def __init__(self, name: str, cls: Any, taken: Any) -> None:
+        self.name, self.cls, self.taken = name, cls, taken
+        if name in BUILTIN_ARMS:
+            why = f"arm name {name!r} is taken by dormouse's built-in arm {name!r}"
+        else:
+            why = f"arm name {name!r} is taken by {taken.__qualname__} ({taken.__module__}, {source_file(taken)})"
+        super().__init__(f"{why}: {cls.__qualname__} ({cls.__module__}, {source_file(cls)}) must choose another name")
 
 
 def register_arm(cls: Any) -> None:
-    """Enter ``cls`` when it is defined; refuses a taken name, a second default arm, and an undeclared built-in."""
+    """Enter ``cls`` when it is defined; refuses a built-in's name outside dormouse.arms, a name taken by other
+    source, a second default arm, and an undeclared built-in. The same source again joins the arm it is."""
     name = cls.name
-    if name in _REGISTRY and _REGISTRY[name] is not cls:
-        raise ValueError(f"arm name {name!r} is already registered by {_REGISTRY[name].__qualname__}: "
-                         f"choose another name for {cls.__qualname__}")
+    builtin = cls.__module__.startswith(BUILTIN_PACKAGE + ".")
+    if name in BUILTIN_ARMS and not builtin:  # refused even before the built-ins are imported
+        raise ArmNameTaken(name, cls, _REGISTRY.get(name))
+    taken = _REGISTRY.get(name)
+    if taken is not None and taken is not cls:
+        if not same_source(taken, cls):
+            raise ArmNameTaken(name, cls, taken)
+        _SAME.setdefault(name, []).append(cls)
+        return
     if bool(cls.default) != (name == DEFAULT_ARM):
         raise ValueError(f"{cls.__qualname__} declares default={bool(cls.default)} but {DEFAULT_ARM} is the "
                          "default arm (dormouse.arms.registry.DEFAULT_ARM)")
-    if cls.__module__.startswith(BUILTIN_PACKAGE + ".") and name not in BUILTIN_ARMS:
+    if builtin and name not in BUILTIN_ARMS:
         raise ValueError(f"{cls.__qualname__} ({cls.__module__}) is a built-in arm named {name!r} that "
                          "dormouse.arms.registry.BUILTIN_ARMS does not declare: add it there, in its place")
     _REGISTRY[name] = cls
@@ -36,6 +77,23 @@ def register_arm(cls: Any) -> None:
 def unregister_arm(name: str) -> None:
     """Remove an arm (for tests that define a throw-away arm)."""
     _REGISTRY.pop(name, None)
+    _SAME.pop(name, None)
+
+
+def forget_module(module: str) -> None:
+    """Drop the further classes a module (or its submodules) gave an arm: an import that failed leaves none."""
+    for classes in _SAME.values():
+        classes[:] = [c for c in classes if not _in_module(c, module)]
+
+
+def _in_module(cls: Any, module: str) -> bool:
+    return bool(cls.__module__ == module or cls.__module__.startswith(module + "."))
+
+
+def arms_of_module(module: str) -> tuple[str, ...]:
+    """The arms ``module`` (or a submodule) defines, a class of the registered arm's exact source included."""
+    return tuple(name for name, cls in defined_arm_classes().items()
+                 if any(_in_module(c, module) for c in (cls, *_SAME.get(name, ()))))
 
 
 def arm_names() -> tuple[str, ...]:
@@ -121,6 +179,13 @@ class UnknownArmError(DormouseError, ValueError, exit_code=2):
     """
 
 
+def switch_arm(key: str) -> str | None:
+    """The arm a switch key (``use_<name>``, ``model.use_<name>``) names; None for another key."""
+    leaf = key.removeprefix("model.")
+    prefix = arm_switch("")
+    return leaf[len(prefix):] if leaf.startswith(prefix) and "." not in leaf and len(leaf) > len(prefix) else None
+
+
 def unknown_switches(model_cfg: Any) -> list[str]:
     """The ``use_<name>`` keys of ``model_cfg`` that are on but select no registered arm."""
     known = {arm_switch(name) for name in arm_names()}
@@ -133,10 +198,10 @@ def model_arm(model_cfg: Any) -> str:
     """The arm whose switch is on, else the default; a switch for an unregistered arm is :class:`UnknownArmError`."""
     unknown = unknown_switches(model_cfg)
     if unknown:
-        raise UnknownArmError(f"model.{unknown[0]}=true selects arm {unknown[0][len('use_'):]!r}, which no loaded "
-                              "code defines: load the plugin that defines it (--plugin FILE, DORMOUSE_PLUGINS, "
-                              "or an installed package's `dormouse.arms` entry point); `dormouse arms` lists "
-                              "the arms this command knows")
+        from dormouse.arms.plugins import PLUGIN_HINT  # the plugin loader owns how a plugin is loaded
+
+        raise UnknownArmError(f"model.{unknown[0]}=true selects arm {switch_arm(unknown[0])!r}, which no loaded "
+                              f"code defines: {PLUGIN_HINT}")
     chosen = selected_arms(model_cfg)
     return chosen[0] if chosen else default_arm()
 

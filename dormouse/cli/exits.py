@@ -47,9 +47,15 @@ CTRL_C_EXIT = 130
 def load_plugins(ctx: click.Context) -> None:
     """Load the entry points, DORMOUSE_PLUGINS and the root's ``--plugin`` values: the first thing every command
     that reads arms does, before it reads a config (a plugin arm's switch is in the schema)."""
-    from dormouse.arms.plugins import activate  # the arms import torch: only when a command starts
+    from dormouse.arms.plugins import PluginError, activate  # the arms import torch: only when a command starts
+    from dormouse.arms.registry import defined_arm_classes
+    from dormouse.config.schema import option_default_problems
 
-    activate(ctx.find_root().params.get("plugin") or [])
+    loaded = activate(ctx.find_root().params.get("plugin") or [])
+    classes = defined_arm_classes()
+    bad = [line for plugin in loaded for arm in plugin.arms for line in option_default_problems(classes[arm])]
+    if bad:  # refused at load, whether or not the arm is selected: no command could validate a config
+        raise PluginError("; ".join(bad))
 
 
 def exit_code_of(exc: DormouseError | KeyboardInterrupt, console: Console = err) -> int:

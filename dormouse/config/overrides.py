@@ -12,6 +12,9 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from dormouse.arms.plugins import PLUGIN_HINT
+from dormouse.arms.registry import switch_arm
+
 GROUPS = ("preset",)  # Hydra config groups under conf/; every other key is a schema field
 
 
@@ -124,7 +127,10 @@ def check_overrides(overrides: list[str], schema: type, extra_options: dict[str,
             continue
         if key not in known and key not in nodes:
             verb = "adds a key" if o.is_add() else "sets an unknown key"
-            lines.append(f"override {text!r} {verb}: {key!r} is not in dormouse's config{_suggest(key, known)}")
+            hint = _suggest(key, known)
+            if key.startswith("model.") and switch_arm(key):  # an arm's switch: its plugin may not be loaded
+                hint = f"{hint} Or {PLUGIN_HINT}" if did_you_mean(key, known) else f"; {PLUGIN_HINT}"
+            lines.append(f"override {text!r} {verb}: {key!r} is not in dormouse's config{hint}")
             continue
         if o.is_add():
             lines.append(f"override {text!r} adds a key, but {key} exists: dormouse's config is closed; "

@@ -435,8 +435,31 @@ def _arm_problems(m: Any) -> list[str]:
             f"set at most one of {', '.join(switches)} (all false = {default_arm()})"
         )
     for name, cls in classes.items():
-        lines += cls.config_problems(m, selected=name in chosen or (not chosen and cls.default))
+        # an option whose default fails the arm's own check is the plugin's defect, not the user's value
+        lines += option_default_problems(cls) or cls.config_problems(
+            m, selected=name in chosen or (not chosen and cls.default))
     return lines
+
+
+@functools.cache
+def option_default_problems(cls: type) -> tuple[str, ...]:
+    """One line per problem a plugin arm's own check finds in its options' defaults (the default model config,
+    the arm selected or not), naming the plugin and the option: refused when the plugin loads, as a value no
+    user typed. None for a built-in arm (tests/config checks theirs)."""
+    from dormouse.arms.plugins import plugin_of_arm
+    from dormouse.arms.registry import BUILTIN_ARMS, source_file
+
+    if cls.name in BUILTIN_ARMS or not cls.options:
+        return ()
+    defaults = OmegaConf.structured(fields_of(schema())["model"])
+    found = dict.fromkeys([*cls.config_problems(defaults, selected=False),
+                           *cls.config_problems(defaults, selected=True)])
+    plugin = plugin_of_arm(cls.name)
+    module, file = (plugin.module, plugin.file) if plugin else (cls.__module__, source_file(cls))
+    keys = [f"model.{cls.name}.{f.name}" for f in dataclass_fields(cls.options)]
+    return tuple(f"the default of plugin {module}'s option "
+                 f"{' / '.join(k for k in keys if k in line) or ' / '.join(keys)} is invalid ({line}): change the "
+                 f"default in {file}" for line in found)
 
 
 def load_config(overrides: list[str] | None = None) -> DictConfig:

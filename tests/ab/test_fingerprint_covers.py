@@ -156,3 +156,23 @@ def test_every_source_file_of_a_package_plugin_is_covered(tmp_path: Path, monkey
     before = fingerprint.compute()
     (package / "gate.py").write_text(arm_source("fp_pkg") + "# tuned\n")
     assert fingerprint.differences(before, fingerprint.compute()) == ["changed: plugin/fp_pkg_plugin/gate.py"]
+
+
+@pytest.mark.usefixtures("forget_plugins")
+def test_an_edit_anywhere_in_a_packaged_plugins_package_is_covered(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """An entry point names a module inside a package (``pkg.arms``); the arm may use any module of the package,
+    a subpackage's included, so an edit in any of them is a change of the plugin, seen and recorded."""
+    package = tmp_path / "fp_sub_plugin"
+    (package / "gates").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "gates" / "__init__.py").write_text("")
+    (package / "gates" / "shape.py").write_text("SCALE = 1.0\n")
+    (package / "arms.py").write_text(arm_source("fp_sub"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plugin = plugins.load_plugin("fp_sub_plugin.arms", "test")
+    before = fingerprint.compute()
+    (package / "gates" / "shape.py").write_text("SCALE = 2.0\n")
+    assert fingerprint.differences(before, fingerprint.compute()) == [
+        "changed: plugin/fp_sub_plugin.arms/gates/shape.py"]
+    assert plugins.source_sha256(plugin.module, Path(plugin.file)) != plugin.sha256

@@ -4,6 +4,7 @@ refused in one line that names it, leaving nothing half-registered; what a run r
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from pathlib import Path
@@ -93,7 +94,7 @@ def test_a_plugin_that_fails_after_defining_an_arm_leaves_no_arm_behind(tmp_path
 def test_a_plugin_arm_whose_name_clashes_is_refused_naming_both(tmp_path: Path) -> None:
     path = tmp_path / "clash_arms.py"
     path.write_text(arm_source("gr"))  # the built-in GR's name
-    with pytest.raises(PluginError, match=r"clash_arms\.py.*'gr' is already registered by GatedResidual"):
+    with pytest.raises(PluginError, match=r"clash_arms\.py.*'gr', which is taken by dormouse's built-in arm 'gr'"):
         load_plugin(str(path))
     assert arm_classes()["gr"].__module__ == "dormouse.arms.gr"
 
@@ -109,7 +110,8 @@ def test_a_run_records_its_plugin_and_a_reader_loads_it_again(tmp_path: Path) ->
     path = write_plugin_file(tmp_path, "rec_arms", "recgate")
     load_plugin(str(path))
     records = records_for("recgate")
-    assert records == [{"module": "rec_arms", "file": str(path.resolve()), "sha256": plugins.source_sha256(path)}]
+    sha256sum = hashlib.sha256(path.read_bytes()).hexdigest()  # what `sha256sum rec_arms.py` prints
+    assert records == [{"module": "rec_arms", "file": str(path.resolve()), "sha256": sha256sum}]
     assert records_for("gr") == []
     # another process: nothing loaded yet
     del plugins._LOADED["rec_arms"]
@@ -154,3 +156,59 @@ def test_a_switch_for_an_arm_no_code_defines_is_refused_not_read_as_the_default(
 def test_plugin_options_anywhere_on_the_line_move_in_front_of_the_command(argv: list[str],
                                                                          expected: list[str]) -> None:
     assert plugins_first(argv) == expected
+
+
+def _documented_package_recipe() -> str:
+    """The shell line docs/arms.md gives for a package plugin's sha256 (run in the package's folder)."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "arms.md").read_text()
+    (line,) = [ln.strip() for ln in doc.splitlines() if ln.strip().startswith("find . -name '*.py'")]
+    return line
+
+
+def test_a_plugins_recorded_sha256_is_what_the_documented_standard_tools_print(tmp_path: Path) -> None:
+    """The sha256 a run records and a refusal quotes is checkable without dormouse: ``sha256sum`` of a file
+    plugin; for a package (a subpackage included), docs/arms.md's recipe, run in its folder."""
+    import subprocess
+
+    path = write_plugin_file(tmp_path, "sum_arms", "sumgate")
+    printed = subprocess.run(["sha256sum", str(path)], capture_output=True, text=True, check=True).stdout
+    assert load_plugin(str(path)).sha256 == printed.split()[0]
+    package = tmp_path / "site" / "sum_pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "helpers.py").write_text("K = 3\n")
+    (package / "arms.py").write_text(arm_source("sumpkg"))
+    sys.path.insert(0, str(tmp_path / "site"))
+    plugin = load_plugin("sum_pkg.arms")
+    printed = subprocess.run(["bash", "-c", _documented_package_recipe()], cwd=package, capture_output=True,
+                             text=True, check=True).stdout
+    assert plugin.sha256 == printed.split()[0]
+
+
+def test_a_config_read_beside_a_plugin_whose_option_default_fails_names_the_default(tmp_path: Path) -> None:
+    """A plugin loaded past the CLI's load check (a registration's ``plugins:``, a run's record): a config is
+    refused naming the plugin's default, not as a value the user typed."""
+    path = write_plugin_file(tmp_path, "bad_default_arms", "bdfgate")
+    path.write_text(path.read_text().replace("init: float = 0.0", "init: float = 25.0"))
+    load_plugin(str(path))
+    with pytest.raises(ConfigError) as info:
+        load_config(["preset=tiny"])
+    assert info.value.lines == [
+        "the default of plugin bad_default_arms's option model.bdfgate.init is invalid (model.bdfgate.init=25.0 is "
+        f"invalid: must be within (-20, 20)): change the default in {path.resolve()}"]
+
+
+def test_an_arm_installed_as_the_module_its_file_is_named_after_is_that_file(tmp_path: Path) -> None:
+    """The package installs the researcher's ``hwmod.py`` as the top-level module ``hwmod`` (same bytes): the
+    file named again (--plugin, a run's record) is the installed plugin, not a module name taken."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "hwmod.py").write_text(arm_source("hwmodgate"))
+    info = site / "dormouse_hwmod-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: dormouse-hwmod\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[{plugins.ENTRY_POINT_GROUP}]\nhwmodgate = hwmod\n")
+    sys.path.insert(0, str(site))
+    installed = next(p for p in activate() if p.module == "hwmod")
+    assert load_plugin(str(write_plugin_file(tmp_path / "work", "hwmod", "hwmodgate"))) is installed

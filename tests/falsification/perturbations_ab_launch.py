@@ -144,8 +144,8 @@ PERTURBATIONS: list[dict] = [
         "name": "code_compared_by_commit_not_fingerprint",
         "file": _REGISTRATION,
         "function": "check_same_code",
-        "old": "            elif old.sha256 != code.sha256:\n",
-        "new": "            elif old.commit != code.commit:\n",
+        "old": "            if old is None or old.sha256 != code.sha256:\n",
+        "new": "            if old is None or old.commit != code.commit:\n",
         "gates": [_A + "test_runs_computed_by_other_code_are_refused_until_restart"],
         "why": "the comparison compares commits, not what computes a run: an uncommitted edit (the commit "
                "stays 'sha+dirty') adds runs computed by other code to a resumed comparison",

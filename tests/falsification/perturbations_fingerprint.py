@@ -25,9 +25,8 @@ PERTURBATIONS: list[dict] = [
         "name": "fingerprint_takes_plugin_hash_from_load_time",
         "file": _FP,
         "function": "plugin_digests",
-        "old": "        for path in source_files(module_file):\n",
-        "new": "        out[f\"plugin/{plugin.module}/{module_file.name}\"] = plugin.sha256\n"
-               "        for path in []:\n",
+        "old": "        digests = file_digests(plugin.module, Path(plugin.file))\n",
+        "new": "        digests = {Path(plugin.file).name: plugin.sha256}\n",
         "gates": [_C + "test_a_loaded_plugin_file_is_covered_and_an_edit_since_loading_is_named"],
         "why": "the fingerprint takes a plugin's sha256 from when it was loaded: a long-lived process (the "
                "comparison's driver) does not see the plugin edited since, and its jobs run the new source",
@@ -35,10 +34,11 @@ PERTURBATIONS: list[dict] = [
     },
     {
         "name": "fingerprint_hashes_only_a_plugin_package_init",
-        "file": _FP,
-        "function": "plugin_digests",
-        "old": "        for path in source_files(module_file):\n",
-        "new": "        for path in [module_file]:\n",
+        "file": "dormouse/arms/plugins.py",
+        "function": "source_files",
+        "old": "    return {p.relative_to(root).as_posix(): p for p in sorted(root.rglob(\"*.py\")) if \"__pycache__\" "
+               "not in p.parts}\n",
+        "new": "    return {module_file.relative_to(root).as_posix(): module_file}\n",
         "gates": [_C + "test_every_source_file_of_a_package_plugin_is_covered"],
         "why": "a plugin package's modules other than its __init__.py are not in the fingerprint: the arm "
                "defined in one of them can change unseen",

@@ -135,7 +135,7 @@ PERTURBATIONS: list[dict] = [
         "name": "undeclared_builtin_arm_accepted",
         "file": _ARM_REGISTRY,
         "function": "register_arm",
-        "old": "    if cls.__module__.startswith(BUILTIN_PACKAGE + \".\") and name not in BUILTIN_ARMS:\n",
+        "old": "    if builtin and name not in BUILTIN_ARMS:\n",
         "new": "    if False:\n",
         "gates": [_NAMES + "test_a_builtin_arm_the_registry_does_not_declare_is_refused"],
         "why": "a new built-in arm defined without its name in BUILTIN_ARMS registers after the plugins' arms "

@@ -304,6 +304,29 @@ def test_runs_computed_by_other_code_are_refused_until_restart(tmp_path: Path, r
     assert json.loads((out / "results.json").read_text())["code"]["fingerprints"] == ["f" * 64]
 
 
+def test_runs_computed_by_another_plugin_source_say_to_restore_it_by_its_sha256(
+        tmp_path: Path, registry: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plugin lies outside dormouse's repository, so a checkout of the runs' commit cannot bring its source
+    back: the refusal gives the sha256 of the source the runs used (``sha256sum`` of a file plugin) and the way
+    on, restoring it or registering a new comparison."""
+    from dormouse.ab.comparison import fingerprint
+
+    real = fingerprint.compute()
+    then = fingerprint.Fingerprint("a" * 64, real.torch, real.python, real.commit,
+                                   {**real.files, "plugin/my_arms/my_arms.py": "1" * 64})
+    monkeypatch.setattr(fingerprint, "compute", lambda: then)
+    run(registry, tmp_path / "ab", FakeTrain(stop_at={"gr-s3": 10}))
+    edited = fingerprint.Fingerprint("b" * 64, real.torch, real.python, real.commit,
+                                     {**real.files, "plugin/my_arms/my_arms.py": "2" * 64})
+    monkeypatch.setattr(fingerprint, "compute", lambda: edited)
+    with pytest.raises(ComparisonError) as info:
+        run(registry, tmp_path / "ab", FakeTrain())
+    way_on = info.value.lines[-1]
+    assert "changed: plugin/my_arms/my_arms.py" in info.value.lines[1]
+    assert "restore plugin my_arms's source" in way_on and "sha256 is " + "1" * 64 in way_on
+    assert "register a new comparison" in way_on and "git worktree" not in way_on
+
+
 def test_the_code_fingerprint_covers_the_configs_where_the_installed_package_has_them(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The configs a run is composed from are part of what computes it, read where the installed dormouse.conf

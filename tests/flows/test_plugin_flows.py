@@ -150,3 +150,77 @@ def test_an_installed_packages_arm_needs_no_option_anywhere(tmp_path: Path) -> N
     ok(dormouse(["ab", "study.yaml", "--root", "ab", "--launcher", "slurm", "launcher.cluster=local"], work, site))
     results = json.loads((work / "ab" / "pstudy" / "results.json").read_text())
     assert [p["module"] for p in results["code"]["plugins"]] == ["gatepkg.arms"]
+
+
+# --- one arm by two routes, names taken, defaults and switches no loaded code knows -----------------------------
+
+
+def test_an_arm_from_its_file_and_from_its_installed_package_is_one_arm(tmp_path: Path) -> None:
+    """A researcher packages the arm file they trained with (same bytes, now also an entry point): the runs,
+    registrations and --plugin lines made from the file still work beside the installed package."""
+    site, work = tmp_path / "site", tmp_path / "research"
+    write_plugin_file(work, "highway", "highway")
+    ok(dormouse(["train", "--plugin", "highway.py", "model.use_highway=true", *TINY, "train.steps=2",
+                 "train.eval_every=2", "run.name=h"], work))
+    (work / "study.yaml").write_text(STUDY.format(name="hstudy", arm="highway", fixed=", ".join(TINY),
+                                                  plugins="plugins: [highway.py]\n"))
+    write_plugin_package(site, "hwpkg", "highway", dist="dormouse-highway")
+    assert (site / "hwpkg" / "arms.py").read_bytes() == (work / "highway.py").read_bytes()
+    assert "arm=highway" in ok(dormouse(["eval", "runs/h"], work, site))
+    ok(dormouse(["logs", "runs/h"], work, site))
+    assert "use_highway: true" in ok(dormouse(["--plugin", "highway.py", "validate", "model.use_highway=true"],
+                                             work, site))
+    ok(dormouse(["ab", "plan", "study.yaml", "--root", "ab"], work, site))
+    status = dormouse(["ab", "status", "study.yaml", "--root", "ab"], work, site)  # read; nothing started yet
+    assert "hstudy: not started" in status.output and "plugin" not in status.output, status.output
+
+
+def test_two_sources_under_one_arm_name_are_refused_naming_both_and_how_to_choose(tmp_path: Path) -> None:
+    site, work = tmp_path / "site", tmp_path / "research"
+    write_plugin_file(work, "highway", "highway")
+    package = write_plugin_package(site, "hwpkg", "highway", dist="dormouse-highway")
+    with (package / "arms.py").open("a") as f:
+        f.write("\n# tuned in the package only\n")
+    line = refused(dormouse(["--plugin", "highway.py", "validate", "model.use_highway=true"], work, site))
+    for words in ("arm 'highway'", "module highway", str((work / "highway.py").resolve()), "hwpkg.arms",
+                  str((package / "arms.py").resolve()), "dormouse-highway", "drop a --plugin", "pip uninstall"):
+        assert words in line, (words, line)
+
+
+BUILT_IN_NAME_COMMANDS = [("gr", ["arms"]), ("prenorm", ["validate"]),
+                          ("attnres", ["train", "preset=tiny", "train.steps=1"]),
+                          ("rezero", ["ab", "plan", "residual"])]
+
+
+@pytest.mark.parametrize(("name", "command"), BUILT_IN_NAME_COMMANDS, ids=[n for n, _ in BUILT_IN_NAME_COMMANDS])
+def test_a_plugin_arm_named_like_a_built_in_is_refused_in_one_line(tmp_path: Path, name: str,
+                                                                   command: list[str]) -> None:
+    """In a fresh process the plugin loads before the built-in arms are imported: still one line, exit 2."""
+    import subprocess
+
+    write_plugin_file(tmp_path, "my_arms", name)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+           "DORMOUSE_PLUGINS": ""}
+    done = subprocess.run([sys.executable, "-m", "dormouse", "--plugin", "my_arms.py", *command], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1 and len(errors) == 1, done.stderr[-3000:]
+    for words in (f"taken by dormouse's built-in arm {name!r}", "the plugin must choose another name",
+                  "my_arms.py", "module my_arms"):
+        assert words in errors[0], (words, errors[0])
+
+
+def test_a_plugin_option_whose_default_fails_its_check_is_refused_at_load_naming_it(tmp_path: Path) -> None:
+    path = write_plugin_file(tmp_path, "bad_default", "bdgate")
+    path.write_text(path.read_text().replace("init: float = 0.0", "init: float = 25.0"))
+    for command in (["validate"], ["arms"], ["validate", "model.use_bdgate=true", "model.bdgate.init=1"]):
+        line = refused(dormouse(["--plugin", "bad_default.py", *command], tmp_path))
+        assert line.startswith("error: the default of plugin bad_default's option model.bdgate.init is invalid"), line
+        assert "must be within (-20, 20)" in line and str(path.resolve()) in line
+
+
+def test_a_switch_for_an_arm_no_loaded_code_defines_says_it_may_be_a_plugin(tmp_path: Path) -> None:
+    from dormouse.arms.plugins import PLUGIN_HINT
+
+    line = refused(dormouse(["validate", "model.use_highway=true"], tmp_path))
+    assert "model.use_highway" in line and PLUGIN_HINT in line and "--plugin FILE" in line

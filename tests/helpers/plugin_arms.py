@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from dormouse.arms import plugins
+from dormouse.arms import builtin, plugins  # noqa: F401  (built-ins registered before the arms are read)
 from dormouse.arms.registry import arm_classes, unregister_arm
 
 # The shipped example plugin (docs/arms.md walks through it): the scalar gate, arm `sgate`.

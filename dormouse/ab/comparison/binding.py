@@ -20,6 +20,7 @@ from dormouse.ab.comparison.plan import ComparisonPlan
 from dormouse.ab.comparison.registry import PROTOCOL, ComparisonError, Registered
 from dormouse.ab.rule.sequential import DesignCard, design_card
 from dormouse.ab.runs.job import recorded_fingerprints
+from dormouse.arms.plugins import combined_sha256, plugin_of_module
 from dormouse.run.checkpoint import atomic_write_text
 from dormouse.run.files import DESIGN, LOCK, REGISTRATION, ComparisonFiles
 from dormouse.run.lock import is_locked
@@ -123,29 +124,49 @@ def registration_state(comp_dir: Path, reg: Registered, overrides: list[str]) ->
 def check_same_code(plan: ComparisonPlan, code: fingerprint.Fingerprint) -> None:
     """Refuse to add runs computed by other code than the comparison's runs so far, from the fingerprint every
     started run recorded (dormouse/ab/runs/job.py)."""
-    differing: dict[str, tuple[str, list[str]]] = {}  # run -> (its commit, what differs)
+    differing: dict[str, fingerprint.Fingerprint | None] = {}  # run -> the fingerprint it recorded
     for run in plan.all_runs:
         if not run.run_dir.exists():
             continue
         for rec in recorded_fingerprints(plan.comp_dir, run.name) or [None]:
             old = fingerprint.Fingerprint.from_dict(rec) if rec else None
-            if old is None:
-                differing[run.name] = ("unknown", ["it recorded no code fingerprint (no attempt record)"])
-            elif old.sha256 != code.sha256:
-                differing[run.name] = (old.commit, [f"commit {old.commit} -> {code.commit}",
-                                                     *fingerprint.differences(old, code)])
+            if old is None or old.sha256 != code.sha256:
+                differing[run.name] = old
     if not differing:
         return
     names = list(differing)
-    commit, what = differing[names[0]]
+    old = differing[names[0]]
+    what = ([f"commit {old.commit} -> {code.commit}", *fingerprint.differences(old, code)] if old else
+            ["it recorded no code fingerprint (no attempt record)"])
     raise ComparisonError([
         f"{plan.comp_dir}: {len(names)} run(s) ({', '.join(names[:4])}{' …' if len(names) > 4 else ''}) were "
         f"computed by other code than this checkout (fingerprint {code.sha256[:12]}, commit {code.commit}); a "
         "comparison runs on one version of the code that computes it, so no run is added",
         f"what differs for {names[0]}: " + "; ".join(what),
-        f"to continue, run it from the code those runs used (commit {commit}, e.g. `git worktree add /tmp/ab "
-        f"{commit.split('+')[0]}`, with the same uncommitted edits if it was dirty); to start over on this "
-        "code, pass --restart (it discards the comparison's runs)"])
+        "to continue, " + "; and ".join(_ways_back(old, code)) + "; or, to run this code, register a new "
+        "comparison (the registration under another `name`), or pass --restart to start over here (it discards "
+        "the comparison's runs)"])
+
+
+def _ways_back(old: fingerprint.Fingerprint | None, code: fingerprint.Fingerprint) -> list[str]:
+    """How to get back to the code ``old`` recorded: dormouse's commit from git; a plugin's source, which may lie
+    outside any repository, by its sha256 (docs/arms.md says how to check one)."""
+    commit = old.commit if old else "unknown"
+    ways = []
+    if old is None or fingerprint.dormouse_changed(old, code):
+        ways.append(f"run it from the code those runs used (commit {commit}, e.g. `git worktree add /tmp/ab "
+                    f"{commit.split('+')[0]}`, with the same uncommitted edits if it was dirty)")
+    then, now = (fingerprint.plugin_sources(old) if old else {}), fingerprint.plugin_sources(code)
+    for module in fingerprint.changed_plugins(old, code) if old else []:
+        if module not in then:
+            ways.append(f"stop loading plugin {module}: those runs ran without it")
+        else:
+            where = plugin_of_module(module)
+            ways.append(f"restore plugin {module}'s source{f' ({where.file})' if where else ''} to the one those "
+                        f"runs used, whose sha256 is {combined_sha256(module, then[module])} (docs/arms.md: how to "
+                        "check a plugin's sha256), e.g. from your own version control"
+                        + ("" if module in now else ", and load it"))
+    return ways
 
 
 # The design card (design.json): the registered design simulated at the pilot spread, saved under the registration

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dormouse.arms.plugins import loaded_plugins, source_files
+from dormouse.arms.plugins import file_digests, loaded_plugins
 
 # Not part of what computes a run: the comparison machinery itself, the registrations and launchers.
 _SKIP_PACKAGE = {"ab", "conf"}  # dormouse/conf is the conf/ tree, hashed as its own root
 _SKIP_CONF = {"ab", "launcher"}
+PLUGIN_PREFIX = "plugin/"  # a loaded plugin's file: plugin/<module>/<path relative to the plugin's root>
 
 
 @dataclass(frozen=True)
@@ -70,15 +71,37 @@ def _digest(path: Path) -> str:
 
 
 def plugin_digests() -> dict[str, str]:
-    """``plugin/<module>/<relative path> -> sha256`` of every loaded plugin's files, read now (a file gone since is
-    left out)."""
+    """``plugin/<module>/<relative path> -> sha256`` of every loaded plugin's source files, read now (a file gone
+    since is left out)."""
     out: dict[str, str] = {}
     for plugin in loaded_plugins():
-        module_file = Path(plugin.file)
-        for path in source_files(module_file):
-            if path.is_file():
-                out[f"plugin/{plugin.module}/{path.relative_to(module_file.parent).as_posix()}"] = _digest(path)
+        digests = file_digests(plugin.module, Path(plugin.file))
+        out.update({f"{PLUGIN_PREFIX}{plugin.module}/{rel}": sha for rel, sha in digests.items()})
     return out
+
+
+def plugin_sources(fp: Fingerprint) -> dict[str, dict[str, str]]:
+    """``module -> {relative path: sha256}`` of each plugin ``fp`` covers."""
+    out: dict[str, dict[str, str]] = {}
+    for key, sha in fp.files.items():
+        if key.startswith(PLUGIN_PREFIX):
+            module, rel = key[len(PLUGIN_PREFIX):].split("/", 1)
+            out.setdefault(module, {})[rel] = sha
+    return out
+
+
+def changed_plugins(old: Fingerprint, new: Fingerprint) -> list[str]:
+    """The plugins whose source differs between two fingerprints (edited, loaded in one only)."""
+    before, after = plugin_sources(old), plugin_sources(new)
+    return sorted(m for m in before.keys() | after.keys() if before.get(m) != after.get(m))
+
+
+def dormouse_changed(old: Fingerprint, new: Fingerprint) -> bool:
+    """Whether anything but plugins differs: dormouse's own files, the torch or the Python version."""
+    def own(fp: Fingerprint) -> dict[str, str]:
+        return {k: v for k, v in fp.files.items() if not k.startswith(PLUGIN_PREFIX)}
+
+    return (old.torch, old.python) != (new.torch, new.python) or own(old) != own(new) or not old.files
 
 
 def source_digests() -> dict[str, str]:
