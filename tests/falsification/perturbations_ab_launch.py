@@ -344,7 +344,7 @@ PERTURBATIONS: list[dict] = [
         "function": "_worker_init",
         "old": "    if driver is not None:\n",
         "new": "    if False:\n",
-        "gates": [_T + "test_a_killed_driver_leaves_no_process_and_a_rerun_loses_and_repeats_nothing"],
+        "gates": [_T + "test_a_killed_driver_leaves_no_process_nor_semaphore_and_a_rerun_loses_and_repeats_nothing"],
         "why": "SIGKILL of `dormouse ab --jobs 2` leaves its workers training to the end, then alive "
                "forever with the fork server and resource tracker (~1.1 GB), each run still holding its lock",
         "protects": "A/B rule",
@@ -355,7 +355,7 @@ PERTURBATIONS: list[dict] = [
         "function": "watch_driver",
         "old": "    while _BUSY.is_set():\n",
         "new": "    while False:\n",
-        "gates": [_T + "test_a_killed_driver_leaves_no_process_and_a_rerun_loses_and_repeats_nothing"],
+        "gates": [_T + "test_a_killed_driver_leaves_no_process_nor_semaphore_and_a_rerun_loses_and_repeats_nothing"],
         "why": "a worker whose driver died exits mid-step: its run loses the steps since its last checkpoint "
                "and leaves its lock and launch record saying it is running",
         "protects": "A/B rule",

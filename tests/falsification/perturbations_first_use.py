@@ -85,7 +85,7 @@ PERTURBATIONS: list[dict] = [
         "old": "        _unlink_semaphores(pool)\n",
         "new": "        continue\n",
         "gates": ["tests/flows/test_ab_launch.py::"
-                  "test_a_killed_driver_leaves_no_leaked_semaphore_for_the_resource_tracker"],
+                  "test_a_killed_driver_leaves_no_process_nor_semaphore_and_a_rerun_loses_and_repeats_nothing"],
         "why": "the pools' queues keep their semaphores' names linked: a SIGKILLed `dormouse ab --jobs 2` leaves "
                "them to its resource tracker, which warns of leaked semaphore objects",
         "protects": "training loop",

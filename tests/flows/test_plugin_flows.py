@@ -147,7 +147,8 @@ def test_an_installed_packages_arm_needs_no_option_anywhere(tmp_path: Path) -> N
     ok(dormouse(["train", "model.use_pgate=true", *TINY, "train.steps=10", "run.name=p"], work, site))
     assert "arm=pgate" in ok(dormouse(["eval", "runs/p"], work, site))
     (work / "study.yaml").write_text(STUDY.format(name="pstudy", arm="pgate", fixed=", ".join(TINY), plugins=""))
-    ok(dormouse(["ab", "study.yaml", "--root", "ab", "--launcher", "slurm", "launcher.cluster=local"], work, site))
+    ok(dormouse(["ab", "study.yaml", "--root", "ab", "--launcher", "slurm", "launcher.cluster=local",
+                "launcher.poll_s=0.2"], work, site))  # polled often: the test waits on the jobs, not the clock
     results = json.loads((work / "ab" / "pstudy" / "results.json").read_text())
     assert [p["module"] for p in results["code"]["plugins"]] == ["gatepkg.arms"]
 
