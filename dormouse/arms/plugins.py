@@ -16,6 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from dormouse.arms.plugin_routes import ENTRY_POINT_GROUP, ENV_VAR, PLUGIN_HINT  # noqa: F401
 from dormouse.arms.registry import (
     BUILTIN_ARMS,
     ArmNameTaken,
@@ -26,14 +27,6 @@ from dormouse.arms.registry import (
     unregister_arm,
 )
 from dormouse.errors import DormouseError
-
-ENTRY_POINT_GROUP = "dormouse.arms"
-ENV_VAR = "DORMOUSE_PLUGINS"
-# What to do about an arm name no loaded code defines, said wherever one is refused (a saved config's switch, a
-# typed override).
-PLUGIN_HINT = (f"is it a plugin arm? load it with --plugin FILE (or {ENV_VAR}), or install the package that "
-               f"declares it under the `{ENTRY_POINT_GROUP}` entry points; `dormouse arms` lists the arms this "
-               "command knows")
 
 
 class PluginError(DormouseError, ValueError, exit_code=2):

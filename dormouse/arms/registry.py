@@ -9,6 +9,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, overload
 
+from dormouse.arms.plugin_routes import PLUGIN_HINT
 from dormouse.errors import DormouseError
 
 # The built-in arms (defined in dormouse.arms.<name>, imported by dormouse.arms.builtin), simplest first: the
@@ -198,8 +199,6 @@ def model_arm(model_cfg: Any) -> str:
     """The arm whose switch is on, else the default; a switch for an unregistered arm is :class:`UnknownArmError`."""
     unknown = unknown_switches(model_cfg)
     if unknown:
-        from dormouse.arms.plugins import PLUGIN_HINT  # the plugin loader owns how a plugin is loaded
-
         raise UnknownArmError(f"model.{unknown[0]}=true selects arm {switch_arm(unknown[0])!r}, which no loaded "
                               f"code defines: {PLUGIN_HINT}")
     chosen = selected_arms(model_cfg)

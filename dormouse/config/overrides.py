@@ -12,7 +12,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from dormouse.arms.plugins import PLUGIN_HINT
+from dormouse.arms.plugin_routes import PLUGIN_HINT
 from dormouse.arms.registry import switch_arm
 
 GROUPS = ("preset",)  # Hydra config groups under conf/; every other key is a schema field

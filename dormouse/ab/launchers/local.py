@@ -250,12 +250,10 @@ class ProcessLauncher:
                 "cuda_devices": [list(s.cuda_devices) for s in self.slots if s.cuda_devices is not None] or None}
 
     def run(self, jobs: Sequence[Job], on_start: StartFn, on_finish: FinishFn) -> list[Outcome]:
-        ctx = self.context
-
         driver = DriverId.this_process()
 
         def pool_for(slot: Slot) -> ProcessPoolExecutor:
-            return ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_worker_init,
+            return ProcessPoolExecutor(max_workers=1, mp_context=self.context, initializer=_worker_init,
                                        initargs=(slot, driver))
 
         pools = {slot.index: pool_for(slot) for slot in self.slots}
