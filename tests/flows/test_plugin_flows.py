@@ -11,6 +11,7 @@ no arm of that name (the runs' workers and submitit's jobs are still processes o
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -131,12 +132,15 @@ def test_a_registration_in_the_researchers_folder_runs_its_plugin_arm_and_pins_i
     ok(dormouse(["ab", "study.yaml", "--root", "ab", "--jobs", "2"], work))
     report = (work / "ab" / "study" / "report.md").read_text()
     assert "arms from plugins: `study_arms`" in report and "sgate" in report
-    # the plugin's source is part of the comparison's code: an edit is refused, naming the file
+    # the plugin's source is part of the comparison's code: an edit is refused, naming the file, and the way
+    # back names the source the runs used by what `sha256sum arms/study_arms.py` printed before the edit
+    used = hashlib.sha256((work / "arms" / "study_arms.py").read_bytes()).hexdigest()
     with (work / "arms" / "study_arms.py").open("a") as f:
         f.write("\n# an edit after the comparison started\n")
     again = dormouse(["ab", "study.yaml", "--root", "ab"], work)  # refused in three error lines, no traceback
     assert again.exit_code == 2 and isinstance(again.exception, SystemExit), again.stderr[-2000:]
     assert "computed by other code" in again.stderr and "changed: plugin/study_arms/study_arms.py" in again.stderr
+    assert f"sha256 is {used}" in again.stderr and "git worktree" not in again.stderr, again.stderr[-2000:]
 
 
 @pytest.mark.slow

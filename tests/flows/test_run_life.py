@@ -361,11 +361,14 @@ def tear_final_row(run_dir: Path) -> str:
 def test_a_comparison_rebuilds_a_run_final_row_torn_after_its_final_checkpoint_and_counts_the_run(
         tmp_path: Path) -> None:
     """The real trainer, 4 steps a run: a run whose final metrics row was torn after its final checkpoint is
-    resumed by the rerun, which re-evaluates the checkpoint and writes the row again, byte for byte; the run
-    counts and its arm keeps its verdict (not ``invalid`` from a failed run, rerun after rerun)."""
+    resumed by the rerun (`dormouse ab FILE`, as a user types it), which re-evaluates the checkpoint and writes
+    the row again, byte for byte; the run counts and its arm keeps its verdict (not ``invalid`` from a failed
+    run, rerun after rerun)."""
     from rich.console import Console
+    from typer.testing import CliRunner
 
     from dormouse.ab.comparison.runner import run_comparison
+    from dormouse.cli.app import app
     from dormouse.train.loop import train
 
     fixed = ("[preset=tiny, train.steps=4, train.eval_every=2, data.eval_bytes=512, train.device=cpu, "
@@ -380,7 +383,9 @@ def test_a_comparison_rebuilds_a_run_final_row_torn_after_its_final_checkpoint_a
     before = compare()
     run_dir = tmp_path / "ab" / "t" / "gr-s2"
     final = tear_final_row(run_dir)
-    after = compare()
+    rerun = CliRunner().invoke(app, ["ab", str(reg / "t.yaml"), "--root", str(tmp_path / "ab")])  # as typed
+    assert rerun.exit_code == 0, rerun.output[-2000:] + repr(rerun.exception)
+    after = json.loads((tmp_path / "ab" / "t" / "results.json").read_text())
     assert (run_dir / "metrics.jsonl").read_text().splitlines(keepends=True)[-1] == final
     assert after["complete"] and after["arms"]["gr"]["verdict"] == before["arms"]["gr"]["verdict"] != "invalid"
     assert after["arms"]["gr"]["counter_check"] == "pass", after["arms"]["gr"]["findings"]
