@@ -159,4 +159,38 @@ PERTURBATIONS: list[dict] = [
                "like a hang",
         "protects": "A/B rule",
     },
+    # --- the driver stopped by a signal ---------------------------------------------------------------
+    {
+        "name": "driver_sigterm_left_to_the_runner",
+        "file": _CLUSTER,
+        "function": "SubmititLauncher._signals_stop",
+        "old": "for sig in (signal.SIGINT, signal.SIGTERM)}",
+        "new": "for sig in (signal.SIGINT,)}",
+        "gates": [_C + "test_a_sigterm_to_the_driver_cancels_every_job_waits_for_their_checkpoints_and_exits_143"],
+        "why": "a SIGTERM reaches the launcher as the runner's KeyboardInterrupt, a Ctrl-C: the driver stops "
+               "its jobs but exits 130, and a batch system's stop reads as a user's",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "stopped_driver_cancels_nothing",
+        "file": _CLUSTER,
+        "function": "SubmititLauncher.run",
+        "old": "self._stop([(job, sj) for job, sj in submitted if job.key not in ended], finished)",
+        "new": "self._stop([], finished)",
+        "gates": [_C + "test_a_sigterm_to_the_driver_cancels_every_job_waits_for_their_checkpoints_and_exits_143"],
+        "why": "`kill -TERM` of the driver leaves its jobs queued and training with no driver; a rerun then "
+               "submits duplicates that fail on the runs' locks",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "stopped_driver_does_not_wait_for_its_cancelled_jobs",
+        "file": _CLUSTER,
+        "function": "SubmititLauncher._stop",
+        "old": "            while left and time.monotonic() < deadline:\n",
+        "new": "            while False:\n",
+        "gates": [_C + "test_a_sigterm_to_the_driver_cancels_every_job_waits_for_their_checkpoints_and_exits_143"],
+        "why": "the driver exits while its cancelled jobs still checkpoint: their runs' locks are held and "
+               "their outcomes unrecorded when a rerun starts",
+        "protects": "A/B rule",
+    },
 ]

@@ -5,6 +5,7 @@ tests/flows/test_ab_slurm.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -132,6 +133,9 @@ class FakeJob:
         self.outcome = outcome
         self.paths.result_pickle.write_bytes(b"result")
 
+    def cancel(self, check: bool = True) -> None:
+        self.cancelled = True
+
 
 class Clock:
     """time.monotonic / time.sleep for the launcher: sleeping advances the clock; a loop that polls past
@@ -152,12 +156,12 @@ class Clock:
 
 
 def _launcher(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, clock: Clock, queue: Any,
-              info: Any = None, **config: Any) -> SubmititLauncher:
+              info: Any = None, comp_dir: Path | None = None, **config: Any) -> SubmititLauncher:
     monkeypatch.setattr(cluster, "check_cluster", lambda c: None)  # no srun needed: nothing is submitted
     monkeypatch.setattr(cluster, "time", clock)
     monkeypatch.setattr(cluster, "squeue_states", queue)
     monkeypatch.setattr(cluster, "slurm_job_info", info or (lambda job_id: None))
-    return SubmititLauncher(SlurmLauncherConfig(poll_s=10, **config), tmp_path, "ab-t")
+    return SubmititLauncher(SlurmLauncherConfig(poll_s=10, **config), tmp_path, "ab-t", comp_dir)
 
 
 def test_a_run_cancelled_while_pending_is_failed_after_lost_after_s_not_waited_on_forever(
@@ -236,6 +240,67 @@ def test_an_interrupted_result_of_a_cancelled_job_is_the_outcome(tmp_path: Path,
                          info=lambda job_id: {"JobState": "CANCELLED", "Restarts": "0"})
     [outcome] = launcher.wait([(Job("d-s1", print), job)], lambda o: None)
     assert outcome.status == INTERRUPTED and outcome.exit_code == 143
+
+
+class FakeExecutor:
+    """submitit's executor for the launcher's run(): each submit returns the next FakeJob."""
+
+    def __init__(self, jobs: list[FakeJob]) -> None:
+        self.jobs = list(jobs)
+
+    def batch(self) -> Any:
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def submit(self, job: RunJob) -> FakeJob:
+        return self.jobs.pop(0)
+
+
+@pytest.mark.parametrize("when", ["submitting", "waiting"])
+def test_a_sigterm_to_the_driver_cancels_every_job_waits_for_their_checkpoints_and_exits_143(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str) -> None:
+    """`kill -TERM` of the driver (a batch system's stop, `timeout`, a logout) stops its jobs as Ctrl-C does,
+    whether it lands while the jobs are submitted or while they train: every unfinished job is cancelled, the
+    driver waits for each cancelled job's result (the run checkpointed at its next step), records it, and
+    stops with 143, inside the runner's own SIGTERM handler as in `dormouse ab`."""
+    from dormouse.ab.comparison.runner import stop_on_term
+    from dormouse.errors import Interrupted
+
+    jobs = [FakeJob(tmp_path, "7_0"), FakeJob(tmp_path, "7_1")]
+    jobs[0].finish(Outcome("h-s1", DONE))  # finished before the signal: its outcome stands
+
+    def queue() -> dict[str, str]:
+        for job in jobs[1:]:
+            if getattr(job, "cancelled", False) and job.outcome is None:  # checkpoints at its next step
+                job.finish(Outcome("h-s2", INTERRUPTED, "interrupted at step 2; checkpoint", 143))
+        return {j.job_id: "CANCELLED" if getattr(j, "cancelled", False) else "RUNNING" for j in jobs}
+
+    def term_at(now: float) -> None:
+        if when == "waiting" and now >= 20:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def on_start(key: str, where: str) -> None:
+        if when == "submitting" and key == "h-s2":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    clock = Clock(limit=600, on_sleep=term_at)
+    launcher = _launcher(monkeypatch, tmp_path, clock, queue, comp_dir=tmp_path / "comp")
+    monkeypatch.setattr(cluster, "make_executor", lambda *a: FakeExecutor(jobs))
+    finished: list[Outcome] = []
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Interrupted), stop_on_term(lambda: None):
+        outcomes = launcher.run([Job("h-s1", print), Job("h-s2", print)], on_start, finished.append)
+        raise Interrupted(launcher.stopped_by or 0, "stopped")
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert launcher.stopped_by == 143
+    assert jobs[1].cancelled
+    by_key = {o.key: o for o in outcomes}
+    assert by_key["h-s1"].status == DONE
+    assert by_key["h-s2"].status == INTERRUPTED and "checkpoint" in by_key["h-s2"].note, by_key["h-s2"]
+    assert [o.key for o in finished] == [o.key for o in outcomes]
+    record = json.loads((tmp_path / "comp" / "launch" / "h-s2.job.json").read_text())
+    assert record["job_id"] == "7_1" and record["state"] == INTERRUPTED
 
 
 # --- inside the job: SIGTERM requeue, submitit's requeue race, the job id ---------------------------------
@@ -382,7 +447,10 @@ def test_local_cluster_jobs_run_in_waves_of_the_machines_share_and_a_stop_starts
         waves.append([job.key for job, _ in submitted])
         if len(waves) == 2:
             launcher.stopped_by = 130  # Ctrl-C during the second wave
-        return [Outcome(job.key, DONE) for job, _ in submitted]
+        outcomes = [Outcome(job.key, DONE) for job, _ in submitted]
+        for outcome in outcomes:
+            on_finish(outcome)
+        return outcomes
 
     monkeypatch.setattr(cluster, "make_executor", lambda *a: Executor())
     monkeypatch.setattr(launcher, "wait", wait)

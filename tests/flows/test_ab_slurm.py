@@ -291,3 +291,51 @@ def test_slurm_a_run_cancelled_while_pending_and_a_job_that_dies_are_failed_not_
     # Bounded: the runs (one at a time, seconds each) plus lost_after_s for the two lost ones, not a hang.
     assert elapsed < 240, f"{elapsed:.0f} s"
     print(f"slurm comparison with 2 lost jobs: {elapsed:.0f} s")
+
+
+def _job_file(comp: Path, run: str) -> dict[str, Any]:
+    return json.loads((comp / "launch" / f"{run}.job.json").read_text())
+
+
+def _live(job_ids: set[str]) -> set[str]:
+    """Which of ``job_ids`` squeue still lists in a live state."""
+    from dormouse.ab.launchers.cluster import LIVE_STATES, squeue_states
+
+    queue = squeue_states() or {}
+    return {j for j in job_ids if queue.get(j, "").split(" ")[0] in LIVE_STATES}
+
+
+def test_slurm_a_sigterm_to_the_driver_cancels_its_jobs_which_checkpoint_and_it_exits_143(
+        slurm: None, sequential: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`kill -TERM` of the driver while gr-s1 trains (at step 2) and others wait in the queue: the driver
+    cancels every unfinished job, waits for gr-s1's job to checkpoint and end, and raises Interrupted with
+    143; no job of the comparison is left in the queue, and the comparison's and runs' locks are free."""
+    from test_ab_launch import _console
+
+    from dormouse.errors import Interrupted
+    from dormouse.run.files import ComparisonFiles
+    from dormouse.run.lock import comparison_lock, is_locked
+
+    reg, _ = sequential
+    marks = tmp_path / "marks"
+    _environment(monkeypatch, marks, {"gr-s1": "wait"})
+    console = _console()
+    comp = tmp_path / "slurm" / "t"
+    actions = {"gr-s1": lambda job, pid: os.kill(os.getpid(), signal.SIGTERM)}  # the driver is this process
+    with Signaller(marks, actions) as signaller, watchdog(240), pytest.raises(Interrupted) as stopped:
+        run_comparison("t", [], root=tmp_path / "slurm", console=console, registry=reg, train_fn=planted,
+                       launch=_launch("time_min=10", "signal_delay_s=30"))
+    text = console.export_text()
+    assert not signaller.errors and "gr-s1" in signaller.done, (signaller.errors, text)
+    assert stopped.value.exit_code == 143, text
+    assert "SIGTERM: cancelled" in capsys.readouterr().out, text
+    jobs = {run: _job_file(comp, run) for run in ("rezero-s1", "gr-s1", "rezero-s2", "gr-s2")
+            if (comp / "launch" / f"{run}.job.json").is_file()}
+    assert "gr-s1" in jobs and not _live({j["job_id"] for j in jobs.values()}), (jobs, text)
+    attempt = read_launch_record(comp, "gr-s1")["attempts"][-1]
+    assert attempt["state"] == "interrupted" and "checkpoint" in attempt["note"], attempt
+    assert "interrupted step=2" in (comp / "gr-s1" / "train.log").read_text()  # checkpointed at its next step
+    assert jobs["gr-s1"]["state"] == "interrupted"
+    comparison_lock(comp).acquire().release()  # free: the driver let go of it
+    assert not any(is_locked(ComparisonFiles(comp).run_lock(run)) for run in jobs)

@@ -175,10 +175,11 @@ def _run_batch(plan: ComparisonPlan, launcher: Launcher, train_fn: TrainFn, code
     """Run the pending runs of the stage replayed last (each job checks ``code`` against its own); failures go to
     ``errors``."""
     todo = state.pending
+    adopted = launcher.adoptable([p.name for p in todo])  # a killed driver's jobs, still in the queue
     for run in todo:
         st, why = run_state(run)
-        if st in ("resume", "restart"):
-            console.print(f"[cyan]{run.name}[/]: {why}")
+        if run.name in adopted or st in ("resume", "restart"):
+            console.print(f"[cyan]{run.name}[/]: {escape(adopted.get(run.name, why))}")
     workers = not isinstance(launcher, InProcessLauncher)
     tasks = [Job(p.name, train_run, (RunTask(p, plan.comp_dir, train_fn, launcher.name, output_to_file=workers,
                                              fingerprint=code),)) for p in todo]

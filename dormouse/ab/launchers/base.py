@@ -76,6 +76,11 @@ class Launcher(Protocol):
 
     def run(self, jobs: Sequence[Job], on_start: StartFn, on_finish: FinishFn) -> list[Outcome]: ...
 
+    def adoptable(self, keys: Sequence[str]) -> dict[str, str]:
+        """The jobs among ``keys`` still running from an earlier driver, which ``run`` waits for rather than
+        starting again: key -> what to say."""
+        ...
+
     @property
     def stopped_by(self) -> int | None:
         """130/143 when a signal (Ctrl-C, SIGTERM) stopped the launch, else None."""

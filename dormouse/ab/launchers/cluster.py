@@ -7,14 +7,18 @@ the queue without a result is failed after ``lost_after_s`` (:func:`queue_verdic
 
 from __future__ import annotations
 
+import contextlib
 import importlib.resources
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from dormouse.ab.launchers.base import DONE, FAILED, INTERRUPTED, FinishFn, Job, LaunchError, Outcome, Slot, StartFn
 from dormouse.ab.launchers.local import cluster_share, run_in_slot
+from dormouse.run.checkpoint import atomic_write_text
 from dormouse.run.files import ComparisonFiles
 
 LAUNCHER_PACKAGE = "dormouse.conf"
@@ -31,6 +36,9 @@ LAUNCHER_DIR = "launcher"
 CLUSTERS = ("slurm", "local")
 # The job id as the driver shows it (``3_1`` for an array task), for the run's attempt record.
 JOB_ID_ENV = "DORMOUSE_JOB_ID"
+# How long a driver stopped by a signal waits for the jobs it cancelled to checkpoint and leave the queue: SLURM
+# kills a cancelled job KillWait (30 s by default) after its SIGTERM, so each has ended well within this.
+STOP_GRACE_S = 120.0
 
 
 @dataclass
@@ -355,15 +363,18 @@ class RunJob(submitit.helpers.Checkpointable):
 
 
 class SubmititLauncher:
-    """Each job a submitit job. Waits for them all, polling squeue once per round on SLURM; Ctrl-C cancels the
-    unfinished jobs (each checkpoints at its next step) and returns."""
+    """Each job a submitit job. Waits for them all, polling squeue once per round on SLURM. Ctrl-C or SIGTERM
+    cancels the unfinished jobs (each checkpoints at its next step), waits for them to end, and returns; a rerun
+    adopts the jobs a killed driver left in the queue (``launch/RUN.job.json``) rather than submitting them again."""
 
-    def __init__(self, config: SlurmLauncherConfig, folder: Path, job_name: str) -> None:
+    def __init__(self, config: SlurmLauncherConfig, folder: Path, job_name: str, comp_dir: Path | None = None) -> None:
         check_cluster(config)
         self.config = config
         self.folder, self.job_name = Path(folder), job_name
+        self.comp_dir = None if comp_dir is None else Path(comp_dir)  # where the job files go (None: nowhere)
         self.name = "slurm" if config.cluster == "slurm" else "submitit-local"
         self.stopped_by: int | None = None
+        self._signal: int | None = None  # the signal that stopped the launch
         # On SLURM every job is submitted at once (the scheduler runs them as nodes free up, with the
         # threads it allocated); on this machine, a share of its cores (:func:`local_cluster_share`).
         self.at_once, self.threads = cluster_share(config)
@@ -375,24 +386,154 @@ class SubmititLauncher:
                 **{k: c[k] for k in ("partition", "time_min", "gpus_per_run", "cpus_per_task", "max_requeues")}}
 
     def run(self, jobs: Sequence[Job], on_start: StartFn, on_finish: FinishFn) -> list[Outcome]:
-        """Submit and wait: all at once on SLURM, locally in waves of ``at_once``; after a stop no wave starts."""
+        """Submit (or adopt) and wait: all at once on SLURM, locally in waves of ``at_once``; after a stop no
+        wave starts. A signal anywhere in here, submitting included, stops every job submitted."""
         if not jobs:
             return []
         # The executor (and its folder) only now: after the comparison's lock and registration check.
         executor = make_executor(self.config, self.folder, self.job_name)
         width = self.at_once or len(jobs)
         outcomes: list[Outcome] = []
-        for first in range(0, len(jobs), width):
-            submitted: list[tuple[Job, Any]] = []
-            with executor.batch():
-                for job in jobs[first:first + width]:
-                    submitted.append((job, executor.submit(RunJob(job.fn, job.args, self.threads))))
-            for job, sj in submitted:
-                on_start(job.key, f"{self.name} job {sj.job_id}")
-            outcomes += self.wait(submitted, on_finish)
-            if self.stopped_by is not None:
-                break
+        submitted: list[tuple[Job, Any]] = []
+
+        def finished(outcome: Outcome) -> None:
+            outcomes.append(outcome)
+            self._record_job(outcome.key, state=outcome.status, note=outcome.note,
+                             ended=datetime.now().isoformat(timespec="seconds"))
+            on_finish(outcome)
+
+        with self._signals_stop():
+            try:
+                for first in range(0, len(jobs), width):
+                    wave = self._submit(executor, jobs[first:first + width], on_start, submitted)
+                    self.wait(wave, finished)
+                    if self.stopped_by is not None:
+                        break
+            except KeyboardInterrupt:
+                self.stopped_by = 128 + int(self._signal or signal.SIGINT)
+                ended = {o.key for o in outcomes}
+                self._stop([(job, sj) for job, sj in submitted if job.key not in ended], finished)
         return outcomes
+
+    def _submit(self, executor: Any, wave: Sequence[Job], on_start: StartFn,
+                submitted: list[tuple[Job, Any]]) -> list[tuple[Job, Any]]:
+        """Each job of ``wave`` submitted, or adopted when a job an earlier driver submitted for it still runs,
+        and added to ``submitted`` at once (a signal from here on stops it); each job file written before the
+        board hears of it, so a killed driver's rerun finds every job."""
+        live = self._live_jobs([job.key for job in wave])
+        fresh = [job for job in wave if job.key not in live]
+        handles: list[tuple[Job, Any]] = []
+        if fresh:
+            with executor.batch():
+                handles = [(job, executor.submit(RunJob(job.fn, job.args, self.threads))) for job in fresh]
+        now = datetime.now().isoformat(timespec="seconds")
+        for job, sj in handles:
+            self._record_job(job.key, fresh=True, job_id=sj.job_id, cluster=self.config.cluster,
+                             folder=str(self.folder), submitted=now, state="submitted")
+        adopted = [(job, submitit.SlurmJob(folder=live[job.key]["folder"], job_id=live[job.key]["job_id"],
+                                           tasks=tuple(range(max(1, self.config.gpus_per_run)))))
+                   for job in wave if job.key in live]
+        submitted += handles + adopted
+        for job, sj in handles:
+            on_start(job.key, f"{self.name} job {sj.job_id}")
+        for job, sj in adopted:
+            on_start(job.key, f"{self.name} job {sj.job_id}, adopted ({live[job.key]['queue_state']})")
+        return handles + adopted
+
+    def adoptable(self, keys: Sequence[str]) -> dict[str, str]:
+        """The runs whose job an earlier driver submitted and SLURM still runs or queues: run -> what to say.
+        Waiting for such a job, not submitting a second one, is the rerun of a killed driver (a duplicate would
+        fail on the run's lock)."""
+        return {key: f"{job['queue_state'].lower()} as {self.name} job {job['job_id']}, submitted by an earlier "
+                     f"`dormouse ab` ({job.get('submitted', '?')}): waiting for it, not submitting it again"
+                for key, job in self._live_jobs(keys).items()}
+
+    def _live_jobs(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """Job files (``launch/RUN.job.json``) of ``keys`` naming a job squeue lists as live; on SLURM only (a
+        local job dies with its driver), and none when squeue does not answer (no evidence of a live job)."""
+        if self.config.cluster != "slurm" or self.comp_dir is None:
+            return {}
+        recorded = {key: job for key in keys if (job := self._read_job(key)).get("state") == "submitted"
+                    and job.get("job_id") and job.get("cluster") == "slurm"}
+        queue = squeue_states() if recorded else None
+        if not queue:
+            return {}
+        live = {}
+        for key, job in recorded.items():
+            state = queue.get(str(job["job_id"]), "")
+            if state.split()[0].upper() in LIVE_STATES if state.strip() else False:
+                live[key] = {**job, "queue_state": state.split()[0].upper()}
+        return live
+
+    def _read_job(self, key: str) -> dict[str, Any]:
+        if self.comp_dir is None:
+            return {}
+        try:
+            out = json.loads(ComparisonFiles(self.comp_dir).launch_job(key).read_text())
+        except (OSError, ValueError):
+            return {}
+        return out if isinstance(out, dict) else {}
+
+    def _record_job(self, key: str, fresh: bool = False, **fields: Any) -> None:
+        """Merge ``fields`` into the run's job file (``fresh``: a new job, nothing kept); atomic, written by the
+        driver alone (it holds the comparison's lock), read by ``ab status`` and a later driver."""
+        if self.comp_dir is None:
+            return
+        path = ComparisonFiles(self.comp_dir).launch_job(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps({**({} if fresh else self._read_job(key)), **fields}, indent=2) + "\n")
+
+    @contextlib.contextmanager
+    def _signals_stop(self) -> Iterator[None]:
+        """SIGINT and SIGTERM raise KeyboardInterrupt here, the signal noted: both stop the jobs the same way,
+        and the comparison exits 128 + the signal (130, 143). Only the main thread may set a handler."""
+        def handler(signum: int, frame: Any) -> None:
+            self._signal = signum
+            raise KeyboardInterrupt
+
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+
+    def _stop(self, unfinished: Sequence[tuple[Job, Any]], finished: FinishFn) -> None:
+        """Cancel the unfinished jobs (SLURM's SIGTERM: each run checkpoints at its next step, within KillWait)
+        and wait up to STOP_GRACE_S for each to end, so its outcome is recorded and its run's lock free when the
+        driver exits; a second signal stops the wait."""
+        how = "SIGTERM" if self._signal == signal.SIGTERM else "Ctrl-C"
+        for _, sj in unfinished:
+            try:
+                sj.cancel(check=False)
+            except Exception:  # a job that already finished: nothing to cancel
+                pass
+        left = dict(enumerate(unfinished))
+        if left:
+            print(f"{how}: cancelled {len(left)} {self.name} job(s) ({', '.join(sj.job_id for _, sj in unfinished)});"
+                  f" waiting up to {STOP_GRACE_S:g} s for them to checkpoint and end (signal again to stop waiting)",
+                  flush=True)
+        deadline = time.monotonic() + STOP_GRACE_S
+        try:
+            while left and time.monotonic() < deadline:
+                slurm = self.config.cluster == "slurm"
+                queue = squeue_states() if slurm else {}
+                for i, (job, sj) in list(left.items()):
+                    if _ended(sj, queue, slurm):
+                        del left[i]
+                        finished(_outcome_of(job, sj) if sj.task(0).paths.result_pickle.exists() else
+                                 Outcome(job.key, INTERRUPTED, f"job {sj.job_id} cancelled by {how} before it "
+                                         "wrote a result", self.stopped_by))
+                if left:
+                    time.sleep(min(self.config.poll_s, 1.0))
+        except KeyboardInterrupt:
+            pass
+        for job, sj in left.values():
+            finished(Outcome(job.key, INTERRUPTED, f"job {sj.job_id} cancelled by {how}; it had not ended when the "
+                             "driver stopped waiting", self.stopped_by))
 
     def wait(self, submitted: Sequence[tuple[Job, Any]], on_finish: FinishFn) -> list[Outcome]:
         outcomes: list[Outcome] = []
@@ -400,32 +541,23 @@ class SubmititLauncher:
         lost_since: dict[int, float] = {}
         slurm = self.config.cluster == "slurm"
         silent_since: float | None = None  # since when squeue has not answered (the controller is down)
-        try:
-            while left:
-                queue = squeue_states() if slurm else {}
-                silent_since = self._say_if_silent(queue, silent_since)
-                for i, (job, sj) in list(left.items()):
-                    if slurm:
-                        outcome = self._poll_slurm(job, sj, queue, lost_since, i)
-                    elif sj.done():
-                        outcome = _outcome_of(job, sj)
-                    else:
-                        outcome = None
-                    if outcome is None:
-                        continue
-                    del left[i]
-                    outcomes.append(outcome)
-                    on_finish(outcome)
-                if left:
-                    time.sleep(self.config.poll_s)
-        except KeyboardInterrupt:
-            self.stopped_by = 130
-            for job, sj in left.values():
-                try:
-                    sj.cancel(check=False)
-                except Exception:  # a job that already finished: nothing to cancel
-                    pass
-                outcomes.append(Outcome(job.key, INTERRUPTED, f"job {sj.job_id} cancelled by Ctrl-C", 130))
+        while left:
+            queue = squeue_states() if slurm else {}
+            silent_since = self._say_if_silent(queue, silent_since)
+            for i, (job, sj) in list(left.items()):
+                if slurm:
+                    outcome = self._poll_slurm(job, sj, queue, lost_since, i)
+                elif sj.done():
+                    outcome = _outcome_of(job, sj)
+                else:
+                    outcome = None
+                if outcome is None:
+                    continue
+                del left[i]
+                outcomes.append(outcome)
+                on_finish(outcome)
+            if left:
+                time.sleep(self.config.poll_s)
         return outcomes
 
     def _say_if_silent(self, queue: dict[str, str] | None, since: float | None) -> float | None:
@@ -473,6 +605,19 @@ class SubmititLauncher:
         return Outcome(job.key, FAILED, f"job {sj.job_id}: {what}, for {self.config.lost_after_s:g} s "
                        f"(launcher.lost_after_s)" + (f"; its log ends: {said}" if said else "")
                        + f"; its log: {sj.paths.stderr}")
+
+
+def _ended(sj: Any, queue: dict[str, str] | None, slurm: bool) -> bool:
+    """Whether a cancelled job is over: on SLURM, squeue lists it in no live state (its result, if any, is
+    written before), or squeue does not answer and its result is there; a local job: its result, or submitit
+    says it is done."""
+    result = sj.task(0).paths.result_pickle.exists()
+    if not slurm:
+        return result or bool(sj.done())
+    if queue is None:
+        return result
+    state = queue.get(sj.job_id, "")
+    return not (state.strip() and state.split()[0].upper() in LIVE_STATES)
 
 
 def _outcome_of(job: Job, sj: Any) -> Outcome:

@@ -135,6 +135,9 @@ class InProcessLauncher:
     def settings(self) -> dict[str, Any]:
         return {"launcher": self.name, "jobs": 1, "threads_per_pair": self.slot.threads}
 
+    def adoptable(self, keys: Sequence[str]) -> dict[str, str]:
+        return {}  # its jobs die with the process that ran them
+
     def run(self, jobs: Sequence[Job], on_start: StartFn, on_finish: FinishFn) -> list[Outcome]:
         import torch
 
@@ -248,6 +251,9 @@ class ProcessLauncher:
         return {"launcher": self.name, "jobs": len(self.slots),
                 "threads_per_pair": self.slots[0].threads if self.slots else None,
                 "cuda_devices": [list(s.cuda_devices) for s in self.slots if s.cuda_devices is not None] or None}
+
+    def adoptable(self, keys: Sequence[str]) -> dict[str, str]:
+        return {}  # a worker outlives no driver (watch_driver)
 
     def run(self, jobs: Sequence[Job], on_start: StartFn, on_finish: FinishFn) -> list[Outcome]:
         driver = DriverId.this_process()

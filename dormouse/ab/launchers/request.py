@@ -87,7 +87,7 @@ class ResolvedLaunch:
             return ProcessLauncher(self.slots)
         from dormouse.ab.launchers.cluster import SubmititLauncher, default_folder  # submitit is loaded for slurm only
 
-        return SubmititLauncher(self.cluster, default_folder(comp_dir, self.cluster), f"ab-{name}")
+        return SubmititLauncher(self.cluster, default_folder(comp_dir, self.cluster), f"ab-{name}", comp_dir)
 
 
 def resolve_launch(request: LaunchRequest, runs: list[Run], *, machine: bool = True) -> ResolvedLaunch:
