@@ -193,4 +193,29 @@ PERTURBATIONS: list[dict] = [
                "their outcomes unrecorded when a rerun starts",
         "protects": "A/B rule",
     },
+    # --- a rerun after a killed driver ---------------------------------------------------------------
+    {
+        "name": "rerun_resubmits_a_live_job",
+        "file": _CLUSTER,
+        "function": "SubmititLauncher._live_jobs",
+        "old": "            if state.split()[0].upper() in LIVE_STATES if state.strip() else False:\n",
+        "new": "            if False:\n",
+        "gates": [_C + "test_a_rerun_adopts_the_job_a_killed_driver_left_in_the_queue_and_submits_only_the_others"],
+        "why": "the rerun of a killed driver submits a second job for a run its old job still trains: the "
+               "duplicate fails on the run's lock, the arm turns invalid and the command exits 1",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "submitted_job_not_recorded",
+        "file": _CLUSTER,
+        "function": "SubmititLauncher._submit",
+        "old": "self._record_job(job.key, fresh=True, job_id=sj.job_id,",
+        "new": "self._record_job(job.key, fresh=True, job_id=None,",
+        "gates": [_C + "test_a_sigterm_to_the_driver_cancels_every_job_waits_for_their_checkpoints_and_exits_143",
+                  _C + "test_a_rerun_adopts_the_job_a_killed_driver_left_in_the_queue_and_submits_only_the_others"],
+        "why": "no job file names the job a run was submitted as: a killed driver's rerun cannot find it and "
+               "submits a duplicate",
+        "protects": "A/B rule",
+    },
 ]
+

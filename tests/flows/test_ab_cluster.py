@@ -303,6 +303,43 @@ def test_a_sigterm_to_the_driver_cancels_every_job_waits_for_their_checkpoints_a
     assert record["job_id"] == "7_1" and record["state"] == INTERRUPTED
 
 
+def test_a_rerun_adopts_the_job_a_killed_driver_left_in_the_queue_and_submits_only_the_others(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job files of a killed driver name 9_0 (squeue: RUNNING) and 9_1 (COMPLETED, its run not done):
+    the rerun says it waits for 9_0, adopts it instead of submitting i-s1 again (a duplicate would fail on
+    the run's lock), counts its result, and submits only i-s2."""
+    comp = tmp_path / "comp"
+    (comp / "launch").mkdir(parents=True)
+    for key, job_id in (("i-s1", "9_0"), ("i-s2", "9_1")):
+        (comp / "launch" / f"{key}.job.json").write_text(json.dumps(
+            {"job_id": job_id, "cluster": "slurm", "folder": str(tmp_path), "state": "submitted"}))
+    old, new = FakeJob(tmp_path, "9_0"), FakeJob(tmp_path, "10_0")
+    monkeypatch.setattr(cluster.submitit, "SlurmJob", lambda folder, job_id, tasks: {"9_0": old}[job_id])
+
+    def queue() -> dict[str, str]:
+        return {"9_0": "RUNNING" if clock.now < 20 else "COMPLETED", "9_1": "COMPLETED", "10_0": "RUNNING"}
+
+    def progress(now: float) -> None:
+        if now >= 20 and old.outcome is None:
+            old.finish(Outcome("i-s1", DONE, "trained by the killed driver's job"))
+            new.finish(Outcome("i-s2", DONE))
+
+    clock = Clock(limit=600, on_sleep=progress)
+    launcher = _launcher(monkeypatch, tmp_path, clock, queue, comp_dir=comp)
+    monkeypatch.setattr(cluster, "make_executor", lambda *a: FakeExecutor([new]))  # a second submit: IndexError
+    said = launcher.adoptable(["i-s1", "i-s2"])
+    assert list(said) == ["i-s1"] and "job 9_0" in said["i-s1"] and "not submitting it again" in said["i-s1"]
+    starts: list[tuple[str, str]] = []
+    outcomes = launcher.run([Job("i-s1", print), Job("i-s2", print)], lambda k, w: starts.append((k, w)),
+                            lambda o: None)
+    assert starts == [("i-s2", "slurm job 10_0"), ("i-s1", "slurm job 9_0, adopted (RUNNING)")]
+    by_key = {o.key: o for o in outcomes}
+    assert by_key["i-s1"].status == DONE and by_key["i-s1"].note == "trained by the killed driver's job"
+    files = {k: json.loads((comp / "launch" / f"{k}.job.json").read_text()) for k in ("i-s1", "i-s2")}
+    assert (files["i-s1"]["job_id"], files["i-s1"]["state"]) == ("9_0", DONE)
+    assert (files["i-s2"]["job_id"], files["i-s2"]["state"]) == ("10_0", DONE)
+
+
 # --- inside the job: SIGTERM requeue, submitit's requeue race, the job id ---------------------------------
 
 ARRAY_TASK_ENV = {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "5", "SLURM_ARRAY_JOB_ID": "3",

@@ -18,6 +18,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -37,7 +38,8 @@ REQUIRED = os.environ.get("DORMOUSE_SLURM_TESTS", "") == "required"
 
 # Planted behaviour, read inside the jobs (sbatch passes the environment on): run -> "wait" (train to step
 # 2, say so in MARKS/<run>.ready, and wait for a stop signal, which the trainer then honours: checkpoint at
-# step 2, exit 128 + the signal) or "die" (SIGKILL before training: no result). First attempt only.
+# step 2, exit 128 + the signal), "hold" (the same, but wait for MARKS/<run>.go, then train on) or "die"
+# (SIGKILL before training: no result). First attempt only.
 PLANT_ENV, MARKS_ENV = "DORMOUSE_TEST_PLANT", "DORMOUSE_TEST_MARKS"
 
 
@@ -76,7 +78,7 @@ def planted(cfg: DictConfig) -> Any:
     action = plan.get(name) if first else None
     if action == "die":
         os.kill(os.getpid(), signal.SIGKILL)
-    if action == "wait":
+    if action in ("wait", "hold"):
         step = train_module.train_step
 
         def waiting_step(run: Any, loop: Any) -> float:
@@ -86,7 +88,8 @@ def planted(cfg: DictConfig) -> Any:
                 (marks / f"{name}.ready").write_text(f"{os.environ.get('DORMOUSE_JOB_ID', '?')} {os.getpid()}")
                 flag = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)  # the loop's _SignalFlag
                 t0 = time.monotonic()
-                while getattr(flag, "signum", None) is None and time.monotonic() - t0 < 240:
+                while time.monotonic() - t0 < 240 and (getattr(flag, "signum", None) is None if action == "wait"
+                                                       else not (marks / f"{name}.go").exists()):
                     time.sleep(0.1)
             return loss
 
@@ -339,3 +342,71 @@ def test_slurm_a_sigterm_to_the_driver_cancels_its_jobs_which_checkpoint_and_it_
     assert jobs["gr-s1"]["state"] == "interrupted"
     comparison_lock(comp).acquire().release()  # free: the driver let go of it
     assert not any(is_locked(ComparisonFiles(comp).run_lock(run)) for run in jobs)
+
+
+# A driver in its own process, to be SIGKILLed: the tiny comparison on SLURM with the planted trainer.
+DRIVER = """
+import sys
+from pathlib import Path
+
+from test_ab_launch import _console
+from test_ab_slurm import _launch, planted
+
+from dormouse.ab.comparison.runner import run_comparison
+
+run_comparison("t", [], root=Path(sys.argv[1]), console=_console(), registry=Path(sys.argv[2]), train_fn=planted,
+               launch=_launch("time_min=10", "signal_delay_s=30"))
+"""
+
+
+def _wait_for(what: str, ready: Callable[[], bool], seconds: float = 120) -> None:
+    t0 = time.monotonic()
+    while not ready():
+        assert time.monotonic() - t0 < seconds, f"no {what} after {seconds:g} s"
+        time.sleep(0.2)
+
+
+def test_slurm_a_rerun_after_a_killed_driver_adopts_its_live_job_and_submits_no_duplicate(
+        slurm: None, sequential: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver is SIGKILLed while gr-s1's job trains (held at step 2): the job goes on without it. The
+    rerun finds that job still in the queue (launch/gr-s1.job.json names it), says so, waits for it rather
+    than submitting a second one, counts its result, and ends complete with the sequential run's numbers;
+    gr-s1 ran once, in the first driver's job."""
+    from test_ab_launch import _console, _deviation, _numbers, _verdicts
+
+    reg, seq = sequential
+    marks = tmp_path / "marks"
+    _environment(monkeypatch, marks, {"gr-s1": "hold"})
+    root = tmp_path / "slurm"
+    comp = root / "t"
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(root), str(reg)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        _wait_for("gr-s1 held at step 2", lambda: (marks / "gr-s1.ready").is_file()
+                  and bool((marks / "gr-s1.ready").read_text()) and driver.poll() is None)
+    finally:
+        driver.kill()
+        driver.wait(timeout=30)
+    job = (marks / "gr-s1.ready").read_text().split()[0]
+    assert _job_file(comp, "gr-s1")["job_id"] == job and _live({job}) == {job}
+    console = _console()
+    release = threading.Timer(3.0, lambda: (marks / "gr-s1.go").write_text("go"))
+    release.start()
+    try:
+        with watchdog(240):
+            out = run_comparison("t", [], root=root, console=console, registry=reg, train_fn=planted,
+                                 launch=_launch("time_min=10", "signal_delay_s=30")).plan.comp_dir
+    finally:
+        release.cancel()
+    text = console.export_text()
+    assert re.search(rf"gr-s1: running as slurm job {job}\b.*not submitting it again", text), text
+    assert re.search(rf"gr-s1 \(slurm job {job}, adopted", text), text
+    attempts = read_launch_record(out, "gr-s1")["attempts"]
+    assert [(a["state"], a["job_id"]) for a in attempts] == [("done", job)], attempts  # once, in its first job
+    assert _job_file(out, "gr-s1")["job_id"] == job and _job_file(out, "gr-s1")["state"] == "done"
+    results = json.loads((out / "results.json").read_text())
+    assert results["complete"], text
+    a, b = _numbers(seq), _numbers(out)
+    assert a == b, f"the adopted run differs from sequential: deviation={_deviation(a, b):.3g} bound=0\n{text}"
+    assert _verdicts(out) == _verdicts(seq)
+
