@@ -9,6 +9,7 @@ from __future__ import annotations
 _CLUSTER = "dormouse/ab/launchers/cluster.py"
 _PAIRJOB = "dormouse/ab/runs/job.py"
 _C = "tests/flows/test_ab_cluster.py::"
+_STATUS = "dormouse/ab/comparison/status.py"
 
 PERTURBATIONS: list[dict] = [
     # --- item 2: a job out of the queue without a result ----------------------------------------------
@@ -215,6 +216,28 @@ PERTURBATIONS: list[dict] = [
                   _C + "test_a_rerun_adopts_the_job_a_killed_driver_left_in_the_queue_and_submits_only_the_others"],
         "why": "no job file names the job a run was submitted as: a killed driver's rerun cannot find it and "
                "submits a duplicate",
+        "protects": "A/B rule",
+    },
+    # --- what `ab status` and `ab plan` say ---------------------------------------------------------------
+    {
+        "name": "status_blind_to_the_drivers_failures",
+        "file": _STATUS,
+        "function": "run_status",
+        "old": "    elif failed_by_the_driver(job, last_attempt):\n",
+        "new": "    elif False:\n",
+        "gates": [_C + "test_status_shows_failed_for_runs_the_driver_failed_and_plan_shows_a_run_being_trained_as_running"],
+        "why": "`ab status` shows a run the driver failed (cancelled while pending, killed at start, timed out "
+               "too many times) as interrupted or pending: the operator waits for a run nothing will train",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "plan_blind_to_a_run_being_trained",
+        "file": _STATUS,
+        "function": "_plan_state",
+        "old": "    if state == \"complete\" or not is_locked(lock_path):\n",
+        "new": "    if True:\n",
+        "gates": [_C + "test_status_shows_failed_for_runs_the_driver_failed_and_plan_shows_a_run_being_trained_as_running"],
+        "why": "`ab plan` says a run a job is training will be resumed from its checkpoint or restarted",
         "protects": "A/B rule",
     },
 ]

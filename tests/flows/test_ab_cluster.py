@@ -495,3 +495,57 @@ def test_local_cluster_jobs_run_in_waves_of_the_machines_share_and_a_stop_starts
     outcomes = launcher.run(jobs, lambda key, where: None, lambda o: None)
     assert waves == [["p0", "p1"], ["p2", "p3"]] and len(outcomes) == 4
     assert {job.threads for job in Executor.submitted} == {1}
+
+
+# --- what `ab status` and `ab plan` say of runs the driver failed or a job trains ---------------------------
+
+def test_status_shows_failed_for_runs_the_driver_failed_and_plan_shows_a_run_being_trained_as_running(
+        tmp_path: Path) -> None:
+    """gr-s2 checkpointed at step 10 and its job then timed out too many times; rezero-s2's job was killed at
+    start (no attempt). The driver failed both (their job files): `ab status` says failed with the driver's
+    reason, not interrupted or pending. While a job holds gr-s2's lock, `ab plan` and `ab status` say it is
+    running, by whom, not that it would be resumed."""
+    from datetime import datetime
+
+    from test_ab import SPEC
+    from test_ab_launch import _console, _registry
+
+    from dormouse.ab.comparison.command import ab_plan
+    from dormouse.ab.comparison.questions import status_command
+    from dormouse.ab.comparison.runner import run_comparison
+    from dormouse.run.files import ComparisonFiles
+    from dormouse.run.lock import run_lock
+    from tests.helpers.fake_train import FakeTrain
+
+    reg, root = _registry(tmp_path, SPEC), tmp_path / "ab"
+    run_comparison("t", [], root=root, registry=reg, console=_console(),
+                   train_fn=FakeTrain(stop_at={"gr-s2": 10, "rezero-s2": 10}))
+    files = ComparisonFiles(root / "t")
+    record = json.loads(files.launch_record("gr-s2").read_text())
+    record["attempts"][-1].update(state=INTERRUPTED, note="interrupted (SIGUSR2); rerun to resume")
+    files.launch_record("gr-s2").write_text(json.dumps(record))
+    files.launch_record("rezero-s2").unlink()
+    ended = datetime.now().isoformat(timespec="seconds")
+    for run, job_id, note in (("gr-s2", "3_1", "job 3_1 (state TIMEOUT now): timed-out too many times"),
+                              ("rezero-s2", "3_2", "job 3_2: it ended (FAILED) without a result")):
+        files.launch_job(run).write_text(json.dumps({"job_id": job_id, "cluster": "slurm", "state": FAILED,
+                                                     "note": note, "ended": ended}))
+
+    def said(verb: Any) -> dict[str, str]:
+        console = _console()
+        verb("t", **({"overrides": []} if verb is ab_plan else {}), root=root, registry=reg, console=console)
+        return {ln.split()[1] if ln.startswith("│") else ln.split()[0]: ln
+                for ln in console.export_text().splitlines() if "-s2 " in ln}
+
+    rows = said(status_command)
+    assert "failed" in rows["gr-s2"] and "timed-out too many times" in rows["gr-s2"], rows
+    assert "failed" in rows["rezero-s2"] and "without a result" in rows["rezero-s2"], rows
+    files.launch_job("gr-s2").write_text(json.dumps({"job_id": "4_1", "cluster": "slurm", "state": "submitted"}))
+    lock = run_lock(root / "t", "gr-s2").acquire()  # the rerun's job trains it
+    try:
+        planned, rows = said(ab_plan), said(status_command)
+    finally:
+        lock.release()
+    assert f"running: being trained by pid {os.getpid()}" in planned["gr-s2"], planned
+    assert "resum" not in planned["gr-s2"], planned
+    assert "running" in rows["gr-s2"] and "job 4_1" in rows["gr-s2"], rows

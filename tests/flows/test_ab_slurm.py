@@ -28,6 +28,8 @@ from typing import Any
 import pytest
 from omegaconf import DictConfig
 
+from dormouse.ab.comparison.command import ab_plan
+from dormouse.ab.comparison.questions import status_command
 from dormouse.ab.comparison.runner import run_comparison
 from dormouse.ab.launchers.request import LaunchRequest
 from dormouse.ab.runs.job import read_launch_record
@@ -293,6 +295,10 @@ def test_slurm_a_run_cancelled_while_pending_and_a_job_that_dies_are_failed_not_
     assert "invalid" in flat
     # Bounded: the runs (one at a time, seconds each) plus lost_after_s for the two lost ones, not a hang.
     assert elapsed < 240, f"{elapsed:.0f} s"
+    status = _console()  # what the operator sees afterwards: the runs the driver failed, failed
+    status_command("t", root=tmp_path / "slurm", registry=reg, console=status)
+    rows = {ln.split()[0]: ln for ln in status.export_text().splitlines() if ln.strip() and "-s" in ln.split()[0]}
+    assert rows["rezero-s2"].split()[1] == "failed" and rows["gr-s2"].split()[1] == "failed", status.export_text()
     print(f"slurm comparison with 2 lost jobs: {elapsed:.0f} s")
 
 
@@ -389,6 +395,9 @@ def test_slurm_a_rerun_after_a_killed_driver_adopts_its_live_job_and_submits_no_
         driver.wait(timeout=30)
     job = (marks / "gr-s1.ready").read_text().split()[0]
     assert _job_file(comp, "gr-s1")["job_id"] == job and _live({job}) == {job}
+    planned = _console()  # the job trains on with no driver: `ab plan` says so, not that it would resume it
+    ab_plan("t", [], root=root, registry=reg, console=planned)
+    assert re.search(r"gr-s1 .*running: being trained by pid \d+", planned.export_text()), planned.export_text()
     console = _console()
     release = threading.Timer(3.0, lambda: (marks / "gr-s1.go").write_text("go"))
     release.start()

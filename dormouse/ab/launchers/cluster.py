@@ -28,6 +28,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from dormouse.ab.launchers.base import DONE, FAILED, INTERRUPTED, FinishFn, Job, LaunchError, Outcome, Slot, StartFn
 from dormouse.ab.launchers.local import cluster_share, run_in_slot
+from dormouse.ab.runs.job import read_launch_job
 from dormouse.run.checkpoint import atomic_write_text
 from dormouse.run.files import ComparisonFiles
 
@@ -466,13 +467,7 @@ class SubmititLauncher:
         return live
 
     def _read_job(self, key: str) -> dict[str, Any]:
-        if self.comp_dir is None:
-            return {}
-        try:
-            out = json.loads(ComparisonFiles(self.comp_dir).launch_job(key).read_text())
-        except (OSError, ValueError):
-            return {}
-        return out if isinstance(out, dict) else {}
+        return {} if self.comp_dir is None else read_launch_job(self.comp_dir, key)
 
     def _record_job(self, key: str, fresh: bool = False, **fields: Any) -> None:
         """Merge ``fields`` into the run's job file (``fresh``: a new job, nothing kept); atomic, written by the
