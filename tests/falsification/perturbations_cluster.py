@@ -10,6 +10,7 @@ _CLUSTER = "dormouse/ab/launchers/cluster.py"
 _PAIRJOB = "dormouse/ab/runs/job.py"
 _C = "tests/flows/test_ab_cluster.py::"
 _STATUS = "dormouse/ab/comparison/status.py"
+_RUNNER = "dormouse/ab/comparison/runner.py"
 
 PERTURBATIONS: list[dict] = [
     # --- item 2: a job out of the queue without a result ----------------------------------------------
@@ -238,6 +239,59 @@ PERTURBATIONS: list[dict] = [
         "new": "    if True:\n",
         "gates": [_C + "test_status_shows_failed_for_runs_the_driver_failed_and_plan_shows_a_run_being_trained_as_running"],
         "why": "`ab plan` says a run a job is training will be resumed from its checkpoint or restarted",
+        "protects": "A/B rule",
+    },
+    # --- smaller things an operator meets ------------------------------------------------------------
+    {
+        "name": "signal_delay_checked_as_if_slurm_were_punctual",
+        "file": _CLUSTER,
+        "function": "validate_launcher_config",
+        "old": "(first := 60 * c.time_min - c.signal_delay_s - SIGNAL_EARLY_S) < JOB_START_S",
+        "new": "(first := 60 * c.time_min - c.signal_delay_s) < 0",
+        "gates": [_C + "test_a_signal_delay_that_leaves_a_job_no_time_to_take_the_signal_is_refused"],
+        "why": "time_min=1 with signal_delay_s=30 passes: SLURM's early warning kills the job seconds in, "
+               "before the run's handler is installed",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "board_starts_a_job_still_queued",
+        "file": _CLUSTER,
+        "function": "SubmititLauncher._submit",
+        "old": "            if self.config.cluster == \"slurm\":  # queued",
+        "new": "            if False:  # queued",
+        "gates": [_C + "test_a_queued_job_is_started_on_the_board_only_once_squeue_lists_it_running"],
+        "why": "the board prints `start` for a job still waiting for a node, and times the queue as training",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "failed_job_said_running",
+        "file": _CLUSTER,
+        "function": "_state_now",
+        "old": "    return \"\" if state.strip() and state.split()[0].upper() in LIVE_STATES else f\"state {state} now\"\n",
+        "new": "    return f\"state {state} now\"\n",
+        "gates": [_C + "test_a_failed_job_names_a_final_state_and_a_log_that_exists_or_says_there_is_none"],
+        "why": "a failed run's line says `state RUNNING now` for a job that is only ending",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "missing_log_given_as_its_log",
+        "file": _CLUSTER,
+        "function": "_log_clause",
+        "old": "if Path(path).is_file() else",
+        "new": "if True else",
+        "gates": [_C + "test_a_failed_job_names_a_final_state_and_a_log_that_exists_or_says_there_is_none"],
+        "why": "a failure sends the operator to a log path that does not exist",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "complete_run_failed_by_its_job_not_counted",
+        "file": _RUNNER,
+        "function": "_failures",
+        "old": "        if run is not None and run_state(run)[0] == \"complete\":\n",
+        "new": "        if False:\n",
+        "gates": [_C + "test_a_run_complete_on_disk_counts_though_its_job_was_failed_after_its_final_eval"],
+        "why": "a run whose job was lost after its final eval (a second USR2 during a requeue) is failed: its "
+               "arm turns invalid although the run is complete on disk",
         "protects": "A/B rule",
     },
 ]

@@ -332,7 +332,7 @@ def test_a_rerun_adopts_the_job_a_killed_driver_left_in_the_queue_and_submits_on
     starts: list[tuple[str, str]] = []
     outcomes = launcher.run([Job("i-s1", print), Job("i-s2", print)], lambda k, w: starts.append((k, w)),
                             lambda o: None)
-    assert starts == [("i-s2", "slurm job 10_0"), ("i-s1", "slurm job 9_0, adopted (RUNNING)")]
+    assert starts == [("i-s1", "slurm job 9_0, adopted (RUNNING)"), ("i-s2", "slurm job 10_0")]
     by_key = {o.key: o for o in outcomes}
     assert by_key["i-s1"].status == DONE and by_key["i-s1"].note == "trained by the killed driver's job"
     files = {k: json.loads((comp / "launch" / f"{k}.job.json").read_text()) for k in ("i-s1", "i-s2")}
@@ -549,3 +549,83 @@ def test_status_shows_failed_for_runs_the_driver_failed_and_plan_shows_a_run_bei
     assert f"running: being trained by pid {os.getpid()}" in planned["gr-s2"], planned
     assert "resum" not in planned["gr-s2"], planned
     assert "running" in rows["gr-s2"] and "job 4_1" in rows["gr-s2"], rows
+
+
+# --- smaller things an operator meets -----------------------------------------------------------------------
+
+def test_a_signal_delay_that_leaves_a_job_no_time_to_take_the_signal_is_refused() -> None:
+    """SLURM's warning comes up to a minute early: time_min=1 with signal_delay_s=30 could signal a job as it
+    starts, before the run can checkpoint (a job was killed 4 s in); refused, saying what would do."""
+    with pytest.raises(LaunchError, match=r"time_min=1: SLURM sends the warning signal up to 60 s early.*"
+                                          r"use launcher.time_min >= 3"):
+        load_launcher_config("slurm", ["time_min=1", "signal_delay_s=30"])
+    load_launcher_config("slurm", ["time_min=4", "signal_delay_s=120"])  # a minute in at the earliest
+
+
+def test_a_queued_job_is_started_on_the_board_only_once_squeue_lists_it_running(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    job = FakeJob(tmp_path, "11_0")
+
+    def queue() -> dict[str, str]:
+        if clock.now >= 60 and job.outcome is None:
+            job.finish(Outcome("j-s1", DONE))
+        return {"11_0": "PENDING" if clock.now < 30 else "RUNNING"}
+
+    clock = Clock(limit=600)
+    launcher = _launcher(monkeypatch, tmp_path, clock, queue)
+    monkeypatch.setattr(cluster, "make_executor", lambda *a: FakeExecutor([job]))
+    events: list[tuple[str, float]] = []
+    launcher.run([Job("j-s1", print)], lambda key, where: events.append((f"start {where}", clock.now)),
+                 lambda o: events.append((o.status, clock.now)))
+    assert events == [("start slurm job 11_0", 30), (DONE, 60)]
+
+
+def test_a_failed_job_names_a_final_state_and_a_log_that_exists_or_says_there_is_none(tmp_path: Path) -> None:
+    """The failure line of a job whose result says it failed while SLURM still lists it RUNNING (it is ending)
+    names no state; a log that does not exist is not given as the place to look."""
+    job = FakeJob(tmp_path, "12_0")
+    job.state = "RUNNING"
+
+    def raised() -> list[Outcome]:
+        rule = "-" * 22
+        raise submitit.core.utils.FailedJobError(f"Job (task=0) failed during processing with trace:\n{rule}\n"
+                                                 "Traceback\n  x\nRuntimeError: timed-out too many times\n"
+                                                 f"{rule}\nYou can check full logs")
+
+    job.results = raised  # type: ignore[method-assign]
+    outcome = cluster._outcome_of(Job("k-s1", print), job)
+    assert outcome.status == FAILED and "RUNNING" not in outcome.note, outcome.note
+    assert outcome.note.startswith("job 12_0: RuntimeError: timed-out too many times"), outcome.note
+    assert f"no log at {job.paths.stderr} (the job never started" in outcome.note
+    job.paths.stderr.write_text("submitit INFO\n")
+    job.state = "TIMEOUT"
+    outcome = cluster._outcome_of(Job("k-s1", print), job)
+    assert "(state TIMEOUT now)" in outcome.note and outcome.note.endswith(f"its log: {job.paths.stderr}")
+
+
+def test_a_run_complete_on_disk_counts_though_its_job_was_failed_after_its_final_eval(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gr-s1's job is failed by the driver after the run wrote its final eval (a second USR2 killed the
+    requeued job; the job lost without a result): the run is complete on disk, so it counts, with a note,
+    and the comparison completes."""
+    from test_ab import SPEC
+    from test_ab_launch import _console, _registry
+
+    from dormouse.ab.comparison import runner
+    from tests.helpers.fake_train import FakeTrain
+
+    def job_lost_after_training(task: Any) -> Outcome:
+        outcome = train_run(task)
+        if outcome.key == "gr-s1":
+            return Outcome("gr-s1", FAILED, "job 3_1: it ended (FAILED) without a result, for 300 s")
+        return outcome
+
+    train_run = runner.train_run
+    monkeypatch.setattr(runner, "train_run", job_lost_after_training)
+    console = _console()
+    results = runner.run_comparison("t", [], root=tmp_path / "ab", registry=_registry(tmp_path, SPEC),
+                                    console=console, train_fn=FakeTrain())
+    text = console.export_text()
+    assert results.complete, text
+    assert "gr-s1: failed (job 3_1: it ended (FAILED) without a result, for 300 s), but its final eval is on disk" \
+        in text, text

@@ -40,6 +40,9 @@ JOB_ID_ENV = "DORMOUSE_JOB_ID"
 # How long a driver stopped by a signal waits for the jobs it cancelled to checkpoint and leave the queue: SLURM
 # kills a cancelled job KillWait (30 s by default) after its SIGTERM, so each has ended well within this.
 STOP_GRACE_S = 120.0
+# SLURM's time-limit warning comes up to a minute before it is due (its timer's resolution); a job needs about a
+# minute from its start (Python, torch, the run's set-up) before the training loop's handler takes the signal.
+SIGNAL_EARLY_S, JOB_START_S = 60, 60
 
 
 @dataclass
@@ -118,7 +121,12 @@ def validate_launcher_config(c: SlurmLauncherConfig) -> list[str]:
     for key in ("gpus_per_run", "max_requeues", "signal_delay_s", "lost_after_s"):
         if getattr(c, key) < 0:
             lines.append(f"launcher.{key}={getattr(c, key)}: must be >= 0")
-    if c.signal_delay_s >= 60 * c.time_min:
+    if c.cluster == "slurm" and (first := 60 * c.time_min - c.signal_delay_s - SIGNAL_EARLY_S) < JOB_START_S:
+        lines.append(f"launcher.signal_delay_s={c.signal_delay_s} with launcher.time_min={c.time_min}: SLURM sends "
+                     f"the warning signal up to {SIGNAL_EARLY_S} s early, so a job may get it {max(first, 0)} s in, "
+                     f"before its run can take it and checkpoint (allow {JOB_START_S} s); use launcher.time_min >= "
+                     f"{-(-(c.signal_delay_s + SIGNAL_EARLY_S + JOB_START_S) // 60)} or a smaller signal_delay_s")
+    elif c.signal_delay_s >= 60 * c.time_min:
         lines.append(f"launcher.signal_delay_s={c.signal_delay_s} is not shorter than launcher.time_min="
                      f"{c.time_min} minutes: the job would be signalled before it starts")
     return lines
@@ -376,6 +384,9 @@ class SubmititLauncher:
         self.name = "slurm" if config.cluster == "slurm" else "submitit-local"
         self.stopped_by: int | None = None
         self._signal: int | None = None  # the signal that stopped the launch
+        # SLURM jobs submitted but not yet seen out of PENDING: key -> where; the board hears "start" only then.
+        self._unstarted: dict[str, str] = {}
+        self._on_start: StartFn = lambda key, where: None
         # On SLURM every job is submitted at once (the scheduler runs them as nodes free up, with the
         # threads it allocated); on this machine, a share of its cores (:func:`local_cluster_share`).
         self.at_once, self.threads = cluster_share(config)
@@ -396,6 +407,7 @@ class SubmititLauncher:
         width = self.at_once or len(jobs)
         outcomes: list[Outcome] = []
         submitted: list[tuple[Job, Any]] = []
+        self._on_start = on_start
 
         def finished(outcome: Outcome) -> None:
             outcomes.append(outcome)
@@ -436,7 +448,10 @@ class SubmititLauncher:
                    for job in wave if job.key in live]
         submitted += handles + adopted
         for job, sj in handles:
-            on_start(job.key, f"{self.name} job {sj.job_id}")
+            if self.config.cluster == "slurm":  # queued: its start is when squeue first lists it out of PENDING
+                self._unstarted[job.key] = f"{self.name} job {sj.job_id}"
+            else:
+                on_start(job.key, f"{self.name} job {sj.job_id}")
         for job, sj in adopted:
             on_start(job.key, f"{self.name} job {sj.job_id}, adopted ({live[job.key]['queue_state']})")
         return handles + adopted
@@ -542,6 +557,7 @@ class SubmititLauncher:
             for i, (job, sj) in list(left.items()):
                 if slurm:
                     outcome = self._poll_slurm(job, sj, queue, lost_since, i)
+                    self._say_started(job.key, (queue or {}).get(sj.job_id, ""), ended=outcome is not None)
                 elif sj.done():
                     outcome = _outcome_of(job, sj)
                 else:
@@ -554,6 +570,15 @@ class SubmititLauncher:
             if left:
                 time.sleep(self.config.poll_s)
         return outcomes
+
+    def _say_started(self, key: str, queue_state: str, ended: bool) -> None:
+        """Tell the board a queued job started once squeue lists it out of PENDING (or it ended first): a job
+        still waiting for a node is not running."""
+        where = self._unstarted.get(key)
+        if where is None or not (ended or (queue_state.strip() and queue_state.split()[0].upper() != "PENDING")):
+            return
+        del self._unstarted[key]
+        self._on_start(key, where)
 
     def _say_if_silent(self, queue: dict[str, str] | None, since: float | None) -> float | None:
         """A silent controller is no evidence of a lost job, so the driver waits, saying so once every
@@ -599,7 +624,7 @@ class SubmititLauncher:
         said = _last_line(sj.paths.stderr)
         return Outcome(job.key, FAILED, f"job {sj.job_id}: {what}, for {self.config.lost_after_s:g} s "
                        f"(launcher.lost_after_s)" + (f"; its log ends: {said}" if said else "")
-                       + f"; its log: {sj.paths.stderr}")
+                       + f"; {_log_clause(sj.paths.stderr)}")
 
 
 def _ended(sj: Any, queue: dict[str, str] | None, slurm: bool) -> bool:
@@ -620,8 +645,9 @@ def _outcome_of(job: Job, sj: Any) -> Outcome:
     try:
         results = sj.results()
     except Exception as exc:  # the job raised, was killed, or timed out too often
-        return Outcome(job.key, FAILED, f"job {sj.job_id} ({_state_now(sj)}): {failure_reason(str(exc))}; "
-                       f"its log: {sj.paths.stderr}")
+        state = _state_now(sj)
+        return Outcome(job.key, FAILED, f"job {sj.job_id}{f' ({state})' if state else ''}: "
+                       f"{failure_reason(str(exc))}; {_log_clause(sj.paths.stderr)}")
     outcome: Outcome = results[0]  # rank 0 speaks for a multi-task (DDP) run
     if outcome.status not in (DONE, FAILED, INTERRUPTED):
         return Outcome(job.key, FAILED, f"job {sj.job_id} returned {outcome.status!r}")
@@ -637,17 +663,27 @@ def _last_line(path: Path) -> str:
     return lines[-1][:300] if lines else ""
 
 
+def _log_clause(path: Path) -> str:
+    """Where the job's log is, or that it wrote none: a path to read must exist."""
+    return f"its log: {path}" if Path(path).is_file() else (
+        f"no log at {path} (the job never started, or its folder is not shared with this machine)")
+
+
 def _state_now(sj: Any) -> str:
-    """The job's state as SLURM says it now (submitit's cached one can be minutes old)."""
+    """The job's final state as SLURM says it now (submitit's cached one can be minutes old); "" while SLURM
+    still lists it live (a job whose result says it failed is only ending: RUNNING would mislead)."""
     if isinstance(sj, submitit.SlurmJob):
         info = slurm_job_info(sj.job_id)
         if info and info.get("JobState"):
-            return f"state {info['JobState']} now"
-        try:
-            return f"state {sj.get_info(mode='force').get('State') or 'UNKNOWN'} now"
-        except Exception:  # sacct unreachable: say so rather than a stale state
-            return "state unknown"
-    return f"state {sj.state}"
+            state = info["JobState"]
+        else:
+            try:
+                state = sj.get_info(mode="force").get("State") or "UNKNOWN"
+            except Exception:  # sacct unreachable: say so rather than a stale state
+                return "state unknown"
+    else:
+        state = str(sj.state)
+    return "" if state.strip() and state.split()[0].upper() in LIVE_STATES else f"state {state} now"
 
 
 def default_folder(comp_dir: Path, c: SlurmLauncherConfig) -> Path:
