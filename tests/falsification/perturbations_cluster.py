@@ -11,6 +11,8 @@ _PAIRJOB = "dormouse/ab/runs/job.py"
 _C = "tests/flows/test_ab_cluster.py::"
 _STATUS = "dormouse/ab/comparison/status.py"
 _RUNNER = "dormouse/ab/comparison/runner.py"
+_LOCAL = "dormouse/ab/launchers/local.py"
+_SPANS = "test_a_run_spans_nodes_per_run_nodes_with_a_rank_per_gpu_or_tasks_per_node_and_asks_gpus_the_sites_way"
 
 PERTURBATIONS: list[dict] = [
     # --- item 2: a job out of the queue without a result ----------------------------------------------
@@ -292,6 +294,38 @@ PERTURBATIONS: list[dict] = [
         "gates": [_C + "test_a_run_complete_on_disk_counts_though_its_job_was_failed_after_its_final_eval"],
         "why": "a run whose job was lost after its final eval (a second USR2 during a requeue) is failed: its "
                "arm turns invalid although the run is complete on disk",
+        "protects": "A/B rule",
+    },
+    # --- one run across several ranks or nodes ----------------------------------------------------------
+    {
+        "name": "a_run_held_to_one_node",
+        "file": _CLUSTER,
+        "function": "make_executor",
+        "old": "\"nodes\": c.nodes_per_run,",
+        "new": "\"nodes\": 1,",
+        "gates": [_C + _SPANS],
+        "why": "launcher.nodes_per_run=2 is accepted and the run's ranks are packed onto one node",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "cpu_ranks_per_node_ignored",
+        "file": _LOCAL,
+        "function": "ranks_per_node",
+        "old": "    return int(c.tasks_per_node) or max(1, int(c.gpus_per_run))\n",
+        "new": "    return max(1, int(c.gpus_per_run))\n",
+        "gates": [_C + _SPANS],
+        "why": "launcher.tasks_per_node=2 on CPU trains each run in one process: the DDP run asked for is "
+               "never run",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "gres_asked_as_gpus_per_node",
+        "file": _CLUSTER,
+        "function": "make_executor",
+        "old": "    if c.gpus_per_run and c.gpus_as == \"gres\":\n",
+        "new": "    if False:\n",
+        "gates": [_C + _SPANS],
+        "why": "a site that allocates GPUs by --gres gets --gpus-per-node: its jobs pend or are refused",
         "protects": "A/B rule",
     },
 ]

@@ -629,3 +629,28 @@ def test_a_run_complete_on_disk_counts_though_its_job_was_failed_after_its_final
     assert results.complete, text
     assert "gr-s1: failed (job 3_1: it ended (FAILED) without a result, for 300 s), but its final eval is on disk" \
         in text, text
+
+
+# --- one run across several ranks or nodes --------------------------------------------------------------------
+
+def test_a_run_spans_nodes_per_run_nodes_with_a_rank_per_gpu_or_tasks_per_node_and_asks_gpus_the_sites_way(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One run, one job: nodes_per_run nodes of ranks_per_node srun tasks (one per GPU; tasks_per_node on
+    CPU), the GPUs asked for as --gpus-per-node or --gres; what cannot be honoured is refused, each in a line."""
+    monkeypatch.setattr(cluster, "check_cluster", lambda c: None)
+
+    def params(*overrides: str) -> dict[str, Any]:
+        return cluster.make_executor(load_launcher_config("slurm", overrides), tmp_path, "ab-t").parameters
+
+    gpu = params("nodes_per_run=2", "gpus_per_run=4")
+    assert (gpu["nodes"], gpu["ntasks_per_node"], gpu["gpus_per_node"]) == (2, 4, 4) and "gres" not in gpu
+    gres = params("nodes_per_run=2", "gpus_per_run=4", "gpus_as=gres")
+    assert gres["gres"] == "gpu:4" and "gpus_per_node" not in gres
+    cpu = params("gpus_per_run=0", "tasks_per_node=2")
+    assert (cpu["nodes"], cpu["ntasks_per_node"]) == (1, 2) and "gpus_per_node" not in cpu
+    assert cpu["wckey"] == "submitit" and params("wckey=null")["wckey"] is None  # no --wckey
+    for bad, said in ((["gpus_per_run=2", "tasks_per_node=3"], "one rank per GPU"),
+                      (["cluster=local", "nodes_per_run=2"], "this machine is one node"),
+                      (["gpus_as=gpus"], "one of gpus_per_node, gres"), (["nodes_per_run=0"], "must be >= 1")):
+        with pytest.raises(LaunchError, match=said):
+            load_launcher_config("slurm", bad)

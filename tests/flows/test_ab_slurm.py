@@ -419,3 +419,46 @@ def test_slurm_a_rerun_after_a_killed_driver_adopts_its_live_job_and_submits_no_
     assert a == b, f"the adopted run differs from sequential: deviation={_deviation(a, b):.3g} bound=0\n{text}"
     assert _verdicts(out) == _verdicts(seq)
 
+
+
+def _within_the_ddp_bound(one: dict[str, list[dict[str, Any]]], two: dict[str, list[dict[str, Any]]]) -> float:
+    """The largest relative difference of loss and bpb between each run's rows, which tests/train/
+    test_distributed.py bounds by 1e-4 for two gloo ranks against one process with the same global batch."""
+    assert one.keys() == two.keys() and all(len(one[k]) == len(two[k]) for k in one), (one.keys(), two.keys())
+    worst = 0.0
+    for k in one:
+        for a, b in zip(one[k], two[k]):
+            assert a["step"] == b["step"], (k, a, b)
+            for key in ("loss", "bpb"):
+                if isinstance(a.get(key), float):
+                    worst = max(worst, abs(b[key] - a[key]) / abs(a[key]))
+    return worst
+
+
+def test_slurm_a_run_of_two_ranks_trains_as_one_process_does_and_resumes_after_a_requeue(
+        slurm: None, sequential: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """launcher.tasks_per_node=2 on CPU: each run is one job of two srun tasks, gloo DDP ranks meeting as
+    torchrun's do (the path launcher.nodes_per_run > 1 takes across nodes); every run's loss and bpb match the
+    one-process run within the DDP bound, and gr-s1, requeued at step 2 (`scontrol requeue`), resumes from its
+    checkpoint in the requeued job."""
+    from test_ab_launch import _console, _numbers
+
+    reg, seq = sequential
+    marks = tmp_path / "marks"
+    _environment(monkeypatch, marks, {"gr-s1": "wait"})
+    console = _console()
+    actions = {"gr-s1": lambda job, pid: _run("scontrol", "requeue", job)}
+    with Signaller(marks, actions) as signaller, watchdog(420):
+        out = run_comparison("t", [], root=tmp_path / "slurm", console=console, registry=reg, train_fn=planted,
+                             launch=_launch("tasks_per_node=2", "time_min=10", "signal_delay_s=30")).plan.comp_dir
+    text = console.export_text()
+    assert not signaller.errors and set(signaller.done) == {"gr-s1"}, (signaller.errors, text)
+    assert json.loads((out / "results.json").read_text())["complete"], text
+    deviation = _within_the_ddp_bound(_numbers(seq), _numbers(out))
+    assert deviation <= 1e-4, f"two ranks differ from one process: deviation={deviation:.3g} bound=1e-4\n{text}"
+    print(f"two ranks against one process: relative deviation {deviation:.3g} (bound 1e-4)")
+    for run in ("rezero-s1", "gr-s1", "rezero-s2", "gr-s2"):  # each trained by two ranks, not one
+        assert "# world_size: 2\n" in (out / run / "train.log").read_text(), run
+    states = [a["state"] for a in read_launch_record(out, "gr-s1")["attempts"]]
+    assert states[0] == "interrupted" and states[-1] == "done", states
+    assert "resume step=2" in (out / "gr-s1" / "train.log").read_text()

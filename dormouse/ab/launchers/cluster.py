@@ -27,7 +27,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from dormouse.ab.launchers.base import DONE, FAILED, INTERRUPTED, FinishFn, Job, LaunchError, Outcome, Slot, StartFn
-from dormouse.ab.launchers.local import cluster_share, run_in_slot
+from dormouse.ab.launchers.local import cluster_share, ranks_per_node, run_in_slot
 from dormouse.ab.runs.job import read_launch_job
 from dormouse.run.checkpoint import atomic_write_text
 from dormouse.run.files import ComparisonFiles
@@ -35,6 +35,7 @@ from dormouse.run.files import ComparisonFiles
 LAUNCHER_PACKAGE = "dormouse.conf"
 LAUNCHER_DIR = "launcher"
 CLUSTERS = ("slurm", "local")
+GPUS_AS = ("gpus_per_node", "gres")  # sites ask for GPUs one way or the other
 # The job id as the driver shows it (``3_1`` for an array task), for the run's attempt record.
 JOB_ID_ENV = "DORMOUSE_JOB_ID"
 # How long a driver stopped by a signal waits for the jobs it cancelled to checkpoint and leave the queue: SLURM
@@ -55,7 +56,10 @@ class SlurmLauncherConfig:
     qos: str | None = None
     constraint: str | None = None
     time_min: int = 240  # wall-clock limit of one job; a job that reaches it is requeued and resumes
-    gpus_per_run: int = 1  # 0 = a CPU job; > 1 = the run trains as a DDP job, one task per GPU
+    gpus_per_run: int = 1  # per node of the run; 0 = a CPU job; > 1 = the run trains as a DDP job, one task per GPU
+    nodes_per_run: int = 1  # nodes one run spans: > 1 = one DDP run across them (its ranks meet over env://)
+    tasks_per_node: int = 0  # DDP ranks per node: 0 = one per GPU (one on CPU); > 1 on CPU = gloo ranks
+    gpus_as: str = "gpus_per_node"  # how a GPU is asked for: gpus_per_node (--gpus-per-node) or gres (--gres=gpu:N)
     cpus_per_task: int = 8  # per task (per GPU); also the job's torch.set_num_threads (local: at most; launch.py)
     mem_gb: int | None = None
     max_requeues: int = 3  # time-outs a run may be requeued after (submitit's max_num_timeout)
@@ -63,6 +67,7 @@ class SlurmLauncherConfig:
     array_parallelism: int = 64  # at most this many runs at once
     setup: list[str] = field(default_factory=list)  # shell lines before the job (module load, venv)
     sbatch: dict[str, str] = field(default_factory=dict)  # any other sbatch option, e.g. {exclusive: ""}
+    wckey: str | None = "submitit"  # the --wckey submitit adds; null drops it (a site that refuses unknown wckeys)
     folder: str | None = None  # submitit's pickles and logs; null = <comparison>/submitit
     poll_s: float = 10.0  # how often the driver polls the jobs
     lost_after_s: float = 300.0  # a job out of the queue without a result is failed after this long
@@ -115,10 +120,18 @@ def validate_launcher_config(c: SlurmLauncherConfig) -> list[str]:
     lines = []
     if c.cluster not in CLUSTERS:
         lines.append(f"launcher.cluster={c.cluster!r}: one of {', '.join(CLUSTERS)}")
-    for key in ("time_min", "cpus_per_task", "array_parallelism"):
+    if c.gpus_as not in GPUS_AS:
+        lines.append(f"launcher.gpus_as={c.gpus_as!r}: one of {', '.join(GPUS_AS)}")
+    if c.gpus_per_run > 0 and c.tasks_per_node not in (0, c.gpus_per_run):
+        lines.append(f"launcher.tasks_per_node={c.tasks_per_node} with launcher.gpus_per_run={c.gpus_per_run}: a GPU "
+                     "run has one rank per GPU; leave tasks_per_node at 0")
+    if c.cluster == "local" and c.nodes_per_run > 1:
+        lines.append(f"launcher.nodes_per_run={c.nodes_per_run} with launcher.cluster=local: this machine is one "
+                     "node; use launcher.tasks_per_node for several ranks here")
+    for key in ("time_min", "cpus_per_task", "array_parallelism", "nodes_per_run"):
         if getattr(c, key) < 1:
             lines.append(f"launcher.{key}={getattr(c, key)}: must be >= 1")
-    for key in ("gpus_per_run", "max_requeues", "signal_delay_s", "lost_after_s"):
+    for key in ("gpus_per_run", "tasks_per_node", "max_requeues", "signal_delay_s", "lost_after_s"):
         if getattr(c, key) < 0:
             lines.append(f"launcher.{key}={getattr(c, key)}: must be >= 0")
     if c.cluster == "slurm" and (first := 60 * c.time_min - c.signal_delay_s - SIGNAL_EARLY_S) < JOB_START_S:
@@ -141,8 +154,10 @@ def check_cluster(c: SlurmLauncherConfig) -> None:
 
 
 def make_executor(c: SlurmLauncherConfig, folder: Path, job_name: str) -> Any:
-    """The submitit executor for ``c``: SLURM (refused loudly off a cluster) or the local executor."""
-    tasks = max(1, c.gpus_per_run)
+    """The submitit executor for ``c``: SLURM (refused loudly off a cluster) or the local executor. A run of
+    several ranks is one job of ``nodes_per_run`` x ``ranks_per_node`` srun tasks, which meet as torchrun's
+    processes do (RunJob)."""
+    tasks = ranks_per_node(c)
     if c.cluster == "local":
         ex: Any = submitit.LocalExecutor(folder=folder, max_num_timeout=c.max_requeues)
         ex.update_parameters(timeout_min=c.time_min, tasks_per_node=tasks, gpus_per_node=c.gpus_per_run,
@@ -151,11 +166,13 @@ def make_executor(c: SlurmLauncherConfig, folder: Path, job_name: str) -> Any:
     check_cluster(c)
     ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=c.max_requeues)
     params: dict[str, Any] = {
-        "job_name": job_name, "time": c.time_min, "nodes": 1, "ntasks_per_node": tasks,
+        "job_name": job_name, "time": c.time_min, "nodes": c.nodes_per_run, "ntasks_per_node": tasks,
         "cpus_per_task": c.cpus_per_task, "signal_delay_s": c.signal_delay_s,
-        "array_parallelism": c.array_parallelism, "setup": list(c.setup),
+        "array_parallelism": c.array_parallelism, "setup": list(c.setup), "wckey": c.wckey or None,
     }
-    if c.gpus_per_run:
+    if c.gpus_per_run and c.gpus_as == "gres":
+        params["gres"] = f"gpu:{c.gpus_per_run}"
+    elif c.gpus_per_run:
         params["gpus_per_node"] = c.gpus_per_run
     for key in ("partition", "account", "qos", "constraint"):
         if getattr(c, key) is not None:
@@ -346,7 +363,7 @@ class RunJob(submitit.helpers.Checkpointable):
         # The job id as the driver and its board name it (an array task: 3_1, not SLURM_JOB_ID's 5), for
         # the run's attempt record (dormouse/ab/runs/job.py).
         os.environ[JOB_ID_ENV] = env.job_id
-        if env.num_tasks > 1:  # a multi-GPU run: one task per GPU, torch.distributed over env://
+        if env.num_tasks > 1:  # a DDP run: one task per rank, on one node or several, torch.distributed over env://
             submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
         outcome = run_in_slot(Slot(env.global_rank, self.threads, None), self.fn, self.args)
         outcome.where["job_id"] = env.job_id
@@ -395,7 +412,9 @@ class SubmititLauncher:
         c = asdict(self.config)
         return {"launcher": self.name, "threads_per_pair": self.threads,
                 **({"jobs": self.at_once} if self.at_once is not None else {}),
-                **{k: c[k] for k in ("partition", "time_min", "gpus_per_run", "cpus_per_task", "max_requeues")}}
+                **{k: c[k] for k in ("partition", "time_min", "gpus_per_run", "cpus_per_task", "max_requeues")},
+                **({"ranks_per_run": c["nodes_per_run"] * ranks_per_node(self.config)}
+                   if c["nodes_per_run"] * ranks_per_node(self.config) > 1 else {})}
 
     def run(self, jobs: Sequence[Job], on_start: StartFn, on_finish: FinishFn) -> list[Outcome]:
         """Submit (or adopt) and wait: all at once on SLURM, locally in waves of ``at_once``; after a stop no
@@ -444,7 +463,8 @@ class SubmititLauncher:
             self._record_job(job.key, fresh=True, job_id=sj.job_id, cluster=self.config.cluster,
                              folder=str(self.folder), submitted=now, state="submitted")
         adopted = [(job, submitit.SlurmJob(folder=live[job.key]["folder"], job_id=live[job.key]["job_id"],
-                                           tasks=tuple(range(max(1, self.config.gpus_per_run)))))
+                                           tasks=tuple(range(self.config.nodes_per_run
+                                                             * ranks_per_node(self.config)))))
                    for job in wave if job.key in live]
         submitted += handles + adopted
         for job, sj in handles:

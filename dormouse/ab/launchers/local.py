@@ -41,11 +41,16 @@ def local_cluster_share(cores: int, *, tasks: int, most_jobs: int, most_threads:
     return width, max(1, min(most_threads, cores // (width * max(tasks, 1))))
 
 
+def ranks_per_node(c: Any) -> int:
+    """A slurm config's DDP ranks on each node of a run: ``tasks_per_node``, else one per GPU (one on CPU)."""
+    return int(c.tasks_per_node) or max(1, int(c.gpus_per_run))
+
+
 def cluster_share(c: Any, cores: int | None = None) -> tuple[int | None, int]:
     """``(jobs at once, threads per task)`` of a slurm config: ``(None, cpus_per_task)`` on SLURM, else local."""
     if c.cluster == "slurm":
         return None, int(c.cpus_per_task)
-    return local_cluster_share(available_cores() if cores is None else cores, tasks=max(1, c.gpus_per_run),
+    return local_cluster_share(available_cores() if cores is None else cores, tasks=ranks_per_node(c),
                                most_jobs=c.array_parallelism, most_threads=c.cpus_per_task)
 
 
