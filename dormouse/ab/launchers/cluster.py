@@ -537,10 +537,9 @@ class SubmititLauncher:
         driver exits; a second signal stops the wait."""
         how = "SIGTERM" if self._signal == signal.SIGTERM else "Ctrl-C"
         for _, sj in unfinished:
-            try:
+            # a job that already finished has nothing to cancel; a second signal must not leave the rest running
+            with contextlib.suppress(Exception, KeyboardInterrupt):
                 sj.cancel(check=False)
-            except Exception:  # a job that already finished: nothing to cancel
-                pass
         left = dict(enumerate(unfinished))
         if left:
             print(f"{how}: cancelled {len(left)} {self.name} job(s) ({', '.join(sj.job_id for _, sj in unfinished)});"
