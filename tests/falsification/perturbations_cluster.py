@@ -328,5 +328,16 @@ PERTURBATIONS: list[dict] = [
         "why": "a site that allocates GPUs by --gres gets --gpus-per-node: its jobs pend or are refused",
         "protects": "A/B rule",
     },
+    {
+        "name": "lost_job_of_a_complete_run_waited_for",
+        "file": _CLUSTER,
+        "function": "SubmititLauncher._poll_slurm",
+        "old": "        if job.complete is not None and job.complete():\n",
+        "new": "        if False:\n",
+        "gates": [_C + "test_a_job_lost_after_its_runs_final_eval_is_done_at_once_not_failed_after_lost_after_s"],
+        "why": "a job killed after its run's final eval (a second USR2 during a requeue) is waited on for "
+               "lost_after_s (300 s) and reported failed, though the run is complete",
+        "protects": "A/B rule",
+    },
 ]
 

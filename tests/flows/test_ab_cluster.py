@@ -603,6 +603,19 @@ def test_a_failed_job_names_a_final_state_and_a_log_that_exists_or_says_there_is
     assert "(state TIMEOUT now)" in outcome.note and outcome.note.endswith(f"its log: {job.paths.stderr}")
 
 
+def test_a_job_lost_after_its_runs_final_eval_is_done_at_once_not_failed_after_lost_after_s(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second USR2 killed the requeued job after the run's final eval: squeue says FAILED, no result. The
+    run is complete on disk, so the driver says so at its next poll instead of waiting 300 s to fail it."""
+    job = FakeJob(tmp_path, "13_0")
+    clock = Clock(limit=600)
+    launcher = _launcher(monkeypatch, tmp_path, clock, lambda: {"13_0": "FAILED"}, lost_after_s=300)
+    [outcome] = launcher.wait([(Job("l-s1", print, (), lambda: True), job)], lambda o: None)
+    assert outcome.status == DONE and "complete on disk" in outcome.note and clock.now < 30, (outcome, clock.now)
+    [outcome] = launcher.wait([(Job("l-s2", print, (), lambda: False), FakeJob(tmp_path, "13_1"))], lambda o: None)
+    assert outcome.status == FAILED  # not complete: lost, after lost_after_s, as before
+
+
 def test_a_run_complete_on_disk_counts_though_its_job_was_failed_after_its_final_eval(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """gr-s1's job is failed by the driver after the run wrote its final eval (a second USR2 killed the

@@ -182,7 +182,7 @@ def _run_batch(plan: ComparisonPlan, launcher: Launcher, train_fn: TrainFn, code
             console.print(f"[cyan]{run.name}[/]: {escape(adopted.get(run.name, why))}")
     workers = not isinstance(launcher, InProcessLauncher)
     tasks = [Job(p.name, train_run, (RunTask(p, plan.comp_dir, train_fn, launcher.name, output_to_file=workers,
-                                             fingerprint=code),)) for p in todo]
+                                             fingerprint=code),), _complete_on_disk(p)) for p in todo]
     settings = ", ".join(f"{k}={v}" for k, v in launcher.settings().items() if v is not None)
     decided = last_look_line(plan, state)
     if decided is not None:  # why the arms of the next look run on, and the others do not
@@ -198,6 +198,10 @@ def _run_batch(plan: ComparisonPlan, launcher: Launcher, train_fn: TrainFn, code
     for run in todo:  # never loop on a run that came back done but is not complete on disk
         if run.name not in errors and run_state(run)[0] != "complete":
             errors[run.name] = "the launcher returned without the run's final eval"
+
+
+def _complete_on_disk(run: Run) -> Callable[[], bool]:
+    return lambda: run_state(run)[0] == "complete"
 
 
 def _failures(outcomes: list[Outcome], runs: dict[str, Run], comp_dir: Path, console: Console) -> dict[str, str]:

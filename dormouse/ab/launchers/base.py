@@ -58,6 +58,9 @@ class Job:
     key: str
     fn: Callable[..., Outcome]
     args: tuple[Any, ...] = ()
+    # whether the job's work is already on disk: a job lost without a result after finishing it is done, not
+    # waited on (read by the driver, never pickled)
+    complete: Callable[[], bool] | None = None
 
 
 StartFn = Callable[[str, str], None]  # (job key, where it runs)

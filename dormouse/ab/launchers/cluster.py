@@ -635,6 +635,12 @@ class SubmititLauncher:
         if verdict in ("alive", "unsure"):
             lost_since.pop(i, None)
             return None
+        if job.complete is not None and job.complete():
+            # the job is gone without a result but its work is on disk (a second USR2 killed the requeued
+            # job after the run's final eval): nothing left to wait lost_after_s for
+            lost_since.pop(i, None)
+            return Outcome(job.key, DONE, f"job {sj.job_id} left the queue ({queue_state or sj.state}) without a "
+                           "result, after the run's final eval: complete on disk")
         since = lost_since.setdefault(i, time.monotonic())
         if time.monotonic() - since < self.config.lost_after_s:
             return None
