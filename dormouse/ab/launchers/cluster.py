@@ -1,9 +1,11 @@
 """Runs as submitit jobs (``--launcher slurm``; options :class:`SlurmLauncherConfig`, defaults
 ``conf/launcher/slurm.yaml``); ``launcher.cluster=local`` runs the same path on submitit's local executor, sharing
-the cores as ``--jobs`` does. A run with ``gpus_per_run > 1`` is a DDP job, one task per GPU. On USR2 (preemption,
-time-out) submitit requeues the job, which resumes the run from its checkpoints on disk bit-identically. SIGTERM is
-both a cancel and a requeue: a requeue raises the job's restart count (:func:`requeued_by_slurm`). A job gone from
-the queue without a result is failed after ``lost_after_s`` (:func:`queue_verdict`)."""
+the cores as ``--jobs`` does. A run of several ranks (``gpus_per_run``, ``tasks_per_node`` or ``nodes_per_run``
+above 1) is one DDP job, one srun task per rank. On USR2 (preemption, time-out) submitit requeues the job, which
+resumes the run from its checkpoints on disk bit-identically. SIGTERM is both a cancel and a requeue: a requeue
+raises the job's restart count (:func:`requeued_by_slurm`). A job gone from the queue without a result is failed
+after ``lost_after_s`` (:func:`queue_verdict`). The driver's Ctrl-C or SIGTERM cancels its jobs; the job it submitted
+for each run is in ``launch/RUN.job.json``, so a killed driver's rerun adopts the jobs still queued or running."""
 
 from __future__ import annotations
 
