@@ -19,6 +19,7 @@ A comparison, ``<root>/<name>/``: one run per run, ``<arm>-s<init seed>``, plus 
     locks/RUN.lock   held by whichever process trains the run
     launch/RUN.json  the run's attempts: where, threads, launcher, how it ended
     launch/RUN.out   a worker's or cluster job's output
+    launch/RUN.job.json  the cluster job the driver last submitted for the run, and how the driver ended it
     submitit/         submitit's job pickles and logs (--launcher slurm)
     wandb_id.txt      the id of the verdict summary run, when logging to wandb
 
@@ -174,6 +175,9 @@ class ComparisonFiles:
 
     def launch_output(self, run: str) -> Path:
         return self.dir / LAUNCH / f"{run}.out"
+
+    def launch_job(self, run: str) -> Path:
+        return self.dir / LAUNCH / f"{run}.job.json"
 
     @property
     def submitit(self) -> Path:

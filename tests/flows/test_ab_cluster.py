@@ -5,6 +5,7 @@ tests/flows/test_ab_slurm.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -132,6 +133,9 @@ class FakeJob:
         self.outcome = outcome
         self.paths.result_pickle.write_bytes(b"result")
 
+    def cancel(self, check: bool = True) -> None:
+        self.cancelled = True
+
 
 class Clock:
     """time.monotonic / time.sleep for the launcher: sleeping advances the clock; a loop that polls past
@@ -152,12 +156,12 @@ class Clock:
 
 
 def _launcher(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, clock: Clock, queue: Any,
-              info: Any = None, **config: Any) -> SubmititLauncher:
+              info: Any = None, comp_dir: Path | None = None, **config: Any) -> SubmititLauncher:
     monkeypatch.setattr(cluster, "check_cluster", lambda c: None)  # no srun needed: nothing is submitted
     monkeypatch.setattr(cluster, "time", clock)
     monkeypatch.setattr(cluster, "squeue_states", queue)
     monkeypatch.setattr(cluster, "slurm_job_info", info or (lambda job_id: None))
-    return SubmititLauncher(SlurmLauncherConfig(poll_s=10, **config), tmp_path, "ab-t")
+    return SubmititLauncher(SlurmLauncherConfig(poll_s=10, **config), tmp_path, "ab-t", comp_dir)
 
 
 def test_a_run_cancelled_while_pending_is_failed_after_lost_after_s_not_waited_on_forever(
@@ -236,6 +240,104 @@ def test_an_interrupted_result_of_a_cancelled_job_is_the_outcome(tmp_path: Path,
                          info=lambda job_id: {"JobState": "CANCELLED", "Restarts": "0"})
     [outcome] = launcher.wait([(Job("d-s1", print), job)], lambda o: None)
     assert outcome.status == INTERRUPTED and outcome.exit_code == 143
+
+
+class FakeExecutor:
+    """submitit's executor for the launcher's run(): each submit returns the next FakeJob."""
+
+    def __init__(self, jobs: list[FakeJob]) -> None:
+        self.jobs = list(jobs)
+
+    def batch(self) -> Any:
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def submit(self, job: RunJob) -> FakeJob:
+        return self.jobs.pop(0)
+
+
+@pytest.mark.parametrize("when", ["submitting", "waiting"])
+def test_a_sigterm_to_the_driver_cancels_every_job_waits_for_their_checkpoints_and_exits_143(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str) -> None:
+    """`kill -TERM` of the driver (a batch system's stop, `timeout`, a logout) stops its jobs as Ctrl-C does,
+    whether it lands while the jobs are submitted or while they train: every unfinished job is cancelled, the
+    driver waits for each cancelled job's result (the run checkpointed at its next step), records it, and
+    stops with 143, inside the runner's own SIGTERM handler as in `dormouse ab`."""
+    from dormouse.ab.comparison.runner import stop_on_term
+    from dormouse.errors import Interrupted
+
+    jobs = [FakeJob(tmp_path, "7_0"), FakeJob(tmp_path, "7_1")]
+    jobs[0].finish(Outcome("h-s1", DONE))  # finished before the signal: its outcome stands
+
+    def queue() -> dict[str, str]:
+        for job in jobs[1:]:
+            if getattr(job, "cancelled", False) and job.outcome is None:  # checkpoints at its next step
+                job.finish(Outcome("h-s2", INTERRUPTED, "interrupted at step 2; checkpoint", 143))
+        return {j.job_id: "CANCELLED" if getattr(j, "cancelled", False) else "RUNNING" for j in jobs}
+
+    def term_at(now: float) -> None:
+        if when == "waiting" and now >= 20:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def on_start(key: str, where: str) -> None:
+        if when == "submitting" and key == "h-s2":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    clock = Clock(limit=600, on_sleep=term_at)
+    launcher = _launcher(monkeypatch, tmp_path, clock, queue, comp_dir=tmp_path / "comp")
+    monkeypatch.setattr(cluster, "make_executor", lambda *a: FakeExecutor(jobs))
+    finished: list[Outcome] = []
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Interrupted), stop_on_term(lambda: None):
+        outcomes = launcher.run([Job("h-s1", print), Job("h-s2", print)], on_start, finished.append)
+        raise Interrupted(launcher.stopped_by or 0, "stopped")
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert launcher.stopped_by == 143
+    assert jobs[1].cancelled
+    by_key = {o.key: o for o in outcomes}
+    assert by_key["h-s1"].status == DONE
+    assert by_key["h-s2"].status == INTERRUPTED and "checkpoint" in by_key["h-s2"].note, by_key["h-s2"]
+    assert [o.key for o in finished] == [o.key for o in outcomes]
+    record = json.loads((tmp_path / "comp" / "launch" / "h-s2.job.json").read_text())
+    assert record["job_id"] == "7_1" and record["state"] == INTERRUPTED
+
+
+def test_a_rerun_adopts_the_job_a_killed_driver_left_in_the_queue_and_submits_only_the_others(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job files of a killed driver name 9_0 (squeue: RUNNING) and 9_1 (COMPLETED, its run not done):
+    the rerun says it waits for 9_0, adopts it instead of submitting i-s1 again (a duplicate would fail on
+    the run's lock), counts its result, and submits only i-s2."""
+    comp = tmp_path / "comp"
+    (comp / "launch").mkdir(parents=True)
+    for key, job_id in (("i-s1", "9_0"), ("i-s2", "9_1")):
+        (comp / "launch" / f"{key}.job.json").write_text(json.dumps(
+            {"job_id": job_id, "cluster": "slurm", "folder": str(tmp_path), "state": "submitted"}))
+    old, new = FakeJob(tmp_path, "9_0"), FakeJob(tmp_path, "10_0")
+    monkeypatch.setattr(cluster.submitit, "SlurmJob", lambda folder, job_id, tasks: {"9_0": old}[job_id])
+
+    def queue() -> dict[str, str]:
+        return {"9_0": "RUNNING" if clock.now < 20 else "COMPLETED", "9_1": "COMPLETED", "10_0": "RUNNING"}
+
+    def progress(now: float) -> None:
+        if now >= 20 and old.outcome is None:
+            old.finish(Outcome("i-s1", DONE, "trained by the killed driver's job"))
+            new.finish(Outcome("i-s2", DONE))
+
+    clock = Clock(limit=600, on_sleep=progress)
+    launcher = _launcher(monkeypatch, tmp_path, clock, queue, comp_dir=comp)
+    monkeypatch.setattr(cluster, "make_executor", lambda *a: FakeExecutor([new]))  # a second submit: IndexError
+    said = launcher.adoptable(["i-s1", "i-s2"])
+    assert list(said) == ["i-s1"] and "job 9_0" in said["i-s1"] and "not submitting it again" in said["i-s1"]
+    starts: list[tuple[str, str]] = []
+    outcomes = launcher.run([Job("i-s1", print), Job("i-s2", print)], lambda k, w: starts.append((k, w)),
+                            lambda o: None)
+    assert starts == [("i-s1", "slurm job 9_0, adopted (RUNNING)"), ("i-s2", "slurm job 10_0")]
+    by_key = {o.key: o for o in outcomes}
+    assert by_key["i-s1"].status == DONE and by_key["i-s1"].note == "trained by the killed driver's job"
+    files = {k: json.loads((comp / "launch" / f"{k}.job.json").read_text()) for k in ("i-s1", "i-s2")}
+    assert (files["i-s1"]["job_id"], files["i-s1"]["state"]) == ("9_0", DONE)
+    assert (files["i-s2"]["job_id"], files["i-s2"]["state"]) == ("10_0", DONE)
 
 
 # --- inside the job: SIGTERM requeue, submitit's requeue race, the job id ---------------------------------
@@ -382,7 +484,10 @@ def test_local_cluster_jobs_run_in_waves_of_the_machines_share_and_a_stop_starts
         waves.append([job.key for job, _ in submitted])
         if len(waves) == 2:
             launcher.stopped_by = 130  # Ctrl-C during the second wave
-        return [Outcome(job.key, DONE) for job, _ in submitted]
+        outcomes = [Outcome(job.key, DONE) for job, _ in submitted]
+        for outcome in outcomes:
+            on_finish(outcome)
+        return outcomes
 
     monkeypatch.setattr(cluster, "make_executor", lambda *a: Executor())
     monkeypatch.setattr(launcher, "wait", wait)
@@ -390,3 +495,175 @@ def test_local_cluster_jobs_run_in_waves_of_the_machines_share_and_a_stop_starts
     outcomes = launcher.run(jobs, lambda key, where: None, lambda o: None)
     assert waves == [["p0", "p1"], ["p2", "p3"]] and len(outcomes) == 4
     assert {job.threads for job in Executor.submitted} == {1}
+
+
+# --- what `ab status` and `ab plan` say of runs the driver failed or a job trains ---------------------------
+
+def test_status_shows_failed_for_runs_the_driver_failed_and_plan_shows_a_run_being_trained_as_running(
+        tmp_path: Path) -> None:
+    """gr-s2 checkpointed at step 10 and its job then timed out too many times; rezero-s2's job was killed at
+    start (no attempt). The driver failed both (their job files): `ab status` says failed with the driver's
+    reason, not interrupted or pending. While a job holds gr-s2's lock, `ab plan` and `ab status` say it is
+    running, by whom, not that it would be resumed."""
+    from datetime import datetime
+
+    from test_ab import SPEC
+    from test_ab_launch import _console, _registry
+
+    from dormouse.ab.comparison.command import ab_plan
+    from dormouse.ab.comparison.questions import status_command
+    from dormouse.ab.comparison.runner import run_comparison
+    from dormouse.run.files import ComparisonFiles
+    from dormouse.run.lock import run_lock
+    from tests.helpers.fake_train import FakeTrain
+
+    reg, root = _registry(tmp_path, SPEC), tmp_path / "ab"
+    run_comparison("t", [], root=root, registry=reg, console=_console(),
+                   train_fn=FakeTrain(stop_at={"gr-s2": 10, "rezero-s2": 10}))
+    files = ComparisonFiles(root / "t")
+    record = json.loads(files.launch_record("gr-s2").read_text())
+    record["attempts"][-1].update(state=INTERRUPTED, note="interrupted (SIGUSR2); rerun to resume")
+    files.launch_record("gr-s2").write_text(json.dumps(record))
+    files.launch_record("rezero-s2").unlink()
+    ended = datetime.now().isoformat(timespec="seconds")
+    for run, job_id, note in (("gr-s2", "3_1", "job 3_1 (state TIMEOUT now): timed-out too many times"),
+                              ("rezero-s2", "3_2", "job 3_2: it ended (FAILED) without a result")):
+        files.launch_job(run).write_text(json.dumps({"job_id": job_id, "cluster": "slurm", "state": FAILED,
+                                                     "note": note, "ended": ended}))
+
+    def said(verb: Any) -> dict[str, str]:
+        console = _console()
+        verb("t", **({"overrides": []} if verb is ab_plan else {}), root=root, registry=reg, console=console)
+        return {ln.split()[1] if ln.startswith("│") else ln.split()[0]: ln
+                for ln in console.export_text().splitlines() if "-s2 " in ln}
+
+    rows = said(status_command)
+    assert "failed" in rows["gr-s2"] and "timed-out too many times" in rows["gr-s2"], rows
+    assert "failed" in rows["rezero-s2"] and "without a result" in rows["rezero-s2"], rows
+    files.launch_job("gr-s2").write_text(json.dumps({"job_id": "4_1", "cluster": "slurm", "state": "submitted"}))
+    lock = run_lock(root / "t", "gr-s2").acquire()  # the rerun's job trains it
+    try:
+        planned, rows = said(ab_plan), said(status_command)
+    finally:
+        lock.release()
+    assert f"running: being trained by pid {os.getpid()}" in planned["gr-s2"], planned
+    assert "resum" not in planned["gr-s2"], planned
+    assert "running" in rows["gr-s2"] and "job 4_1" in rows["gr-s2"], rows
+
+
+# --- smaller things an operator meets -----------------------------------------------------------------------
+
+def test_a_signal_delay_that_leaves_a_job_no_time_to_take_the_signal_is_refused() -> None:
+    """SLURM's warning comes up to a minute early: time_min=1 with signal_delay_s=30 could signal a job as it
+    starts, before the run can checkpoint (a job was killed 4 s in); refused, saying what would do."""
+    with pytest.raises(LaunchError, match=r"time_min=1: SLURM sends the warning signal up to 60 s early.*"
+                                          r"use launcher.time_min >= 3"):
+        load_launcher_config("slurm", ["time_min=1", "signal_delay_s=30"])
+    load_launcher_config("slurm", ["time_min=4", "signal_delay_s=120"])  # a minute in at the earliest
+
+
+def test_a_queued_job_is_started_on_the_board_only_once_squeue_lists_it_running(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    job = FakeJob(tmp_path, "11_0")
+
+    def queue() -> dict[str, str]:
+        if clock.now >= 60 and job.outcome is None:
+            job.finish(Outcome("j-s1", DONE))
+        return {"11_0": "PENDING" if clock.now < 30 else "RUNNING"}
+
+    clock = Clock(limit=600)
+    launcher = _launcher(monkeypatch, tmp_path, clock, queue)
+    monkeypatch.setattr(cluster, "make_executor", lambda *a: FakeExecutor([job]))
+    events: list[tuple[str, float]] = []
+    launcher.run([Job("j-s1", print)], lambda key, where: events.append((f"start {where}", clock.now)),
+                 lambda o: events.append((o.status, clock.now)))
+    assert events == [("start slurm job 11_0", 30), (DONE, 60)]
+
+
+def test_a_failed_job_names_a_final_state_and_a_log_that_exists_or_says_there_is_none(tmp_path: Path) -> None:
+    """The failure line of a job whose result says it failed while SLURM still lists it RUNNING (it is ending)
+    names no state; a log that does not exist is not given as the place to look."""
+    job = FakeJob(tmp_path, "12_0")
+    job.state = "RUNNING"
+
+    def raised() -> list[Outcome]:
+        rule = "-" * 22
+        raise submitit.core.utils.FailedJobError(f"Job (task=0) failed during processing with trace:\n{rule}\n"
+                                                 "Traceback\n  x\nRuntimeError: timed-out too many times\n"
+                                                 f"{rule}\nYou can check full logs")
+
+    job.results = raised  # type: ignore[method-assign]
+    outcome = cluster._outcome_of(Job("k-s1", print), job)
+    assert outcome.status == FAILED and "RUNNING" not in outcome.note, outcome.note
+    assert outcome.note.startswith("job 12_0: RuntimeError: timed-out too many times"), outcome.note
+    assert f"no log at {job.paths.stderr} (the job never started" in outcome.note
+    job.paths.stderr.write_text("submitit INFO\n")
+    job.state = "TIMEOUT"
+    outcome = cluster._outcome_of(Job("k-s1", print), job)
+    assert "(state TIMEOUT now)" in outcome.note and outcome.note.endswith(f"its log: {job.paths.stderr}")
+
+
+def test_a_job_lost_after_its_runs_final_eval_is_done_at_once_not_failed_after_lost_after_s(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second USR2 killed the requeued job after the run's final eval: squeue says FAILED, no result. The
+    run is complete on disk, so the driver says so at its next poll instead of waiting 300 s to fail it."""
+    job = FakeJob(tmp_path, "13_0")
+    clock = Clock(limit=600)
+    launcher = _launcher(monkeypatch, tmp_path, clock, lambda: {"13_0": "FAILED"}, lost_after_s=300)
+    [outcome] = launcher.wait([(Job("l-s1", print, (), lambda: True), job)], lambda o: None)
+    assert outcome.status == DONE and "complete on disk" in outcome.note and clock.now < 30, (outcome, clock.now)
+    [outcome] = launcher.wait([(Job("l-s2", print, (), lambda: False), FakeJob(tmp_path, "13_1"))], lambda o: None)
+    assert outcome.status == FAILED  # not complete: lost, after lost_after_s, as before
+
+
+def test_a_run_complete_on_disk_counts_though_its_job_was_failed_after_its_final_eval(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gr-s1's job is failed by the driver after the run wrote its final eval (a second USR2 killed the
+    requeued job; the job lost without a result): the run is complete on disk, so it counts, with a note,
+    and the comparison completes."""
+    from test_ab import SPEC
+    from test_ab_launch import _console, _registry
+
+    from dormouse.ab.comparison import runner
+    from tests.helpers.fake_train import FakeTrain
+
+    def job_lost_after_training(task: Any) -> Outcome:
+        outcome = train_run(task)
+        if outcome.key == "gr-s1":
+            return Outcome("gr-s1", FAILED, "job 3_1: it ended (FAILED) without a result, for 300 s")
+        return outcome
+
+    train_run = runner.train_run
+    monkeypatch.setattr(runner, "train_run", job_lost_after_training)
+    console = _console()
+    results = runner.run_comparison("t", [], root=tmp_path / "ab", registry=_registry(tmp_path, SPEC),
+                                    console=console, train_fn=FakeTrain())
+    text = console.export_text()
+    assert results.complete, text
+    assert "gr-s1: failed (job 3_1: it ended (FAILED) without a result, for 300 s), but its final eval is on disk" \
+        in text, text
+
+
+# --- one run across several ranks or nodes --------------------------------------------------------------------
+
+def test_a_run_spans_nodes_per_run_nodes_with_a_rank_per_gpu_or_tasks_per_node_and_asks_gpus_the_sites_way(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One run, one job: nodes_per_run nodes of ranks_per_node srun tasks (one per GPU; tasks_per_node on
+    CPU), the GPUs asked for as --gpus-per-node or --gres; what cannot be honoured is refused, each in a line."""
+    monkeypatch.setattr(cluster, "check_cluster", lambda c: None)
+
+    def params(*overrides: str) -> dict[str, Any]:
+        return cluster.make_executor(load_launcher_config("slurm", overrides), tmp_path, "ab-t").parameters
+
+    gpu = params("nodes_per_run=2", "gpus_per_run=4")
+    assert (gpu["nodes"], gpu["ntasks_per_node"], gpu["gpus_per_node"]) == (2, 4, 4) and "gres" not in gpu
+    gres = params("nodes_per_run=2", "gpus_per_run=4", "gpus_as=gres")
+    assert gres["gres"] == "gpu:4" and "gpus_per_node" not in gres
+    cpu = params("gpus_per_run=0", "tasks_per_node=2")
+    assert (cpu["nodes"], cpu["ntasks_per_node"]) == (1, 2) and "gpus_per_node" not in cpu
+    assert cpu["wckey"] == "submitit" and params("wckey=null")["wckey"] is None  # no --wckey
+    for bad, said in ((["gpus_per_run=2", "tasks_per_node=3"], "one rank per GPU"),
+                      (["cluster=local", "nodes_per_run=2"], "this machine is one node"),
+                      (["gpus_as=gpus"], "one of gpus_per_node, gres"), (["nodes_per_run=0"], "must be >= 1")):
+        with pytest.raises(LaunchError, match=said):
+            load_launcher_config("slurm", bad)

@@ -18,6 +18,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +28,8 @@ from typing import Any
 import pytest
 from omegaconf import DictConfig
 
+from dormouse.ab.comparison.command import ab_plan
+from dormouse.ab.comparison.questions import status_command
 from dormouse.ab.comparison.runner import run_comparison
 from dormouse.ab.launchers.request import LaunchRequest
 from dormouse.ab.runs.job import read_launch_record
@@ -37,7 +40,8 @@ REQUIRED = os.environ.get("DORMOUSE_SLURM_TESTS", "") == "required"
 
 # Planted behaviour, read inside the jobs (sbatch passes the environment on): run -> "wait" (train to step
 # 2, say so in MARKS/<run>.ready, and wait for a stop signal, which the trainer then honours: checkpoint at
-# step 2, exit 128 + the signal) or "die" (SIGKILL before training: no result). First attempt only.
+# step 2, exit 128 + the signal), "hold" (the same, but wait for MARKS/<run>.go, then train on) or "die"
+# (SIGKILL before training: no result). First attempt only.
 PLANT_ENV, MARKS_ENV = "DORMOUSE_TEST_PLANT", "DORMOUSE_TEST_MARKS"
 
 
@@ -76,7 +80,7 @@ def planted(cfg: DictConfig) -> Any:
     action = plan.get(name) if first else None
     if action == "die":
         os.kill(os.getpid(), signal.SIGKILL)
-    if action == "wait":
+    if action in ("wait", "hold"):
         step = train_module.train_step
 
         def waiting_step(run: Any, loop: Any) -> float:
@@ -86,7 +90,8 @@ def planted(cfg: DictConfig) -> Any:
                 (marks / f"{name}.ready").write_text(f"{os.environ.get('DORMOUSE_JOB_ID', '?')} {os.getpid()}")
                 flag = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)  # the loop's _SignalFlag
                 t0 = time.monotonic()
-                while getattr(flag, "signum", None) is None and time.monotonic() - t0 < 240:
+                while time.monotonic() - t0 < 240 and (getattr(flag, "signum", None) is None if action == "wait"
+                                                       else not (marks / f"{name}.go").exists()):
                     time.sleep(0.1)
             return loss
 
@@ -290,4 +295,170 @@ def test_slurm_a_run_cancelled_while_pending_and_a_job_that_dies_are_failed_not_
     assert "invalid" in flat
     # Bounded: the runs (one at a time, seconds each) plus lost_after_s for the two lost ones, not a hang.
     assert elapsed < 240, f"{elapsed:.0f} s"
+    status = _console()  # what the operator sees afterwards: the runs the driver failed, failed
+    status_command("t", root=tmp_path / "slurm", registry=reg, console=status)
+    rows = {ln.split()[0]: ln for ln in status.export_text().splitlines() if ln.strip() and "-s" in ln.split()[0]}
+    assert rows["rezero-s2"].split()[1] == "failed" and rows["gr-s2"].split()[1] == "failed", status.export_text()
     print(f"slurm comparison with 2 lost jobs: {elapsed:.0f} s")
+
+
+def _job_file(comp: Path, run: str) -> dict[str, Any]:
+    return json.loads((comp / "launch" / f"{run}.job.json").read_text())
+
+
+def _live(job_ids: set[str]) -> set[str]:
+    """Which of ``job_ids`` squeue still lists in a live state."""
+    from dormouse.ab.launchers.cluster import LIVE_STATES, squeue_states
+
+    queue = squeue_states() or {}
+    return {j for j in job_ids if queue.get(j, "").split(" ")[0] in LIVE_STATES}
+
+
+def test_slurm_a_sigterm_to_the_driver_cancels_its_jobs_which_checkpoint_and_it_exits_143(
+        slurm: None, sequential: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`kill -TERM` of the driver while gr-s1 trains (at step 2) and others wait in the queue: the driver
+    cancels every unfinished job, waits for gr-s1's job to checkpoint and end, and raises Interrupted with
+    143; no job of the comparison is left in the queue, and the comparison's and runs' locks are free."""
+    from test_ab_launch import _console
+
+    from dormouse.errors import Interrupted
+    from dormouse.run.files import ComparisonFiles
+    from dormouse.run.lock import comparison_lock, is_locked
+
+    reg, _ = sequential
+    marks = tmp_path / "marks"
+    _environment(monkeypatch, marks, {"gr-s1": "wait"})
+    console = _console()
+    comp = tmp_path / "slurm" / "t"
+    actions = {"gr-s1": lambda job, pid: os.kill(os.getpid(), signal.SIGTERM)}  # the driver is this process
+    with Signaller(marks, actions) as signaller, watchdog(240), pytest.raises(Interrupted) as stopped:
+        run_comparison("t", [], root=tmp_path / "slurm", console=console, registry=reg, train_fn=planted,
+                       launch=_launch("time_min=10", "signal_delay_s=30"))
+    text = console.export_text()
+    assert not signaller.errors and "gr-s1" in signaller.done, (signaller.errors, text)
+    assert stopped.value.exit_code == 143, text
+    assert "SIGTERM: cancelled" in capsys.readouterr().out, text
+    jobs = {run: _job_file(comp, run) for run in ("rezero-s1", "gr-s1", "rezero-s2", "gr-s2")
+            if (comp / "launch" / f"{run}.job.json").is_file()}
+    assert "gr-s1" in jobs and not _live({j["job_id"] for j in jobs.values()}), (jobs, text)
+    attempt = read_launch_record(comp, "gr-s1")["attempts"][-1]
+    assert attempt["state"] == "interrupted" and "checkpoint" in attempt["note"], attempt
+    assert "interrupted step=2" in (comp / "gr-s1" / "train.log").read_text()  # checkpointed at its next step
+    assert jobs["gr-s1"]["state"] == "interrupted"
+    comparison_lock(comp).acquire().release()  # free: the driver let go of it
+    assert not any(is_locked(ComparisonFiles(comp).run_lock(run)) for run in jobs)
+
+
+# A driver in its own process, to be SIGKILLed: the tiny comparison on SLURM with the planted trainer.
+DRIVER = """
+import sys
+from pathlib import Path
+
+from test_ab_launch import _console
+from test_ab_slurm import _launch, planted
+
+from dormouse.ab.comparison.runner import run_comparison
+
+run_comparison("t", [], root=Path(sys.argv[1]), console=_console(), registry=Path(sys.argv[2]), train_fn=planted,
+               launch=_launch("time_min=10", "signal_delay_s=30"))
+"""
+
+
+def _wait_for(what: str, ready: Callable[[], bool], seconds: float = 120) -> None:
+    t0 = time.monotonic()
+    while not ready():
+        assert time.monotonic() - t0 < seconds, f"no {what} after {seconds:g} s"
+        time.sleep(0.2)
+
+
+def test_slurm_a_rerun_after_a_killed_driver_adopts_its_live_job_and_submits_no_duplicate(
+        slurm: None, sequential: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver is SIGKILLed while gr-s1's job trains (held at step 2): the job goes on without it. The
+    rerun finds that job still in the queue (launch/gr-s1.job.json names it), says so, waits for it rather
+    than submitting a second one, counts its result, and ends complete with the sequential run's numbers;
+    gr-s1 ran once, in the first driver's job."""
+    from test_ab_launch import _console, _deviation, _numbers, _verdicts
+
+    reg, seq = sequential
+    marks = tmp_path / "marks"
+    _environment(monkeypatch, marks, {"gr-s1": "hold"})
+    root = tmp_path / "slurm"
+    comp = root / "t"
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(root), str(reg)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        _wait_for("gr-s1 held at step 2", lambda: (marks / "gr-s1.ready").is_file()
+                  and bool((marks / "gr-s1.ready").read_text()) and driver.poll() is None)
+    finally:
+        driver.kill()
+        driver.wait(timeout=30)
+    job = (marks / "gr-s1.ready").read_text().split()[0]
+    assert _job_file(comp, "gr-s1")["job_id"] == job and _live({job}) == {job}
+    planned = _console()  # the job trains on with no driver: `ab plan` says so, not that it would resume it
+    ab_plan("t", [], root=root, registry=reg, console=planned)
+    assert re.search(r"gr-s1 .*running: being trained by pid \d+", planned.export_text()), planned.export_text()
+    console = _console()
+    release = threading.Timer(3.0, lambda: (marks / "gr-s1.go").write_text("go"))
+    release.start()
+    try:
+        with watchdog(240):
+            out = run_comparison("t", [], root=root, console=console, registry=reg, train_fn=planted,
+                                 launch=_launch("time_min=10", "signal_delay_s=30")).plan.comp_dir
+    finally:
+        release.cancel()
+    text = console.export_text()
+    assert re.search(rf"gr-s1: running as slurm job {job}\b.*not submitting it again", text), text
+    assert re.search(rf"gr-s1 \(slurm job {job}, adopted", text), text
+    attempts = read_launch_record(out, "gr-s1")["attempts"]
+    assert [(a["state"], a["job_id"]) for a in attempts] == [("done", job)], attempts  # once, in its first job
+    assert _job_file(out, "gr-s1")["job_id"] == job and _job_file(out, "gr-s1")["state"] == "done"
+    results = json.loads((out / "results.json").read_text())
+    assert results["complete"], text
+    a, b = _numbers(seq), _numbers(out)
+    assert a == b, f"the adopted run differs from sequential: deviation={_deviation(a, b):.3g} bound=0\n{text}"
+    assert _verdicts(out) == _verdicts(seq)
+
+
+
+def _within_the_ddp_bound(one: dict[str, list[dict[str, Any]]], two: dict[str, list[dict[str, Any]]]) -> float:
+    """The largest relative difference of loss and bpb between each run's rows, which tests/train/
+    test_distributed.py bounds by 1e-4 for two gloo ranks against one process with the same global batch."""
+    assert one.keys() == two.keys() and all(len(one[k]) == len(two[k]) for k in one), (one.keys(), two.keys())
+    worst = 0.0
+    for k in one:
+        for a, b in zip(one[k], two[k]):
+            assert a["step"] == b["step"], (k, a, b)
+            for key in ("loss", "bpb"):
+                if isinstance(a.get(key), float):
+                    worst = max(worst, abs(b[key] - a[key]) / abs(a[key]))
+    return worst
+
+
+def test_slurm_a_run_of_two_ranks_trains_as_one_process_does_and_resumes_after_a_requeue(
+        slurm: None, sequential: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """launcher.tasks_per_node=2 on CPU: each run is one job of two srun tasks, gloo DDP ranks meeting as
+    torchrun's do (the path launcher.nodes_per_run > 1 takes across nodes); every run's loss and bpb match the
+    one-process run within the DDP bound, and gr-s1, requeued at step 2 (`scontrol requeue`), resumes from its
+    checkpoint in the requeued job."""
+    from test_ab_launch import _console, _numbers
+
+    reg, seq = sequential
+    marks = tmp_path / "marks"
+    _environment(monkeypatch, marks, {"gr-s1": "wait"})
+    console = _console()
+    actions = {"gr-s1": lambda job, pid: _run("scontrol", "requeue", job)}
+    with Signaller(marks, actions) as signaller, watchdog(420):
+        out = run_comparison("t", [], root=tmp_path / "slurm", console=console, registry=reg, train_fn=planted,
+                             launch=_launch("tasks_per_node=2", "time_min=10", "signal_delay_s=30")).plan.comp_dir
+    text = console.export_text()
+    assert not signaller.errors and set(signaller.done) == {"gr-s1"}, (signaller.errors, text)
+    assert json.loads((out / "results.json").read_text())["complete"], text
+    deviation = _within_the_ddp_bound(_numbers(seq), _numbers(out))
+    assert deviation <= 1e-4, f"two ranks differ from one process: deviation={deviation:.3g} bound=1e-4\n{text}"
+    print(f"two ranks against one process: relative deviation {deviation:.3g} (bound 1e-4)")
+    for run in ("rezero-s1", "gr-s1", "rezero-s2", "gr-s2"):  # each trained by two ranks, not one
+        assert "# world_size: 2\n" in (out / run / "train.log").read_text(), run
+    states = [a["state"] for a in read_launch_record(out, "gr-s1")["attempts"]]
+    assert states[0] == "interrupted" and states[-1] == "done", states
+    assert "resume step=2" in (out / "gr-s1" / "train.log").read_text()

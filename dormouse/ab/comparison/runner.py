@@ -22,7 +22,7 @@ from dormouse.ab.comparison.binding import bind_registration, check_same_code, e
 from dormouse.ab.comparison.plan import ComparisonPlan, arm_problem_lines, build_plan
 from dormouse.ab.comparison.registry import ComparisonError, Registered
 from dormouse.ab.comparison.status import verdict_table
-from dormouse.ab.launchers.base import DONE, Job, Launcher, LaunchError
+from dormouse.ab.launchers.base import DONE, Job, Launcher, LaunchError, Outcome
 from dormouse.ab.launchers.local import InProcessLauncher
 from dormouse.ab.launchers.request import LaunchRequest, resolve_launch
 from dormouse.ab.reporting.report import bad_run_lines, write_outputs
@@ -175,13 +175,14 @@ def _run_batch(plan: ComparisonPlan, launcher: Launcher, train_fn: TrainFn, code
     """Run the pending runs of the stage replayed last (each job checks ``code`` against its own); failures go to
     ``errors``."""
     todo = state.pending
+    adopted = launcher.adoptable([p.name for p in todo])  # a killed driver's jobs, still in the queue
     for run in todo:
         st, why = run_state(run)
-        if st in ("resume", "restart"):
-            console.print(f"[cyan]{run.name}[/]: {why}")
+        if run.name in adopted or st in ("resume", "restart"):
+            console.print(f"[cyan]{run.name}[/]: {escape(adopted.get(run.name, why))}")
     workers = not isinstance(launcher, InProcessLauncher)
     tasks = [Job(p.name, train_run, (RunTask(p, plan.comp_dir, train_fn, launcher.name, output_to_file=workers,
-                                             fingerprint=code),)) for p in todo]
+                                             fingerprint=code),), _complete_on_disk(p)) for p in todo]
     settings = ", ".join(f"{k}={v}" for k, v in launcher.settings().items() if v is not None)
     decided = last_look_line(plan, state)
     if decided is not None:  # why the arms of the next look run on, and the others do not
@@ -190,13 +191,36 @@ def _run_batch(plan: ComparisonPlan, launcher: Launcher, train_fn: TrainFn, code
                   + (f"; workers' output in {plan.comp_dir / LAUNCH}" if workers else ""))
     with RunBoard(plan.name, todo, console) as board:
         outcomes = launcher.run(tasks, board.start, board.finish)
-    errors.update({o.key: o.note for o in outcomes if o.status != DONE})
+    errors.update(_failures(outcomes, {p.name: p for p in todo}, plan.comp_dir, console))
     if launcher.stopped_by is not None:
         say_interrupted(plan.reg.argument, console)
         raise Interrupted(launcher.stopped_by, "the comparison was interrupted")
     for run in todo:  # never loop on a run that came back done but is not complete on disk
         if run.name not in errors and run_state(run)[0] != "complete":
             errors[run.name] = "the launcher returned without the run's final eval"
+
+
+def _complete_on_disk(run: Run) -> Callable[[], bool]:
+    return lambda: run_state(run)[0] == "complete"
+
+
+def _failures(outcomes: list[Outcome], runs: dict[str, Run], comp_dir: Path, console: Console) -> dict[str, str]:
+    """The outcomes that fail their run: run -> why. A run whose final eval is on disk is complete whatever its
+    job said after it (a job killed, or lost, past its final eval: :func:`run_state`'s rule), so it counts; the
+    note says so and its log gets the done line it may lack."""
+    failed = {}
+    for o in outcomes:
+        if o.status == DONE:
+            continue
+        run = runs.get(o.key)
+        if run is not None and run_state(run)[0] == "complete":
+            console.print(f"[yellow]note:[/] {escape(o.key)}: {o.status} ({escape(o.note)}), but its final eval is "
+                          "on disk: complete, counted", soft_wrap=True, highlight=False)
+            for line in finish_complete_runs([run], comp_dir):
+                console.print(f"[yellow]note:[/] {escape(line)}", soft_wrap=True, highlight=False)
+            continue
+        failed[o.key] = o.note
+    return failed
 
 
 def say_interrupted(argument: str, console: Console) -> None:

@@ -24,7 +24,7 @@ from dormouse.ab.reporting.report import verdict_rows
 from dormouse.ab.reporting.results import ComparisonResults
 from dormouse.ab.rule.looks import Progress
 from dormouse.ab.rule.sequential import holdback_words
-from dormouse.ab.runs.job import Run, read_launch_record, run_state
+from dormouse.ab.runs.job import Run, failed_by_the_driver, read_launch_job, read_launch_record, run_state
 from dormouse.model.flops import training_cost
 from dormouse.run.files import AB_ERROR, ComparisonFiles, RunFiles
 from dormouse.run.lock import is_locked, read_holder
@@ -90,6 +90,17 @@ def run_wall_s(run: Run, comp_dir: Path) -> float | None:
 
 # --- the plan -------------------------------------------------------------------------------------------
 
+def _plan_state(run: Run, comp_dir: Path) -> tuple[str, str]:
+    """:func:`run_state`, except that a run whose lock a live process holds is ``running`` (by whom): it is
+    being trained, not waiting to be resumed or restarted."""
+    state, why = run_state(run)
+    lock_path = ComparisonFiles(Path(comp_dir)).run_lock(run.name)
+    if state == "complete" or not is_locked(lock_path):
+        return state, why
+    holder = read_holder(lock_path) or {}
+    return "running", f"being trained by pid {holder.get('pid', '?')} on {holder.get('host', '?')}"
+
+
 def _say(console: Console, text: str) -> None:
     console.print(text, soft_wrap=True, highlight=False)
 
@@ -131,7 +142,7 @@ def render_plan(plan: ComparisonPlan, *, launch: dict[str, Any], registration: s
     table = Table(title_justify="left")
     for col in ("run", "look", "state", "tokens", "est. FLOPs", "wall"):
         table.add_column(col, no_wrap=True)
-    states = {p.name: run_state(p) for p in runs}
+    states = {p.name: _plan_state(p, comp_dir) for p in runs}
     measured: dict[str, list[float]] = {}
     for p in runs:
         w = run_wall_s(p, comp_dir) if states[p.name][0] == "complete" else None
@@ -185,6 +196,7 @@ def run_status(run: Run, comp_dir: Path, now: float | None = None) -> dict[str, 
     lock_path = ComparisonFiles(Path(comp_dir)).run_lock(run.name)
     attempts = read_launch_record(comp_dir, run.name).get("attempts", [])
     last_attempt = attempts[-1] if attempts else {}
+    job = read_launch_job(comp_dir, run.name)
     state, why = run_state(run)
     reading = read_run(run.run_dir) if run.run_dir.exists() else None
     step = int(reading.last["step"]) if reading and reading.last else 0
@@ -196,7 +208,8 @@ def run_status(run: Run, comp_dir: Path, now: float | None = None) -> dict[str, 
     elif is_locked(lock_path):
         holder = read_holder(lock_path) or {}
         out["state"] = "running"
-        out["where"] = f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}"
+        out["where"] = f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}" + (
+            f", job {job['job_id']}" if job.get("state") == "submitted" and job.get("job_id") else "")
         started = last_attempt.get("started")
         if started:
             elapsed = now - datetime.fromisoformat(started).timestamp()
@@ -204,6 +217,8 @@ def run_status(run: Run, comp_dir: Path, now: float | None = None) -> dict[str, 
             first = _attempt_start_step(run.run_dir)
             if step > first:
                 out["eta_s"] = elapsed / (step - first) * (run.steps - step)
+    elif failed_by_the_driver(job, last_attempt):
+        out.update(state="failed", note=job.get("note") or "failed by the driver")
     elif last_attempt.get("state") == "failed" or run.files.ab_error.is_file():
         out.update(state="failed", note=last_attempt.get("note", f"see {AB_ERROR}"))
     elif state in ("resume", "restart"):
@@ -248,7 +263,7 @@ def comparison_status(plan: ComparisonPlan) -> dict[str, Any]:
     # the first look's runs and the grid's tune runs; a tune run beyond the grid's once it started
     first = {p.name for p in plan.tune_runs} | {p.name for p in plan.runs if p.replicate <= plan.looks[0]}
     runs = [p for p in plan.all_runs if p.run_dir.exists() or read_launch_record(comp_dir, p.name)["attempts"]
-             or p.name in first]
+            or p.name in first or ComparisonFiles(comp_dir).launch_job(p.name).is_file()]
     rows = [run_status(p, comp_dir, now) for p in runs]
     lock_path = ComparisonFiles(Path(comp_dir)).lock
     driver = read_holder(lock_path) if is_locked(lock_path) else None

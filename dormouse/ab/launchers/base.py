@@ -58,6 +58,9 @@ class Job:
     key: str
     fn: Callable[..., Outcome]
     args: tuple[Any, ...] = ()
+    # whether the job's work is already on disk: a job lost without a result after finishing it is done, not
+    # waited on (read by the driver, never pickled)
+    complete: Callable[[], bool] | None = None
 
 
 StartFn = Callable[[str, str], None]  # (job key, where it runs)
@@ -75,6 +78,11 @@ class Launcher(Protocol):
         ...
 
     def run(self, jobs: Sequence[Job], on_start: StartFn, on_finish: FinishFn) -> list[Outcome]: ...
+
+    def adoptable(self, keys: Sequence[str]) -> dict[str, str]:
+        """The jobs among ``keys`` still running from an earlier driver, which ``run`` waits for rather than
+        starting again: key -> what to say."""
+        ...
 
     @property
     def stopped_by(self) -> int | None:

@@ -41,11 +41,16 @@ def local_cluster_share(cores: int, *, tasks: int, most_jobs: int, most_threads:
     return width, max(1, min(most_threads, cores // (width * max(tasks, 1))))
 
 
+def ranks_per_node(c: Any) -> int:
+    """A slurm config's DDP ranks on each node of a run: ``tasks_per_node``, else one per GPU (one on CPU)."""
+    return int(c.tasks_per_node) or max(1, int(c.gpus_per_run))
+
+
 def cluster_share(c: Any, cores: int | None = None) -> tuple[int | None, int]:
     """``(jobs at once, threads per task)`` of a slurm config: ``(None, cpus_per_task)`` on SLURM, else local."""
     if c.cluster == "slurm":
         return None, int(c.cpus_per_task)
-    return local_cluster_share(available_cores() if cores is None else cores, tasks=max(1, c.gpus_per_run),
+    return local_cluster_share(available_cores() if cores is None else cores, tasks=ranks_per_node(c),
                                most_jobs=c.array_parallelism, most_threads=c.cpus_per_task)
 
 
@@ -134,6 +139,9 @@ class InProcessLauncher:
 
     def settings(self) -> dict[str, Any]:
         return {"launcher": self.name, "jobs": 1, "threads_per_pair": self.slot.threads}
+
+    def adoptable(self, keys: Sequence[str]) -> dict[str, str]:
+        return {}  # its jobs die with the process that ran them
 
     def run(self, jobs: Sequence[Job], on_start: StartFn, on_finish: FinishFn) -> list[Outcome]:
         import torch
@@ -248,6 +256,9 @@ class ProcessLauncher:
         return {"launcher": self.name, "jobs": len(self.slots),
                 "threads_per_pair": self.slots[0].threads if self.slots else None,
                 "cuda_devices": [list(s.cuda_devices) for s in self.slots if s.cuda_devices is not None] or None}
+
+    def adoptable(self, keys: Sequence[str]) -> dict[str, str]:
+        return {}  # a worker outlives no driver (watch_driver)
 
     def run(self, jobs: Sequence[Job], on_start: StartFn, on_finish: FinishFn) -> list[Outcome]:
         driver = DriverId.this_process()

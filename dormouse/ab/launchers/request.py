@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dormouse.ab.launchers.base import Launcher, LaunchError, Slot
-from dormouse.ab.launchers.local import InProcessLauncher, ProcessLauncher, cluster_share, plan_slots
+from dormouse.ab.launchers.local import InProcessLauncher, ProcessLauncher, cluster_share, plan_slots, ranks_per_node
 from dormouse.ab.runs.job import Run
 
 if TYPE_CHECKING:  # only for the annotation: the cluster module (submitit) is loaded for --launcher slurm only
@@ -71,7 +71,8 @@ class ResolvedLaunch:
         jobs, threads = cluster_share(c)
         return {"launcher": r.launcher, "jobs": jobs or c.array_parallelism, "threads_per_pair": threads,
                 "cluster": c.cluster, "partition": c.partition, "time_min": c.time_min,
-                "gpus_per_run": c.gpus_per_run, "cpus_per_task": c.cpus_per_task}
+                "gpus_per_run": c.gpus_per_run, "cpus_per_task": c.cpus_per_task,
+                **({"ranks_per_run": ranks} if (ranks := c.nodes_per_run * ranks_per_node(c)) > 1 else {})}
 
     def _cuda_devices(self) -> Any:
         if self.devices_at_run and self.cuda is not False:
@@ -87,7 +88,7 @@ class ResolvedLaunch:
             return ProcessLauncher(self.slots)
         from dormouse.ab.launchers.cluster import SubmititLauncher, default_folder  # submitit is loaded for slurm only
 
-        return SubmititLauncher(self.cluster, default_folder(comp_dir, self.cluster), f"ab-{name}")
+        return SubmititLauncher(self.cluster, default_folder(comp_dir, self.cluster), f"ab-{name}", comp_dir)
 
 
 def resolve_launch(request: LaunchRequest, runs: list[Run], *, machine: bool = True) -> ResolvedLaunch:

@@ -60,7 +60,8 @@ class RunBoard:
             self.elapsed[outcome.key] = time.time() - self.started[outcome.key]
         row = self._last_row(run)
         bpb = f" bpb={row['bpb']:.4f}" if row and isinstance(row.get("bpb"), float) else ""
-        msg = f"{outcome.status} {outcome.key}{bpb} ({_fmt_s(self.elapsed.get(outcome.key))})"
+        took = _fmt_s(self.elapsed.get(outcome.key))  # none for a job that never started
+        msg = f"{outcome.status} {outcome.key}{bpb}" + (f" ({took})" if took else "")
         if outcome.note:
             msg += f": {outcome.note}"
         if self.live is None or outcome.status in ("failed", "interrupted", "stopped"):

@@ -134,6 +134,24 @@ def read_launch_record(comp_dir: Path, run: str) -> dict[str, Any]:
         return {"pair": run, "attempts": []}
 
 
+def read_launch_job(comp_dir: Path, run: str) -> dict[str, Any]:
+    """The cluster job the driver last submitted for ``run`` and how the driver ended it
+    (``launch/RUN.job.json``: ``job_id``, ``state``, ``note``, ``ended``); empty when there is none."""
+    try:
+        out = json.loads(ComparisonFiles(Path(comp_dir)).launch_job(run).read_text())
+    except (OSError, ValueError):
+        return {}
+    return out if isinstance(out, dict) else {}
+
+
+def failed_by_the_driver(job: dict[str, Any], last_attempt: dict[str, Any]) -> bool:
+    """Whether the driver failed the run (a job cancelled while pending, killed at start, timed out too many
+    times) after its last attempt began: that verdict, not the attempt's own, is the run's latest word."""
+    if job.get("state") != FAILED:
+        return False
+    return not last_attempt or str(last_attempt.get("started", "")) <= str(job.get("ended", ""))
+
+
 def recorded_fingerprints(comp_dir: Path, run: str) -> list[dict[str, Any] | None]:
     """The fingerprint each attempt of a run recorded (None for an attempt that recorded none)."""
     return [a.get("fingerprint") for a in read_launch_record(comp_dir, run).get("attempts", [])]
