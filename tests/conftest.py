@@ -14,7 +14,7 @@ order), so that the run does not end with one worker on a long test while the ot
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
@@ -27,6 +27,17 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(max(1, torch.get_num_threads() // _WORKERS))
 
 SHARED_SCOPES = ("class", "module", "package")
+
+
+@pytest.fixture(autouse=True)
+def _plugins_forgotten_after_each_test() -> Iterator[None]:
+    """A plugin a test loads (directly, or through an in-process CLI call) is forgotten when it ends. A plugin
+    left loaded is part of the next test's code fingerprint in this worker, and not of the fresh processes a
+    comparison starts: their runs would be refused as computed by other code, depending on test order."""
+    from tests.helpers.plugin_arms import plugins_forgotten
+
+    with plugins_forgotten():
+        yield
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

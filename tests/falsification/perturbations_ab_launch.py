@@ -27,6 +27,18 @@ _NO_RETRAIN = _LIFE + "test_no_submitit_exception_at_any_point_of_a_runs_life_de
 
 PERTURBATIONS: list[dict] = [
     {
+        "name": "slot_workers_keep_the_fork_servers_plugins",
+        "file": _LAUNCH,
+        "function": "_worker_init",
+        "old": "        os.environ[PLUGINS_ENV_VAR] = plugins_env\n",
+        "new": "        pass\n",
+        "gates": [_T + "test_slot_workers_start_with_torch_and_the_trainer_already_imported"],
+        "why": "a process keeps one fork server, started with its first comparison's environment: a later "
+               "comparison's workers load that comparison's plugins, and its runs are refused as computed by "
+               "other code, or count with a plugin they never asked for",
+        "protects": "A/B rule",
+    },
+    {
         "name": "comparison_lock_shared",
         "file": _LOCK,
         "function": "HolderLock.acquire",

@@ -27,9 +27,10 @@ from dormouse.ab.comparison.registry import ComparisonError
 from dormouse.ab.comparison.runner import run_comparison
 from dormouse.ab.launchers.base import DONE, INTERRUPTED, Job, LaunchError, Outcome
 from dormouse.ab.launchers.cluster import load_launcher_config
-from dormouse.ab.launchers.local import WORKER_PRELOAD, ProcessLauncher, plan_slots
+from dormouse.ab.launchers.local import WORKER_PRELOAD, ProcessLauncher, plan_slots, worker_context
 from dormouse.ab.launchers.request import LaunchRequest
 from dormouse.ab.runs.job import read_launch_record
+from dormouse.arms.plugin_routes import ENV_VAR
 from tests.helpers.ab_exit import exit_code
 
 TESTS = Path(__file__).resolve().parent
@@ -152,13 +153,17 @@ def test_parallel_runs_equal_the_sequential_runs_bit_for_bit(tmp_path: Path) -> 
 def _what_the_worker_had(key: str) -> Outcome:
     """A job that reports what its worker had imported before the job ran, and who started the worker."""
     return Outcome(key, DONE, note=json.dumps({"preloaded": sorted(m for m in WORKER_PRELOAD if m in sys.modules),
-                                                "parent": os.getppid()}))
+                                                "parent": os.getppid(), "plugins": os.getenv(ENV_VAR)}))
 
 
-def test_slot_workers_start_with_torch_and_the_trainer_already_imported() -> None:
+def test_slot_workers_start_with_torch_and_the_trainer_already_imported(monkeypatch: pytest.MonkeyPatch) -> None:
     """A `--jobs` worker does not re-import torch (and torch._dynamo on its first optimizer), seconds per
     worker before its first run. Workers are forked from the standard library's fork server, which
-    imported them once (multiprocessing.set_forkserver_preload): not started by this process (spawn)."""
+    imported them once (multiprocessing.set_forkserver_preload): not started by this process (spawn). A
+    process keeps its one server, started with the environment of its first comparison: each worker takes
+    the driver's plugins variable of now, not the server's."""
+    worker_context()  # the server runs before the variable is set, as after an earlier comparison
+    monkeypatch.setenv(ENV_VAR, "the-drivers-plugins-now.py")
     launcher = ProcessLauncher(plan_slots(2, cuda=False, threads=1))
     outcomes = launcher.run([Job(f"j{i}", _what_the_worker_had, (f"j{i}",)) for i in range(2)],
                             lambda key, where: None, lambda outcome: None)
@@ -166,6 +171,7 @@ def test_slot_workers_start_with_torch_and_the_trainer_already_imported() -> Non
         seen = json.loads(outcome.note)
         assert seen["preloaded"] == sorted(WORKER_PRELOAD), seen
         assert seen["parent"] != os.getpid(), "the worker was started by this process, not the fork server"
+        assert seen["plugins"] == "the-drivers-plugins-now.py", seen
 
 
 def _trains_until_a_signal(key: str, ready: str) -> Outcome:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dormouse.ab.launchers.base import FAILED, INTERRUPTED, FinishFn, Job, LaunchError, Outcome, Slot, StartFn
+from dormouse.arms.plugin_routes import ENV_VAR as PLUGINS_ENV_VAR
 
 # --- slots ----------------------------------------------------------------------------------------------
 
@@ -166,10 +167,17 @@ class InProcessLauncher:
 
 # --- N at once, a process each --------------------------------------------------------------------------
 
-def _worker_init(slot: Slot, driver: DriverId | None = None) -> None:
-    """Set up a slot's worker before any job: CUDA devices and threads (before any CUDA call), its own process
-    group, SIGINT ignored outside a training loop, and :func:`watch_driver`. Its own group so a terminal's Ctrl-C
-    reaches it once, through the driver: a second SIGINT would stop the loop without a checkpoint."""
+def _worker_init(slot: Slot, driver: DriverId | None = None, plugins_env: str | None = None) -> None:
+    """Set up a slot's worker before any job: the driver's ``DORMOUSE_PLUGINS``, CUDA devices and threads (before
+    any CUDA call), its own process group, SIGINT ignored outside a training loop, and :func:`watch_driver`. The
+    plugins variable is the driver's now, not the one the fork server inherited when it started (a process
+    keeps one server: an earlier comparison's plugins would load into this one's runs and change their code
+    fingerprint). Its own group so a terminal's Ctrl-C reaches it once, through the driver: a second SIGINT
+    would stop the loop without a checkpoint."""
+    if plugins_env is None:
+        os.environ.pop(PLUGINS_ENV_VAR, None)
+    else:
+        os.environ[PLUGINS_ENV_VAR] = plugins_env
     if hasattr(os, "setpgrp"):
         os.setpgrp()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -265,7 +273,7 @@ class ProcessLauncher:
 
         def pool_for(slot: Slot) -> ProcessPoolExecutor:
             return ProcessPoolExecutor(max_workers=1, mp_context=self.context, initializer=_worker_init,
-                                       initargs=(slot, driver))
+                                       initargs=(slot, driver, os.environ.get(PLUGINS_ENV_VAR)))
 
         pools = {slot.index: pool_for(slot) for slot in self.slots}
         settle(list(pools.values()))
