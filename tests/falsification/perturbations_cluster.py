@@ -202,7 +202,7 @@ PERTURBATIONS: list[dict] = [
         "name": "rerun_resubmits_a_live_job",
         "file": _CLUSTER,
         "function": "SubmititLauncher._live_jobs",
-        "old": "            if state.split()[0].upper() in LIVE_STATES if state.strip() else False:\n",
+        "old": "            if state in LIVE_STATES:\n",
         "new": "            if False:\n",
         "gates": [_C + "test_a_rerun_adopts_the_job_a_killed_driver_left_in_the_queue_and_submits_only_the_others"],
         "why": "the rerun of a killed driver submits a second job for a run its old job still trains: the "
@@ -269,7 +269,7 @@ PERTURBATIONS: list[dict] = [
         "name": "failed_job_said_running",
         "file": _CLUSTER,
         "function": "_state_now",
-        "old": "    return \"\" if state.strip() and state.split()[0].upper() in LIVE_STATES else f\"state {state} now\"\n",
+        "old": "    return \"\" if state_word(state) in LIVE_STATES else f\"state {state} now\"\n",
         "new": "    return f\"state {state} now\"\n",
         "gates": [_C + "test_a_failed_job_names_a_final_state_and_a_log_that_exists_or_says_there_is_none"],
         "why": "a failed run's line says `state RUNNING now` for a job that is only ending",

@@ -199,6 +199,11 @@ LIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQ
                          "RESV_DEL_HOLD", "SPECIAL_EXIT"})
 
 
+def state_word(state: str) -> str:
+    """A SLURM state as one upper-case word (squeue's ``RUNNING``, sacct's ``CANCELLED by 0``); "" for none."""
+    return state.split()[0].upper() if state.strip() else ""
+
+
 def queue_verdict(queue_state: str | None, sacct_state: str, has_result: bool) -> str:
     """What the driver makes of a job it waits for: ``result`` (its file is there), ``alive`` (squeue lists it),
     ``ended`` (a final state, no result), ``absent`` (no squeue or sacct record: cancelled while pending, or no
@@ -210,12 +215,12 @@ def queue_verdict(queue_state: str | None, sacct_state: str, has_result: bool) -
         return "result"
     if queue_state is None:
         return "unsure"
-    state = queue_state.split()[0].upper() if queue_state.strip() else ""
+    state = state_word(queue_state)
     if state in LIVE_STATES:
         return "alive"
     if state:
         return "ended"
-    sacct = sacct_state.split()[0].upper() if sacct_state.strip() else "UNKNOWN"
+    sacct = state_word(sacct_state) or "UNKNOWN"
     if sacct in LIVE_STATES:
         # sacct's record lags squeue's (submitit reads it at most every few minutes): squeue is current
         # and does not list the job, so the job is not alive, whatever the old record says.
@@ -498,9 +503,9 @@ class SubmititLauncher:
             return {}
         live = {}
         for key, job in recorded.items():
-            state = queue.get(str(job["job_id"]), "")
-            if state.split()[0].upper() in LIVE_STATES if state.strip() else False:
-                live[key] = {**job, "queue_state": state.split()[0].upper()}
+            state = state_word(queue.get(str(job["job_id"]), ""))
+            if state in LIVE_STATES:
+                live[key] = {**job, "queue_state": state}
         return live
 
     def _read_job(self, key: str) -> dict[str, Any]:
@@ -596,7 +601,7 @@ class SubmititLauncher:
         """Tell the board a queued job started once squeue lists it out of PENDING (or it ended first): a job
         still waiting for a node is not running."""
         where = self._unstarted.get(key)
-        if where is None or not (ended or (queue_state.strip() and queue_state.split()[0].upper() != "PENDING")):
+        if where is None or not (ended or state_word(queue_state) not in ("", "PENDING")):
             return
         del self._unstarted[key]
         self._on_start(key, where)
@@ -663,8 +668,7 @@ def _ended(sj: Any, queue: dict[str, str] | None, slurm: bool) -> bool:
         return result or bool(sj.done())
     if queue is None:
         return result
-    state = queue.get(sj.job_id, "")
-    return not (state.strip() and state.split()[0].upper() in LIVE_STATES)
+    return state_word(queue.get(sj.job_id, "")) not in LIVE_STATES
 
 
 def _outcome_of(job: Job, sj: Any) -> Outcome:
@@ -710,7 +714,7 @@ def _state_now(sj: Any) -> str:
                 return "state unknown"
     else:
         state = str(sj.state)
-    return "" if state.strip() and state.split()[0].upper() in LIVE_STATES else f"state {state} now"
+    return "" if state_word(state) in LIVE_STATES else f"state {state} now"
 
 
 def default_folder(comp_dir: Path, c: SlurmLauncherConfig) -> Path:
