@@ -29,18 +29,40 @@ class ArmSpec:
         """Problems with this arm's options, one line each; called for every arm, selected or not."""
         return []
 
+    @classmethod
+    def flops_per_token(cls, model_cfg: Any, depth: int, readouts: tuple[int, ...]) -> float | None:
+        """The arm's own forward matmul FLOPs per token (a multiply-add is 2; norms, softmax and other elementwise
+        work left out, as in the block's count) for ``depth`` iterations read out after the 0-based iterations in
+        ``readouts``; :mod:`dormouse.model.flops` adds it to the block's. None: the arm declares no count, and its
+        own work is left out of the FLOPs, said wherever they are reported."""
+        return None
+
 
 class PreNormSpec(ArmSpec):
     name = "prenorm"
+
+    @classmethod
+    def flops_per_token(cls, model_cfg: Any, depth: int, readouts: tuple[int, ...]) -> float:
+        return 0.0  # x + f(x): one addition per channel
 
 
 class ReZeroSpec(ArmSpec):
     name = "rezero"
     default = True
 
+    @classmethod
+    def flops_per_token(cls, model_cfg: Any, depth: int, readouts: tuple[int, ...]) -> float:
+        return 0.0  # x + alpha_s f(x): a scalar multiply-add per channel
+
 
 class GatedResidualSpec(ArmSpec):
     name = "gr"
+
+    @classmethod
+    def flops_per_token(cls, model_cfg: Any, depth: int, readouts: tuple[int, ...]) -> float:
+        """Each of the 2 slots per iteration computes its gate ``W n(x) + b_s``: one d x d product, 2d^2."""
+        d = int(model_cfg.d_model)
+        return 2 * depth * 2.0 * d * d
 
 
 @dataclass
@@ -58,9 +80,26 @@ def _bad(key: str, given: Any, allowed: str) -> str:
     return f"{key}={given!r} is invalid: {allowed}"
 
 
+def sources_seen(pushes: int, block_size: int | None) -> int:
+    """The sources a read after ``pushes`` sublayer outputs sees (Eq. 6): the embedding, the completed blocks, and
+    the partial block if non-empty; Full AttnRes (``block_size`` None) sees every output."""
+    size = block_size or 1
+    return 1 + pushes // size + (1 if pushes % size else 0)
+
+
 class AttnResSpec(ArmSpec):
     name = "attnres"
     options = AttnResConfig
+
+    @classmethod
+    def flops_per_token(cls, model_cfg: Any, depth: int, readouts: tuple[int, ...]) -> float:
+        """A read over m sources scores each (``q . k_i``, 2d) and mixes them (``sum_i alpha_i v_i``, 2d): 4dm. The
+        2·depth sublayer reads see the sources before their slot, each readout those after its iteration; an
+        input-dependent query adds ``U_l RMSNorm(v_last)``, 2d^2 per read."""
+        d, size = int(model_cfg.d_model), model_cfg.attnres.block_size
+        pushes = [*range(2 * depth), *(2 * (k + 1) for k in readouts)]
+        per_read_query = 2.0 * d * d if model_cfg.attnres.query == "input" else 0.0
+        return sum(4.0 * d * sources_seen(p, size) + per_read_query for p in pushes)
 
     @classmethod
     def config_problems(cls, model_cfg: Any, selected: bool) -> list[str]:

@@ -124,7 +124,9 @@ class TrainConfig:
     grad_clip: float = 1.0  # 0 disables clipping
     beta1: float = 0.9
     beta2: float = 0.95
-    eval_every: int = 600
+    # evaluate after each step passing a multiple of it, and the last (dormouse.train.schedule.is_eval_step); a
+    # fractional value (a registered FLOP or token budget sets one) keeps every arm's evals at the same fractions
+    eval_every: int | float = 600
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
     # compute dtype (dormouse.train.device.compute_dtype): "auto" = bf16 autocast on CUDA, fp32 on CPU; "fp32";
     # "bf16" = bf16 autocast on either (on CPU it is CPU autocast, the tests' stand-in for CUDA's)

@@ -1,20 +1,57 @@
-"""Training matmul FLOPs of the looped model, a ``dormouse ab plan`` estimate: per token and iteration
-``3 (2(4d^2 + 3dh) + 2Td)``, plus ``3 * 2 * 256 d`` per readout; the arms' O(L d) work left out."""
+"""Training FLOPs of the looped model, what a FLOP budget matches and ``dormouse ab plan`` estimates: matmul FLOPs
+(a multiply-add is 2; norms, softmax and other elementwise work left out), the backward twice the forward (×3 in
+all). Per token, each iteration's block costs ``2(4d^2 + 3dh) + 2Td`` (projections, SwiGLU, causal attention's
+scores and mix over T/2 keys on average) and each readout ``2·256·d``; the arm adds its own
+(:meth:`~dormouse.arms.specs.ArmSpec.flops_per_token`). Under ``model.random_depth`` the count is the mean over the
+depths 1..max_iter the loop draws uniformly."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from dormouse.arms.registry import model_arm
+from dormouse.arms.specs import arm_specs
 from dormouse.model.shape import VOCAB, swiglu_hidden
 
 
+@dataclass(frozen=True)
+class FlopCount:
+    """Forward FLOPs per token of one config: the block's (readouts included) and the arm's own."""
+
+    block: float
+    arm: float
+    arm_counted: bool  # False: the arm declares no count (ArmSpec.flops_per_token is None); its work is left out
+
+    @property
+    def training_per_token(self) -> float:
+        return 3.0 * (self.block + self.arm)
+
+
+def flop_count(cfg: Any) -> FlopCount:
+    """The forward FLOPs per token of a training step of ``cfg``."""
+    m, d = cfg.model, int(cfg.model.d_model)
+    h, seq = swiglu_hidden(d, m.mlp_hidden), int(cfg.data.seq_len)
+    spec = arm_specs()[model_arm(m)]
+    depths = range(1, int(m.max_iter) + 1) if m.random_depth else [int(m.max_iter)]
+    block = arm = 0.0
+    counted = True
+    for depth in depths:
+        readouts = tuple(range(depth)) if str(cfg.train.readout) == "all" else (depth - 1,)
+        block += depth * (2 * (4 * d * d + 3 * d * h) + 2 * seq * d) + len(readouts) * 2 * VOCAB * d
+        own = spec.flops_per_token(m, depth, readouts)
+        counted = counted and own is not None
+        arm += own or 0.0
+    return FlopCount(block / len(depths), arm / len(depths), counted)
+
+
+def step_tokens(cfg: Any) -> int:
+    """Tokens (bytes) one optimizer step trains on: the global batch times the sequence length."""
+    return int(cfg.train.batch_size) * int(cfg.data.seq_len)
+
+
 def training_cost(cfg: Any) -> dict[str, float]:
-    """``{"tokens", "flops"}`` of one training run of ``cfg``."""
-    m, t, d = cfg.model, cfg.train, int(cfg.model.d_model)
-    h = swiglu_hidden(d, m.mlp_hidden)
-    seq = int(cfg.data.seq_len)
-    depth = (int(m.max_iter) + 1) / 2 if m.random_depth else int(m.max_iter)
-    readouts = depth if str(t.readout) == "all" else 1
-    tokens = int(t.steps) * int(t.batch_size) * seq
-    per_token_fwd = depth * (2 * (4 * d * d + 3 * d * h) + 2 * seq * d) + readouts * 2 * VOCAB * d
-    return {"tokens": float(tokens), "flops": 3.0 * per_token_fwd * tokens}
+    """``{"tokens", "flops", "flops_per_step"}`` of one training run of ``cfg``."""
+    per_step = flop_count(cfg).training_per_token * step_tokens(cfg)
+    return {"tokens": float(int(cfg.train.steps) * step_tokens(cfg)), "flops": per_step * int(cfg.train.steps),
+            "flops_per_step": per_step}

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dormouse.arms.registry import ARMS
+from dormouse.config.eval_schedule import eval_steps
 from dormouse.run.files import LOG, RunFiles
 from dormouse.run.loglines import LogLineError, counter_names, parse_metrics_row, torn_tail
 from dormouse.run.reader import EvalRow, Finding, RunReading, find_runs, read_run
@@ -80,7 +81,7 @@ def _check_completeness(run: RunReading) -> None:
         seen = {r.step for r in run.evals}
         last = run.evals[-1]
         if run.config_eval_every:
-            expected = range(run.config_eval_every, last.step + 1, run.config_eval_every)
+            expected = [s for s in eval_steps(run.config_eval_every, last.step) if s < last.step]
             for step in expected:
                 if step not in seen:
                     after = next(r for r in run.evals if r.step > step)

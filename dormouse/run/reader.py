@@ -75,7 +75,7 @@ class RunReading:
     done_line: int | None = None
     n_lines: int = 0
     config_steps: int | None = None
-    config_eval_every: int | None = None
+    config_eval_every: float | None = None
     config_arm: str | None = None
     findings: list[Finding] = field(default_factory=list)
 
@@ -138,7 +138,7 @@ def _read_config(run: RunReading) -> None:
     try:
         cfg = _load_config(cfg_path)
         run.config_steps = int(cfg.train.steps)
-        run.config_eval_every = int(cfg.train.eval_every)
+        run.config_eval_every = cfg.train.eval_every
         run.config_arm = model_arm(cfg.model)
     except Exception as exc:  # a config we cannot read must not hide the log's own findings
         run.add(None, "config", f"{cfg_path} could not be read ({type(exc).__name__}: {exc}); "

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 
 from dormouse.arms.probes import learned_values
+from dormouse.config.eval_schedule import is_eval_step
 from dormouse.config.schema import arm_name
 from dormouse.data import bits_per_byte, keyed_seed
 from dormouse.errors import Interrupted, RunDirRefused, StartRefused, TrainError
@@ -487,14 +488,14 @@ def _loop(run: _Run, loop: LoopState, stop_at_step: int | None) -> TrainResult:
                 first = time.perf_counter() if len(losses) < (2 if t.compile else 1) else None
                 loss = train_step(run, loop)
                 if first is not None and info.is_main:  # a step that cannot fit in time is not silent
-                    run.show(first_step_line(time.perf_counter() - first, loop.step, int(t.eval_every),
+                    run.show(first_step_line(time.perf_counter() - first, loop.step, t.eval_every,
                                              int(t.steps), compiling=bool(t.compile) and not losses,
                                              label="second step" if losses else "first step"))
                 losses.append(loss)
                 run.progress.update(loop.step, loss, loop.window.tokens / max(loop.window.time, 1e-9))
                 run.metrics.train_loss(loop.step, loss)
                 last_step = loop.step == t.steps
-                if last_step or loop.step % t.eval_every == 0:
+                if last_step or is_eval_step(loop.step, t.eval_every):
                     eval_and_log(run, loop)
                     if t.keep_best:
                         write_best_checkpoint(run, loop)

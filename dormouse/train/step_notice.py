@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import torch
 from omegaconf import DictConfig
 
+from dormouse.config.eval_schedule import eval_steps
+
 # Warn when the estimate exceeds this share of the available memory: the attention scores are not the only
 # thing a step holds (activations, weights, optimizer state), so past half the memory a step is in danger.
 MEMORY_WARN_FRACTION = 0.5
@@ -137,12 +139,12 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def first_step_line(step_s: float, step: int, eval_every: int, steps: int, *, compiling: bool = False,
+def first_step_line(step_s: float, step: int, eval_every: float, steps: int, *, compiling: bool = False,
                     label: str = "first step") -> str:
     """The step's time and, at that pace, the time to the next eval and the end; none while compiling."""
     if compiling:
         return f"{label}: {duration(step_s)} (it compiled the model: train.compile; the pace follows the next step)"
-    next_eval = min(steps, -(-step // eval_every) * eval_every)  # the loop evaluates after steps k*eval_every
+    next_eval = next(s for s in eval_steps(eval_every, steps) if s >= step)
     to_eval, to_end = duration((next_eval - step) * step_s), duration((steps - step) * step_s)
     return (f"{label}: {duration(step_s)}; at this pace the first eval (step {next_eval}) is in {to_eval} "
             f"and the end (step {steps}) in {to_end}")

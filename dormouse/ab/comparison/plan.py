@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from dormouse.ab.comparison.budget import ArmBudget, apply_budget, arm_budgets, budget_of, budget_owned_keys
 from dormouse.ab.comparison.registry import (
     RUNNER_KEYS,
     TUNED_KEY,
@@ -62,6 +63,7 @@ class ComparisonPlan:
     tune_runs: list[Run] = field(default_factory=list)  # the tune runs the grid needs, run first (tune.py)
     chosen_lrs: dict[str, float] | None = None  # arm -> train.lr, once the tune stage chose
     arm_cfgs: dict[str, DictConfig] = field(default_factory=dict)  # each arm's composed config (the tune runs')
+    budgets: dict[str, ArmBudget] = field(default_factory=dict)  # each arm's steps and cost under the budget
     _tune_made: dict[tuple[str, float, int], Run] = field(default_factory=dict, repr=False)
 
     def tune_run(self, arm: str, lr: float, j: int) -> Run:
@@ -163,6 +165,8 @@ def check_cli_overrides(reg: Registered, overrides: list[str]) -> None:
     sets: that would erase the difference measured."""
     arm_keys = {override_key(o): arm for arm, ovs in reg.spec.arms.items() for o in ovs}
     tuned = TUNED_KEY if getattr(reg.spec, "tune", None) is not None else None
+    budget = budget_of(reg.spec)
+    budget_owned = budget_owned_keys(budget, for_every_arm=True)
     lines = []
     for o in overrides:
         key = override_key(o)
@@ -173,6 +177,9 @@ def check_cli_overrides(reg: Registered, overrides: list[str]) -> None:
                          f"({', '.join(RUNNER_KEYS)})")
         elif key == tuned:
             lines.append(f"override {o!r} sets {key}, which this registration's tune stage chooses per arm")
+        elif key in budget_owned:
+            lines.append(f"override {o!r} sets {key}, which this registration's budget (unit {budget.unit}) sets "
+                         "for every arm")
         elif key in arm_keys:
             lines.append(f"override {o!r} sets {key}, which arm {arm_keys[key]!r} sets: it would change what "
                          "the arms differ in; register another comparison instead")
@@ -202,6 +209,7 @@ def build_plan(reg: Registered | str, overrides: list[str], root: Path, registry
     comp_dir = (Path(root) / reg.spec.name).resolve()
     replicates = replicates_of(reg.spec)
     arm_cfgs = _compose_arms(reg, overrides, comp_dir, replicates[0])
+    budgets = _budgets(reg, arm_cfgs)
     runs: list[Run] = []
     for rep in replicates:
         for arm, base_cfg in arm_cfgs.items():
@@ -211,9 +219,27 @@ def build_plan(reg: Registered | str, overrides: list[str], root: Path, registry
                 cfg.train.data_seed = rep.aa_data_seed if arm == reg.spec.aa_arm else rep.data_seed
             cfg.run.name = run_name(arm, rep.init_seed)
             runs.append(Run(arm, rep.init_seed, cfg, comp_dir / cfg.run.name, replicate=rep.index))
-    plan = ComparisonPlan(reg, overrides, comp_dir, replicates, looks_of(reg.spec), runs, arm_cfgs=arm_cfgs)
+    plan = ComparisonPlan(reg, overrides, comp_dir, replicates, looks_of(reg.spec), runs, arm_cfgs=arm_cfgs,
+                          budgets=budgets)
     plan.tune_runs = _tune_runs(plan)
     return plan
+
+
+def _budgets(reg: Registered, arm_cfgs: dict[str, DictConfig]) -> dict[str, ArmBudget]:
+    """Each arm's budget, set into its config (a flops or tokens budget sets train.steps and train.eval_every), the
+    configs validated again; protocol 1 trains for train.steps."""
+    if not isinstance(reg.spec, ComparisonSpec):
+        return {}
+    budget = budget_of(reg.spec)
+    try:
+        budgets = arm_budgets(budget, arm_cfgs, str(reg.spec.baseline))
+    except ValueError as exc:
+        raise ComparisonError([f"{reg.source}: field 'budget.value': {exc}"]) from None
+    apply_budget(arm_cfgs, budgets)
+    lines = arm_problem_lines(reg, {arm: validate(cfg) for arm, cfg in arm_cfgs.items() if validate(cfg)})
+    if lines:
+        raise ComparisonError(lines)
+    return budgets
 
 
 def tune_run_name(arm: str, lr: float, init_seed: int) -> str:

@@ -20,7 +20,14 @@ from dormouse.ab.comparison.binding import (
 )
 from dormouse.ab.comparison.plan import build_plan
 from dormouse.ab.comparison.registry import PROTOCOL, ComparisonError, Registered, load_spec
-from dormouse.ab.comparison.status import comparison_status, render_looks, render_plan, render_status, tune_cost_line
+from dormouse.ab.comparison.status import (
+    budget_lines,
+    comparison_status,
+    render_looks,
+    render_plan,
+    render_status,
+    tune_cost_line,
+)
 from dormouse.ab.launchers.base import LaunchError
 from dormouse.ab.launchers.request import LaunchRequest, resolve_launch
 from dormouse.ab.rule.looks import progress, read_run
@@ -83,6 +90,8 @@ def design_command(name: str | Registered, overrides: list[str], *, root: Path, 
     refuse_protocol_1(plan.reg)
     card = design_card_for(plan)
     _say(console, card.to_text())
+    for line in budget_lines(plan):
+        _say(console, line)
     if plan.tune_runs:
         _say(console, tune_cost_line(plan))
     if started_elsewhere(plan.comp_dir, plan.reg, plan.overrides):

@@ -18,6 +18,7 @@ from typing import Any
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from dormouse.ab.comparison.budget import BudgetSpec, budget_owned_keys
 from dormouse.ab.rule.sequential import Design
 from dormouse.ab.tune.rule import RULES, Bracketing, grid_ratio
 from dormouse.arms.plugins import PluginError, load_plugin
@@ -94,6 +95,7 @@ class ComparisonSpec:
     arms: dict[str, list[str]] = MISSING
     tune: TuneSpec | None = None
     plugins: list[str] = field(default_factory=list)
+    budget: BudgetSpec | None = None  # null: every arm trains for train.steps
 
     @property
     def max_replicates(self) -> int:
@@ -347,6 +349,23 @@ def _v2_problems(spec: ComparisonSpec, bad: Any) -> None:
         bad("aa_data_seed_base", "set without an aa_arm")
     if spec.tune is not None:
         _tune_problems(spec, spec.tune, bad)
+    if spec.budget is not None:
+        _budget_problems(spec, spec.budget, bad)
+
+
+def _budget_problems(spec: ComparisonSpec, budget: BudgetSpec, bad: Any) -> None:
+    """The budget's own fields; nothing else may set the steps it sets, nor an arm its own eval spacing under
+    flops or tokens (the fixed ``train.eval_every`` spaces the baseline's evals, which sets their count)."""
+    problems = budget.problems()
+    for key, problem in problems:
+        bad(key, problem)
+    if any(key.endswith(".unit") for key, _ in problems):
+        return
+    setters = [("fixed", o) for o in spec.fixed] + [(f"arms.{a}", o) for a, ovs in spec.arms.items() for o in ovs]
+    for where, o in setters:
+        key = override_key(o)
+        if key in budget_owned_keys(budget, where == "fixed"):
+            bad(where, f"override {o!r} sets {key}, which budget (unit {budget.unit}) sets for every arm")
 
 
 TUNED_KEY = "train.lr"  # the key the tune stage chooses per arm: nothing else may set it

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from dormouse.ab.comparison.budget import budget_of, rounding_line
 from dormouse.ab.comparison.plan import ComparisonPlan
 from dormouse.ab.reporting.report import verdict_rows
 from dormouse.ab.reporting.results import ComparisonResults
@@ -51,6 +52,24 @@ def tune_cost_line(plan: ComparisonPlan) -> str:
             f"{human(sum(c['tokens'] for c in costs))} tokens, {human(sum(c['flops'] for c in costs))} training "
             f"FLOPs{beyond}; the confirmatory runs at the maximum: {len(confirmatory)} runs, "
             f"{human(sum(c['flops'] for c in confirmatory))} FLOPs")
+
+
+def budget_lines(plan: ComparisonPlan) -> list[str]:
+    """The registered budget as ``ab plan`` and ``ab design`` state it: each arm's steps (the rounding stated) and
+    training FLOPs, the confirmatory runs' FLOPs at the maximum, and any arm whose own FLOPs are uncounted."""
+    if not plan.budgets:
+        return []
+    budget = budget_of(plan.spec)
+    told = f"{budget.value:g} {budget.unit} per arm" if budget.matches_cost else "the same steps for every arm"
+    lines = [f"budget: {budget.unit} ({told}); per arm:"]
+    lines += [f"  {rounding_line(budget, arm, b)}; {human(b.flops)} training FLOPs" for arm, b in plan.budgets.items()]
+    total = sum(plan.budgets[p.arm].flops for p in plan.runs)
+    lines.append(f"  the confirmatory runs at the maximum: {len(plan.runs)} runs, ≈{human(total)} training FLOPs")
+    uncounted = [arm for arm, b in plan.budgets.items() if not b.arm_counted]
+    if uncounted:
+        lines.append(f"  arm(s) {', '.join(uncounted)}: the arm declares no FLOP count (flops_per_token): its FLOPs "
+                     "are the block's alone, its own work uncounted")
+    return lines
 
 
 def _fmt_s(seconds: float | None) -> str:
@@ -139,6 +158,8 @@ def render_plan(plan: ComparisonPlan, *, launch: dict[str, Any], registration: s
     for arm, ovs in spec.arms.items():
         _say(console, f"  arm {arm:<{width}}: {' '.join(ovs) or '(none)'}")
     _say(console, f"  CLI:   {' '.join(plan.overrides) or '(none)'}")
+    for line in budget_lines(plan):
+        _say(console, line)
     table = Table(title_justify="left")
     for col in ("run", "look", "state", "tokens", "est. FLOPs", "wall"):
         table.add_column(col, no_wrap=True)

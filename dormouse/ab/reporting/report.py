@@ -60,7 +60,7 @@ def _bytes(n: float | None) -> str:
 def _count(n: float | None) -> str:
     if n is None:
         return "—"
-    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+    for div, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(n) >= div:
             return f"{n / div:.3g}{suffix}"
     return f"{n:.0f}"
@@ -181,22 +181,55 @@ def assumption_lines(r: ComparisonResults) -> list[str]:
 
 
 def _cost_table(r: ComparisonResults) -> list[str]:
+    """What each arm cost: parameters, the budget's steps and training FLOPs, and the throughput and wall-clock
+    measured (their ratios mean something only where the arms ran on one machine: the device column)."""
     out = ["", "## Cost relative to the baseline", "",
-           "| arm | params | arm params | params × | tok/s | tok/s × | peak memory | peak memory × | device |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "| arm | params | arm params | params × | steps | FLOPs/token | FLOPs | FLOPs × | tok/s | tok/s × | "
+           "wall × | peak memory | peak memory × | device |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, a in r.arms.items():
         cost, ratio = a.cost, a.ratios
+        uncounted = " (arm's own work uncounted)" if cost.get("arm_flops_counted") is False else ""
         out.append(
             f"| `{name}` | {_count(cost['params'])} | {_count(cost['arm_params'])} | "
-            f"{_f(ratio['params_ratio'], '.3f')} | {_count(cost['tok_s'])} | {_f(ratio['tok_s_ratio'], '.3f')} | "
-            f"{_bytes(cost['peak_mem_bytes'])} | {_f(ratio['peak_mem_ratio'], '.3f', 'n/a')} | "
-            f"{', '.join(cost['devices'])} |")
+            f"{_f(ratio['params_ratio'], '.3f')} | {_f(cost.get('steps'), 'd')} | "
+            f"{_count(cost.get('flops_per_token'))}{uncounted} | {_count(cost.get('flops'))} | "
+            f"{_f(ratio.get('flops_ratio'), '.3f')} | {_count(cost['tok_s'])} | {_f(ratio['tok_s_ratio'], '.3f')} | "
+            f"{_f(ratio.get('wall_ratio'), '.3f')} | {_bytes(cost['peak_mem_bytes'])} | "
+            f"{_f(ratio['peak_mem_ratio'], '.3f', 'n/a')} | {', '.join(cost['devices'])} |")
+    out += ["", "FLOPs: training matmul FLOPs (×3 the forward), the block's and the arm's own; wall ×: the mean run's "
+            "wall-clock over the baseline's."]
     out += ["", "## Counter check (`dormouse logs --check` on every run)", "", "| arm | result | findings |",
             "|---|---|---|"]
     out += [f"| `{name}` | {a.counter_check} | {len(a.findings)} |" for name, a in r.arms.items()]
     problems = [(name, f) for name, a in r.arms.items() for f in a.findings]
     if problems:
         out += ["", "Findings:", ""] + [f"- `{name}`: {f}" for name, f in problems]
+    return out
+
+
+def _budget_lines(r: ComparisonResults) -> list[str]:
+    """The registered budget, and Δ in the matched view it does not decide on (descriptive)."""
+    budget = r.budget or {}
+    views = {n: a.other_view for n, a in r.arms.items() if a.other_view}
+    if not budget and not views:
+        return []
+    unit = budget.get("unit", "steps")
+    said = (f"every arm trains {budget['value']:g} {unit}" if budget.get("value") is not None and unit != "steps"
+            else "every arm trains the same steps")
+    out = ["", "## Budget and the other matched view", "",
+           f"Registered budget: **{unit}** ({said}); the verdicts compare the arms there. Steps, FLOPs and "
+           "wall-clock of each arm are in the cost table."]
+    if views:
+        first = next(iter(views.values()))
+        out += ["", f"Beside it, descriptive (never decided on): Δ at matched **{first['unit']}**, each replicate's "
+                f"runs read at {first['read_at']}.", "",
+                "| arm | n | mean Δ ± sd | P(improvement) [95 %] | Hodges–Lehmann Δ |", "|---|---|---|---|---|"]
+        for name, v in views.items():
+            poi = ("—" if v.get("poi") is None
+                   else f"{v['poi_k']}/{len(v['diffs'])} {_interval(v.get('poi_interval'), '.2f')}")
+            out.append(f"| `{name}` | {len(v['diffs'])} | {_f(v.get('diff_mean'), '+.4f')} ± {_f(v.get('diff_sd'))} | "
+                       f"{poi} | {_f(v.get('hodges_lehmann'), '+.4f')} |")
     return out
 
 
@@ -254,7 +287,7 @@ def render_report(r: ComparisonResults, plots: list[str]) -> str:
     if card:
         out += ["", "## Design card (simulated at registration from the registered pilot spread)", "", "```",
                 card.get("text", "").rstrip(), "```"]
-    out += _depth_table(r) + _cost_table(r) + _runs_table(r)
+    out += _budget_lines(r) + _depth_table(r) + _cost_table(r) + _runs_table(r)
     if plots:
         out += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     out += ["", "## Registration", "", f"- Fixed overrides: {', '.join(f'`{o}`' for o in r.fixed) or 'none'}"]

@@ -15,8 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from dormouse.ab.comparison.budget import ArmBudget, budget_of
 from dormouse.ab.comparison.plan import ComparisonPlan
 from dormouse.ab.reporting.jsonable import jsonable
+from dormouse.ab.reporting.matched import View, matched_diffs, other_view, view_words
 from dormouse.ab.rule import stats
 from dormouse.ab.rule.bad_runs import is_bad
 from dormouse.ab.rule.looks import INVALID, UNDECIDED, Progress, paired_differences
@@ -34,8 +36,9 @@ _HELPER_KEYS = ("verdict", "kept", "decision", "look", "sentence")
 # The keys an arm's entry spreads its ``beside``, ``cost`` and ``ratios`` into (from_json gathers them back).
 _BESIDE_KEYS = ("poi", "poi_interval", "poi_k", "hodges_lehmann", "hodges_lehmann_interval",
                 "hodges_lehmann_confidence", "bad_runs")
-_COST_KEYS = ("params", "arm_params", "tok_s", "peak_mem_bytes", "devices")
-_RATIO_KEYS = ("params_ratio", "tok_s_ratio", "peak_mem_ratio")
+_COST_KEYS = ("params", "arm_params", "tok_s", "peak_mem_bytes", "devices", "steps", "flops_per_token", "flops",
+              "arm_flops_counted", "wall_s")
+_RATIO_KEYS = ("params_ratio", "tok_s_ratio", "peak_mem_ratio", "flops_ratio", "wall_ratio")
 
 
 @dataclass
@@ -70,9 +73,10 @@ class ArmResult:
     bpb_by_depth: dict[str, Any]
     findings: list[str]
     incomplete: list[str]
-    cost: dict[str, Any]  # params, arm_params, tok_s, peak_mem_bytes, devices
-    ratios: dict[str, float | None]  # params_ratio, tok_s_ratio, peak_mem_ratio (to the baseline)
+    cost: dict[str, Any]  # _COST_KEYS: parameters, throughput, memory, steps, FLOPs, wall-clock
+    ratios: dict[str, float | None]  # _RATIO_KEYS, each to the baseline's
     outcome: ArmVerdict
+    other_view: dict[str, Any] = field(default_factory=dict)  # Δ in the matched view not decided on (matched.py)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -99,7 +103,7 @@ class ArmResult:
             "bpb_sd": self.bpb_sd, "diffs": self.diffs, "diff_mean": self.diff_mean, "diff_sd": self.diff_sd,
             **self.beside, "bpb_by_depth": self.bpb_by_depth,
             "counter_check": self.counter_check, "findings": self.findings,
-            "incomplete": self.incomplete, **self.cost, **self.ratios,
+            "incomplete": self.incomplete, **self.cost, **self.ratios, "other_view": self.other_view,
             **{k: said[k] for k in (_DECIDED_KEYS if self.role == "arm" else _HELPER_KEYS)},
         })
 
@@ -114,7 +118,8 @@ class ArmResult:
             diffs=d.get("diffs") or [], beside={k: v for k, v in d.items() if k in _BESIDE_KEYS},
             bpb_by_depth=d.get("bpb_by_depth") or {}, findings=d.get("findings") or [],
             incomplete=d.get("incomplete") or [], cost={k: d.get(k) for k in _COST_KEYS},
-            ratios={k: d.get(k) for k in _RATIO_KEYS}, outcome=ArmVerdict(**{k: d.get(k) for k in _DECIDED_KEYS}))
+            ratios={k: d.get(k) for k in _RATIO_KEYS}, outcome=ArmVerdict(**{k: d.get(k) for k in _DECIDED_KEYS}),
+            other_view=d.get("other_view") or {})
 
 
 @dataclass(kw_only=True)
@@ -144,6 +149,7 @@ class ComparisonResults:
     complete: bool  # no run pending and every arm's runs complete
     overrides: list[str]
     fixed: list[str]
+    budget: dict[str, Any] | None = None  # the registered budget and what it gave each arm (budget.py)
     registration: dict[str, Any]
     design_card: dict[str, Any] | None
     aa_calibration: dict[str, Any] | None
@@ -200,17 +206,21 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b not in (None, 0) else None
 
 
-def _cost(records: list[RunRecord]) -> dict[str, Any]:
-    """Parameters, throughput (median tok/s over the eval windows: robust to the warm-up window) and peak memory,
-    averaged over the arm's runs."""
+def _cost(records: list[RunRecord], budget: ArmBudget | None) -> dict[str, Any]:
+    """Parameters, throughput (median tok/s over the eval windows: robust to the warm-up window), peak memory and
+    wall-clock (the final eval's ``time_s``), averaged over the arm's runs; steps and FLOPs from its budget."""
     params = _mean_of([(r.final or {}).get("params", r.provenance.get("params", math.nan)) for r in records])
     arm_params = _mean_of([r.provenance.get("arm_params", math.nan) for r in records])
     tok_s = _mean_of([float(np.median([x["tok/s"] for x in r.rows if is_finite_number(x.get("tok/s"))]))
                       for r in records if any(is_finite_number(x.get("tok/s")) for x in r.rows)])
     peak = _mean_of([max(x.get("peak_mem_bytes", 0) or 0 for x in r.rows) for r in records if r.rows])
     devices = sorted({str(r.provenance.get("device", "?")) for r in records})
+    wall = _mean_of([float(r.final["time_s"]) for r in records if r.final and is_finite_number(r.final.get("time_s"))])
+    spent = {} if budget is None else {
+        "steps": budget.steps, "flops_per_token": budget.flops_per_step / budget.tokens_per_step,
+        "flops": budget.flops, "arm_flops_counted": budget.arm_counted}
     return {"params": params, "arm_params": arm_params, "tok_s": tok_s, "peak_mem_bytes": peak or None,
-            "devices": devices}
+            "devices": devices, **spent, "wall_s": wall}
 
 
 def _ratios(cost: dict[str, Any], base_cost: dict[str, Any], cpu: bool) -> dict[str, float | None]:
@@ -218,7 +228,9 @@ def _ratios(cost: dict[str, Any], base_cost: dict[str, Any], cpu: bool) -> dict[
             "tok_s_ratio": _ratio(cost["tok_s"], base_cost["tok_s"]),
             # On CPU the figure is the process's max RSS, which only grows across the runs of one
             # process: a ratio would compare run order, not arms.
-            "peak_mem_ratio": None if cpu else _ratio(cost["peak_mem_bytes"], base_cost["peak_mem_bytes"])}
+            "peak_mem_ratio": None if cpu else _ratio(cost["peak_mem_bytes"], base_cost["peak_mem_bytes"]),
+            "flops_ratio": _ratio(cost.get("flops"), base_cost.get("flops")),
+            "wall_ratio": _ratio(cost["wall_s"], base_cost["wall_s"])}
 
 
 def simpler(kind_a: str, kind_b: str) -> str:
@@ -235,6 +247,15 @@ def _by_depth(recs: list[RunRecord], base: dict[int, RunRecord], role: str) -> d
         out[k] = {"bpb_mean": _mean_of([float(r.final[k]) for r in recs if r.final and k in r.final]),
                   "diff_mean": stats.mean(d) if d else None, "diff_sd": stats.sd(d)}
     return out
+
+
+def _other_view(view: View | None, recs: list[RunRecord], base: dict[int, RunRecord]) -> dict[str, Any]:
+    """Δ in the matched view the budget does not decide on, with what is reported beside Δ; descriptive."""
+    if view is None:
+        return {}
+    diffs = matched_diffs(view, recs, base)
+    return {**view_words(view), "diffs": diffs, "diff_mean": stats.mean(diffs) if diffs else None,
+            "diff_sd": stats.sd(diffs), **_beside(diffs)}
 
 
 def _beside(diffs: list[float]) -> dict[str, Any]:
@@ -352,16 +373,20 @@ def analyze(plan: ComparisonPlan, state: Progress, read: Callable[[Run], RunReco
     by_arm = {a: [r for r in records if r.arm == a] for a in spec.arms}
     base_runs = {r.replicate: r for r in by_arm[base]}
     base_kind = arm_name(next(p.cfg for p in plan.runs if p.arm == base))  # what the registration selects
-    base_cost = _cost(by_arm[base])
+    base_cost = _cost(by_arm[base], plan.budgets.get(base))
+    view = (other_view(budget_of(spec).unit, {a: b.flops_per_step for a, b in plan.budgets.items()})
+            if plan.budgets else None)
     cpu = any(str(r.provenance.get("device", "")).startswith("cpu") for r in records)
     arms: dict[str, ArmResult] = {}
     for arm in spec.arms:
         role = "baseline" if arm == base else "aa" if arm == aa else "arm"
         numbers = _arm_result(arm, role, by_arm[arm], state, base_runs, spec)
-        cost = _cost(by_arm[arm])
+        cost = _cost(by_arm[arm], plan.budgets.get(arm))
+        used = [r for r in by_arm[arm] if r.replicate in state.used.get(arm, ())]
         said = (_decided(arm, numbers["kind"], state, base, base_kind) if role == "arm"
                 else _helper(arm, role, state))
-        arms[arm] = ArmResult(**numbers, cost=cost, ratios=_ratios(cost, base_cost, cpu), outcome=said)
+        arms[arm] = ArmResult(**numbers, cost=cost, ratios=_ratios(cost, base_cost, cpu), outcome=said,
+                              other_view=_other_view(view, used, base_runs) if role != "baseline" else {})
     results = ComparisonResults(
         **_registered(plan), looks_taken=_looks_taken(state),
         next_look=None if state.next_look is None else state.next_look + 1,
@@ -384,7 +409,8 @@ def _registered(plan: ComparisonPlan) -> dict[str, Any]:
             "looks": list(plan.looks), "family": list(spec.tested), "n_arms": plan.design().n_arms,
             "replicates": [vars(r) for r in plan.replicates], "bad_run_ceiling": spec.bad_run_ceiling,
             "bad_run_replacements": spec.bad_run_replacements, "pilot_sd": spec.pilot_sd,
-            "expected_effect": spec.expected_effect, "overrides": list(plan.overrides), "fixed": list(spec.fixed)}
+            "expected_effect": spec.expected_effect, "overrides": list(plan.overrides), "fixed": list(spec.fixed),
+            "budget": {**asdict(budget_of(spec)), "arms": {a: b.to_dict() for a, b in plan.budgets.items()}}}
 
 
 def _looks_taken(state: Progress) -> list[dict[str, Any]]:

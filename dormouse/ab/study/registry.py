@@ -16,6 +16,7 @@ from typing import Any
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from dormouse.ab.comparison.budget import BudgetSpec
 from dormouse.ab.comparison.registry import (
     RUNNER_KEYS,
     STUDY_KEY,
@@ -44,6 +45,8 @@ class StudyBlock:
     smallest_change: float = MISSING
     expected_change: float = MISSING
     alpha_holdback: float = 1.0
+    # one budget per point ({unit, value, evals}, one unit for all), or null: every point the template's budget
+    budgets: list[Any] | None = None
 
 
 @dataclass
@@ -183,9 +186,38 @@ def study_problems(template: ComparisonSpec, block: StudyBlock, source: str) -> 
             bad("study.points", f"{points}: two values give the same point name")
     if block.seed_stride < 1:
         bad("study.seed_stride", f"{block.seed_stride} must be >= 1")
+    _budgets_problems(template, block, bad)
     if not (_number(block.expected_change) and block.expected_change != 0):
         bad("study.expected_change", f"{block.expected_change} must be a finite non-zero number (bpb; < 0 = grows)")
     return lines
+
+
+def _budgets_problems(template: ComparisonSpec, block: StudyBlock, bad: Any) -> None:
+    """Per-point budgets: one per point, each a budget's fields, all in one unit (points compared on one scale)."""
+    if block.budgets is None:
+        return
+    if template.budget is not None:
+        bad("study.budgets", "set beside the template's budget: give the budget once, in one of the two")
+    if len(block.budgets) != len(list(block.points)):
+        bad("study.budgets", f"{len(block.budgets)} budgets for {len(list(block.points))} points: one per point")
+    units = []
+    for i, raw in enumerate(block.budgets):
+        try:
+            budget = point_budget(raw)
+        except (TypeError, ValueError, OmegaConfBaseException) as exc:
+            bad(f"study.budgets[{i}]", f"{raw!r} is not a budget ({{unit, value, evals}}): {exc}")
+            continue
+        units.append(budget.unit)
+        for key, problem in budget.problems(f"study.budgets[{i}]"):
+            bad(key, problem)
+    if len(set(units)) > 1:
+        bad("study.budgets", f"the points mix units ({', '.join(units)}): a study compares its points in one unit")
+
+
+def point_budget(raw: Any) -> BudgetSpec:
+    """One point's budget from its ``study.budgets`` entry."""
+    merged = OmegaConf.merge(OmegaConf.structured(BudgetSpec), raw)
+    return OmegaConf.to_object(merged)  # type: ignore[return-value]
 
 
 def _shifted(template: ComparisonSpec, axis: str, value: Any, index: int, stride: int, n_points: int) -> ComparisonSpec:
@@ -205,17 +237,28 @@ def _shifted(template: ComparisonSpec, axis: str, value: Any, index: int, stride
     return spec
 
 
+def _point_spec(study: RegisteredStudy, index: int, value: Any) -> ComparisonSpec:
+    points = list(study.study.points)
+    spec = _shifted(study.template, study.axis, value, index, int(study.study.seed_stride), len(points))
+    if study.study.budgets is not None:
+        spec.budget = point_budget(study.study.budgets[index])
+    return spec
+
+
 def study_points(study: RegisteredStudy) -> list[Point]:
     """Each point's comparison, in the axis's order."""
     points = list(study.study.points)
     out = []
     for i, value in enumerate(points):
-        spec = _shifted(study.template, study.axis, value, i, int(study.study.seed_stride), len(points))
+        spec = _point_spec(study, i, value)
         # The study file's sha256, not its path: the point's stamp follows the file's bytes wherever it is read.
         # The header is part of the point's registered bytes: a published study's stamps hash it as written.
         header = (f"# Point {spec.name} ({study.axis}={value}) of the registered study {study.name} (study file\n"
                   f"# sha256 {study.sha256}), made by dormouse.ab.study; not a file to edit.\n")
-        text = header + OmegaConf.to_yaml(OmegaConf.structured(spec))
+        fields = OmegaConf.to_container(OmegaConf.structured(spec))
+        if spec.budget is None:  # no budget key: the stamps of points registered without one hash these bytes
+            del fields["budget"]  # type: ignore[arg-type,union-attr]
+        text = header + OmegaConf.to_yaml(fields)
         reg = Registered(spec=spec, text=text, source=f"{study.source} [point {spec.name}]", given=study.given)
         out.append(Point(i, value, reg))
     return out
