@@ -36,7 +36,8 @@ def test_override_completion_offers_true_false_for_a_boolean_and_nothing_for_an_
 
 def test_ab_name_completion_offers_the_registered_comparisons():
     assert complete_comparison("") == list_comparisons()
-    assert complete_comparison("sm") == ["smoke", "smoke_flops", "smoke_study"]  # a registered study completes like a comparison
+    # a registered study completes like a comparison
+    assert complete_comparison("sm") == ["smoke", "smoke_flops", "smoke_study"]
 
 
 def _complete(words: str) -> list[str]:
