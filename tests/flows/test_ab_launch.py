@@ -123,14 +123,22 @@ def test_launcher_config_comes_from_the_config_group_and_the_command_line() -> N
         load_launcher_config("pbs")
 
 
+@pytest.fixture(scope="module")
+def sequential(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The REAL comparison run in this process, one run after another at one thread: the numbers the other
+    launch paths must equal. Its comparison directory; read, never written."""
+    root = tmp_path_factory.mktemp("sequential")
+    return run_comparison("t", [], root=root / "seq", console=_console(), registry=_registry(root),
+                          launch=LaunchRequest(jobs=1, threads=1)).plan.comp_dir
+
+
 # --- --jobs ---------------------------------------------------------------------------------------------
 
-def test_parallel_runs_equal_the_sequential_runs_bit_for_bit(tmp_path: Path) -> None:
+def test_parallel_runs_equal_the_sequential_runs_bit_for_bit(tmp_path: Path, sequential: Path) -> None:
     """`--jobs 2` runs each run in a worker process beside another; with the same per-run thread count
     (1) every run's losses and bpb, and so every verdict number, equal the sequential run's exactly."""
     reg = _registry(tmp_path)
-    seq = run_comparison("t", [], root=tmp_path / "seq", console=_console(), registry=reg,
-                         launch=LaunchRequest(jobs=1, threads=1)).plan.comp_dir
+    seq = sequential
     par = run_comparison("t", [], root=tmp_path / "par", console=_console(), registry=reg,
                          launch=LaunchRequest(jobs=2, threads=1)).plan.comp_dir
     a, b = _numbers(seq), _numbers(par)
@@ -333,14 +341,13 @@ def preempt_once(cfg: DictConfig) -> Any:
 
 @pytest.mark.slow
 def test_submitit_local_jobs_complete_and_preempted_jobs_requeue_and_resume(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sequential: Path) -> None:
     """Each run a submitit job (local executor: real processes, no SLURM). Preempted jobs go through
     submitit's checkpointing hook, are requeued and resume their run from the checkpoint: the numbers
     equal an uninterrupted sequential run's, and so does the report."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
     reg = _registry(tmp_path)
-    seq = run_comparison("t", [], root=tmp_path / "seq", console=_console(), registry=reg,
-                         launch=LaunchRequest(threads=1)).plan.comp_dir
+    seq = sequential
     console = _console()
     launch = LaunchRequest(launcher="slurm", launcher_overrides=[
         "cluster=local", "gpus_per_run=0", "cpus_per_task=1", "poll_s=0.2", "time_min=10", "signal_delay_s=5"])

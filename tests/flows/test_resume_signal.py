@@ -6,13 +6,14 @@ to the run nobody interrupted. tests/train/test_resume.py proves it in one proce
 (``stop_at_step``); here every run is its own ``dormouse train`` process, as in a comparison (an interrupted
 run is resumed by another process, days later), at the CPU preset's arithmetic (d_model 128, 4 heads, fp32 on
 CPU, the attnres_block arm of ``residual_cpu2``) and one thread (the comparison's), stopped by a real signal
-at a step that is neither an eval nor a checkpoint step: the open eval window, the optimizer's moments and the
-schedule all cross the checkpoint the signal wrote.
+at a step that is neither an eval nor a checkpoint step, twice: SIGINT stops the run, SIGTERM stops its resumed
+process before the next eval, and a third process finishes it. The open eval window, the optimizer's moments and
+the schedule all cross both checkpoints the signals wrote.
 
 The signal comes from outside, at a known step: ``python -m tests.flows.test_resume_signal PAUSE -- ARGS`` runs the
-CLI (``dormouse train ARGS``) with a global optimizer-step hook that, inside optimizer step PAUSE, says so on
-stdout and waits for a line on stdin. The test sends the signal while the run waits there, then releases it:
-the handler has set its flag during that step, so the run stops right after it, at step PAUSE.
+CLI (``dormouse train ARGS``) with a global optimizer-step hook that, inside the process's optimizer step PAUSE,
+says so on stdout and waits for a line on stdin. The test sends the signal while the run waits there, then
+releases it: the handler has set its flag during that step, so the run stops right after it.
 
 Each process gets its own ``PYTHONHASHSEED``, as separate processes do: state keyed on a hash order (a set
 of names) that survives an in-process resume cannot pass by chance here.
@@ -37,7 +38,10 @@ REPO = Path(__file__).resolve().parents[2]
 PAUSED = "paused-at-optimizer-step"
 # The CPU preset's model and dtype (conf/preset/cpu.yaml = the schema's defaults), the arm of the published
 # resumed run (residual_cpu2's attnres_block), a short schedule and eval set so a run takes seconds.
-STEPS, EVAL_EVERY, CKPT_EVERY, STOP_AT = 24, 10, 10, 13
+# SIGINT stops the run at the first stop, SIGTERM its resumed process at the second: both inside the eval window
+# 7..12, neither a checkpoint step.
+STEPS, EVAL_EVERY, CKPT_EVERY = 16, 6, 6
+STOPS = ((signal.SIGINT, 7), (signal.SIGTERM, 10))
 ARGS = ["preset=cpu", "model.use_attnres=true", "model.attnres.block_size=2", "train.batch_size=8",
         f"train.steps={STEPS}", "train.warmup=4", f"train.eval_every={EVAL_EVERY}",
         f"train.ckpt_every={CKPT_EVERY}", "data.eval_bytes=4096", "train.seed=202", "train.data_seed=1202",
@@ -63,12 +67,13 @@ def _finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
     return proc.returncode, out
 
 
-def _interrupt(args: list[str], sig: signal.Signals, hash_seed: int) -> str:
-    """Run until optimizer step ``STOP_AT`` is under way, send ``sig``, let the step finish; the output."""
-    proc = _run(args, hash_seed, pause=STOP_AT)
+def _interrupt(args: list[str], sig: signal.Signals, hash_seed: int, pause: int) -> str:
+    """Run until this process's optimizer step ``pause`` is under way, send ``sig``, let the step finish; the
+    output."""
+    proc = _run(args, hash_seed, pause=pause)
     assert proc.stdout is not None and proc.stdin is not None
     seen: list[str] = []
-    for line in proc.stdout:  # the run blocks inside step STOP_AT until it reads a line
+    for line in proc.stdout:  # the run blocks inside that step until it reads a line
         seen.append(line)
         if line.startswith(PAUSED):
             break
@@ -126,21 +131,26 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_run_interrupted_by_a_signal_and_resumed_is_bit_identical(tmp_path: Path, uninterrupted: Path,
-                                                                    sig: signal.Signals) -> None:
-    assert STOP_AT % EVAL_EVERY and STOP_AT % CKPT_EVERY, "the interrupt must fall between evals and checkpoints"
+def test_a_run_interrupted_by_a_signal_and_resumed_is_bit_identical(tmp_path: Path, uninterrupted: Path) -> None:
+    """SIGINT, then SIGTERM to the resumed process, then a resume to the end: each signal's step is finished,
+    checkpointed and resumed from, and the run ends bit-identical to the one nobody interrupted."""
     args = [*ARGS, f"run.dir={tmp_path}", "run.name=split"]
     run_dir = tmp_path / "split"
-    out = _interrupt(args, sig, hash_seed=2)
-    # The signal's step finished and was checkpointed: the resume starts exactly there.
-    assert int(_final_state(run_dir)["loop"]["step"]) == STOP_AT, out
-    assert f"interrupted at step {STOP_AT}" in out
-    code, out = _finish(_run([*args, "train.resume=auto"], hash_seed=3))
+    resumed_at = 0
+    for hash_seed, (sig, stop_at) in enumerate(STOPS, start=2):
+        assert stop_at % EVAL_EVERY and stop_at % CKPT_EVERY, "an interrupt must fall between evals and checkpoints"
+        out = _interrupt([*args, *(["train.resume=auto"] if resumed_at else [])], sig, hash_seed,
+                         pause=stop_at - resumed_at)
+        # The signal's step finished and was checkpointed: the resume starts exactly there.
+        assert int(_final_state(run_dir)["loop"]["step"]) == stop_at, out
+        assert f"interrupted at step {stop_at}" in out
+        resumed_at = stop_at
+    code, out = _finish(_run([*args, "train.resume=auto"], hash_seed=len(STOPS) + 2))
     assert code == 0, f"the resumed run exited {code}: {_last_line(out)}\n{out}"
-    assert f"resume step={STOP_AT} " in (run_dir / "train.log").read_text()
+    log = (run_dir / "train.log").read_text()
+    assert all(f"resume step={stop_at} " in log for _, stop_at in STOPS), log
     full, split = _rows(uninterrupted), _rows(run_dir)
-    assert [r["step"] for r in split] == [r["step"] for r in full] == [10, 20, 24]
+    assert [r["step"] for r in split] == [r["step"] for r in full] == [6, 12, 16]
     for a, b in zip(full, split, strict=True):  # every eval: bpb at each depth, the window's loss, counters
         assert _repeatable(b) == _repeatable(a), (
             f"step {a['step']} parts from the uninterrupted run: deviation={abs(b['bpb'] - a['bpb']):.3e} bpb "
@@ -151,8 +161,8 @@ def test_a_run_interrupted_by_a_signal_and_resumed_is_bit_identical(tmp_path: Pa
 
 
 def _pause_hook(step: int) -> None:
-    """Inside optimizer step ``step`` (1-based; after its update, before the loop counts it), say so and wait
-    for a line on stdin: the test's signal arrives while the step is under way."""
+    """Inside this process's optimizer step ``step`` (1-based; after its update, before the loop counts it), say
+    so and wait for a line on stdin: the test's signal arrives while the step is under way."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     calls = {"n": 0}

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+# warmup 8: the 6 steps of the 2-rank run keep their learning rates when a resume extends it to 8 (one schedule)
 ARGS = ["preset=tiny", "train.steps=6", "train.eval_every=1", "data.eval_bytes=1024", "train.batch_size=4",
-        "train.device=cpu"]
+        "train.warmup=8", "train.device=cpu"]
 
 
 def rows(run_dir: Path) -> list[dict]:
@@ -32,12 +33,20 @@ def torchrun(nproc: int, args: list[str]) -> subprocess.CompletedProcess:
     return run([*prefix, "--standalone", f"--nproc_per_node={nproc}", "-m", "dormouse", "train", *args])
 
 
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A 6-step run of 2 gloo ranks under torchrun: its run directory and its stdout. Read, never written."""
+    root = tmp_path_factory.mktemp("torchrun")
+    out = torchrun(2, [*ARGS, f"run.dir={root}", "run.name=two"])
+    return root / "two", out.stdout
+
+
 @pytest.mark.slow
-def test_two_gloo_ranks_match_one_process_with_the_same_global_batch(tmp_path: Path):
+def test_two_gloo_ranks_match_one_process_with_the_same_global_batch(tmp_path: Path, two_ranks: tuple[Path, str]):
     run([sys.executable, "-m", "dormouse", "train", *ARGS, f"run.dir={tmp_path}", "run.name=one"])
-    out = torchrun(2, [*ARGS, f"run.dir={tmp_path}", "run.name=two"])
-    assert out.stdout.count("eval step=1 ") == 1, "only rank 0 prints"
-    one, two = rows(tmp_path / "one"), rows(tmp_path / "two")
+    two_dir, stdout = two_ranks
+    assert stdout.count("eval step=1 ") == 1, "only rank 0 prints"
+    one, two = rows(tmp_path / "one"), rows(two_dir)
     assert [r["step"] for r in one] == [r["step"] for r in two] == list(range(1, 7))
     for a, b in zip(one, two):
         # Same global batch, same init: only the reduction order differs (mean of two half-batch means
@@ -48,7 +57,7 @@ def test_two_gloo_ranks_match_one_process_with_the_same_global_batch(tmp_path: P
         # the probe counters are summed across ranks: 2 ranks each ran the 4 aggregations of the step
         assert b["rezero_ran"] == b["rezero_asked"] == 2 * a["rezero_asked"]
     assert two[-1]["tokens"] == one[-1]["tokens"]
-    assert (tmp_path / "two" / "train.log").read_text().count("eval ") == 6
+    assert (two_dir / "train.log").read_text().count("eval ") == 6
 
 
 def test_batch_that_does_not_divide_by_the_ranks_is_refused(tmp_path: Path):
@@ -60,19 +69,20 @@ def test_batch_that_does_not_divide_by_the_ranks_is_refused(tmp_path: Path):
 
 
 @pytest.mark.slow
-def test_a_torchrun_run_resumes_from_its_last_checkpoint_or_an_explicit_one(tmp_path: Path):
-    """One 4-step run under torchrun, resumed twice: ``resume=auto`` continues it, an explicit checkpoint path
-    starts another run from it. Every rank must load the checkpoint rank 0 chose, or the ranks desynchronise."""
-    # warmup 8: the 4 steps taken keep their learning rates under the 8-step budget (one schedule)
-    args = [*ARGS, "train.eval_every=2", "train.warmup=8", f"run.dir={tmp_path}"]
-    torchrun(2, [*args, "run.name=r", "train.steps=4"])
-    ckpt = tmp_path / "r" / "checkpoints" / "step_00000004.pt"
-    out = torchrun(2, [*args, "run.name=b", "train.steps=8", f"train.resume={ckpt}"])
-    assert "resumed at step 4" in out.stdout
-    assert [r["step"] for r in rows(tmp_path / "b")] == [2, 4, 6, 8]
-    out = torchrun(2, [*args, "run.name=r", "train.steps=8", "train.resume=auto"])
-    assert "resumed at step 4" in out.stdout
-    assert [r["step"] for r in rows(tmp_path / "r")] == [2, 4, 6, 8]
+def test_a_torchrun_run_resumes_from_its_last_checkpoint_or_an_explicit_one(tmp_path: Path,
+                                                                            two_ranks: tuple[Path, str]):
+    """The 6-step 2-rank run, resumed twice under torchrun: an explicit checkpoint path starts another run from
+    it, ``resume=auto`` continues (a copy of) it. Every rank must load the checkpoint rank 0 chose, or the ranks
+    desynchronise."""
+    args = [*ARGS, f"run.dir={tmp_path}", "train.steps=8"]
+    ckpt = two_ranks[0] / "checkpoints" / "step_00000006.pt"
+    out = torchrun(2, [*args, "run.name=b", f"train.resume={ckpt}"])
+    assert "resumed at step 6" in out.stdout
+    assert [r["step"] for r in rows(tmp_path / "b")] == list(range(1, 9))
+    shutil.copytree(two_ranks[0], tmp_path / "r")
+    out = torchrun(2, [*args, "run.name=r", "train.resume=auto"])
+    assert "resumed at step 6" in out.stdout
+    assert [r["step"] for r in rows(tmp_path / "r")] == list(range(1, 9))
     assert (tmp_path / "r" / "train.log").read_text().splitlines()[-1].startswith("done step=8")
 
 
