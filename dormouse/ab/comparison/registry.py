@@ -96,6 +96,7 @@ class ComparisonSpec:
     tune: TuneSpec | None = None
     plugins: list[str] = field(default_factory=list)
     budget: BudgetSpec | None = None  # null: every arm trains for train.steps
+    reference: str | None = None  # null or "baseline"; "baseline_and_aa": the mean of the baseline and its A/A repeat
 
     @property
     def max_replicates(self) -> int:
@@ -351,6 +352,24 @@ def _v2_problems(spec: ComparisonSpec, bad: Any) -> None:
         _tune_problems(spec, spec.tune, bad)
     if spec.budget is not None:
         _budget_problems(spec, spec.budget, bad)
+    _reference_problems(spec, bad)
+
+
+REFERENCES = ("baseline", "baseline_and_aa")  # what each tested arm's paired difference is taken against
+
+
+def _reference_problems(spec: ComparisonSpec, bad: Any) -> None:
+    """The mean reference needs the A/A arm, and no spare replicates (a spare's A/A run is not made)."""
+    if spec.reference is None:
+        return
+    if spec.reference not in REFERENCES:
+        bad("reference", f"{spec.reference!r} is not one of {', '.join(REFERENCES)}")
+    elif spec.reference == "baseline_and_aa":
+        if spec.aa_arm is None:
+            bad("reference", "baseline_and_aa needs an aa_arm: the reference is the mean of the two")
+        if spec.bad_run_replacements:
+            bad("reference", "baseline_and_aa with bad_run_replacements: a spare replicate has no A/A run to "
+                "average; register one or the other")
 
 
 def _budget_problems(spec: ComparisonSpec, budget: BudgetSpec, bad: Any) -> None:

@@ -85,7 +85,7 @@ def _header(r: ComparisonResults) -> list[str]:
         + (f"; arms from plugins: {', '.join(_plugin_words(p) for p in code['plugins'])}."
            if code.get("plugins") else "."),
         f"- Baseline: `{r.baseline}`; metric: final eval bpb at the final depth (lower is better), read at "
-        "the registered final step. Δ = bpb(arm) − bpb(baseline) per replicate (same init seed and data order).",
+        f"the registered final step. {_delta_words(r)} per replicate (same init seed and data order).",
         f"- Rule: SESOI ±{r.sesoi:g} bpb, α {r.alpha:g} family-wise over the {r.n_arms} registered arm(s) "
         f"({', '.join(f'`{a}`' for a in r.family)})"
         f"{_held(r)}; looks at {', '.join(map(str, r.looks))} replicates per "
@@ -99,6 +99,13 @@ def _header(r: ComparisonResults) -> list[str]:
     if r.notes:
         out += ["> " + n for n in r.notes] + [""]
     return out
+
+
+def _delta_words(r: ComparisonResults) -> str:
+    """What Δ is taken against: the baseline, or the registered mean of the baseline and its A/A repeat."""
+    if (r.reference or {}).get("registered") == "baseline_and_aa":
+        return f"Δ = bpb(arm) − the mean of bpb(`{r.baseline}`) and bpb(`{r.aa_arm}`) (the registered reference)"
+    return "Δ = bpb(arm) − bpb(baseline)"
 
 
 def _held(r: ComparisonResults) -> str:
@@ -233,6 +240,25 @@ def _budget_lines(r: ComparisonResults) -> list[str]:
     return out
 
 
+def _reference_table(r: ComparisonResults) -> list[str]:
+    """Each verdict against either set of pre-norm runs and their mean (under a registered reference)."""
+    ref = r.reference or {}
+    rows = ref.get("sensitivity") or {}
+    if not rows:
+        return []
+    names = {"baseline": f"vs `{r.baseline}`", "aa": f"vs `{r.aa_arm}`", "mean": "vs their mean"}
+    registered = "mean" if ref.get("registered") == "baseline_and_aa" else "baseline"
+    out = ["", "## Reference sensitivity", "",
+           f"Registered reference: {names[registered]} (the verdicts above). The same rule, at the same look and "
+           "replicates, against each set of baseline runs:", "",
+           "| arm | " + " | ".join(names[s] + (" (registered)" if s == registered else "") for s in names) + " |",
+           "|---|" + "---|" * len(names)]
+    for arm, row in rows.items():
+        out.append(f"| `{arm}` | " + " | ".join(f"{_f(row[s]['diff_mean'], '+.4f')} {row[s]['verdict']}"
+                                              for s in names) + " |")
+    return out
+
+
 def _depth_table(r: ComparisonResults) -> list[str]:
     keys = sorted({k for a in r.arms.values() for k in a.bpb_by_depth}, key=lambda k: int(k[4:]))
     if not keys:
@@ -287,7 +313,7 @@ def render_report(r: ComparisonResults, plots: list[str]) -> str:
     if card:
         out += ["", "## Design card (simulated at registration from the registered pilot spread)", "", "```",
                 card.get("text", "").rstrip(), "```"]
-    out += _budget_lines(r) + _depth_table(r) + _cost_table(r) + _runs_table(r)
+    out += _reference_table(r) + _budget_lines(r) + _depth_table(r) + _cost_table(r) + _runs_table(r)
     if plots:
         out += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     out += ["", "## Registration", "", f"- Fixed overrides: {', '.join(f'`{o}`' for o in r.fixed) or 'none'}"]

@@ -21,8 +21,8 @@ from dormouse.ab.reporting.jsonable import jsonable
 from dormouse.ab.reporting.matched import View, matched_diffs, other_view, view_words
 from dormouse.ab.rule import stats
 from dormouse.ab.rule.bad_runs import is_bad
-from dormouse.ab.rule.looks import INVALID, UNDECIDED, Progress, paired_differences
-from dormouse.ab.rule.sequential import BETTER, TIE, WORSE, nearest_skew_line
+from dormouse.ab.rule.looks import INVALID, UNDECIDED, Progress, mean_reference, paired_differences, reference_runs
+from dormouse.ab.rule.sequential import BETTER, TIE, WORSE, decide, nearest_skew_line
 from dormouse.ab.runs.job import Run, recorded_fingerprints
 from dormouse.ab.runs.records import RunRecord, is_finite_number
 from dormouse.arms.registry import ARMS
@@ -150,6 +150,7 @@ class ComparisonResults:
     overrides: list[str]
     fixed: list[str]
     budget: dict[str, Any] | None = None  # the registered budget and what it gave each arm (budget.py)
+    reference: dict[str, Any] | None = None  # a registered reference and each verdict against either set
     registration: dict[str, Any]
     design_card: dict[str, Any] | None
     aa_calibration: dict[str, Any] | None
@@ -372,6 +373,7 @@ def analyze(plan: ComparisonPlan, state: Progress, read: Callable[[Run], RunReco
     records = [read(p) for p in plan.runs if state.ran(p)]
     by_arm = {a: [r for r in records if r.arm == a] for a in spec.arms}
     base_runs = {r.replicate: r for r in by_arm[base]}
+    reference = reference_runs(plan, by_arm)  # a tested arm's Δ is against it (the baseline unless registered)
     base_kind = arm_name(next(p.cfg for p in plan.runs if p.arm == base))  # what the registration selects
     base_cost = _cost(by_arm[base], plan.budgets.get(base))
     view = (other_view(budget_of(spec).unit, {a: b.flops_per_step for a, b in plan.budgets.items()})
@@ -380,20 +382,21 @@ def analyze(plan: ComparisonPlan, state: Progress, read: Callable[[Run], RunReco
     arms: dict[str, ArmResult] = {}
     for arm in spec.arms:
         role = "baseline" if arm == base else "aa" if arm == aa else "arm"
-        numbers = _arm_result(arm, role, by_arm[arm], state, base_runs, spec)
+        numbers = _arm_result(arm, role, by_arm[arm], state, base_runs if role != "arm" else reference, spec)
         cost = _cost(by_arm[arm], plan.budgets.get(arm))
         used = [r for r in by_arm[arm] if r.replicate in state.used.get(arm, ())]
         said = (_decided(arm, numbers["kind"], state, base, base_kind) if role == "arm"
                 else _helper(arm, role, state))
         arms[arm] = ArmResult(**numbers, cost=cost, ratios=_ratios(cost, base_cost, cpu), outcome=said,
-                              other_view=_other_view(view, used, base_runs) if role != "baseline" else {})
+                              other_view=(_other_view(view, used, base_runs if role == "aa" else reference)
+                                          if role != "baseline" else {}))
     results = ComparisonResults(
         **_registered(plan), looks_taken=_looks_taken(state),
         next_look=None if state.next_look is None else state.next_look + 1,
         complete=not state.pending and all(not a.incomplete for a in arms.values()),
         registration=registration or {}, design_card=design_card,
         aa_calibration=_calibration(arms, aa, float(spec.pilot_sd)), skewness=_skewness(arms, design_card),
-        code=_code(records), tune=_tune(plan, state),
+        code=_code(records), tune=_tune(plan, state), reference=_reference(plan, state, by_arm),
         notes=_notes(cpu, state), arms=arms,
         runs=[_run_json(r) for r in sorted(records, key=lambda r: (r.replicate, plan.arms.index(r.arm)))],
         generated=datetime.now().isoformat(timespec="seconds"), command=f"dormouse ab {plan.reg.argument}",
@@ -411,6 +414,32 @@ def _registered(plan: ComparisonPlan) -> dict[str, Any]:
             "bad_run_replacements": spec.bad_run_replacements, "pilot_sd": spec.pilot_sd,
             "expected_effect": spec.expected_effect, "overrides": list(plan.overrides), "fixed": list(spec.fixed),
             "budget": {**asdict(budget_of(spec)), "arms": {a: b.to_dict() for a, b in plan.budgets.items()}}}
+
+
+_SETS = ("baseline", "aa", "mean")  # what the sensitivity table decides each arm against
+
+
+def _reference(plan: ComparisonPlan, state: Progress, by_arm: dict[str, list[RunRecord]]) -> dict[str, Any] | None:
+    """Under a registered ``reference``: each tested arm's verdict against the baseline's runs, the A/A arm's, and
+    their per-replicate mean, at the look that decided it on the replicates it used; only the registered set's is
+    the verdict, the others show how much the choice of pre-norm runs moves it."""
+    spec = plan.spec
+    if getattr(spec, "reference", None) is None or spec.aa_arm is None:
+        return None
+    sets = {"baseline": {r.replicate: r for r in by_arm[spec.baseline]},
+            "aa": {r.replicate: r for r in by_arm[spec.aa_arm]},
+            "mean": mean_reference(by_arm[spec.baseline], by_arm[spec.aa_arm])}
+    table: dict[str, Any] = {}
+    for arm, d in state.decisions.items():
+        recs = [r for r in by_arm[arm] if r.replicate in state.used.get(arm, ())]
+        row = {}
+        for name in _SETS:
+            diffs = paired_differences(recs, sets[name])
+            said = (decide(plan.design(), d.look, {arm: diffs})[arm].verdict if len(diffs) == len(recs)
+                    else INVALID)
+            row[name] = {"diff_mean": stats.mean(diffs) if diffs else None, "verdict": said}
+        table[arm] = row
+    return {"registered": spec.reference, "sensitivity": table}
 
 
 def _looks_taken(state: Progress) -> list[dict[str, Any]]:

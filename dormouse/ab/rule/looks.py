@@ -98,18 +98,50 @@ def paired_differences(recs: list[RunRecord], base: dict[int, RunRecord], key: s
     return out
 
 
+def mean_reference(base: list[RunRecord], aa: list[RunRecord]) -> dict[int, RunRecord]:
+    """Per replicate, the mean of the baseline's and the A/A arm's values (``bpb``, ``bpb@k``, at the final eval and
+    along the curve): the registered ``reference: baseline_and_aa``, over the replicates both finished. It keeps the
+    baseline's arm name and steps (the A/A arm is the baseline again)."""
+    aa_by = {r.replicate: r for r in aa}
+    out = {}
+    for b in base:
+        a = aa_by.get(b.replicate)
+        if b.final and a is not None and a.final:
+            rows = [_mean_row(rb, ra) for rb, ra in zip(b.rows, a.rows) if rb.get("step") == ra.get("step")]
+            out[b.replicate] = RunRecord(b.arm, b.seed, b.run_dir, b.kind, b.steps, rows=rows,
+                                         final=_mean_row(b.final, a.final), replicate=b.replicate)
+    return out
+
+
+def _mean_row(b: dict[str, Any], a: dict[str, Any]) -> dict[str, Any]:
+    """The step and the mean of each bpb value two eval rows both hold."""
+    return {"step": b.get("step"), **{k: (float(v) + float(a[k])) / 2 for k, v in b.items() if k.startswith("bpb")
+                                      and is_finite_number(v) and is_finite_number(a.get(k))}}
+
+
+def reference_runs(plan: ComparisonPlan, made: dict[str, list[RunRecord]]) -> dict[int, RunRecord]:
+    """What a tested arm's Δ is taken against: the baseline's runs, or the registered mean reference."""
+    spec = plan.spec
+    base = made[spec.baseline]
+    if getattr(spec, "reference", None) == "baseline_and_aa":
+        return mean_reference(base, made[spec.aa_arm])
+    return {r.replicate: r for r in base}
+
+
 def _use(out: Progress, arm: str, n: int, made: dict[str, list[RunRecord]], chosen: dict[str, bad_runs.Assignment],
-         base: str) -> None:
-    """Record the replicates the arm's analysis uses of those it ``made`` (the policy's, else the first ``n``)."""
+         plan: ComparisonPlan) -> None:
+    """Record the replicates the arm's analysis uses of those it ``made`` (the policy's, else the first ``n``); a
+    tested arm's Δ against the registered reference, the A/A arm's against the baseline (the calibration)."""
+    base, aa = plan.spec.baseline, plan.spec.aa_arm
     pick = chosen.get(arm)
     runs = {r.replicate: r for r in made[arm]}
     used = list(pick.used) if pick is not None else list(range(1, n + 1))
-    by_arm = {base: made[base], arm: [runs[k] for k in used if k in runs]}
     out.used[arm] = sorted({*out.used.get(arm, []), *runs}) if arm == base else used
     out.made[arm] = sorted({*out.made.get(arm, []), *runs})
     out.replaced[arm] = [] if pick is None else list(pick.replacements)
     if arm != base:
-        out.diffs[arm] = paired_differences(by_arm[arm], {r.replicate: r for r in by_arm[base]})
+        against = {r.replicate: r for r in made[base]} if arm == aa else reference_runs(plan, made)
+        out.diffs[arm] = paired_differences([runs[k] for k in used if k in runs], against)
 
 
 def _finding_free(records: list[RunRecord]) -> bool:
@@ -164,17 +196,21 @@ class ConfirmatoryLooks:
                 if arm not in out.invalid and not (all(r.complete for r in by_arm[arm])
                                                    and _finding_free(by_arm[arm])):
                     out.invalid[arm] = _why_invalid(by_arm[arm], n)
-                    _use(out, arm, n, by_arm, chosen, base)
+                    _use(out, arm, n, by_arm, chosen, plan)
             if base in out.invalid:  # nothing can be decided against a baseline that did not run as asked
                 for arm in active:
                     out.invalid.setdefault(arm, f"the baseline {base!r} is invalid: {out.invalid[base]}")
+                break
+            if getattr(spec, "reference", None) == "baseline_and_aa" and aa in out.invalid:
+                for arm in active:  # half of the registered reference did not run as asked
+                    out.invalid.setdefault(arm, f"the reference's A/A arm {aa!r} is invalid: {out.invalid[aa]}")
                 break
             active = [a for a in active if a not in out.invalid]
             if not active:
                 break
             for a in [*helpers, *active]:
                 if a not in out.invalid:
-                    _use(out, a, n, by_arm, chosen, base)
+                    _use(out, a, n, by_arm, chosen, plan)
             family = design  # the registered family (n_arms fixed at registration), whatever failed
             decided = decide(family, index, {a: out.diffs[a] for a in active}, decided=dict(out.decisions))
             out.looks.append(Look(index, n, list(active), {a: decided[a] for a in active}))

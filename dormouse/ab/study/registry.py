@@ -110,6 +110,10 @@ class RegisteredStudy:
         return study_points(self)
 
 
+# Registration fields a point's text leaves out while unset (null): the options of the rule a study may register.
+OPTIONAL_KEYS = ("budget", "reference")
+
+
 def point_name(axis: str, value: Any) -> str:
     """A point's comparison name and directory: the axis's last key and the value, ``max_iter-4``."""
     return f"{axis.rsplit('.', 1)[-1]}-{value:g}"
@@ -256,8 +260,9 @@ def study_points(study: RegisteredStudy) -> list[Point]:
         header = (f"# Point {spec.name} ({study.axis}={value}) of the registered study {study.name} (study file\n"
                   f"# sha256 {study.sha256}), made by dormouse.ab.study; not a file to edit.\n")
         fields = OmegaConf.to_container(OmegaConf.structured(spec))
-        if spec.budget is None:  # no budget key: the stamps of points registered without one hash these bytes
-            del fields["budget"]  # type: ignore[arg-type,union-attr]
+        for key in OPTIONAL_KEYS:  # unset: no key, so the stamps of points registered without one hash these bytes
+            if getattr(spec, key) is None:
+                del fields[key]  # type: ignore[arg-type,union-attr]
         text = header + OmegaConf.to_yaml(fields)
         reg = Registered(spec=spec, text=text, source=f"{study.source} [point {spec.name}]", given=study.given)
         out.append(Point(i, value, reg))
