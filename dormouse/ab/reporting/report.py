@@ -136,6 +136,22 @@ def _verdict_table(r: ComparisonResults) -> list[str]:
     return out + tune_report.verdict_footnotes(r)
 
 
+def regret_lines(r: ComparisonResults) -> list[str]:
+    """Each arm's tuning regret bound beside its Δ, and the verdicts fragile to tuning (descriptive)."""
+    rows = {n: a.beside for n, a in r.arms.items() if "tune_regret" in a.beside}
+    if not rows:
+        return []
+    out = ["Tuning regret (how far each arm's chosen lr may be from the best it tried, a one-sided 95 % bound from "
+           "the tune seeds' spread; `—`: one seed per lr, no spread):", ""]
+    for name, b in rows.items():
+        reg = b.get("tune_regret")
+        bound = "—" if reg is None else f"≤ {reg['upper']:.4f} bpb ({reg['df']} df)"
+        flag = " — **fragile to tuning**: its margin to the decision boundary is smaller" if b.get(
+            "fragile_to_tuning") else ""
+        out.append(f"- `{name}`: {bound}{flag}")
+    return out
+
+
 def bad_run_lines(r: ComparisonResults) -> list[str]:
     """The bad-run policy's finding, one line per arm: bad runs over every run made, the rate's interval, each
     replacement. Empty without the policy."""
@@ -305,8 +321,9 @@ def _runs_table(r: ComparisonResults) -> list[str]:
 
 def render_report(r: ComparisonResults, plots: list[str]) -> str:
     """The report.md text."""
-    bad = bad_run_lines(r)
-    out = _header(r) + _verdict_table(r) + ([""] + bad if bad else []) + _sentences(r)
+    bad, regret = bad_run_lines(r), regret_lines(r)
+    out = _header(r) + _verdict_table(r) + ([""] + bad if bad else []) + ([""] + regret if regret else [])
+    out += _sentences(r)
     if r.tune:
         out += [""] + tune_report.markdown(r, plots)
     card = r.design_card

@@ -25,6 +25,7 @@ from dormouse.ab.rule.looks import INVALID, UNDECIDED, Progress, mean_reference,
 from dormouse.ab.rule.sequential import BETTER, TIE, WORSE, decide, nearest_skew_line
 from dormouse.ab.runs.job import Run, recorded_fingerprints
 from dormouse.ab.runs.records import RunRecord, is_finite_number
+from dormouse.ab.tune.regret import Regret, fragile, regret_bound
 from dormouse.arms.registry import ARMS
 from dormouse.config.schema import arm_name
 from dormouse.run.plugins import PROVENANCE_KEY
@@ -35,7 +36,7 @@ _DECIDED_KEYS = ("verdict", "decision", "look", "sentence", "kept")
 _HELPER_KEYS = ("verdict", "kept", "decision", "look", "sentence")
 # The keys an arm's entry spreads its ``beside``, ``cost`` and ``ratios`` into (from_json gathers them back).
 _BESIDE_KEYS = ("poi", "poi_interval", "poi_k", "hodges_lehmann", "hodges_lehmann_interval",
-                "hodges_lehmann_confidence", "bad_runs")
+                "hodges_lehmann_confidence", "bad_runs", "tune_regret", "fragile_to_tuning")
 _COST_KEYS = ("params", "arm_params", "tok_s", "peak_mem_bytes", "devices", "steps", "flops_per_token", "flops",
               "arm_flops_counted", "wall_s")
 _RATIO_KEYS = ("params_ratio", "tok_s_ratio", "peak_mem_ratio", "flops_ratio", "wall_ratio")
@@ -355,6 +356,26 @@ def _arm_result(arm: str, role: str, ran: list[RunRecord], state: Progress, base
                     for r in ran if not r.complete])
 
 
+def _regrets(plan: ComparisonPlan, state: Progress) -> dict[str, Regret | None]:
+    """Each arm's tuning regret bound (the A/A arm runs at its baseline's lr: its baseline's); none untuned."""
+    tune = state.tune
+    if tune is None or not tune.settled:
+        return {}
+    out = {arm: regret_bound({lr: [v for v in vs if v is not None] for lr, vs in tune.table[arm].items()},
+                             tune.chosen[arm]) for arm in tune.table if arm in tune.chosen}
+    return {arm: out.get(plan.lr_source(arm)) for arm in plan.arms}
+
+
+def _tuning(arm: str, role: str, said: ArmVerdict, regrets: dict[str, Regret | None], spec: Any) -> dict[str, Any]:
+    """The arm's regret bound and, for a decided arm, whether its verdict is fragile to tuning (descriptive)."""
+    if not regrets:
+        return {}
+    own = regrets.get(arm)
+    flag = (fragile(said.verdict, said.decision, float(spec.sesoi), own, regrets.get(spec.baseline))
+            if role == "arm" else None)
+    return {"tune_regret": None if own is None else own.to_dict(), "fragile_to_tuning": flag}
+
+
 def _tune(plan: ComparisonPlan, state: Progress) -> dict[str, Any] | None:
     """The tune stage as results.json holds it (None without one)."""
     if state.tune is None:
@@ -374,6 +395,7 @@ def analyze(plan: ComparisonPlan, state: Progress, read: Callable[[Run], RunReco
     by_arm = {a: [r for r in records if r.arm == a] for a in spec.arms}
     base_runs = {r.replicate: r for r in by_arm[base]}
     reference = reference_runs(plan, by_arm)  # a tested arm's Δ is against it (the baseline unless registered)
+    regrets = _regrets(plan, state)
     base_kind = arm_name(next(p.cfg for p in plan.runs if p.arm == base))  # what the registration selects
     base_cost = _cost(by_arm[base], plan.budgets.get(base))
     view = (other_view(budget_of(spec).unit, {a: b.flops_per_step for a, b in plan.budgets.items()})
@@ -387,6 +409,7 @@ def analyze(plan: ComparisonPlan, state: Progress, read: Callable[[Run], RunReco
         used = [r for r in by_arm[arm] if r.replicate in state.used.get(arm, ())]
         said = (_decided(arm, numbers["kind"], state, base, base_kind) if role == "arm"
                 else _helper(arm, role, state))
+        numbers["beside"].update(_tuning(arm, role, said, regrets, spec))
         arms[arm] = ArmResult(**numbers, cost=cost, ratios=_ratios(cost, base_cost, cpu), outcome=said,
                               other_view=(_other_view(view, used, base_runs if role == "aa" else reference)
                                           if role != "baseline" else {}))

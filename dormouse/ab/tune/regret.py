@@ -1,0 +1,77 @@
+"""How far an arm's tuned learning rate may be from the best it tried (docs/ab-protocol.md, "The tune stage": regret).
+Each lr's tune seeds give its mean final bpb and, pooled over the lrs, one sd of a seed; the regret bound is the
+largest one-sided 95 % upper bound on mean(chosen) − mean(other) over the other lrs, Bonferroni over them, on the
+pooled df: ``max(0, max_l m_c − m_l + t·s·sqrt(1/n_c + 1/n_l))``. With one seed per lr there is no spread and no
+bound. A verdict whose margin to its decision boundary is smaller than the regret that could move it is
+``fragile to tuning`` (descriptive: the verdict stays the registered one)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import fmean, variance
+from typing import Any
+
+LEVEL = 0.95  # one-sided, over the chosen lr's comparisons together (Bonferroni)
+
+
+@dataclass(frozen=True)
+class Regret:
+    """The regret bound of one arm's choice: ``upper`` in bpb, on ``df`` pooled degrees of freedom."""
+
+    upper: float
+    df: int
+    compared: int  # the other lrs with a finite mean
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"upper": self.upper, "df": self.df, "compared": self.compared, "level": LEVEL}
+
+
+def regret_bound(by_lr: dict[float, list[float]], chosen: float) -> Regret | None:
+    """The bound for ``chosen`` among ``by_lr`` (lr -> its tune seeds' final bpb; +inf: diverged, never better);
+    None when no lr has two finite seeds (no spread) or no other lr has a finite mean."""
+    from scipy import stats
+
+    finite = {lr: [v for v in vs if math.isfinite(v)] for lr, vs in by_lr.items()}
+    finite = {lr: vs for lr, vs in finite.items() if vs}
+    if chosen not in finite:
+        return None
+    df = sum(len(vs) - 1 for vs in finite.values())
+    others = [lr for lr in finite if lr != chosen]
+    if df == 0 or not others:
+        return None
+    pooled = math.sqrt(sum((len(vs) - 1) * variance(vs) for vs in finite.values() if len(vs) > 1) / df)
+    t = float(stats.t.isf((1 - LEVEL) / len(others), df))
+    mc, nc = fmean(finite[chosen]), len(finite[chosen])
+    upper = max(mc - fmean(finite[lr]) + t * pooled * math.sqrt(1 / nc + 1 / len(finite[lr])) for lr in others)
+    return Regret(max(0.0, upper), df, len(others))
+
+
+def decision_margin(verdict: str, decision: dict[str, Any], sesoi: float) -> float | None:
+    """How far the decided interval lies inside its verdict's region: below 0 (better), above 0 (worse), inside
+    ±SESOI (tie); None for an undecided arm."""
+    if verdict == "better":
+        return -float(decision["interval"][1])
+    if verdict == "worse":
+        return float(decision["interval"][0])
+    if verdict == "tie":
+        lo, hi = decision["eq_interval"]
+        return min(sesoi - float(hi), float(lo) + sesoi)
+    return None
+
+
+def moving_regret(verdict: str, arm: Regret | None, baseline: Regret | None) -> float | None:
+    """The regret that could undo the verdict: a better-tuned baseline lowers its bpb (Δ rises: a ``better`` at
+    risk), a better-tuned arm lowers its own (a ``worse`` at risk); a ``tie`` either way."""
+    pick = {"better": [baseline], "worse": [arm], "tie": [arm, baseline]}.get(verdict, [])
+    known = [r.upper for r in pick if r is not None]
+    return max(known) if known and len(known) == len(pick) else None
+
+
+def fragile(verdict: str, decision: dict[str, Any] | None, sesoi: float, arm: Regret | None,
+            baseline: Regret | None) -> bool | None:
+    """Whether the verdict's margin is smaller than the regret that could move it (None: not known)."""
+    if decision is None:
+        return None
+    margin, regret = decision_margin(verdict, decision, sesoi), moving_regret(verdict, arm, baseline)
+    return None if margin is None or regret is None else margin < regret
