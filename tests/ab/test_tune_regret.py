@@ -32,6 +32,15 @@ def test_one_seed_per_lr_gives_no_regret_bound_and_a_diverged_lr_is_never_better
     assert regret_bound(with_diverged, 2e-3) == regret_bound(THREE_SEEDS, 2e-3)
 
 
+def test_one_tune_seed_per_lr_takes_the_seed_sd_from_the_confirmatory_runs() -> None:
+    """One seed per lr (2.0, 1.9, 2.3: the chosen 2e-3 at 1.9) and confirmatory finals of sd 0.1 on 3 df: the bound
+    against 1e-3 is −0.1 + t_3(0.025) · 0.1 · sqrt(2) = −0.1 + 3.1824 · 0.14142 = 0.35006."""
+    one = {lr: vs[:1] for lr, vs in THREE_SEEDS.items()}
+    regret = regret_bound(one, 2e-3, fallback=[1.9, 2.1, 2.0 - math.sqrt(0.005), 2.0 + math.sqrt(0.005)])
+    assert regret is not None and regret.spread_from == "confirmatory" and regret.df == 3
+    assert regret.upper == pytest.approx(-0.1 + 3.1824 * 0.1 * math.sqrt(2), abs=2e-4)
+
+
 def test_a_verdict_is_fragile_when_its_margin_is_smaller_than_the_regret_that_could_move_it() -> None:
     better = {"interval": [-0.05, -0.01], "eq_interval": [-0.04, -0.02]}
     assert decision_margin("better", better, 0.02) == pytest.approx(0.01)

@@ -145,7 +145,8 @@ def regret_lines(r: ComparisonResults) -> list[str]:
            "the tune seeds' spread; `—`: one seed per lr, no spread):", ""]
     for name, b in rows.items():
         reg = b.get("tune_regret")
-        bound = "—" if reg is None else f"≤ {reg['upper']:.4f} bpb ({reg['df']} df)"
+        spread = "" if reg is None or reg.get("spread_from", "tune") == "tune" else ", the sd of its confirmatory runs"
+        bound = "—" if reg is None else f"≤ {reg['upper']:.4f} bpb ({reg['df']} df{spread})"
         flag = " — **fragile to tuning**: its margin to the decision boundary is smaller" if b.get(
             "fragile_to_tuning") else ""
         out.append(f"- `{name}`: {bound}{flag}")

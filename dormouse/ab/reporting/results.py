@@ -356,13 +356,15 @@ def _arm_result(arm: str, role: str, ran: list[RunRecord], state: Progress, base
                     for r in ran if not r.complete])
 
 
-def _regrets(plan: ComparisonPlan, state: Progress) -> dict[str, Regret | None]:
-    """Each arm's tuning regret bound (the A/A arm runs at its baseline's lr: its baseline's); none untuned."""
+def _regrets(plan: ComparisonPlan, state: Progress, by_arm: dict[str, list[RunRecord]]) -> dict[str, Regret | None]:
+    """Each arm's tuning regret bound (the A/A arm runs at its baseline's lr: its baseline's); none untuned. One
+    tune seed per lr: the sd of a seed from the arm's confirmatory runs."""
     tune = state.tune
     if tune is None or not tune.settled:
         return {}
     out = {arm: regret_bound({lr: [v for v in vs if v is not None] for lr, vs in tune.table[arm].items()},
-                             tune.chosen[arm]) for arm in tune.table if arm in tune.chosen}
+                             tune.chosen[arm], [float(r.final["bpb"]) for r in by_arm[arm] if r.final])
+           for arm in tune.table if arm in tune.chosen}
     return {arm: out.get(plan.lr_source(arm)) for arm in plan.arms}
 
 
@@ -395,7 +397,7 @@ def analyze(plan: ComparisonPlan, state: Progress, read: Callable[[Run], RunReco
     by_arm = {a: [r for r in records if r.arm == a] for a in spec.arms}
     base_runs = {r.replicate: r for r in by_arm[base]}
     reference = reference_runs(plan, by_arm)  # a tested arm's Δ is against it (the baseline unless registered)
-    regrets = _regrets(plan, state)
+    regrets = _regrets(plan, state, by_arm)
     base_kind = arm_name(next(p.cfg for p in plan.runs if p.arm == base))  # what the registration selects
     base_cost = _cost(by_arm[base], plan.budgets.get(base))
     view = (other_view(budget_of(spec).unit, {a: b.flops_per_step for a, b in plan.budgets.items()})

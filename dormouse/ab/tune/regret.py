@@ -1,9 +1,10 @@
 """How far an arm's tuned learning rate may be from the best it tried (docs/ab-protocol.md, "The tune stage": regret).
 Each lr's tune seeds give its mean final bpb and, pooled over the lrs, one sd of a seed; the regret bound is the
 largest one-sided 95 % upper bound on mean(chosen) − mean(other) over the other lrs, Bonferroni over them, on the
-pooled df: ``max(0, max_l m_c − m_l + t·s·sqrt(1/n_c + 1/n_l))``. With one seed per lr there is no spread and no
-bound. A verdict whose margin to its decision boundary is smaller than the regret that could move it is
-``fragile to tuning`` (descriptive: the verdict stays the registered one)."""
+pooled df: ``max(0, max_l m_c − m_l + t·s·sqrt(1/n_c + 1/n_l))``. With one seed per lr the tune runs have no
+spread: the sd of a seed is then the arm's confirmatory runs' (other seeds at the chosen lr), said as such. A
+verdict whose margin to its decision boundary is smaller than the regret that could move it is ``fragile to
+tuning`` (descriptive: the verdict stays the registered one)."""
 
 from __future__ import annotations
 
@@ -22,14 +23,17 @@ class Regret:
     upper: float
     df: int
     compared: int  # the other lrs with a finite mean
+    spread_from: str = "tune"  # whose seeds gave the sd: "tune", or "confirmatory" (one tune seed per lr)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"upper": self.upper, "df": self.df, "compared": self.compared, "level": LEVEL}
+        return {"upper": self.upper, "df": self.df, "compared": self.compared, "level": LEVEL,
+                "spread_from": self.spread_from}
 
 
-def regret_bound(by_lr: dict[float, list[float]], chosen: float) -> Regret | None:
+def regret_bound(by_lr: dict[float, list[float]], chosen: float, fallback: list[float] | None = None) -> Regret | None:
     """The bound for ``chosen`` among ``by_lr`` (lr -> its tune seeds' final bpb; +inf: diverged, never better);
-    None when no lr has two finite seeds (no spread) or no other lr has a finite mean."""
+    without two finite seeds at any lr the spread of ``fallback`` (the arm's confirmatory finals); None when
+    neither has one, or no other lr has a finite mean."""
     from scipy import stats
 
     finite = {lr: [v for v in vs if math.isfinite(v)] for lr, vs in by_lr.items()}
@@ -38,13 +42,18 @@ def regret_bound(by_lr: dict[float, list[float]], chosen: float) -> Regret | Non
         return None
     df = sum(len(vs) - 1 for vs in finite.values())
     others = [lr for lr in finite if lr != chosen]
-    if df == 0 or not others:
+    spare = [v for v in fallback or [] if math.isfinite(v)]
+    if not others or (df == 0 and len(spare) < 2):
         return None
-    pooled = math.sqrt(sum((len(vs) - 1) * variance(vs) for vs in finite.values() if len(vs) > 1) / df)
+    if df:
+        pooled, source = math.sqrt(sum((len(vs) - 1) * variance(vs) for vs in finite.values() if len(vs) > 1) / df), \
+            "tune"
+    else:
+        pooled, df, source = math.sqrt(variance(spare)), len(spare) - 1, "confirmatory"
     t = float(stats.t.isf((1 - LEVEL) / len(others), df))
     mc, nc = fmean(finite[chosen]), len(finite[chosen])
     upper = max(mc - fmean(finite[lr]) + t * pooled * math.sqrt(1 / nc + 1 / len(finite[lr])) for lr in others)
-    return Regret(max(0.0, upper), df, len(others))
+    return Regret(max(0.0, upper), df, len(others), source)
 
 
 def decision_margin(verdict: str, decision: dict[str, Any], sesoi: float) -> float | None:
