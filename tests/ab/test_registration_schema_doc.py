@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dormouse.ab.comparison.registry import ComparisonSpec, ComparisonSpecV1, TuneSpec
+from dormouse.ab.comparison.registry import BadModeSpec, ComparisonSpec, ComparisonSpecV1, TuneSpec
 from dormouse.ab.study.registry import StudyBlock
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "ab-protocol.md"
@@ -36,7 +36,8 @@ def _documented_keys(heading: str, block: str | None) -> set[str]:
     (ComparisonSpec, "The registration file", None),
     (TuneSpec, "The tune stage", "tune"),
     (StudyBlock, "A registered study (", "study"),
-], ids=["comparison", "tune", "study"])
+    (BadModeSpec, "The registration file", "bad_mode"),
+], ids=["comparison", "tune", "study", "bad_mode"])
 def test_protocol_doc_documents_exactly_the_registration_fields(schema: type, heading: str, block: str | None):
     declared = {f.name for f in fields(schema)}
     documented = _documented_keys(heading, block)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from dormouse.errors import TrainError
+from dormouse.errors import RunDirRefused, TrainError
 from dormouse.run.checkpoint import CheckpointError
 from tests.helpers.planted_run import append_eval, append_log, done_line, eval_rows, write_run_header
 
@@ -54,19 +54,21 @@ class FakeTrain:
     """Stands in for dormouse.train.loop.train: config.yaml, provenance.json, train.log with eval and done
     lines, metrics.jsonl and a checkpoint per eval, the final bpb planted by ``final_bpb``.
 
-    ``fail``: run names that raise before writing anything; ``diverges``: runs that raise the loop's diverged
-    TrainError after their header; ``stop_at``: run name -> the last step written ("killed": no done line);
-    ``fail_resume``: a resume is refused as the trainer refuses an unreadable checkpoint; ``dead``: arms whose
-    counters say they were asked and never ran; ``exact``: arms of the default plant without jitter.
+    ``fail``: run names that raise before writing anything; ``refuse``: run names whose start is refused as the
+    trainer refuses a run directory (a TrainError that is not a divergence); ``diverges``: runs that raise the
+    loop's diverged TrainError after their header; ``stop_at``: run name -> the last step written ("killed": no
+    done line); ``fail_resume``: a resume is refused as the trainer refuses an unreadable checkpoint; ``dead``:
+    arms whose counters say they were asked and never ran; ``exact``: arms of the default plant without jitter.
     """
 
     def __init__(self, final_bpb: Callable[[PlantedRun], float] | None = None, *,
                  diverges: Callable[[PlantedRun], bool] | None = None, dead: tuple[str, ...] = (),
-                 fail: tuple[str, ...] = (), fail_resume: bool = False, stop_at: dict[str, int] | None = None,
+                 fail: tuple[str, ...] = (), refuse: tuple[str, ...] = (), fail_resume: bool = False,
+                 stop_at: dict[str, int] | None = None,
                  exact: tuple[str, ...] = ()) -> None:
         self.final_bpb = final_bpb or (lambda run: comparison_bpb(run.arm, run.seed, exact))
         self.diverges = diverges or (lambda run: False)
-        self.dead, self.fail, self.fail_resume = dead, fail, fail_resume
+        self.dead, self.fail, self.refuse, self.fail_resume = dead, fail, refuse, fail_resume
         self.stop_at = stop_at or {}
         self.runs: list[PlantedRun] = []
         self.cache_dirs: dict[str, str | None] = {}  # run name -> TORCHINDUCTOR_CACHE_DIR as the run saw it
@@ -95,6 +97,8 @@ class FakeTrain:
         self.cache_dirs[name] = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
         if name in self.fail:
             raise RuntimeError("planted failure")
+        if name in self.refuse:
+            raise RunDirRefused(f"planted: {name}'s checkpoint was written under another config")
         start = 0
         if run.resume == "auto":
             if self.fail_resume:  # the trainer's refusal; the fake's checkpoints (b"fake") do not load

@@ -71,6 +71,14 @@ class TuneSpec:
 
 
 @dataclass
+class BadModeSpec:
+    """The optional ``bad_mode:`` block (docs/ab-protocol.md, "Bad modes"): the early marker, reported only."""
+
+    at_fraction: float = MISSING  # in (0, 1]: the first eval at or after this share of a run's steps
+    margin: float = MISSING  # bpb above the arm's median at that eval
+
+
+@dataclass
 class ComparisonSpec:
     """A protocol-2 registered comparison (docs/ab-protocol.md, "The registration file")."""
 
@@ -97,6 +105,7 @@ class ComparisonSpec:
     plugins: list[str] = field(default_factory=list)
     budget: BudgetSpec | None = None  # null: every arm trains for train.steps
     reference: str | None = None  # null or "baseline"; "baseline_and_aa": the mean of the baseline and its A/A repeat
+    bad_mode: BadModeSpec | None = None  # null: no bad-mode marker
 
     @property
     def max_replicates(self) -> int:
@@ -352,6 +361,11 @@ def _v2_problems(spec: ComparisonSpec, bad: Any) -> None:
         _tune_problems(spec, spec.tune, bad)
     if spec.budget is not None:
         _budget_problems(spec, spec.budget, bad)
+    if spec.bad_mode is not None:
+        if not (_finite(spec.bad_mode.at_fraction) and 0 < spec.bad_mode.at_fraction <= 1):
+            bad("bad_mode.at_fraction", f"{spec.bad_mode.at_fraction} must be in (0, 1] (a share of each run's steps)")
+        if not (_finite(spec.bad_mode.margin) and spec.bad_mode.margin > 0):
+            bad("bad_mode.margin", f"{spec.bad_mode.margin} must be a finite number > 0 (bpb above the arm's median)")
     _reference_problems(spec, bad)
 
 

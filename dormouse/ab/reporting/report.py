@@ -173,6 +173,36 @@ def bad_run_lines(r: ComparisonResults) -> list[str]:
     return out
 
 
+def bad_mode_lines(r: ComparisonResults) -> list[str]:
+    """The registered bad-mode marker's finding: per arm the runs flagged, the rate's interval and their init seeds,
+    then the seeds flagged in several arms. Reported, never decided on; empty without a marker."""
+    marker = r.bad_mode
+    if not marker:
+        return []
+    out = ["## Bad modes (reported, never decided on)", "",
+           f"A run is in a bad mode when its eval bpb at the first eval at or after {marker['at_fraction']:g} of its "
+           f"steps lies more than {marker['margin']:g} bpb above its arm's median there (over every run the arm "
+           "made). Separate from the bad-run policy; no verdict reads it.", "",
+           "| arm | eval step | median bpb there | runs in a bad mode | rate [95 %] | "
+           "replicates (init seed: bpb, excess) |",
+           "|---|---|---|---|---|---|"]
+    for name, a in r.arms.items():
+        modes = a.beside.get("bad_modes")
+        if modes is None:
+            out.append(f"| `{name}` | — | — | — | — | no run reached the marker's eval |")
+            continue
+        lo, hi = modes["interval"]
+        where = "; ".join(f"{f['replicate']} (seed {f['init_seed']}: {f['bpb']:.4f}, {f['excess']:+.4f})"
+                          for f in modes["flagged"]) or "—"
+        out.append(f"| `{name}` | {', '.join(map(str, modes['steps']))} | {modes['median']:.4f} | "
+                   f"{modes['k']} of {modes['n']} | {100 * modes['rate']:.0f} % [{100 * lo:.0f}, {100 * hi:.0f}] % | "
+                   f"{where} |")
+    shared = marker.get("shared_seeds") or {}
+    out += ["", "Init seeds flagged in more than one arm (shared initial weights): " + (
+        "; ".join(f"{seed} ({', '.join(arms)})" for seed, arms in shared.items()) if shared else "none") + "."]
+    return out
+
+
 def _sentences(r: ComparisonResults) -> list[str]:
     out = ["", "## What was tested", ""]
     for name, a in r.arms.items():
@@ -322,9 +352,9 @@ def _runs_table(r: ComparisonResults) -> list[str]:
 
 def render_report(r: ComparisonResults, plots: list[str]) -> str:
     """The report.md text."""
-    bad, regret = bad_run_lines(r), regret_lines(r)
+    bad, regret, modes = bad_run_lines(r), regret_lines(r), bad_mode_lines(r)
     out = _header(r) + _verdict_table(r) + ([""] + bad if bad else []) + ([""] + regret if regret else [])
-    out += _sentences(r)
+    out += _sentences(r) + ([""] + modes if modes else [])
     if r.tune:
         out += [""] + tune_report.markdown(r, plots)
     card = r.design_card

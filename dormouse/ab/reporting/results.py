@@ -20,6 +20,7 @@ from dormouse.ab.comparison.plan import ComparisonPlan
 from dormouse.ab.reporting.jsonable import jsonable
 from dormouse.ab.reporting.matched import View, matched_diffs, other_view, view_words
 from dormouse.ab.rule import stats
+from dormouse.ab.rule.bad_mode import Marker, arm_bad_modes, shared_seeds
 from dormouse.ab.rule.bad_runs import is_bad
 from dormouse.ab.rule.looks import INVALID, UNDECIDED, Progress, mean_reference, paired_differences, reference_runs
 from dormouse.ab.rule.sequential import BETTER, TIE, WORSE, decide, nearest_skew_line
@@ -36,7 +37,8 @@ _DECIDED_KEYS = ("verdict", "decision", "look", "sentence", "kept")
 _HELPER_KEYS = ("verdict", "kept", "decision", "look", "sentence")
 # The keys an arm's entry spreads its ``beside``, ``cost`` and ``ratios`` into (from_json gathers them back).
 _BESIDE_KEYS = ("poi", "poi_interval", "poi_k", "hodges_lehmann", "hodges_lehmann_interval",
-                "hodges_lehmann_confidence", "bad_runs", "tune_regret", "fragile_to_tuning")
+                "hodges_lehmann_confidence", "bad_runs", "tune_regret", "fragile_to_tuning",
+                "bad_modes")
 _COST_KEYS = ("params", "arm_params", "tok_s", "peak_mem_bytes", "devices", "steps", "flops_per_token", "flops",
               "arm_flops_counted", "wall_s")
 _RATIO_KEYS = ("params_ratio", "tok_s_ratio", "peak_mem_ratio", "flops_ratio", "wall_ratio")
@@ -152,6 +154,7 @@ class ComparisonResults:
     fixed: list[str]
     budget: dict[str, Any] | None = None  # the registered budget and what it gave each arm (budget.py)
     reference: dict[str, Any] | None = None  # a registered reference and each verdict against either set
+    bad_mode: dict[str, Any] | None = None  # the registered marker and the init seeds flagged in several arms
     registration: dict[str, Any]
     design_card: dict[str, Any] | None
     aa_calibration: dict[str, Any] | None
@@ -178,7 +181,7 @@ class ComparisonResults:
         doc: dict[str, Any] = {"protocol": 2}
         for name in _DOCUMENT_FIELDS:
             value = getattr(self, name)
-            if name in ("launch", "plots") and value is None:
+            if name in ("launch", "plots", "bad_mode") and value is None:
                 continue
             doc[name] = {n: a.to_json() for n, a in value.items()} if name == "arms" else value
         return jsonable(doc)
@@ -345,6 +348,9 @@ def _arm_result(arm: str, role: str, ran: list[RunRecord], state: Progress, base
     diffs = list(state.diffs.get(arm, [])) if role != "baseline" else []
     beside = _beside(diffs) if role != "baseline" else {}
     beside["bad_runs"] = _bad_runs([float(r.final["bpb"]) for r in ran if r.final], spec.bad_run_ceiling, replaced)
+    if spec.bad_mode is not None:  # over every run the arm made, as the bad runs are
+        modes = arm_bad_modes(ran, _marker(spec))
+        beside["bad_modes"] = None if modes is None else modes.to_dict()
     return dict(
         role=role, kind=recs[0].kind if recs else None, overrides=list(spec.arms[arm]),
         replicates=[r.replicate for r in recs], init_seeds=[r.seed for r in recs],
@@ -376,6 +382,18 @@ def _tuning(arm: str, role: str, said: ArmVerdict, regrets: dict[str, Regret | N
     flag = (fragile(said.verdict, said.decision, float(spec.sesoi), own, regrets.get(spec.baseline))
             if role == "arm" else None)
     return {"tune_regret": None if own is None else own.to_dict(), "fragile_to_tuning": flag}
+
+
+def _marker(spec: Any) -> Marker:
+    return Marker(float(spec.bad_mode.at_fraction), float(spec.bad_mode.margin))
+
+
+def _bad_mode(spec: Any, arms: dict[str, ArmResult]) -> dict[str, Any] | None:
+    """The registered marker, and the init seeds flagged in more than one arm (None without a marker)."""
+    if spec.bad_mode is None:
+        return None
+    return {**asdict(_marker(spec)), "shared_seeds": shared_seeds({n: a.beside.get("bad_modes")
+                                                                   for n, a in arms.items()})}
 
 
 def _tune(plan: ComparisonPlan, state: Progress) -> dict[str, Any] | None:
@@ -416,9 +434,10 @@ def analyze(plan: ComparisonPlan, state: Progress, read: Callable[[Run], RunReco
                               other_view=(_other_view(view, used, base_runs if role == "aa" else reference)
                                           if role != "baseline" else {}))
     results = ComparisonResults(
-        **_registered(plan), looks_taken=_looks_taken(state),
+        **_registered(plan), bad_mode=_bad_mode(spec, arms), looks_taken=_looks_taken(state),
         next_look=None if state.next_look is None else state.next_look + 1,
-        complete=not state.pending and all(not a.incomplete for a in arms.values()),
+        complete=not state.pending and all(not a.incomplete for a in arms.values())
+        and (state.tune is None or state.tune.settled),
         registration=registration or {}, design_card=design_card,
         aa_calibration=_calibration(arms, aa, float(spec.pilot_sd)), skewness=_skewness(arms, design_card),
         code=_code(records), tune=_tune(plan, state), reference=_reference(plan, state, by_arm),

@@ -146,7 +146,7 @@ def markdown(results: ComparisonResults, plots: list[str]) -> list[str]:
     if not tune:
         return []
     signs = _sign_section(results)
-    return (["## The tune stage", "", _rule(tune), ""] + _table(tune) + _flag_notes(tune)
+    return (["## The tune stage", "", _rule(tune), ""] + _table(tune) + _failed_notes(tune) + _flag_notes(tune)
             + ["", _plot_line(plots)] + ([""] + signs if signs else []) + [""])
 
 
@@ -202,6 +202,16 @@ def _table(tune: dict[str, Any]) -> list[str]:
                      f" | {f'**{side}** {UNBRACKETED_MARK}' if side else '—'} | "
                      f"{'—' if pick is None else f'{pick:g}'} |")
     return lines
+
+
+def _failed_notes(tune: dict[str, Any]) -> list[str]:
+    """The tune runs that failed without diverging, each with its reason: not +inf, so no lr is judged by them;
+    no arm chooses until a rerun retries them."""
+    failed = tune.get("failed") or {}
+    if not failed:
+        return []
+    return ["", "**Failed** (a training error that is not a divergence: not counted as +inf, and no arm chooses "
+            "until a rerun retries them): " + "; ".join(f"`{name}`: {why}" for name, why in failed.items()) + "."]
 
 
 def _flag_notes(tune: dict[str, Any]) -> list[str]:

@@ -151,22 +151,25 @@ class TuneStage:
 
 
 def to_dict(plan: ComparisonPlan, out: TuneOutcome) -> dict[str, Any]:
-    """The stage as results.json and tune.json hold it: a diverged run as "diverged", an unsettled one as null,
-    ``arms`` each done arm's flags."""
+    """The stage as results.json and tune.json hold it: a diverged run as "diverged", one that failed otherwise as
+    "failed" (with its reason in ``failed``), an unsettled one as null, ``arms`` each done arm's flags."""
     tune = plan.spec.tune
     rule = tune.bracketing()
     return {"rule": tune.rule, "rule_text": RULES[tune.rule], "lrs": [float(x) for x in tune.lrs],
             "replicates": int(tune.replicates), "init_seeds": list(tune.streams()["tune.init_seed_base"]),
             "data_seeds": list(tune.streams()["tune.data_seed_base"]),
             "extensions": rule.extensions, "second_seed_gap": rule.second_seed_gap, "ratio": rule.ratio,
-            "table": {arm: {repr(lr): [_cell(v) for v in vs]
+            "table": {arm: {repr(lr): [_cell(v, plan.tune_run(arm, lr, j).name in out.failed) for j, v in enumerate(vs)]
                             for lr, vs in by_lr.items()} for arm, by_lr in out.table.items()},
             "chosen": dict(out.chosen), "aa_arm_takes": plan.spec.baseline if plan.spec.aa_arm else None,
-            "arms": {arm: choice.to_dict() for arm, choice in out.arms.items()}}
+            "arms": {arm: choice.to_dict() for arm, choice in out.arms.items()},
+            **({"failed": dict(out.failed)} if out.failed else {})}
 
 
-def _cell(value: float | None) -> float | str | None:
-    return "diverged" if value == math.inf else value
+def _cell(value: float | None, failed: bool) -> float | str | None:
+    """A diverged run as "diverged" (the rule's +inf); one that failed otherwise as "failed", never +inf: a crash
+    or a refused resume says nothing about the lr."""
+    return "diverged" if value == math.inf else "failed" if failed else value
 
 
 def record(plan: ComparisonPlan, out: TuneOutcome) -> None:
