@@ -100,3 +100,15 @@ def test_at_the_end_of_training_margin_the_marker_also_flags_max_iter_2_replicat
     flagged = {(point, arm, f.replicate) for point, (_, records) in analysed.items() for arm in PRENORM
                for f in arm_bad_modes([x for x in records if x.arm == arm], wide).flagged}
     assert flagged == SIX | {("max_iter-2", "prenorm", 3)}
+
+
+def test_each_arm_of_every_point_reports_its_tuning_regret_from_its_confirmatory_spread(analysed: dict[str, Any]
+                                                                                          ) -> None:
+    """One tune seed per lr: each arm's regret bound takes the sd of a seed from its 12 confirmatory runs (11 df)."""
+    for point, (r, _) in analysed.items():
+        for arm, a in r.arms.items():
+            regret = a.beside["tune_regret"]
+            assert regret is not None and regret["spread_from"] == "confirmatory" and regret["df"] == 11, (point, arm)
+            assert regret["upper"] >= 0.0
+        report = render_report(r, [])
+        assert "Tuning regret" in report and "the sd of its confirmatory runs" in report
