@@ -102,4 +102,25 @@ PERTURBATIONS: list[dict] = [
         "why": "a crashed run read as a non-finite final bpb: counted a bad run, as if it had diverged",
         "protects": "A/B rule",
     },
+    {
+        "name": "bad_mode_lr_still_chosen",
+        "file": "dormouse/ab/tune/rule.py",
+        "function": "next_step",
+        "old": "    best = choose(kept or finals)\n",
+        "new": "    best = choose(finals)\n",
+        "gates": ["tests/ab/test_tune_bad_mode.py::test_a_dropped_lr_is_never_chosen_and_the_choice_says_so"],
+        "why": "an lr one tune seed of which fell in a bad mode is still chosen by its mean: the confirmatory runs "
+               "inherit a learning rate whose runs split into two modes",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "bad_mode_lr_judged_against_one_seed",
+        "file": "dormouse/ab/rule/bad_mode.py",
+        "function": "bad_mode_lrs",
+        "old": "        modes = arm_bad_modes(records, marker) if len(records) > 1 else None\n",
+        "new": "        modes = arm_bad_modes(records[-1:], marker) if len(records) > 1 else None\n",
+        "gates": ["tests/ab/test_tune_bad_mode.py::test_an_lr_with_a_seed_in_a_bad_mode_is_marked_from_its_own_seeds_median"],
+        "why": "each lr's seed judged against itself: no seed ever stands out, and no lr is dropped",
+        "protects": "A/B rule",
+    },
 ]

@@ -67,6 +67,19 @@ class ArmBadModes:
         return asdict(self)
 
 
+def bad_mode_lrs(by_lr: Mapping[float, Sequence[RunRecord]], marker: Marker | None) -> frozenset[float]:
+    """The tune lrs one seed of which is in a bad mode against the median of that lr's own seeds (the lr's other
+    seeds, not the arm's other lrs, are what a healthy run there looks like); none without a marker."""
+    if marker is None:
+        return frozenset()
+    out = set()
+    for lr, records in by_lr.items():
+        modes = arm_bad_modes(records, marker) if len(records) > 1 else None
+        if modes is not None and modes.k > 0:
+            out.add(lr)
+    return frozenset(out)
+
+
 def arm_bad_modes(records: Sequence[RunRecord], marker: Marker) -> ArmBadModes | None:
     """The marker applied to every run of one arm; None when no run reached its marker eval."""
     read = [(r, row) for r in records

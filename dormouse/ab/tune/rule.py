@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import fmean
 
 RULE = "lowest_mean_final_bpb"
@@ -99,11 +99,13 @@ class ArmChoice:
     second_seed: tuple[float, ...]
     stability_limited: tuple[str, ...]
     unbracketed: str | None
+    bad_mode_lrs: tuple[float, ...] = ()  # lrs a tune seed of which fell in a bad mode: dropped from the choice
 
     def to_dict(self) -> dict[str, object]:
-        return {"runs": self.runs, "budget": self.budget, "extended": list(self.extended),
-                "second_seed": list(self.second_seed), "stability_limited": list(self.stability_limited),
-                "unbracketed": self.unbracketed}
+        out = {"runs": self.runs, "budget": self.budget, "extended": list(self.extended),
+               "second_seed": list(self.second_seed), "stability_limited": list(self.stability_limited),
+               "unbracketed": self.unbracketed}
+        return {**out, "bad_mode_lrs": list(self.bad_mode_lrs)} if self.bad_mode_lrs else out
 
 
 @dataclass(frozen=True)
@@ -154,14 +156,16 @@ def _second_seeds(rule: Bracketing, values: Values, means: dict[float, float], b
     return [Request(lr, r) for lr in sorted([best, *near]) if (lr, r) not in values]
 
 
-def next_step(rule: Bracketing, values: Values) -> Step:
-    """The rule on an arm's settled tune values: the runs it needs next, else its choice."""
+def next_step(rule: Bracketing, values: Values, dropped: frozenset[float] = frozenset()) -> Step:
+    """The rule on an arm's settled tune values: the runs it needs next, else its choice. An lr in ``dropped`` (a
+    seed of it fell in a registered bad mode) is never chosen, unless every lr the arm ran is dropped."""
     missing = [Request(lr, j) for lr in rule.grid for j in range(rule.replicates) if (lr, j) not in values]
     if missing:
         return Step(requests=tuple(missing))
     finals = _means(values)
     tried = sorted(finals)
-    best = choose(finals)
+    kept = {lr: vs for lr, vs in finals.items() if lr not in dropped}
+    best = choose(kept or finals)
     means = {lr: fmean(vs) for lr, vs in finals.items()}
     ext = _extension(rule, tried, best)
     if ext is not None:
@@ -169,7 +173,8 @@ def next_step(rule: Bracketing, values: Values) -> Step:
     seconds = _second_seeds(rule, values, means, best)
     if seconds:
         return _asking(values, seconds)
-    return Step(choice=_choice(rule, values, finals, best))
+    choice = _choice(rule, values, finals, best)
+    return Step(choice=replace(choice, bad_mode_lrs=tuple(sorted(set(dropped) & set(finals)))))
 
 
 def _asking(values: Values, requests: list[Request]) -> Step:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dormouse.ab.comparison.registry import ComparisonError
+from dormouse.ab.rule.bad_mode import Marker, bad_mode_lrs
 from dormouse.ab.runs.job import Run, read_launch_record
 from dormouse.ab.runs.records import RunRecord
 from dormouse.ab.tune.rule import RULES, ArmChoice, Bracketing, Values, next_step
@@ -90,8 +91,11 @@ def _settle_arm(plan: ComparisonPlan, arm: str, rule: Bracketing, read: Callable
     choice."""
     values: Values = {}
     cells: dict[tuple[float, int], float | None] = {}
+    finished: dict[float, list[RunRecord]] = {}  # lr -> its complete tune runs: what the bad-mode marker reads
+    spec_marker = plan.spec.bad_mode
+    marker = None if spec_marker is None else Marker(float(spec_marker.at_fraction), float(spec_marker.margin))
     while True:
-        step = next_step(rule, values)
+        step = next_step(rule, values, bad_mode_lrs(finished, marker))
         if step.choice is not None:
             out.arms[arm] = step.choice
             break
@@ -102,6 +106,8 @@ def _settle_arm(plan: ComparisonPlan, arm: str, rule: Bracketing, read: Callable
             cells[(req.lr, req.replicate)] = value = tune_value(rec)
             if value is not None:
                 values[(req.lr, req.replicate)] = value
+                if rec.complete:
+                    finished.setdefault(req.lr, []).append(rec)
                 continue
             unsettled = True
             if run.name in failed:
