@@ -142,7 +142,7 @@ def regret_lines(r: ComparisonResults) -> list[str]:
     if not rows:
         return []
     out = ["Tuning regret (how far each arm's chosen lr may be from the best it tried, a one-sided 95 % bound from "
-           "the tune seeds' spread; `—`: one seed per lr, no spread):", ""]
+           "the tune seeds' spread, else the confirmatory runs'; `—`: no spread to estimate it from):", ""]
     for name, b in rows.items():
         reg = b.get("tune_regret")
         spread = "" if reg is None or reg.get("spread_from", "tune") == "tune" else ", the sd of its confirmatory runs"

@@ -221,7 +221,16 @@ def _flag_notes(tune: dict[str, Any]) -> list[str]:
             "seed (the best and a neighbour lay within the registered gap). *Stability-limited*: the chosen lr's "
             f"neighbour on that side diverged. **Unbracketed** {UNBRACKETED_MARK}: after its budget the chosen lr "
             "is still at that edge of what the arm ran, so its optimum may lie beyond it and its verdict holds "
-            "at the best lr tried, not at its optimum."]
+            "at the best lr tried, not at its optimum."] + _bad_mode_note(tune)
+
+
+def _bad_mode_note(tune: dict[str, Any]) -> list[str]:
+    """The lrs dropped from each arm's choice because a tune seed of theirs fell in a registered bad mode."""
+    dropped = {arm: flags["bad_mode_lrs"] for arm, flags in tune["arms"].items() if flags.get("bad_mode_lrs")}
+    if not dropped:
+        return []
+    return ["", "*Dropped for a bad mode* (a tune seed above its lr's median at the registered marker): "
+            + "; ".join(f"{arm}: {_lrs(lrs)}" for arm, lrs in dropped.items()) + "."]
 
 
 def _plot_line(plots: list[str]) -> str:
