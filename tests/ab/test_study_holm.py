@@ -130,6 +130,23 @@ def test_the_multiplicity_is_registered_as_one_of_two_words():
     assert len(bad) == 1 and bad[0].startswith("multiplicity: 'hochberg' must be one of bonferroni, holm")
 
 
+@pytest.mark.parametrize("word", ["holm", "hochberg"])
+def test_a_study_registers_its_multiplicity_and_a_wrong_word_is_refused_by_name(tmp_path: Path, word: str):
+    from dormouse.ab.comparison.registry import ABSpecError
+    from dormouse.ab.study.registry import load_study
+    from tests.helpers.registrations import registration, write_registry
+
+    study = ("study:\n  axis: model.max_iter\n  points: [2, 3]\n  seed_stride: 10000\n  smallest_change: 0.02\n"
+             f"  expected_change: 0.02\n  multiplicity: {word}\n")
+    registry = write_registry(tmp_path, "s", registration("s", ("prenorm", "gr", "prenorm_aa"), tail=study))
+    if word == "holm":
+        assert load_study("s", registry).interaction_design().multiplicity == "holm"
+        return
+    with pytest.raises(ABSpecError) as exc:
+        load_study("s", registry)
+    assert any("field 'study.multiplicity'" in ln and "bonferroni, holm" in ln for ln in exc.value.lines)
+
+
 # ---- the family-wise rates, by Monte Carlo ----------------------------------------------------------------
 
 SESOI = 0.02
