@@ -1,20 +1,23 @@
 """A registered study's primary question: does each arm's effect against the baseline change as the axis grows? The
 rule is docs/ab-protocol.md, "A registered study: the primary question": the contrast L = Σ c_p·m_p of each point's
 mean paired difference (the change along the OLS line in log2(value)), se² = Σ c_p²·s_p²/n_p on df = min(n_p − 1);
-grows/shrinks at Bonferroni α/(2·n_arms), flat by TOST against ±τ. :func:`study_card` simulates the whole study
-(every point's sequential procedure, then this rule) for the error rates. Pure numpy/scipy, scipy imported where it
-computes."""
+grows/shrinks at Bonferroni α/(2·n_arms), flat by TOST against ±τ at α per arm; under the registered multiplicity
+``holm`` both kinds of claim by Holm's step-down over the arms (:mod:`dormouse.ab.rule.family`), so each is
+family-wise at α. :func:`study_card` simulates the whole study (every point's sequential procedure, then this rule)
+for the error rates. Pure numpy/scipy, scipy imported where it computes."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 
 from dormouse.ab.reporting.jsonable import jsonable
 from dormouse.ab.rule import sequential as sq
+from dormouse.ab.rule.family import BONFERRONI, HOLM, holm_levels, multiplicity_problems, ordinal
 
 GROWS, SHRINKS, FLAT, UNDECIDED = "grows", "shrinks", "flat", "undecided"
 INVALID = "invalid"  # the looks' word for an arm that did not run as asked (dormouse.ab.rule.looks.INVALID)
@@ -29,12 +32,14 @@ class InteractionDesign(sq.Checked):
 
     noun = "interaction design"
 
-    alpha: float  # family-wise error of grows/shrinks over the tested arms; also each TOST test's error (flat)
+    alpha: float  # family-wise error of grows/shrinks over the tested arms; of flat too under holm (else per arm)
     smallest_change: float  # τ, bpb > 0: the smallest change of Δ from the first to the last point of interest
     points: tuple[float, ...]  # the axis values, > 0, strictly ascending, at least 2
     n_arms: int  # the tested arms: the family, fixed at registration (a failed arm stays in it)
     alpha_holdback: float = 1.0  # registered, in (0, 1]: the tests run at α × holdback while α stays the claim
     #                              (the margin the study card shows the points' early stopping needs)
+    multiplicity: str = BONFERRONI  # bonferroni: grows/shrinks at α/n_arms, flat at α per arm; holm: Holm's
+    #                                 step-down over the arms for each kind of claim (dormouse.ab.rule.family)
 
     def field_problems(self) -> list[tuple[str, str]]:
         """``(field, what is wrong)`` for each bad field; empty when the design is usable (the one check)."""
@@ -49,6 +54,7 @@ class InteractionDesign(sq.Checked):
             out.append(("points", f"{list(pts)} must be finite numbers"))
         elif pts[0] <= 0 or any(b <= a for a, b in zip(pts, pts[1:])):
             out.append(("points", f"{list(pts)} must be > 0 and strictly ascending (the contrast is in log2)"))
+        out += multiplicity_problems(self.multiplicity)
         return out + sq.family_problems(self.n_arms, self.alpha_holdback, "the tests run at")
 
     @property
@@ -113,10 +119,62 @@ def _critical(design: InteractionDesign, df: np.ndarray) -> tuple[np.ndarray, np
     return sps.t.isf(design.sup_level, df), sps.t.isf(design.test_alpha, df)
 
 
-def _rule(design: InteractionDesign, est: np.ndarray, se: np.ndarray, df: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The rule on arrays: (code, lo, hi, eq_lo, eq_hi, smaller_than_change). grows: L + t*·se < 0; shrinks: L −
-    t*·se > 0 (checked first); flat: −τ < L − t_eq·se and L + t_eq·se < τ."""
-    t_sup, t_eq = _critical(design, df)
+class ArmLevels(NamedTuple):
+    """Where an arm stood in its family under Holm: each test's level, the arm's rank and the rank whose level
+    applied (its own, or where the step-down stopped); :func:`dormouse.ab.rule.family.holm_levels`."""
+
+    level: float  # the two-sided p of L = 0 is compared with this
+    rank: int
+    step: int
+    eq_level: float  # the TOST p (each one-sided test) is compared with this
+    eq_rank: int
+    eq_step: int
+
+
+def _p_values(design: InteractionDesign, est: np.ndarray, se: np.ndarray,
+              df: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The two-sided p of L = 0 and the TOST p (the larger of the two one-sided p's against ±τ), on arrays: what
+    Holm orders, and what each decision states."""
+    from scipy import stats as sps  # here, not at the top: a registry validating a design computes nothing
+
+    tau = design.smallest_change
+    est, se, df = (np.asarray(v, dtype=float) for v in (est, se, df))
+    spread = se > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(spread, est / se, np.where(est != 0, np.copysign(np.inf, est), 0.0))
+        p = 2 * sps.t.sf(np.abs(t), df)
+        p_lo = np.where(spread, sps.t.sf((est + tau) / se, df), (est <= -tau).astype(float))
+        p_hi = np.where(spread, sps.t.sf((tau - est) / se, df), (est >= tau).astype(float))
+    finite = np.isfinite(est)  # an invalid arm (NaN L) has no test: no p, so Holm never rejects it
+    return np.where(finite, p, np.nan), np.where(finite, np.maximum(p_lo, p_hi), np.nan)
+
+
+def _holm(design: InteractionDesign, est: np.ndarray, se: np.ndarray, df: np.ndarray) -> tuple:
+    """Holm's step-down over the registered family (axis 0: the arms; NaN est: an arm without a test), for
+    grows/shrinks on the two-sided p and for flat on the TOST p, each at α × hold-back."""
+    p, p_tost = _p_values(design, est, se, df)
+    return (holm_levels(p, design.test_alpha, design.n_arms),
+            holm_levels(p_tost, design.test_alpha, design.n_arms))
+
+
+def _family_critical(design: InteractionDesign, est: np.ndarray, se: np.ndarray,
+                     df: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """t* and t_eq of each arm of the family (axis 0): Bonferroni's (:func:`_critical`), or under holm each arm's
+    t at its own Holm level (t_df.isf(level/2) two-sided, t_df.isf(eq_level) for each TOST test)."""
+    from scipy import stats as sps  # here, not at the top: a registry validating a design computes nothing
+
+    if design.multiplicity != HOLM:
+        return _critical(design, df)
+    sup, eq = _holm(design, est, se, df)
+    return sps.t.isf(sup.level / 2, df), sps.t.isf(eq.level, df)
+
+
+def _rule(design: InteractionDesign, est: np.ndarray, se: np.ndarray, df: np.ndarray,
+          critical: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, ...]:
+    """The rule on arrays (axis 0: the family under holm): (code, lo, hi, eq_lo, eq_hi, smaller_than_change).
+    grows: L + t*·se < 0; shrinks: L − t*·se > 0 (checked first); flat: −τ < L − t_eq·se and L + t_eq·se < τ.
+    ``critical``: (t*, t_eq) when the caller has them; else the family's (:func:`_family_critical`)."""
+    t_sup, t_eq = _family_critical(design, est, se, df) if critical is None else critical
     lo, hi = est - t_sup * se, est + t_sup * se
     eq_lo, eq_hi = est - t_eq * se, est + t_eq * se
     tau = design.smallest_change  # registered before any run, never estimated from the data
@@ -145,12 +203,12 @@ class InteractionDecision:
     estimate: float  # L, bpb: the change of Δ from the first to the last point along the fitted line
     se: float
     df: float  # min(n_p − 1) over the points with c_p ≠ 0 (conservative; :func:`_contrast` says why)
-    interval: tuple[float, float]  # L ∓ t*·se, t* = t_df.isf(α/(2·n_arms)): level 1 − α/n_arms
-    eq_interval: tuple[float, float]  # L ∓ t_eq·se, t_eq = t_df.isf(α): flat needs it inside (−τ, +τ)
+    interval: tuple[float, float]  # L ∓ t*·se, t* = t_df.isf(level/2): level 1 − α/n_arms under Bonferroni
+    eq_interval: tuple[float, float]  # L ∓ t_eq·se, t_eq = t_df.isf(eq_level): flat needs it inside (−τ, +τ)
     t_sup: float
     t_eq: float
-    p: float  # two-sided p of L = 0 (Student t, df), compared with α/n_arms
-    p_tost: float  # max of the two one-sided TOST p's against ±τ, compared with α
+    p: float  # two-sided p of L = 0 (Student t, df), compared with level
+    p_tost: float  # max of the two one-sided TOST p's against ±τ, compared with eq_level
     smaller_than_change: bool  # grows/shrinks and the TOST also shows |L| < τ
     points: tuple[PointRow, ...]
     curvature: float  # descriptive, never decided (NaN with 2 points)
@@ -161,6 +219,14 @@ class InteractionDecision:
     alpha_holdback: float = 1.0  # the registered hold-back: the tests ran at alpha × this
     calibration: bool = False  # the A/A arm's change: reported beside, never in the family
     reason: str = ""  # why the decision is invalid ("" otherwise)
+    multiplicity: str = BONFERRONI  # the registered correction over the family (the calibration: bonferroni)
+    level: float = math.nan  # the two-sided level p was compared with: α/n_arms, or the arm's Holm level
+    eq_level: float = math.nan  # each TOST test's level: α (Bonferroni: per arm), or the arm's Holm level
+    rank: int = 0  # holm: the rank of p in the family (1 = smallest); 0 under Bonferroni
+    step: int = 0  # holm: the rank whose level p was compared with (the step-down stops at the first p not
+    #                below its level, and every later arm is compared with that level); 0 under Bonferroni
+    eq_rank: int = 0  # the same for the TOST p
+    eq_step: int = 0
 
     def to_dict(self) -> dict:
         """The decision as JSON holds it (NaN as null)."""
@@ -192,16 +258,27 @@ def interaction_sentence(d: InteractionDecision, arm: str, baseline: str, axis: 
     what = (f"the change of the mean paired difference from {axis} = {first:g} to {last:g} along the line fitted "
             f"on log2 {axis} is L {d.estimate:+.4f} bpb (weights {weights}; se {d.se:.4f}, df {d.df:g}, the fewest "
             "replicates of a weighed point less one)")
-    conf = sq.percent(1 - d.alpha * d.alpha_holdback / d.n_arms)  # two-sided: 2·α/(2·n_arms) outside
     held = sq.holdback_words(d.alpha, d.alpha_holdback)
     level = d.alpha * d.alpha_holdback
-    sup = (f"its {conf} interval [{d.interval[0]:+.4f}, {d.interval[1]:+.4f}] (two-sided p {d.p:.3g} "
-           f"{'<' if d.verdict in (GROWS, SHRINKS) else '≥'} {level / d.n_arms:.3g}, family-wise α {d.alpha:g} "
-           f"over {d.n_arms} arm(s), Bonferroni{'; ' + held if held else ''})")
     eq_ok = -d.smallest_change < d.eq_interval[0] and d.eq_interval[1] < d.smallest_change
     tau = f"(−{d.smallest_change:g}, +{d.smallest_change:g})"
-    eq = (f"the TOST interval [{d.eq_interval[0]:+.4f}, {d.eq_interval[1]:+.4f}] {'lies' if eq_ok else 'does not lie'}"
-          f" inside {tau} (TOST p {d.p_tost:.3g} {'<' if eq_ok else '≥'} {level:g})")
+    sig = "<" if d.verdict in (GROWS, SHRINKS) else "≥"
+    if d.multiplicity == HOLM:
+        sup = (f"its {sq.percent(1 - d.level)} interval [{d.interval[0]:+.4f}, {d.interval[1]:+.4f}] (two-sided p "
+               f"{d.p:.3g} {sig} {d.level:.3g}, family-wise α {d.alpha:g} over {d.n_arms} arm(s), "
+               f"{_holm_words(d, d.rank, d.step, 'p')}{'; ' + held if held else ''})")
+        eq = (f"the TOST interval [{d.eq_interval[0]:+.4f}, {d.eq_interval[1]:+.4f}] "
+              f"{'lies' if eq_ok else 'does not lie'} inside {tau} (TOST p {d.p_tost:.3g} {'<' if eq_ok else '≥'} "
+              f"{d.eq_level:.3g}, family-wise α {d.alpha:g} over {d.n_arms} arm(s), "
+              f"{_holm_words(d, d.eq_rank, d.eq_step, 'TOST p')}{'; ' + held if held else ''})")
+    else:
+        conf = sq.percent(1 - d.alpha * d.alpha_holdback / d.n_arms)  # two-sided: 2·α/(2·n_arms) outside
+        sup = (f"its {conf} interval [{d.interval[0]:+.4f}, {d.interval[1]:+.4f}] (two-sided p {d.p:.3g} "
+               f"{sig} {level / d.n_arms:.3g}, family-wise α {d.alpha:g} "
+               f"over {d.n_arms} arm(s), Bonferroni{'; ' + held if held else ''})")
+        eq = (f"the TOST interval [{d.eq_interval[0]:+.4f}, {d.eq_interval[1]:+.4f}] "
+              f"{'lies' if eq_ok else 'does not lie'} inside {tau} (TOST p {d.p_tost:.3g} {'<' if eq_ok else '≥'} "
+              f"{level:g})")
     if d.verdict in (GROWS, SHRINKS):
         side, way = ("below", "falls") if d.verdict == GROWS else ("above", "rises")
         s = f"{who}: the paired difference {way} as {axis} grows ({d.verdict}): {what}; {sup} lies {side} 0."
@@ -213,6 +290,16 @@ def interaction_sentence(d: InteractionDecision, arm: str, baseline: str, axis: 
                 f"{first:g} to {last:g} (flat): {what}; {eq}.")
     return (f"{who}: the change over {axis} is undecided: {what}; {sup} contains 0, and {eq}; the maximum was "
             "reached and the change is undecided.")
+
+
+def _holm_words(d: InteractionDecision, rank: int, step: int, what: str) -> str:
+    """Where Holm's step-down put the arm: its rank among the family's p's and the level it was compared with."""
+    of = f"Holm's step-down: the {ordinal(rank)} smallest {what} of {d.n_arms}"
+    held = "α × hold-back" if d.alpha_holdback != 1.0 else "α"
+    at = f"{held}/{d.n_arms - step + 1}"
+    if step == rank:
+        return f"{of}, compared with {at}"
+    return f"{of}; the step-down stopped at the {ordinal(step)}, so it is compared with {at}"
 
 
 def _point_rows(design: InteractionDesign, diffs_by_point: Sequence[Sequence[float]]) -> tuple[PointRow, ...]:
@@ -241,17 +328,27 @@ def _curvature(design: InteractionDesign, rows: tuple[PointRow, ...]) -> tuple[f
 
 
 def decide_interaction(design: InteractionDesign, diffs_by_point: Sequence[Sequence[float]],
-                       point_invalid: bool = False, calibration: bool = False) -> InteractionDecision:
-    """One arm's change over the axis from the differences each point's decision used, in the design's order. Raises
-    ``ValueError`` on a bad design, a wrong count of points or a non-finite value."""
-    from scipy import stats as sps  # here, not at the top: a registry validating a design computes nothing
-
+                       point_invalid: bool = False, calibration: bool = False,
+                       family: ArmLevels | None = None) -> InteractionDecision:
+    """One arm's change over the axis from the differences each point's decision used, in the design's order. Under
+    holm a tested arm's levels come from its family (``family``, which :func:`decide_all` computes); the A/A
+    calibration, never in the family, is decided at the per-arm levels (α/n_arms two-sided, α for each TOST test).
+    Raises ``ValueError`` on a bad design, a wrong count of points, a non-finite value, or a tested arm under holm
+    without its family's levels."""
     design.check()
+    holm = design.multiplicity == HOLM and not calibration
+    if holm and family is None:
+        raise ValueError("multiplicity holm: a tested arm's levels depend on every arm's p; decide the family with "
+                         "decide_all")
     rows = _point_rows(design, diffs_by_point)
     curv, curv_se = _curvature(design, rows)
     common = dict(points=rows, curvature=curv, curvature_se=curv_se, alpha=design.alpha,
                   smallest_change=design.smallest_change, n_arms=design.n_arms,
                   alpha_holdback=design.alpha_holdback, calibration=calibration)
+    if holm:
+        common.update(multiplicity=HOLM, **family._asdict())  # type: ignore[union-attr]
+    else:
+        common.update(level=design.test_alpha / design.n_arms, eq_level=design.test_alpha)
     short = [r.value for r in rows if r.weight != 0 and r.n < 2]
     if point_invalid or short:
         reason = ("a point decision of the arm is invalid" if point_invalid else
@@ -263,17 +360,18 @@ def decide_interaction(design: InteractionDesign, diffs_by_point: Sequence[Seque
     c = np.array([r.weight for r in rows])
     m, s, n = (np.array([getattr(r, k) for r in rows], dtype=float) for k in ("mean", "sd", "n"))
     est, se, df = (float(v) for v in _contrast(c, m, s, n))
-    code, lo, hi, eq_lo, eq_hi, small = _rule(design, np.array(est), np.array(se), np.array(df))
-    t_sup, t_eq = (float(v) for v in _critical(design, np.array(df)))
-    tau = design.smallest_change
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = est / se if se > 0 else math.copysign(math.inf, est) if est else 0.0
-        p = float(2 * sps.t.sf(abs(t), df))
-        p_lo = float(sps.t.sf((est + tau) / se, df)) if se > 0 else float(est <= -tau)
-        p_hi = float(sps.t.sf((tau - est) / se, df)) if se > 0 else float(est >= tau)
+    if holm:
+        from scipy import stats as sps  # here, not at the top: a registry validating a design computes nothing
+
+        critical = (sps.t.isf(family.level / 2, df), sps.t.isf(family.eq_level, df))  # type: ignore[union-attr]
+    else:
+        critical = _critical(design, np.array(df))
+    code, lo, hi, eq_lo, eq_hi, small = _rule(design, np.array(est), np.array(se), np.array(df), critical)
+    t_sup, t_eq = (float(v) for v in critical)
+    p, p_tost = (float(v) for v in _p_values(design, np.array(est), np.array(se), np.array(df)))
     return InteractionDecision(
         verdict=VERDICTS[int(code)], estimate=est, se=se, df=df, interval=(float(lo), float(hi)),
-        eq_interval=(float(eq_lo), float(eq_hi)), t_sup=t_sup, t_eq=t_eq, p=p, p_tost=max(p_lo, p_hi),
+        eq_interval=(float(eq_lo), float(eq_hi)), t_sup=t_sup, t_eq=t_eq, p=p, p_tost=p_tost,
         smaller_than_change=bool(small), **common)
 
 
@@ -287,8 +385,25 @@ def decide_all(design: InteractionDesign, diffs: Mapping[str, Sequence[Sequence[
         raise ValueError(f"diffs: {len(arms)} arms ({sorted(arms)}) but the design registers n_arms="
                          f"{design.n_arms}; the family is fixed at registration")
     empty: list[list[float]] = [[] for _ in design.points]
+    if design.multiplicity == HOLM:
+        return _decide_holm(design, {arm: diffs.get(arm, empty) for arm in sorted(arms)}, invalid)
     return {arm: decide_interaction(design, diffs.get(arm, empty), point_invalid=arm in invalid)
             for arm in sorted(arms)}
+
+
+def _decide_holm(design: InteractionDesign, diffs: Mapping[str, Sequence[Sequence[float]]],
+                 invalid: set[str]) -> dict[str, InteractionDecision]:
+    """The family under holm: each arm's L, se and df as Bonferroni computes them (the p's do not depend on the
+    correction), Holm's step-down over the registered n_arms (an invalid or absent arm has no p and is never
+    rejected), then each arm decided at its levels."""
+    alone = replace(design, multiplicity=BONFERRONI)
+    first = {arm: decide_interaction(alone, xs, point_invalid=arm in invalid) for arm, xs in diffs.items()}
+    arms = list(first)
+    est, se, df = (np.array([getattr(first[a], k) for a in arms], dtype=float) for k in ("estimate", "se", "df"))
+    sup, eq = _holm(design, est, se, df)
+    return {arm: decide_interaction(design, diffs[arm], point_invalid=arm in invalid, family=ArmLevels(
+        float(sup.level[i]), int(sup.rank[i]), int(sup.step[i]), float(eq.level[i]), int(eq.rank[i]),
+        int(eq.step[i]))) for i, arm in enumerate(arms)}
 
 
 def decide_calibration(design: InteractionDesign, diffs_by_point: Sequence[Sequence[float]],
@@ -312,6 +427,8 @@ class StudySkewLine:
     type_i: float  # P(any arm grows or shrinks | Δ = 0 at every point), family-wise
     flat_at_change: float  # P(flat | change ±τ), mean over arms, the worse side
     flat_side: str  # "+τ" or "−τ"
+    flat_family: float = math.nan  # P(any arm flat | every arm's change ±τ), the worse side
+    flat_family_side: str = ""
 
 
 @dataclass(frozen=True)
@@ -336,6 +453,9 @@ class StudyCard:
     expected_n: dict[str, tuple[float, ...]]  # scenario -> expected replicates per arm, per point
     expected_n_baseline: dict[str, tuple[float, ...]]  # scenario -> expected baseline replicates, per point
     skew_lines: tuple[StudySkewLine, ...] = ()
+    flat_family: float = math.nan  # scenario 3: P(any arm flat | every arm's change ±τ), the worse side: the
+    #                                family-wise rate of the separate flat claims; ≤ α under holm
+    flat_family_side: str = ""
 
     def mc_se(self, p: float) -> float:
         """Monte-Carlo standard error of a rate from ``n_sim`` studies: √(p(1 − p)/n_sim)."""
@@ -347,8 +467,8 @@ class StudyCard:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d["skew_lines"] = [{**asdict(x), "type_i_se": self.mc_se(x.type_i), "flat_se": self.arm_se(x.flat_at_change)}
-                           for x in self.skew_lines]
+        d["skew_lines"] = [{**asdict(x), "type_i_se": self.mc_se(x.type_i), "flat_se": self.arm_se(x.flat_at_change),
+                            "flat_family_se": self.mc_se(x.flat_family)} for x in self.skew_lines]
         d["weights"] = list(contrast_weights(self.design.points))
         return jsonable(d)
 
@@ -365,7 +485,7 @@ def study_card_text(card: StudyCard) -> str:
                      for k in card.expected_n)
     lines = [
         f"Study card: change of Δ over {list(dz.points)} (weights {w}), α {dz.alpha:g} (family of {dz.n_arms} "
-        f"arm(s), Bonferroni; TOST α per arm), smallest change τ {tau:g} bpb"
+        f"arm(s), {_family_words(dz)}), smallest change τ {tau:g} bpb"
         + (f"; {sq.holdback_words(dz.alpha, dz.alpha_holdback)}" if dz.alpha_holdback != 1.0 else ""),
         f"  each point: α {pd.alpha:.4g} = α/{len(dz.points)}, SESOI {pd.sesoi:g}, looks {list(pd.looks)}"
         + (f"; {pd.holdback_words()}" if pd.holdback_words() else ""),
@@ -379,14 +499,34 @@ def study_card_text(card: StudyCard) -> str:
         f"  per-point verdicts P(any better or worse at any point | Δ=0): {card.point_type_i:.4f}",
         f"  P(flat | change ±τ), the worse side ({card.flat_side}): {card.flat_at_change:.4f} ± "
         f"{arm(card.flat_at_change):.4f}{against_alpha(card.flat_at_change, dz.alpha, arm(card.flat_at_change))}",
+        f"  P(any arm flat | every arm's change ±τ), family, the worse side ({card.flat_family_side}): "
+        f"{card.flat_family:.4f} ± {se(card.flat_family):.4f}{_family_against_alpha(card)}",
         f"  power P(the right direction | change {card.expected_change:+g}): {card.power:.3f}   "
         f"P(flat | no change): {card.flat_at_no_change:.3f}",
         *[f"  skew {x.skew:+.1f}: type-I {x.type_i:.4f} ± {se(x.type_i):.4f}   P(flat | ±τ), the worse side "
-          f"({x.flat_side}): {x.flat_at_change:.4f} ± {arm(x.flat_at_change):.4f}" for x in card.skew_lines],
+          f"({x.flat_side}): {x.flat_at_change:.4f} ± {arm(x.flat_at_change):.4f}   P(any arm flat | ±τ) "
+          f"({x.flat_family_side}): {x.flat_family:.4f} ± {se(x.flat_family):.4f}" for x in card.skew_lines],
         f"  expected replicates per arm/of the baseline at each point: {runs}",
         f"  ({card.n_sim} simulated studies per scenario, seed {card.seed})",
     ]
     return "\n".join(lines)
+
+
+def _family_words(design: InteractionDesign) -> str:
+    """The card's words for the registered correction over the arms."""
+    if design.multiplicity == HOLM:
+        return "Holm's step-down for grows/shrinks and for flat"
+    return "Bonferroni; TOST α per arm"
+
+
+def _family_against_alpha(card: StudyCard) -> str:
+    """The remark on the family-wise flat rate: under Bonferroni the flat claims are each at α, so their family
+    exceeds α with several arms and the remedy is holm, not a hold-back."""
+    rate, se, alpha = card.flat_family, card.mc_se(card.flat_family), card.design.alpha
+    if card.design.multiplicity == HOLM or rate <= alpha + 3 * se:
+        return against_alpha(rate, alpha, se)
+    return (f"   above α {alpha:g}: each flat claim is at α per arm; register study.multiplicity: holm for "
+            "family-wise flat claims")
 
 
 def against_alpha(rate: float, alpha: float, mc_se: float) -> str:
@@ -430,11 +570,20 @@ def _family_significant(code: np.ndarray) -> float:
 def _flat_worse_side(design: InteractionDesign, point_design: sq.Design, effect: float, sd: Sequence[float],
                      n_sim: int, seed: int, skew: float = 0.0) -> tuple[float, str]:
     """P(flat | change ±τ), mean over arms, the worse of the two sides (scenario 3)."""
-    rates = {side: float((_scenario(design, point_design, line_through(design, effect, sign * design.smallest_change),
-                                    sd, n_sim, seed + 50 * j, skew)["code"] == _F).mean())
+    return _flat_rates(design, point_design, effect, sd, n_sim, seed, skew)[:2]
+
+
+def _flat_rates(design: InteractionDesign, point_design: sq.Design, effect: float, sd: Sequence[float],
+                n_sim: int, seed: int, skew: float = 0.0) -> tuple[float, str, float, str]:
+    """Scenario 3, every arm's change at +τ and at −τ: P(flat) per arm (mean over arms) and P(any arm flat), the
+    family-wise rate of the separate flat claims, each at the worse of the two sides: (rate, side, family, side)."""
+    codes = {side: _scenario(design, point_design, line_through(design, effect, sign * design.smallest_change),
+                             sd, n_sim, seed + 50 * j, skew)["code"]
              for j, (side, sign) in enumerate((("+τ", 1.0), ("−τ", -1.0)))}
-    side = max(rates, key=lambda k: rates[k])
-    return rates[side], side
+    arm = {side: float((c == _F).mean()) for side, c in codes.items()}
+    family = {side: float((c == _F).any(axis=0).mean()) for side, c in codes.items()}
+    arm_side, family_side = max(arm, key=lambda k: arm[k]), max(family, key=lambda k: family[k])
+    return arm[arm_side], arm_side, family[family_side], family_side
 
 
 def study_card(design: InteractionDesign, point_design: sq.Design, pilot_sd: float | Sequence[float],
@@ -456,12 +605,12 @@ def study_card(design: InteractionDesign, point_design: sq.Design, pilot_sd: flo
     const = _scenario(design, point_design, np.full(p, expected_effect), sd, n_sim, seed + 100)
     change = _scenario(design, point_design, line_through(design, expected_effect, expected_change), sd, n_sim,
                        seed + 200)
-    flat, side = _flat_worse_side(design, point_design, expected_effect, sd, n_sim, seed + 300)
+    flat, side, flat_family, family_side = _flat_rates(design, point_design, expected_effect, sd, n_sim, seed + 300)
     right = _G if expected_change < 0 else _S
     skews = tuple(StudySkewLine(g, _family_significant(_scenario(design, point_design, np.zeros(p), sd, n_sim,
                                                                  seed + 400 + 100 * i, g)["code"]),
-                                *_flat_worse_side(design, point_design, expected_effect, sd, n_sim,
-                                                  seed + 450 + 100 * i, g))
+                                *_flat_rates(design, point_design, expected_effect, sd, n_sim, seed + 450 + 100 * i,
+                                             g))
                   for i, g in enumerate(STUDY_CARD_SKEWS))
     scen = {"Δ=0": zero, f"Δ={expected_effect:+g}": const, f"change {expected_change:+g}": change}
     return StudyCard(
@@ -473,7 +622,7 @@ def study_card(design: InteractionDesign, point_design: sq.Design, pilot_sd: flo
         flat_at_no_change=float((const["code"] == _F).mean()),
         expected_n={k: v["n"] for k, v in scen.items()},
         expected_n_baseline={k: v["n_baseline"] for k, v in scen.items()},
-        skew_lines=skews)
+        skew_lines=skews, flat_family=flat_family, flat_family_side=family_side)
 
 
 def _card_problems(design: InteractionDesign, point_design: sq.Design, sd: tuple[float, ...],

@@ -45,6 +45,7 @@ class StudyBlock:
     smallest_change: float = MISSING
     expected_change: float = MISSING
     alpha_holdback: float = 1.0
+    multiplicity: str = "bonferroni"  # bonferroni | holm: the correction of the interaction's claims over the arms
     # one budget per point ({unit, value, evals}, one unit for all), or null: every point the template's budget
     budgets: list[Any] | None = None
 
@@ -96,10 +97,11 @@ class RegisteredStudy:
         return list(self.study.points)
 
     def interaction_design(self) -> InteractionDesign:
-        """The primary rule's registered design: α, τ, the points and the family of tested arms."""
+        """The primary rule's registered design: α, τ, the points, the family of tested arms and its correction."""
         return InteractionDesign(alpha=float(self.template.alpha), smallest_change=float(self.study.smallest_change),
                                  points=tuple(float(v) for v in self.study.points), n_arms=len(self.tested),
-                                 alpha_holdback=float(self.study.alpha_holdback))
+                                 alpha_holdback=float(self.study.alpha_holdback),
+                                 multiplicity=self.study.multiplicity)
 
     def point_design(self) -> Design:
         """The sequential design every point runs (α/P, the registered SESOI, looks and hold-back)."""
@@ -182,7 +184,7 @@ def study_problems(template: ComparisonSpec, block: StudyBlock, source: str) -> 
     else:
         design = InteractionDesign(alpha=float(template.alpha), smallest_change=float(block.smallest_change),
                                    points=tuple(float(v) for v in points), n_arms=max(1, len(template.tested)),
-                                   alpha_holdback=float(block.alpha_holdback))
+                                   alpha_holdback=float(block.alpha_holdback), multiplicity=block.multiplicity)
         for name, what in design.field_problems():
             if name != "alpha":  # the template's own check names 'alpha'
                 bad(f"study.{name}", what)
