@@ -31,10 +31,8 @@ class ArmSpec:
 
     @classmethod
     def flops_per_token(cls, model_cfg: Any, depth: int, readouts: tuple[int, ...]) -> float | None:
-        """The arm's own forward matmul FLOPs per token (a multiply-add is 2; norms, softmax and other elementwise
-        work left out, as in the block's count) for ``depth`` iterations read out after the 0-based iterations in
-        ``readouts``; :mod:`dormouse.model.flops` adds it to the block's. None: the arm declares no count, and its
-        own work is left out of the FLOPs, said wherever they are reported."""
+        """The arm's own forward matmul FLOPs per token over ``depth`` iterations read out after ``readouts``
+        (:mod:`dormouse.model.flops`); None: no count declared, its work left out and said so."""
         return None
 
 

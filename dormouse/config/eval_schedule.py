@@ -1,6 +1,5 @@
-"""When a run evaluates: after every step that passes a multiple of ``train.eval_every``, and after the last. An
-integer ``eval_every`` is every ``eval_every`` steps; a fractional one (a registered FLOP or token budget sets
-``steps / evals``) places the evals at the same fractions of every arm's run, each within a step."""
+"""When a run evaluates: after each step that passes a multiple of ``train.eval_every`` (an integer, or the fraction a
+FLOP or token budget sets so every arm evaluates at the same fractions of its run), and after the last."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Training FLOPs of the looped model, what a FLOP budget matches and ``dormouse ab plan`` estimates: matmul FLOPs
-(a multiply-add is 2; norms, softmax and other elementwise work left out), the backward twice the forward (×3 in
-all). Per token, each iteration's block costs ``2(4d^2 + 3dh) + 2Td`` (projections, SwiGLU, causal attention's
-scores and mix over T/2 keys on average) and each readout ``2·256·d``; the arm adds its own
-(:meth:`~dormouse.arms.specs.ArmSpec.flops_per_token`). Under ``model.random_depth`` the count is the mean over the
-depths 1..max_iter the loop draws uniformly."""
+"""Training FLOPs of the looped model: matmul FLOPs (a multiply-add is 2), the backward twice the forward. Per token
+and iteration the block costs ``2(4d^2 + 3dh) + 2Td`` (causal attention over T/2 keys on average), each readout
+``2·256·d``, and the arm its own (:meth:`~dormouse.arms.specs.ArmSpec.flops_per_token`); random depth: the mean."""
 
 from __future__ import annotations
 

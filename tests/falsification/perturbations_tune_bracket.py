@@ -51,8 +51,9 @@ PERTURBATIONS: list[dict] = [
         "name": "tune_bracket_divergence_does_not_stop_a_side",
         "file": _RULE,
         "function": "next_step",
-        "old": "    tried = sorted(finals)\n    best = choose(finals)\n",
-        "new": "    tried = sorted(lr for lr in finals if math.isfinite(fmean(finals[lr])))\n    best = choose(finals)\n",
+        "old": "    tried = sorted(finals)\n    kept = {lr: vs for lr, vs in finals.items() if lr not in dropped}\n",
+        "new": "    tried = sorted(lr for lr in finals if math.isfinite(fmean(finals[lr])))\n"
+               "    kept = {lr: vs for lr, vs in finals.items() if lr not in dropped}\n",
         "gates": [_G + "test_a_divergence_beyond_the_edge_stops_that_side_and_marks_the_arm_stability_limited"],
         "why": "the edge is taken among the lrs that did not diverge: an arm keeps extending into lrs that diverge",
         "protects": "A/B rule",

@@ -1,9 +1,6 @@
-"""The registered training budget (docs/ab-protocol.md, "The budget"): what "the same training" means for every arm.
-``steps`` (the default) trains every arm for ``train.steps``; ``flops`` trains each arm until the same training FLOPs
-(:mod:`dormouse.model.flops`, per step × steps) and ``tokens`` until the same bytes, each arm's steps the budget over
-its cost per step rounded to the nearest whole step. Under ``flops`` and ``tokens`` every arm evaluates at the same
-fractions of its run (``train.eval_every`` = its steps / the evals), so its curve and ``bpb@k`` compare at matched
-compute. Torch-free: ``ab plan`` and ``ab design`` read it."""
+"""The registered training budget (docs/ab-protocol.md, "The budget"): ``steps`` (the default), or each arm trained to
+the same training FLOPs or bytes, its steps the budget over its cost per step rounded to the nearest step and its
+evals at the same fractions of its run. Torch-free: ``ab plan`` and ``ab design`` read it."""
 
 from __future__ import annotations
 

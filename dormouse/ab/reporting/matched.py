@@ -1,7 +1,6 @@
-"""The other matched view, read off the runs' eval curves without new runs: under a step or token budget, Δ at
-matched training FLOPs; under a FLOP budget, Δ at matched steps. Per replicate, both runs are read at the cheaper
-run's total (interpolated linearly between the eval points that bracket it, never extrapolated), so the view is
-descriptive: it is never decided on, and its resolution is the eval spacing."""
+"""The other matched view, read off the eval curves without new runs (Δ at matched FLOPs beside a step or token
+budget, at matched steps beside a FLOP budget): each replicate's runs read at the cheaper run's total, linearly
+between eval points, never extrapolated. Descriptive: never decided on."""
 
 from __future__ import annotations
 

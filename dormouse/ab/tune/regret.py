@@ -1,10 +1,6 @@
-"""How far an arm's tuned learning rate may be from the best it tried (docs/ab-protocol.md, "The tune stage": regret).
-Each lr's tune seeds give its mean final bpb and, pooled over the lrs, one sd of a seed; the regret bound is the
-largest one-sided 95 % upper bound on mean(chosen) − mean(other) over the other lrs, Bonferroni over them, on the
-pooled df: ``max(0, max_l m_c − m_l + t·s·sqrt(1/n_c + 1/n_l))``. With one seed per lr the tune runs have no
-spread: the sd of a seed is then the arm's confirmatory runs' (other seeds at the chosen lr), said as such. A
-verdict whose margin to its decision boundary is smaller than the regret that could move it is ``fragile to
-tuning`` (descriptive: the verdict stays the registered one)."""
+"""How far an arm's tuned lr may be from the best it tried (docs/ab-protocol.md, "The tune stage": regret): the
+largest one-sided 95 % bound on mean(chosen) − mean(other lr), Bonferroni over the others, on the seeds' pooled sd
+(the confirmatory runs' with one tune seed per lr); and whether a verdict is fragile to it (descriptive)."""
 
 from __future__ import annotations
 
