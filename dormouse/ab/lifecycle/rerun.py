@@ -1,18 +1,10 @@
-"""``dormouse ab rerun NAME ARM SEED``: re-run one training run of a published comparison and check it
-reproduces the published final bpb.
-
-The run is composed exactly as ``dormouse ab`` composes it (``runner.plan_runs`` on the registered file:
-fixed values, the arm's overrides, ``train.seed`` and, under protocol 2, ``train.data_seed``; with a tune stage,
-the arm's chosen ``train.lr`` from the published results; ``seed`` is the run's init seed, which names its
-directory), into a fresh directory, and trained by the same trainer. NAME is a registered comparison or
-``STUDY/POINT``, one point of a registered study.
-CPU training is deterministic at a given thread count (fixed RNG objects; the thread count fixes the order
-of the CPU reductions: in the pilot, seed 101 at 2 threads differed from 1 thread by 6.7e-6 bpb at step 700),
-so the run is re-run with the thread count its launch record says it used, and on the same kind of machine
-the final bpb must be *equal*, not close: the check is bit-for-bit on the float that results.json stores. That
-holds at the commit the comparison ran at (provenance.json); a later commit that computes the same model with
-other roundings (a fused multiply-add, another summation order) is only close, and the command says so. Exit 0
-when it reproduces, 1 when it does not, 2 when the published results do not match the registration.
+"""``dormouse ab rerun NAME ARM SEED``: re-run one training run of a published comparison (NAME, or ``STUDY/POINT``)
+and check it reproduces the published final bpb. The run is composed as ``dormouse ab`` composes it
+(``runner.plan_runs``; with a tune stage, the arm's published ``train.lr``) into a fresh directory, trained by the
+same trainer at the thread count its launch record says (the count fixes the order of CPU reductions: 2 threads
+differed from 1 by 6.7e-6 bpb in the pilot). At the commit the comparison ran at, on the same kind of machine, the
+final bpb must be *equal*, bit for bit; a later commit with other roundings is only close, and the command says so.
+Exit 0 when it reproduces, 1 when it does not, 2 when the published results do not match the registration.
 """
 
 from __future__ import annotations
