@@ -16,8 +16,8 @@ PERTURBATIONS: list[dict] = [
         "name": "flop_budget_gives_every_arm_the_baselines_steps",
         "file": _BUDGET,
         "function": "arm_budgets",
-        "old": "        exact = float(budget.value or 0) / _per_step(budget, cfg)\n",
-        "new": "        exact = float(budget.value or 0) / _per_step(budget, arm_cfgs[baseline])\n",
+        "old": "        exact = float(budget.value or 0) / per_unit[arm]\n",
+        "new": "        exact = float(budget.value or 0) / per_unit[baseline]\n",
         "gates": [_T + "test_a_flop_budget_gives_each_builtin_arm_the_hand_computed_steps",
                   _T + "test_a_flop_budget_comparison_runs_every_arm_to_the_same_flops_and_reports_both_views"],
         "why": "under a FLOP budget every arm trains the baseline's steps: GR spends 9 % more compute than pre-norm "

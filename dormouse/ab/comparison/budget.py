@@ -90,36 +90,32 @@ class ArmBudget:
                 "eval_every": self.eval_every, "arm_flops_counted": self.arm_counted}
 
 
-def _per_step(budget: BudgetSpec, cfg: DictConfig) -> float:
-    count = flop_count(cfg)
-    return count.training_per_token * step_tokens(cfg) if budget.unit == "flops" else float(step_tokens(cfg))
-
-
 def arm_budgets(budget: BudgetSpec, arm_cfgs: dict[str, DictConfig], baseline: str) -> dict[str, ArmBudget]:
     """Each arm's steps and eval spacing under ``budget``, from its composed config; a budget too small for one step
     of an arm is a ValueError naming the arm (the field is ``budget.value``)."""
-    out: dict[str, ArmBudget] = {}
+    counts = {arm: flop_count(cfg) for arm, cfg in arm_cfgs.items()}  # each arm's count, made once
+    per_unit = {arm: counts[arm].training_per_token * step_tokens(cfg) if budget.unit == "flops"
+                else float(step_tokens(cfg)) for arm, cfg in arm_cfgs.items()}
     evals = budget.evals
     if budget.matches_cost and evals is None:  # the baseline's evals at its own budget and train.eval_every
-        base = arm_cfgs[baseline]
-        base_steps = _rounded(float(budget.value or 0) / _per_step(budget, base))
-        evals = len(eval_steps(base.train.eval_every, max(1, base_steps)))
+        base_steps = _rounded(float(budget.value or 0) / per_unit[baseline])
+        evals = len(eval_steps(arm_cfgs[baseline].train.eval_every, max(1, base_steps)))
+    out: dict[str, ArmBudget] = {}
     for arm, cfg in arm_cfgs.items():
-        count = flop_count(cfg)
-        flops_per_step = count.training_per_token * step_tokens(cfg)
+        count, tokens = counts[arm], step_tokens(cfg)
+        flops_per_step = count.training_per_token * tokens
         if not budget.matches_cost:
             steps = int(budget.value) if budget.value is not None else int(cfg.train.steps)
-            out[arm] = ArmBudget(steps, float(steps), flops_per_step, step_tokens(cfg), cfg.train.eval_every,
-                                 count.arm_counted)
+            out[arm] = ArmBudget(steps, float(steps), flops_per_step, tokens, cfg.train.eval_every, count.arm_counted)
             continue
-        exact = float(budget.value or 0) / _per_step(budget, cfg)
+        exact = float(budget.value or 0) / per_unit[arm]
         steps = _rounded(exact)
         if steps < 1:
             raise ValueError(f"{budget.value:g} {budget.unit} is less than one training step of arm "
-                             f"{arm!r} ({_per_step(budget, cfg):.4g} {budget.unit} per step)")
+                             f"{arm!r} ({per_unit[arm]:.4g} {budget.unit} per step)")
         every = steps / int(evals or 1)
-        out[arm] = ArmBudget(steps, exact, flops_per_step, step_tokens(cfg),
-                             int(every) if every == int(every) else every, count.arm_counted)
+        out[arm] = ArmBudget(steps, exact, flops_per_step, tokens, int(every) if every == int(every) else every,
+                             count.arm_counted)
     return out
 
 

@@ -236,7 +236,8 @@ def _budgets(reg: Registered, arm_cfgs: dict[str, DictConfig]) -> dict[str, ArmB
     except ValueError as exc:
         raise ComparisonError([f"{reg.source}: field 'budget.value': {exc}"]) from None
     apply_budget(arm_cfgs, budgets)
-    lines = arm_problem_lines(reg, {arm: validate(cfg) for arm, cfg in arm_cfgs.items() if validate(cfg)})
+    problems = {arm: validate(cfg) for arm, cfg in arm_cfgs.items()}
+    lines = arm_problem_lines(reg, {arm: lns for arm, lns in problems.items() if lns})
     if lines:
         raise ComparisonError(lines)
     return budgets
