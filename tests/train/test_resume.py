@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import torch
 
 from dormouse.config.schema import load_config
 from dormouse.run.checkpoint import CheckpointError, atomic_save, list_checkpoints, load_checkpoint
-from dormouse.train.loop import TrainError, train
+from dormouse.train.loop import TrainError, TrainResult, train
 
 TINY = ["preset=tiny", "train.steps=16", "train.eval_every=6", "data.eval_bytes=1024", "train.ckpt_every=4"]
 REPO = Path(__file__).resolve().parents[2]
@@ -30,16 +31,31 @@ def evals(run_dir: Path) -> list[str]:
     return [ln for ln in (run_dir / "train.log").read_text().splitlines() if ln.startswith("eval ")]
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Callable[[list[str]], tuple[TrainResult, Path]]:
+    """The TINY run of an arm trained to its end without a stop, once per module: ``(result, run directory)``.
+    Read only: a test that resumes or rewrites a run trains its own."""
+    done: dict[tuple[str, ...], tuple[TrainResult, Path]] = {}
+
+    def get(arm: list[str]) -> tuple[TrainResult, Path]:
+        if tuple(arm) not in done:
+            root = tmp_path_factory.mktemp("full")
+            done[tuple(arm)] = train(load_config([*TINY, *arm, f"run.dir={root}", "run.name=full"])), root / "full"
+        return done[tuple(arm)]
+
+    return get
+
+
 @pytest.mark.parametrize("arm", [[], ["model.use_attnres=true", "model.random_depth=true"]])
-def test_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_path: Path, arm: list[str]):
-    full = train(load_config([*TINY, *arm, f"run.dir={tmp_path}", "run.name=full"]))
+def test_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_path: Path, arm: list[str], uninterrupted):
+    full, full_dir = uninterrupted(arm)
     # Stop at step 9: mid eval-window (6..12) and between checkpoints (8, 12), the hardest place.
     first = train(load_config([*TINY, *arm, f"run.dir={tmp_path}", "run.name=split"]), stop_at_step=9)
     assert len(first.losses) == 9
     second = train(load_config([*TINY, *arm, f"run.dir={tmp_path}", "run.name=split", "train.resume=auto"]))
     assert first.losses + second.losses == full.losses  # exact: same floats at every step
-    assert masked(evals(tmp_path / "split")) == masked(evals(tmp_path / "full"))
-    rows_full = [json.loads(r) for r in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
+    assert masked(evals(tmp_path / "split")) == masked(evals(full_dir))
+    rows_full = [json.loads(r) for r in (full_dir / "metrics.jsonl").read_text().splitlines()]
     rows_split = [json.loads(r) for r in (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()]
     assert [r["bpb"] for r in rows_full] == [r["bpb"] for r in rows_split]
     # The history comes back from metrics.jsonl (checkpoints do not carry it): the resumed run's result holds
@@ -47,18 +63,17 @@ def test_resumed_run_is_bit_identical_to_an_uninterrupted_one(tmp_path: Path, ar
     assert [(r["step"], r["bpb"]) for r in second.metrics] == [(r["step"], r["bpb"]) for r in full.metrics]
 
 
-def test_a_checkpoint_keeps_the_loop_state_under_one_key_and_no_metrics_history(tmp_path: Path):
-    train(load_config([*TINY, f"run.dir={tmp_path}", "run.name=r"]))
-    state = load_checkpoint(list_checkpoints(tmp_path / "r" / "checkpoints")[-1])
+def test_a_checkpoint_keeps_the_loop_state_under_one_key_and_no_metrics_history(uninterrupted):
+    state = load_checkpoint(list_checkpoints(uninterrupted([])[1] / "checkpoints")[-1])
     assert set(state) == {"model", "optimizer", "config", "loop"}
     assert set(state["loop"]) == {"step", "tokens", "skipped", "window", "probes", "rng_cpu", "last_eval"}
     assert state["loop"]["step"] == 16
 
 
-def test_a_checkpoint_written_before_the_loop_key_still_resumes_bit_identically(tmp_path: Path):
+def test_a_checkpoint_written_before_the_loop_key_still_resumes_bit_identically(tmp_path: Path, uninterrupted):
     """The layout before: the loop's keys at the top level and every metrics row so far. It loads; the old
     rows are ignored (metrics.jsonl holds them), and the run continues exactly."""
-    full = train(load_config([*TINY, f"run.dir={tmp_path}", "run.name=full"]))
+    full, full_dir = uninterrupted([])
     first = train(load_config([*TINY, f"run.dir={tmp_path}", "run.name=old"]), stop_at_step=9)
     newest = list_checkpoints(tmp_path / "old" / "checkpoints")[-1]
     state = load_checkpoint(newest)
@@ -67,7 +82,7 @@ def test_a_checkpoint_written_before_the_loop_key_still_resumes_bit_identically(
     atomic_save(old_layout, newest)
     second = train(load_config([*TINY, f"run.dir={tmp_path}", "run.name=old", "train.resume=auto"]))
     assert first.losses + second.losses == full.losses
-    assert masked(evals(tmp_path / "old")) == masked(evals(tmp_path / "full"))
+    assert masked(evals(tmp_path / "old")) == masked(evals(full_dir))
     assert [r["bpb"] for r in second.metrics] == [r["bpb"] for r in full.metrics]  # not the planted 99.0
 
 
@@ -144,11 +159,10 @@ def test_signal_finishes_the_step_checkpoints_and_says_how_to_resume(tmp_path: P
     proc = _cli(args)
     deadline = time.time() + 120
     assert proc.stdout is not None
-    while time.time() < deadline:  # wait until training is under way
+    while time.time() < deadline:  # training is under way once its first step has finished
         line = proc.stdout.readline()
-        if line.startswith("run "):
+        if line.startswith("first step:") or not line:
             break
-    time.sleep(2.0)
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == code, out
