@@ -27,6 +27,7 @@ occurs more than once there.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from dataclasses import dataclass
 
@@ -95,6 +96,12 @@ def _assigned_name(node: ast.stmt) -> str | None:
 
 def scopes(text: str) -> list[Scope]:
     """Every def, class, and module/class-level constant of ``text``, spans including decorators."""
+    return list(_scopes(text))
+
+
+@functools.lru_cache(maxsize=256)
+def _scopes(text: str) -> tuple[Scope, ...]:
+    """:func:`scopes`, parsed once per text: the perturbations of one file all locate in the same text."""
     tree = ast.parse(text)
     starts = _line_starts(text)
     found: list[Scope] = []
@@ -118,7 +125,7 @@ def scopes(text: str) -> list[Scope]:
                 visit(_nested_statements(node), prefix, constants)
 
     visit(tree.body, "", True)
-    return found
+    return tuple(found)
 
 
 def _shift(text: str, shift: int, first: bool, strict: bool) -> str | None:
