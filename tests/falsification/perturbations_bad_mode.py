@@ -114,6 +114,18 @@ PERTURBATIONS: list[dict] = [
         "protects": "A/B rule",
     },
     {
+        "name": "tune_stage_reads_no_bad_mode",
+        "file": "dormouse/ab/tune/stage.py",
+        "function": "_settle_arm",
+        "old": "        step = next_step(rule, values, bad_mode_lrs(finished, marker))\n",
+        "new": "        step = next_step(rule, values)\n",
+        "gates": ["tests/ab/test_tune_bad_mode.py::"
+                  "test_the_tune_stage_drops_an_lr_whose_seed_falls_in_a_bad_mode_and_the_report_says_so"],
+        "why": "the tune stage never hands the rule the lrs its registered marker flags: the rule can drop them, "
+               "but a real comparison still chooses an lr with a seed in a bad mode",
+        "protects": "A/B rule",
+    },
+    {
         "name": "bad_mode_lr_judged_against_one_seed",
         "file": "dormouse/ab/rule/bad_mode.py",
         "function": "bad_mode_lrs",

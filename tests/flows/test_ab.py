@@ -270,7 +270,8 @@ def test_status_shows_the_looks_and_design_prints_and_saves_the_card(tmp_path: P
     console = Console(record=True, width=250)
     assert ab_design("t", [], root=tmp_path / "ab", console=console, registry=registry) == 0
     card = json.loads((tmp_path / "ab" / "t" / "design.json").read_text())
-    assert card["card"]["design"] == {"alpha": 0.05, "sesoi": 0.01, "looks": [2, 4], "n_arms": 3, "alpha_holdback": 1.0}
+    assert card["card"]["design"] == {"alpha": 0.05, "sesoi": 0.01, "looks": [2, 4], "n_arms": 3, "alpha_holdback": 1.0,
+                                     "multiplicity": "bonferroni"}
     assert card["text"].splitlines()[0] in console.export_text()
     run(registry, tmp_path / "ab", FakeTrain(exact=("gr",)))
     console = Console(record=True, width=250)

@@ -144,13 +144,10 @@ class ComparisonPlan:
 
     def design(self) -> Design:
         """The registered sequential design; the family is fixed at registration."""
-        from dormouse.ab.rule.sequential import Design
-
         spec = self.reg.spec
         if not isinstance(spec, ComparisonSpec):
             raise ComparisonError([f"{self.reg.source}: protocol 1 has no sequential design (read only)"])
-        return Design(alpha=float(spec.alpha), sesoi=float(spec.sesoi), looks=tuple(int(n) for n in spec.looks),
-                      n_arms=len(spec.tested), alpha_holdback=float(spec.alpha_holdback))
+        return spec.design()
 
 
 def quote(value: str) -> str:

@@ -19,6 +19,7 @@ from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from dormouse.ab.comparison.budget import BudgetSpec, budget_owned_keys
+from dormouse.ab.rule.family import BONFERRONI
 from dormouse.ab.rule.sequential import Design
 from dormouse.ab.tune.rule import RULES, Bracketing, grid_ratio
 from dormouse.arms.plugins import PluginError, load_plugin
@@ -106,6 +107,13 @@ class ComparisonSpec:
     budget: BudgetSpec | None = None  # null: every arm trains for train.steps
     reference: str | None = None  # null or "baseline"; "baseline_and_aa": the mean of the baseline and its A/A repeat
     bad_mode: BadModeSpec | None = None  # null: no bad-mode marker
+    multiplicity: str | None = None  # null or "bonferroni"; "holm": each kind of claim by Holm's step-down
+
+    def design(self) -> Design:
+        """The registered sequential design; the family (the tested arms) is fixed here."""
+        return Design(alpha=float(self.alpha), sesoi=float(self.sesoi), looks=tuple(int(n) for n in self.looks),
+                      n_arms=len(self.tested), alpha_holdback=float(self.alpha_holdback),
+                      multiplicity=self.multiplicity or BONFERRONI)
 
     @property
     def max_replicates(self) -> int:
@@ -320,9 +328,9 @@ def _finite(x: Any) -> bool:
 def _v2_problems(spec: ComparisonSpec, bad: Any) -> None:
     """Protocol 2's own fields: the smallest effect, α, the looks, the seed streams, the design inputs."""
     design = Design(alpha=spec.alpha, sesoi=spec.sesoi, looks=tuple(spec.looks), n_arms=len(spec.tested),
-                    alpha_holdback=spec.alpha_holdback)
+                    alpha_holdback=spec.alpha_holdback, multiplicity=spec.multiplicity or BONFERRONI)
     problems = dict(design.field_problems())
-    for name in ("sesoi", "alpha", "alpha_holdback", "looks"):  # the family size is the arms' check (_common_problems)
+    for name in ("sesoi", "alpha", "alpha_holdback", "looks", "multiplicity"):  # the family size: _common_problems
         if name in problems:
             bad(name, problems[name])
     looks = list(spec.looks)

@@ -11,6 +11,7 @@ from typing import Any
 
 from dormouse.ab.reporting.plots import write_plots
 from dormouse.ab.reporting.results import ComparisonResults
+from dormouse.ab.rule.family import HOLM
 from dormouse.ab.rule.looks import INVALID, UNDECIDED
 from dormouse.ab.rule.sequential import BETTER, TIE, WORSE, holdback_words
 from dormouse.ab.runs.records import RunRecord
@@ -109,9 +110,12 @@ def _delta_words(r: ComparisonResults) -> str:
 
 
 def _held(r: ComparisonResults) -> str:
-    """The registered α hold-back as the header states it ("" without one)."""
+    """The registered α hold-back and a Holm correction as the header states them ("" without either)."""
     words = holdback_words(float(r.alpha), float(r.alpha_holdback))
-    return f" ({words})" if words else ""
+    holm = ("each `better`/`worse` and each `tie` family-wise, by Holm's step-down over the arms for each kind of "
+            "claim" if r.multiplicity == HOLM else "")
+    said = "; ".join(w for w in (words, holm) if w)
+    return f" ({said})" if said else ""
 
 
 def _verdict_table(r: ComparisonResults) -> list[str]:

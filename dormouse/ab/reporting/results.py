@@ -155,6 +155,7 @@ class ComparisonResults:
     budget: dict[str, Any] | None = None  # the registered budget and what it gave each arm (budget.py)
     reference: dict[str, Any] | None = None  # a registered reference and each verdict against either set
     bad_mode: dict[str, Any] | None = None  # the registered marker and the init seeds flagged in several arms
+    multiplicity: str | None = None  # the registered correction over the family; None: bonferroni
     registration: dict[str, Any]
     design_card: dict[str, Any] | None
     aa_calibration: dict[str, Any] | None
@@ -181,7 +182,7 @@ class ComparisonResults:
         doc: dict[str, Any] = {"protocol": 2}
         for name in _DOCUMENT_FIELDS:
             value = getattr(self, name)
-            if name in ("launch", "plots", "bad_mode") and value is None:
+            if name in ("launch", "plots", "bad_mode", "multiplicity") and value is None:
                 continue
             doc[name] = {n: a.to_json() for n, a in value.items()} if name == "arms" else value
         return jsonable(doc)
@@ -457,6 +458,7 @@ def _registered(plan: ComparisonPlan) -> dict[str, Any]:
             "replicates": [vars(r) for r in plan.replicates], "bad_run_ceiling": spec.bad_run_ceiling,
             "bad_run_replacements": spec.bad_run_replacements, "pilot_sd": spec.pilot_sd,
             "expected_effect": spec.expected_effect, "overrides": list(plan.overrides), "fixed": list(spec.fixed),
+            "multiplicity": spec.multiplicity,
             "budget": {**asdict(budget_of(spec)), "arms": {a: b.to_dict() for a, b in plan.budgets.items()}}}
 
 

@@ -4,8 +4,10 @@ each spent across looks by the Lan–DeMets O'Brien–Fleming-type function α*(
 runs a Student t test at n_k − 1 df at the nominal increment α*(t_k) − α*(t_{k−1}), exact for normal differences,
 and the union bound over looks and arms gives the family bound α (the z boundaries carried to t by their nominal p
 were anti-conservative at these n). A significant effect smaller than the SESOI is better/worse flagged
-``smaller_than_sesoi``, never a tie. scipy is imported where it computes: ``dormouse ab list`` validates a
-:class:`Design` without it."""
+``smaller_than_sesoi``, never a tie. Under ``multiplicity: holm`` each kind of claim recycles α by Holm's step-down
+in the group-sequential form of Maurer & Bretz (2013): after r claims of a kind, the arms left are tested with the
+boundaries of level α/(n_arms − r), so the ties are family-wise too. scipy is imported where it computes:
+``dormouse ab list`` validates a :class:`Design` without it."""
 
 from __future__ import annotations
 
@@ -13,8 +15,11 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
+from typing import Any, NamedTuple
 
 import numpy as np
+
+from dormouse.ab.rule.family import BONFERRONI, HOLM, multiplicity_problems
 
 BETTER, WORSE, TIE, UNDECIDED = "better", "worse", "tie", "undecided"
 VERDICTS = (BETTER, WORSE, TIE, UNDECIDED)
@@ -66,6 +71,8 @@ class Design(Checked):
     n_arms: int  # arms compared with the baseline: the multiplicity family, fixed at registration
     alpha_holdback: float = 1.0  # registered, in (0, 1]: the boundaries are computed at α × holdback while α
     #                              stays the claim (a margin for skewed differences; docs/ab-protocol.md)
+    multiplicity: str = BONFERRONI  # bonferroni: better/worse at α/n_arms, tie at α per arm; holm: each kind of
+    #                                 claim by Holm's step-down over the arms, ties family-wise too
 
     def field_problems(self) -> list[tuple[str, str]]:
         """``(field, what is wrong)`` for each bad field; the one check (the registry states, ``check`` raises)."""
@@ -80,6 +87,10 @@ class Design(Checked):
         elif looks[0] < 2 or any(b <= a for a, b in zip(looks, looks[1:])):
             out.append(("looks", f"{list(looks)} must be strictly increasing cumulative replicate counts, the "
                         "first >= 2 (an interval needs two replicates)"))
+        out += multiplicity_problems(self.multiplicity)
+        if self.multiplicity == HOLM and _finite(self.alpha) and self.alpha >= HOLM_MAX_ALPHA:
+            out.append(("alpha", f"{self.alpha} must be below {HOLM_MAX_ALPHA} under multiplicity holm: only there "
+                        "does each look's boundary widen as the level grows, which Holm's recycling needs"))
         return out + family_problems(self.n_arms, self.alpha_holdback, "the boundaries are computed at")
 
     @property
@@ -97,6 +108,11 @@ class Design(Checked):
 
 def _finite(x: object) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+# d/da of α*(t; a) is exp(z²(1 − 1/t)/2)/√t with z = z_{1−a/2}: increasing in t while z > 1, so every look's
+# increment grows with the level a for a < 2·(1 − Φ(1)) = 0.3173; Holm's closed-testing argument needs that.
+HOLM_MAX_ALPHA = 0.3
 
 
 def holdback_words(alpha: float, holdback: float) -> str:
@@ -150,9 +166,22 @@ def _boundaries(alpha: float, looks: tuple[int, ...], family: int) -> tuple[Look
 
 
 def boundaries(design: Design) -> tuple[LookBoundary, ...]:
-    """The design's boundary table, one row per look."""
+    """The design's boundary table, one row per look (under holm: the first step's, before any claim)."""
     design.check()
-    return _boundaries(float(design.boundary_alpha), tuple(design.looks), int(design.n_arms))
+    return tuple(step_boundary(design, k, 0, 0) for k in range(len(design.looks)))
+
+
+def step_boundary(design: Design, look: int, sup_claims: int, eq_claims: int) -> LookBoundary:
+    """The boundary an undecided arm meets at ``look``. Bonferroni: one table. Holm: after ``sup_claims`` arms
+    decided better or worse, superiority at level α/(n_arms − sup_claims); after ``eq_claims`` equivalences (ties
+    and effects flagged smaller than the SESOI), each TOST test at α/(n_arms − eq_claims)."""
+    a, looks, m = float(design.boundary_alpha), tuple(design.looks), int(design.n_arms)
+    if design.multiplicity != HOLM:
+        return _boundaries(a, looks, m)[look]
+    sup = _boundaries(a / (m - min(sup_claims, m - 1)), looks, 1)[look]  # family 1: sup at level/2 per direction
+    eq = _boundaries(a / (m - min(eq_claims, m - 1)), looks, 1)[look]
+    return LookBoundary(look=look, n=sup.n, fraction=sup.fraction, sup_spent=sup.sup_spent, sup_p=sup.sup_p,
+                        sup_t=sup.sup_t, eq_spent=eq.eq_spent, eq_p=eq.eq_p, eq_t=eq.eq_t)
 
 
 # Verdict codes of the vectorised rule: index into VERDICTS.
@@ -198,6 +227,9 @@ class ArmDecision:
     n_looks: int
     boundary: LookBoundary = field(repr=False)
     alpha_holdback: float = 1.0  # the registered hold-back: the boundaries were computed at alpha × this
+    multiplicity: str = BONFERRONI
+    sup_claims: int = 0  # holm: arms decided better/worse before this arm's superiority test (its level α/(n − this))
+    eq_claims: int = 0  # holm: equivalences claimed before this arm's TOST (its level α/(n − this))
 
     @property
     def final(self) -> bool:
@@ -217,14 +249,17 @@ class ArmDecision:
                f"{self.mean:+.4f} is [{self.interval[0]:+.4f}, {self.interval[1]:+.4f}]")
         sig = "<" if self.verdict in (BETTER, WORSE) else "≥"
         sup = (f"two-sided p {self.p:.3g} {sig} this look's {b.sup_p:.3g}, family-wise α {self.alpha:g} over "
-               f"{self.n_arms} arm(s) spent by {SPENDING} increments")
+               f"{self.n_arms} arm(s){self._holm_words(self.sup_claims, 'better or worse', ',')} spent by "
+               f"{SPENDING} increments")
         held = holdback_words(self.alpha, self.alpha_holdback)
         if held:
             sup += f"; {held}"
         eq_ok = -self.sesoi < self.eq_interval[0] and self.eq_interval[1] < self.sesoi
+        eq_family = (f", family-wise α {self.alpha:g} over {self.n_arms} arm(s)"
+                     f"{self._holm_words(self.eq_claims, 'within the SESOI')}" if self.multiplicity == HOLM else "")
         eq = (f"the TOST interval [{self.eq_interval[0]:+.4f}, {self.eq_interval[1]:+.4f}] "
               f"{'lies' if eq_ok else 'does not lie'} inside (−{self.sesoi:g}, +{self.sesoi:g}) "
-              f"(TOST p {self.p_tost:.3g} {'<' if eq_ok else '≥'} this look's {b.eq_p:.3g}"
+              f"(TOST p {self.p_tost:.3g} {'<' if eq_ok else '≥'} this look's {b.eq_p:.3g}{eq_family}"
               f"{'; ' + held if held else ''})")
         if self.verdict in (BETTER, WORSE):
             side, way = ("below", "lower") if self.verdict == BETTER else ("above", "higher")
@@ -237,6 +272,12 @@ class ArmDecision:
         tail = ("this was the last registered look, so the arm ends undecided." if self.last_look
                 else "the arm goes on to the next look.")
         return f"{arm} vs {baseline} is undecided {where}: {rci}, which contains 0 ({sup}), and {eq}; {tail}"
+
+    def _holm_words(self, claims: int, kind: str, end: str = "") -> str:
+        """Under holm, the step this arm's test was at: "" under Bonferroni."""
+        if self.multiplicity != HOLM:
+            return ""
+        return f" by Holm's step-down (level α/{self.n_arms - claims}: {claims} arm(s) already decided {kind}){end}"
 
 
 def percent(c: float) -> str:
@@ -254,7 +295,8 @@ def percent(c: float) -> str:
 PERCENT_MAX_DECIMALS = 6  # a level nearer 100 % than 10⁻⁶ % prints as its rounding (never in a real design)
 
 
-def _decide_one(design: Design, lb: LookBoundary, xs: Sequence[float]) -> ArmDecision:
+def _decide_one(design: Design, lb: LookBoundary, xs: Sequence[float], claims: tuple[int, int] = (0, 0)
+                ) -> ArmDecision:
     from scipy import stats as sps  # here, not at the top: `dormouse ab list` validates a Design, computes nothing
 
     x = np.asarray(xs, dtype=float)
@@ -274,8 +316,17 @@ def _decide_one(design: Design, lb: LookBoundary, xs: Sequence[float]) -> ArmDec
         sd=sd, se=se, t=float(t), p=p, p_tost=max(p_lo, p_hi), eq_interval=(float(eq_lo), float(eq_hi)),
         smaller_than_sesoi=bool(small), last_look=lb.look == len(design.looks) - 1, alpha=design.alpha,
         sesoi=design.sesoi, n_arms=design.n_arms, n_looks=len(design.looks), boundary=lb,
-        alpha_holdback=design.alpha_holdback,
+        alpha_holdback=design.alpha_holdback, multiplicity=design.multiplicity, sup_claims=claims[0],
+        eq_claims=claims[1],
     )
+
+
+def _claims(decisions: Mapping[str, ArmDecision] | Sequence[ArmDecision]) -> tuple[int, int]:
+    """(superiority claims, equivalence claims) among decisions: better/worse; ties and effects flagged smaller
+    than the SESOI (their TOST rejected too)."""
+    ds = list(decisions.values()) if isinstance(decisions, Mapping) else list(decisions)
+    return (sum(d.verdict in (BETTER, WORSE) for d in ds),
+            sum(d.verdict == TIE or d.smaller_than_sesoi for d in ds))
 
 
 def decide(design: Design, look: int, diffs: Mapping[str, Sequence[float]],
@@ -301,9 +352,39 @@ def decide(design: Design, look: int, diffs: Mapping[str, Sequence[float]],
     family = design.n_arms  # registered, never len(diffs): a failed arm keeps its share of α
     lb = _boundaries(float(design.boundary_alpha), tuple(design.looks), family)[look]
     out: dict[str, ArmDecision] = dict(decided or {})
-    for arm, xs in diffs.items():
-        if arm not in kept:
-            out[arm] = _decide_one(design, lb, xs)
+    pending = {arm: xs for arm, xs in diffs.items() if arm not in kept}
+    if design.multiplicity == HOLM:
+        out.update(_decide_holm(design, look, pending, _claims(kept)))
+        return out
+    for arm, xs in pending.items():
+        out[arm] = _decide_one(design, lb, xs)
+    return out
+
+
+def _decide_holm(design: Design, look: int, pending: Mapping[str, Sequence[float]], before: tuple[int, int]
+                 ) -> dict[str, ArmDecision]:
+    """Holm's step-down at one look, each kind of claim on its own: test the undecided arms at the levels the claims
+    so far allow; each new claim raises its kind's level, so test again until none is added (the levels only grow:
+    at most 2·n_arms rounds; the same claims as walking the sorted p's). Each arm is stated at the step where its
+    claim was first made, or, without one, at the last step."""
+    claims, first = before, {arm: [None, None] for arm in pending}
+    for _ in _rounds(design):
+        lb = step_boundary(design, look, *claims)
+        now = {arm: _decide_one(design, lb, xs, claims) for arm, xs in pending.items()}
+        for arm, d in now.items():
+            for kind, made in enumerate(_claims([d])):
+                if made and first[arm][kind] is None:
+                    first[arm][kind] = claims[kind]
+        new = (before[0] + _claims(now)[0], before[1] + _claims(now)[1])
+        if new == claims:
+            break
+        claims = new
+    else:
+        raise _not_converging(design)
+    out = {}
+    for arm, xs in pending.items():
+        at = tuple(claims[k] if first[arm][k] is None else first[arm][k] for k in (0, 1))
+        out[arm] = _decide_one(design, step_boundary(design, look, *at), xs, at)  # type: ignore[arg-type]
     return out
 
 
@@ -325,6 +406,7 @@ class SimulationResult:
     expected_n_baseline: float  # expected replicates of the baseline: until the last arm stops
     max_n: int  # the registered maximum per arm
     skew: float = 0.0  # skewness of the simulated paired differences (0: normal)
+    p_any_tie: float = 0.0  # family: at least one arm tie (at |Δ| ≥ SESOI, the family-wise rate of false ties)
 
     def mc_se(self, p: float) -> float:
         """Monte-Carlo standard error of a probability from ``n_sim`` runs: √(p(1 − p)/n_sim)."""
@@ -376,13 +458,61 @@ def simulate_decisions(design: Design, deltas: Sequence[float], sd: float | Sequ
     code = np.full((delta.size, n_sim), -1)
     n_used = np.full((delta.size, n_sim), design.n_max)
     mean_used, sd_used = np.zeros(code.shape), np.zeros(code.shape)
-    for lb in boundaries(design):
+    eq_made = np.zeros(code.shape, dtype=bool)  # a tie, or better/worse flagged smaller than the SESOI
+    for look, lb in enumerate(boundaries(design)):
         xs = x[:, :, : lb.n]
         mean, s = xs.mean(axis=2), xs.std(axis=2, ddof=1)
-        c = _look_rule(mean, s / math.sqrt(lb.n), lb, design.sesoi)[0]
+        rule = _holm_look if design.multiplicity == HOLM else _bonferroni_look
+        c, small = rule(design, look, mean, s / math.sqrt(lb.n), code, eq_made)
         now = (code == -1) & ((c != _U) | (lb.n == design.n_max))  # decided here, or undecided at the maximum
         code[now], n_used[now], mean_used[now], sd_used[now] = c[now], lb.n, mean[now], s[now]
+        eq_made[now] = (c == _T)[now] | small[now]
     return SimulatedDecisions(code=code, n=n_used, mean=mean_used, sd=sd_used)
+
+
+def _bonferroni_look(design: Design, look: int, mean: np.ndarray, se: np.ndarray, code: np.ndarray,
+                     eq_made: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each simulated arm's code and small-effect flag at ``look``: one boundary for every arm."""
+    c, *_, small = _look_rule(mean, se, step_boundary(design, look, 0, 0), design.sesoi)
+    return c, small
+
+
+class _Critical(NamedTuple):
+    """The critical t's :func:`_look_rule` reads, one per simulated comparison (Holm's level differs by them)."""
+
+    sup_t: np.ndarray
+    eq_t: np.ndarray
+
+
+def _holm_look(design: Design, look: int, mean: np.ndarray, se: np.ndarray, code: np.ndarray,
+               eq_made: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_decide_holm` on (arms, n_sim) arrays: each comparison's undecided arms at the levels its claims so
+    far allow, again until no claim is added. Decided arms' codes are not read."""
+    m = design.n_arms
+    sup_t = np.array([step_boundary(design, look, j, 0).sup_t for j in range(m)])
+    eq_t = np.array([step_boundary(design, look, 0, j).eq_t for j in range(m)])
+    pending = code == -1
+    before = (((code == _B) | (code == _W)).sum(axis=0), eq_made.sum(axis=0))
+    claims = before
+    for _ in _rounds(design):
+        crit = _Critical(sup_t[np.minimum(claims[0], m - 1)], eq_t[np.minimum(claims[1], m - 1)])
+        c, *_, small = _look_rule(mean, se, crit, design.sesoi)  # type: ignore[arg-type]
+        new = (before[0] + (pending & ((c == _B) | (c == _W))).sum(axis=0),
+               before[1] + (pending & ((c == _T) | small)).sum(axis=0))
+        if all(np.array_equal(a, b) for a, b in zip(new, claims)):
+            return c, small
+        claims = new
+    raise _not_converging(design)
+
+
+def _rounds(design: Design) -> range:
+    """Holm's rounds at one look: each adds a claim, so 2·n_arms + 1 reach the fixed point when levels only grow."""
+    return range(2 * design.n_arms + 1)
+
+
+def _not_converging(design: Design) -> RuntimeError:
+    return RuntimeError(f"Holm's step-down did not settle within {2 * design.n_arms + 1} rounds: a level fell as "
+                        "claims were added (step_boundary must grow with the claims)")
 
 
 def simulate(design: Design, deltas: Sequence[float], sd: float | Sequence[float], n_sim: int,
@@ -399,6 +529,7 @@ def simulate(design: Design, deltas: Sequence[float], sd: float | Sequence[float
         expected_n=tuple(float(v) for v in n_used.mean(axis=1)),
         p_any_better_or_worse=float(((code == _B) | (code == _W)).any(axis=0).mean()),
         expected_n_baseline=float(n_used.max(axis=0).mean()), max_n=design.n_max, skew=float(skew),
+        p_any_tie=float((code == _T).any(axis=0).mean()),
     )
 
 
@@ -436,6 +567,8 @@ class DesignCard:
     expected_n_baseline: dict[str, float]  # scenario -> expected replicates of the baseline (until the last arm stops)
     max_n: int
     skew_lines: tuple[SkewLine, ...] = ()  # the rates when the differences are skewed (CARD_SKEWS)
+    tie_family: float = 0.0  # P(any arm tie | every Δ at the SESOI), the worse of ±: the separate ties' family rate
+    tie_family_side: str = "+SESOI"
 
     def mc_se(self, p: float) -> float:
         return math.sqrt(max(p * (1 - p), 0.0) / self.n_sim)
@@ -473,6 +606,17 @@ class DesignCard:
         return [f"  power at the SESOI {sesoi}: {self.power_sesoi:.3f}",
                 f"  power at the expected effect (Δ={self.expected_effect:+g}): {self.power_expected:.3f}"]
 
+    def tie_family_text(self) -> list[str]:
+        """The family-wise rate of the separate tie claims; above α under Bonferroni with several arms, the remedy
+        named."""
+        rate, se, alpha = self.tie_family, self.mc_se(self.tie_family), self.design.alpha
+        line = (f"  P(any arm tie | every Δ at {self.tie_family_side}), the separate ties' family-wise rate: "
+                f"{rate:.4f} ± {se:.4f}")
+        if self.design.multiplicity == HOLM or rate <= alpha + 3 * se:
+            return [line]
+        return [line, f"   above α {alpha:g}: each tie is at α per arm; register multiplicity: holm for "
+                "family-wise ties"]
+
     def to_text(self) -> str:
         dz = self.design
         se = self.mc_se
@@ -482,13 +626,16 @@ class DesignCard:
             for b in boundaries(dz))
         sd = ", ".join(f"{v:.4g}" for v in self.pilot_sd)
         held = dz.holdback_words()
+        family = ("Holm's step-down for better/worse and for ties" if dz.multiplicity == HOLM
+                  else "Bonferroni; TOST α per arm")
         return "\n".join([
-            f"Design card: α {dz.alpha:g} (family of {dz.n_arms} arm(s), Bonferroni; TOST α per arm), "
+            f"Design card: α {dz.alpha:g} (family of {dz.n_arms} arm(s), {family}), "
             f"SESOI {dz.sesoi:g} bpb, looks {list(dz.looks)}, {SPENDING} spending" + (f"; {held}" if held else ""),
             f"  pilot sd of paired differences: {sd}; expected effect {self.expected_effect:+g} bpb",
             rows,
             f"  type-I error P(better or worse | Δ=0), family: {self.type_i:.4f} ± {se(self.type_i):.4f}",
             f"  P(tie | Δ=0): {self.tie_at_zero:.3f}   P(tie | Δ=+SESOI): {self.tie_at_sesoi:.4f}",
+            *self.tie_family_text(),
             *self.power_text(),
             *self.skew_text(),
             "  expected replicates per arm / of the baseline: " + "; ".join(
@@ -525,7 +672,14 @@ def design_card(design: Design, pilot_sd: float | Sequence[float], expected_effe
         expected_n={k: float(np.mean(r.expected_n)) for k, r in scen.items()},
         expected_n_baseline={k: r.expected_n_baseline for k, r in scen.items()}, max_n=design.n_max,
         skew_lines=skew_lines(design, sd, n_sim, seed + 10),
+        **_tie_family(scen["Δ=+SESOI"], scen["Δ=−SESOI"]),
     )
+
+
+def _tie_family(plus: SimulationResult, minus: SimulationResult) -> dict[str, Any]:
+    """The worse side's P(any arm tie): the family-wise rate of false ties, every arm at the SESOI."""
+    side, rate = max((("+SESOI", plus.p_any_tie), ("−SESOI", minus.p_any_tie)), key=lambda x: x[1])
+    return {"tie_family": rate, "tie_family_side": side}
 
 
 def expects_the_sesoi(design: Design, expected_effect: float) -> bool:

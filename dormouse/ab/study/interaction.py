@@ -74,11 +74,11 @@ class InteractionDesign(sq.Checked):
 
 
 def point_design(design: InteractionDesign, sesoi: float, looks: Sequence[int],
-                 alpha_holdback: float = 1.0) -> sq.Design:
-    """The sequential design of every point: α/P, the registered SESOI, looks, hold-back and arms."""
+                 alpha_holdback: float = 1.0, multiplicity: str = BONFERRONI) -> sq.Design:
+    """The sequential design of every point: α/P, the registered SESOI, looks, hold-back, arms and correction."""
     design.check()
     return sq.Design(alpha=design.point_alpha, sesoi=sesoi, looks=tuple(looks), n_arms=design.n_arms,
-                     alpha_holdback=alpha_holdback)
+                     alpha_holdback=alpha_holdback, multiplicity=multiplicity)
 
 
 def contrast_weights(points: Sequence[float]) -> np.ndarray:

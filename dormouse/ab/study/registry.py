@@ -31,6 +31,7 @@ from dormouse.ab.comparison.registry import (
     parse_spec,
     validate_spec,
 )
+from dormouse.ab.rule.family import BONFERRONI
 from dormouse.ab.rule.sequential import Design
 from dormouse.ab.study.interaction import InteractionDesign, point_design
 
@@ -106,14 +107,15 @@ class RegisteredStudy:
     def point_design(self) -> Design:
         """The sequential design every point runs (α/P, the registered SESOI, looks and hold-back)."""
         t = self.template
-        return point_design(self.interaction_design(), float(t.sesoi), tuple(t.looks), float(t.alpha_holdback))
+        return point_design(self.interaction_design(), float(t.sesoi), tuple(t.looks), float(t.alpha_holdback),
+                            t.multiplicity or BONFERRONI)
 
     def points(self) -> list[Point]:
         return study_points(self)
 
 
 # Registration fields a point's text leaves out while unset (null): the options of the rule a study may register.
-OPTIONAL_KEYS = ("budget", "reference", "bad_mode")
+OPTIONAL_KEYS = ("budget", "reference", "bad_mode", "multiplicity")
 
 
 def point_name(axis: str, value: Any) -> str:
