@@ -124,12 +124,11 @@ def test_the_card_states_the_separate_ties_family_rate_and_names_holm_where_it_i
 
 def test_a_registration_names_a_bad_multiplicity_and_holm_above_its_alpha(tmp_path):
     text = load_spec("smoke_robust").text
-    for line, field in (("multiplicity: hochberg\n", "multiplicity"), ("multiplicity: holm\nalpha_holdback: 1.0\n"
-                                                                        "alpha: 0.35\n", "alpha")):
-        bad = tmp_path / "smoke_robust.yaml"
-        bad.write_text(text.replace("alpha: 0.05\n", "") + line)
+    assert "multiplicity: holm\n" in text and load_spec("smoke_robust").spec.design().multiplicity == "holm"
+    for old, new, field in (("multiplicity: holm\n", "multiplicity: hochberg\n", "multiplicity"),
+                            ("alpha: 0.05\n", "alpha: 0.35\n", "alpha")):
+        (tmp_path / "smoke_robust.yaml").write_text(text.replace(old, new))
         with pytest.raises(ABSpecError, match=field):
             load_spec("smoke_robust", tmp_path)
-    good = tmp_path / "smoke_robust.yaml"
-    good.write_text(text + "multiplicity: holm\n")
-    assert load_spec("smoke_robust", tmp_path).spec.design().multiplicity == "holm"
+    (tmp_path / "smoke_robust.yaml").write_text(text.replace("multiplicity: holm\n", ""))
+    assert load_spec("smoke_robust", tmp_path).spec.design().multiplicity == "bonferroni"

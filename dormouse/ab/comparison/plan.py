@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,8 +35,6 @@ from dormouse.train.run_config import load_run_config
 
 if TYPE_CHECKING:
     from dormouse.ab.rule.sequential import Design
-
-_PLAIN_VALUE = re.compile(r"^[A-Za-z0-9_./-]+$")
 
 
 @dataclass(frozen=True)
@@ -148,13 +145,6 @@ class ComparisonPlan:
         if not isinstance(spec, ComparisonSpec):
             raise ComparisonError([f"{self.reg.source}: protocol 1 has no sequential design (read only)"])
         return spec.design()
-
-
-def quote(value: str) -> str:
-    """A Hydra override value: plain paths stay as they are, anything else is single-quoted."""
-    if _PLAIN_VALUE.match(value):
-        return value
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def check_cli_overrides(reg: Registered, overrides: list[str]) -> None:
@@ -278,16 +268,23 @@ def _compose_arms(reg: Registered, overrides: list[str], comp_dir: Path, first: 
     arm_lines: dict[str, list[str]] = {}
     arm_cfgs: dict[str, DictConfig] = {}
     for arm, arm_overrides in spec.arms.items():
-        seeds = [f"train.seed={first.init_seed}"]
-        if first.data_seed is not None:
-            seeds.append(f"train.data_seed={first.aa_data_seed if arm == spec.aa_arm else first.data_seed}")
-        full = [*spec.fixed, *arm_overrides, *overrides,
-                f"run.dir={quote(str(comp_dir))}", f"run.name={run_name(arm, first.init_seed)}", *seeds,
-                f"logging.wandb_group={quote(spec.name)}", f"logging.wandb_job_type={quote(arm)}"]
         try:
-            arm_cfgs[arm] = load_run_config(full)
+            # The registered overrides alone: their composition is the same for every plan of this registration
+            # (compose_config keeps it), and the keys the runner owns are set on the copy (no Hydra parse).
+            cfg = load_run_config([*spec.fixed, *arm_overrides, *overrides])
         except ConfigError as exc:
             arm_lines[arm] = list(exc.lines)
+            continue
+        cfg.run.dir, cfg.run.name = str(comp_dir), run_name(arm, first.init_seed)
+        cfg.train.seed = first.init_seed
+        if first.data_seed is not None:
+            cfg.train.data_seed = first.aa_data_seed if arm == spec.aa_arm else first.data_seed
+        cfg.logging.wandb_group, cfg.logging.wandb_job_type = spec.name, arm
+        problems = validate(cfg)
+        if problems:
+            arm_lines[arm] = problems
+            continue
+        arm_cfgs[arm] = cfg
     lines += arm_problem_lines(reg, arm_lines)
     if not lines and spec.aa_arm is not None:
         base_kind, aa_kind = arm_name(arm_cfgs[spec.baseline]), arm_name(arm_cfgs[spec.aa_arm])
