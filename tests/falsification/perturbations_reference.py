@@ -22,7 +22,7 @@ PERTURBATIONS: list[dict] = [
         "name": "registered_reference_ignored",
         "file": _LOOKS,
         "function": "reference_runs",
-        "old": "    if getattr(spec, \"reference\", None) == \"baseline_and_aa\":\n",
+        "old": "    if against_the_mean(spec):\n",
         "new": "    if False:\n",
         "gates": [_T + "test_a_mean_reference_decides_against_the_mean_of_the_baseline_and_its_aa_repeat"],
         "why": "a registration asking for the mean reference is decided against the baseline alone, while its "

@@ -377,7 +377,13 @@ def _v2_problems(spec: ComparisonSpec, bad: Any) -> None:
     _reference_problems(spec, bad)
 
 
-REFERENCES = ("baseline", "baseline_and_aa")  # what each tested arm's paired difference is taken against
+MEAN_REFERENCE = "baseline_and_aa"  # the per-replicate mean of the baseline and its A/A repeat
+REFERENCES = ("baseline", MEAN_REFERENCE)  # what each tested arm's paired difference is taken against
+
+
+def against_the_mean(spec: object) -> bool:
+    """Whether a registration decides its tested arms against the mean reference (protocol 1: never)."""
+    return getattr(spec, "reference", None) == MEAN_REFERENCE
 
 
 def _reference_problems(spec: ComparisonSpec, bad: Any) -> None:
@@ -386,7 +392,7 @@ def _reference_problems(spec: ComparisonSpec, bad: Any) -> None:
         return
     if spec.reference not in REFERENCES:
         bad("reference", f"{spec.reference!r} is not one of {', '.join(REFERENCES)}")
-    elif spec.reference == "baseline_and_aa":
+    elif against_the_mean(spec):
         if spec.aa_arm is None:
             bad("reference", "baseline_and_aa needs an aa_arm: the reference is the mean of the two")
         if spec.bad_run_replacements:

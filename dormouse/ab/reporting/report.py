@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from dormouse.ab.comparison.registry import MEAN_REFERENCE
 from dormouse.ab.reporting.plots import write_plots
 from dormouse.ab.reporting.results import ComparisonResults
 from dormouse.ab.rule.family import HOLM
@@ -104,7 +105,7 @@ def _header(r: ComparisonResults) -> list[str]:
 
 def _delta_words(r: ComparisonResults) -> str:
     """What Δ is taken against: the baseline, or the registered mean of the baseline and its A/A repeat."""
-    if (r.reference or {}).get("registered") == "baseline_and_aa":
+    if (r.reference or {}).get("registered") == MEAN_REFERENCE:
         return f"Δ = bpb(arm) − the mean of bpb(`{r.baseline}`) and bpb(`{r.aa_arm}`) (the registered reference)"
     return "Δ = bpb(arm) − bpb(baseline)"
 
@@ -298,7 +299,7 @@ def _reference_table(r: ComparisonResults) -> list[str]:
     if not rows:
         return []
     names = {"baseline": f"vs `{r.baseline}`", "aa": f"vs `{r.aa_arm}`", "mean": "vs their mean"}
-    registered = "mean" if ref.get("registered") == "baseline_and_aa" else "baseline"
+    registered = "mean" if ref.get("registered") == MEAN_REFERENCE else "baseline"
     out = ["", "## Reference sensitivity", "",
            f"Registered reference: {names[registered]} (the verdicts above). The same rule, at the same look and "
            "replicates, against each set of baseline runs:", "",

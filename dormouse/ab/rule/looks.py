@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from dormouse.ab.comparison.plan import ComparisonPlan
-from dormouse.ab.comparison.registry import ComparisonError
+from dormouse.ab.comparison.registry import ComparisonError, against_the_mean
 from dormouse.ab.rule import bad_runs
 from dormouse.ab.rule.sequential import UNDECIDED, decide
 from dormouse.ab.runs.job import Run
@@ -123,7 +123,7 @@ def reference_runs(plan: ComparisonPlan, made: dict[str, list[RunRecord]]) -> di
     """What a tested arm's Δ is taken against: the baseline's runs, or the registered mean reference."""
     spec = plan.spec
     base = made[spec.baseline]
-    if getattr(spec, "reference", None) == "baseline_and_aa":
+    if against_the_mean(spec):
         return mean_reference(base, made[spec.aa_arm])
     return {r.replicate: r for r in base}
 
@@ -201,7 +201,7 @@ class ConfirmatoryLooks:
                 for arm in active:
                     out.invalid.setdefault(arm, f"the baseline {base!r} is invalid: {out.invalid[base]}")
                 break
-            if getattr(spec, "reference", None) == "baseline_and_aa" and aa in out.invalid:
+            if against_the_mean(spec) and aa in out.invalid:
                 for arm in active:  # half of the registered reference did not run as asked
                     out.invalid.setdefault(arm, f"the reference's A/A arm {aa!r} is invalid: {out.invalid[aa]}")
                 break
