@@ -101,7 +101,7 @@ PERTURBATIONS: list[dict] = [
         "name": "comparison_holm_never_recycles",
         "file": _SEQ,
         "function": "_decide_holm",
-        "old": "        new = (before[0] + _claims(now)[0], before[1] + _claims(now)[1])",
+        "old": "        new = (before[0] + made[0], before[1] + made[1])",
         "new": "        new = claims",
         "gates": [_C + "test_one_look_claims_are_holms_step_down_on_each_kind_of_p",
                   _C + "test_each_claim_is_stated_at_the_step_it_was_made"],

@@ -123,9 +123,9 @@ PERTURBATIONS: list[dict] = [
         "name": "ab_list_computes_the_boundaries_to_validate",
         "file": "dormouse/ab/comparison/registry.py",
         "function": "_v2_problems",
-        "old": "    problems = dict(design.field_problems())\n",
-        "new": "    problems = dict(design.field_problems())\n    if not problems:\n"
-               "        __import__(\"dormouse.ab.rule.sequential\", fromlist=[\"boundaries\"]).boundaries(design)\n",
+        "old": "    problems = dict(spec.design().field_problems())\n",
+        "new": "    problems = dict(spec.design().field_problems())\n    if not problems:\n"
+               "        __import__(\"dormouse.ab.rule.sequential\", fromlist=[\"boundaries\"]).boundaries(spec.design())\n",
         "gates": [_FAST + "test_ab_list_imports_neither_torch_nor_scipy"],
         "why": "validating a registration computes the design's boundaries (scipy): `dormouse ab list` "
                "imports scipy for numbers it never prints",

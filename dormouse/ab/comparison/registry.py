@@ -327,9 +327,7 @@ def _finite(x: Any) -> bool:
 
 def _v2_problems(spec: ComparisonSpec, bad: Any) -> None:
     """Protocol 2's own fields: the smallest effect, α, the looks, the seed streams, the design inputs."""
-    design = Design(alpha=spec.alpha, sesoi=spec.sesoi, looks=tuple(spec.looks), n_arms=len(spec.tested),
-                    alpha_holdback=spec.alpha_holdback, multiplicity=spec.multiplicity or BONFERRONI)
-    problems = dict(design.field_problems())
+    problems = dict(spec.design().field_problems())
     for name in ("sesoi", "alpha", "alpha_holdback", "looks", "multiplicity"):  # the family size: _common_problems
         if name in problems:
             bad(name, problems[name])

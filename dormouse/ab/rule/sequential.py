@@ -350,12 +350,12 @@ def decide(design: Design, look: int, diffs: Mapping[str, Sequence[float]],
         if arm not in kept and not all(math.isfinite(float(v)) for v in xs):
             raise ValueError(f"diffs[{arm!r}]: a paired difference is not finite: {list(xs)}")
     family = design.n_arms  # registered, never len(diffs): a failed arm keeps its share of α
-    lb = _boundaries(float(design.boundary_alpha), tuple(design.looks), family)[look]
     out: dict[str, ArmDecision] = dict(decided or {})
     pending = {arm: xs for arm, xs in diffs.items() if arm not in kept}
     if design.multiplicity == HOLM:
         out.update(_decide_holm(design, look, pending, _claims(kept)))
         return out
+    lb = _boundaries(float(design.boundary_alpha), tuple(design.looks), family)[look]
     for arm, xs in pending.items():
         out[arm] = _decide_one(design, lb, xs)
     return out
@@ -375,7 +375,8 @@ def _decide_holm(design: Design, look: int, pending: Mapping[str, Sequence[float
             for kind, made in enumerate(_claims([d])):
                 if made and first[arm][kind] is None:
                     first[arm][kind] = claims[kind]
-        new = (before[0] + _claims(now)[0], before[1] + _claims(now)[1])
+        made = _claims(now)
+        new = (before[0] + made[0], before[1] + made[1])
         if new == claims:
             break
         claims = new
@@ -459,10 +460,10 @@ def simulate_decisions(design: Design, deltas: Sequence[float], sd: float | Sequ
     n_used = np.full((delta.size, n_sim), design.n_max)
     mean_used, sd_used = np.zeros(code.shape), np.zeros(code.shape)
     eq_made = np.zeros(code.shape, dtype=bool)  # a tie, or better/worse flagged smaller than the SESOI
+    rule = _holm_look if design.multiplicity == HOLM else _bonferroni_look
     for look, lb in enumerate(boundaries(design)):
         xs = x[:, :, : lb.n]
         mean, s = xs.mean(axis=2), xs.std(axis=2, ddof=1)
-        rule = _holm_look if design.multiplicity == HOLM else _bonferroni_look
         c, small = rule(design, look, mean, s / math.sqrt(lb.n), code, eq_made)
         now = (code == -1) & ((c != _U) | (lb.n == design.n_max))  # decided here, or undecided at the maximum
         code[now], n_used[now], mean_used[now], sd_used[now] = c[now], lb.n, mean[now], s[now]
