@@ -2,11 +2,12 @@
 ``train.log`` holds ``# key: value`` provenance, then ``eval``, ``resume``, ``interrupted``, ``repair`` and ``done``
 lines; ``metrics.jsonl`` one JSON row per eval, each step once after a resume (:func:`replay`)::
 
-    eval step=400 tokens=1.64M train_loss_nats=1.412 bpb=2.037 bpb@1=2.410 ... arm=attnres rezero=0/0 ...
+    eval step=400 tokens=1.64M train_loss_nats=1.412 bpb=2.037 bpb@1=2.410 ... arm=attnres attnres=3600/3600 ...
     resume step=400 from=runs/x/checkpoints/step_00000400.pt
     done step=2400 wall_s=339.2
 
-Every registered arm's counter is on the eval line (unselected as 0/0), so a leaking arm shows."""
+The eval line shows the selected arm's counter and any other arm's that moved (a leak); metrics.jsonl keeps every
+registered arm's, unselected as 0/0."""
 
 from __future__ import annotations
 
@@ -131,8 +132,10 @@ def eval_fields(row: dict[str, Any]) -> list[str]:
     """The eval line's fields for ``row``: known ones in fixed order, other scalars, then window columns."""
     counters = counter_names(row)
     counter_keys = {f"{c}_{part}" for c in counters for part in ("ran", "asked")}
-    known = [*_HEAD, *_depth_keys(row), *_MIDDLE, *counters, *_TAIL]
-    head = [k for k in known if k in row or k in counters]
+    # an unselected arm's 0/0 stays in metrics.jsonl: with many arms registered the line would be mostly zeros
+    shown = [c for c in counters if c == row.get("arm") or row[f"{c}_ran"] or row[f"{c}_asked"]]
+    known = [*_HEAD, *_depth_keys(row), *_MIDDLE, *shown, *_TAIL]
+    head = [k for k in known if k in row or k in shown]
     placed = {*head, *counter_keys, *WINDOW_COLUMNS}
     extra = [k for k, v in row.items() if k not in placed and _on_line(k, v)]
     return [*head, *extra, *(k for k in WINDOW_COLUMNS if k in row)]

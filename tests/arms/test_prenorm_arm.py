@@ -88,10 +88,10 @@ def test_prenorm_is_refused_next_to_another_arm_naming_both_switches():
     assert any("model.use_prenorm" in line and "model.use_gr" in line for line in lines), lines
 
 
-def test_a_line_written_before_prenorm_existed_still_parses_and_a_new_line_carries_its_counter():
+def test_a_line_written_before_prenorm_existed_still_parses_and_a_prenorm_line_carries_its_counter():
     old = "eval step=400 tokens=1k loss=1 bpb=2 arm=gr rezero=0/0 gr=4/4 attnres=0/0"
     v = parse_eval_line(old)
     assert v["gr_ran"] == 4 and "prenorm_ran" not in v
-    row = {**v, "tokens": 1000, "tok/s": 1.0, "lr": 1e-3, "depth": 2.0, "kernel": "none", "skipped": 0,
-           "bpb@1": 2.0, "prenorm_ran": 0, "prenorm_asked": 0}
-    assert "prenorm=0/0" in format_eval_line(row, 1)
+    row = {**v, "arm": "prenorm", "gr_ran": 0, "gr_asked": 0, "tokens": 1000, "tok/s": 1.0, "lr": 1e-3,
+           "depth": 2.0, "kernel": "none", "skipped": 0, "bpb@1": 2.0, "prenorm_ran": 4, "prenorm_asked": 4}
+    assert "prenorm=4/4" in format_eval_line(row, 1)

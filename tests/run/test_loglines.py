@@ -62,8 +62,10 @@ def test_eval_line_round_trips_the_trainers_line_to_the_byte() -> None:
     """The training loss's label says its unit (``train_loss_nats``); a line with the bare ``loss=`` parses to
     the same row."""
     values = parse_eval_line(TRAINER_EVAL)
-    assert format_eval_line(values, 2) == TRAINER_EVAL.replace(" loss=", " train_loss_nats=")
-    assert parse_eval_line(format_eval_line(values, 2)) == values
+    # the unselected arms' 0/0 are read, and written back only to metrics.jsonl
+    line = TRAINER_EVAL.replace(" loss=", " train_loss_nats=").replace(" gr=0/0 attnres=0/0", "")
+    assert format_eval_line(values, 2) == line
+    assert parse_eval_line(line) == {k: v for k, v in values.items() if not k.startswith(("gr_", "attnres_"))}
 
 
 def test_the_eval_line_labels_the_training_loss_in_nats_beside_the_bpb_in_bits() -> None:
@@ -75,8 +77,9 @@ def test_the_eval_line_labels_the_training_loss_in_nats_beside_the_bpb_in_bits()
 def test_eval_row_round_trips_through_the_line() -> None:
     r = row(300)
     v = parse_eval_line(format_eval_line(r, 3))
-    for key in ("step", "arm", "kernel", "skipped", "attnres_ran", "attnres_asked", "gr_ran", "rezero_asked"):
+    for key in ("step", "arm", "kernel", "skipped", "attnres_ran", "attnres_asked"):
         assert v[key] == r[key], key
+    assert "gr_ran" not in v and "rezero_asked" not in v  # 0/0: metrics.jsonl's only
     # The line keeps 4 decimals of the bpb columns and 3 significant figures of the counts.
     for key in ("bpb", "bpb@1", "bpb@3", "loss"):
         assert v[key] == pytest.approx(r[key], abs=5e-5)
@@ -213,3 +216,13 @@ def test_human_is_the_one_count_format_and_parse_count_reads_it_back(n: float, t
     3 significant figures, k..P. The inverse is parse_count, to those 3 figures."""
     assert human(n) == text
     assert parse_count(text) == pytest.approx(n, rel=5e-3)
+
+
+def test_the_eval_line_shows_the_selected_arms_counter_and_a_leaking_one_but_no_unselected_zeros():
+    quiet = row(400, arm="gr")
+    line = format_eval_line(quiet)
+    assert " gr=40/40 " in line and not any(f" {a}=" in line for a in ARMS if a != "gr")
+    leaking = {**quiet, "rezero_ran": 3}
+    line = format_eval_line(leaking)
+    assert " gr=40/40 " in line and " rezero=3/0 " in line
+    assert parse_eval_line(line)["rezero_ran"] == 3  # logs --check reads the leak back from the line
