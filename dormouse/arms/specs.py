@@ -123,9 +123,45 @@ class AttnResSpec(ArmSpec):
         return lines
 
 
+INJECTION_STATE_INITS = ("zeros", "embedding")
+
+
+@dataclass
+class InjectionConfig:
+    """Stable input injection options (docs/arms.md), at ``model.injection``; read when ``model.use_injection``."""
+
+    state_init: str = "zeros"  # the state before the first injection: "zeros" or "embedding" (the injected e)
+    normalize: bool = True  # RMS-normalise the embedding before B (the source's released configs: prelude_norm)
+    decay_init: float = 0.2**0.5  # every channel's decay A-bar at init (the source's ssm_decay, sqrt(1/5))
+
+
+class InjectionSpec(ArmSpec):
+    name = "injection"
+    options = InjectionConfig
+
+    @classmethod
+    def flops_per_token(cls, model_cfg: Any, depth: int, readouts: tuple[int, ...]) -> float:
+        """``B-bar e`` is one d x d product per token, made once per forward (e does not change over depth): 2d^2;
+        the decay ``A-bar * x`` is elementwise."""
+        d = int(model_cfg.d_model)
+        return 2.0 * d * d
+
+    @classmethod
+    def config_problems(cls, model_cfg: Any, selected: bool) -> list[str]:
+        lines: list[str] = []
+        o = model_cfg.injection
+        if o.state_init not in INJECTION_STATE_INITS:
+            lines.append(_bad("model.injection.state_init", o.state_init, "one of " + ", ".join(INJECTION_STATE_INITS)))
+        if not (math.isfinite(o.decay_init) and 0.0 < o.decay_init < 1.0):
+            lines.append(_bad("model.injection.decay_init", o.decay_init,
+                              "must be in (0, 1): the decay contracts the state"))
+        return lines
+
+
 # The built-in arms' specs by name (dormouse.arms.registry.BUILTIN_ARMS names the same arms).
 BUILTIN_SPECS: dict[str, type[ArmSpec]] = {spec.name: spec for spec in
-                                           (PreNormSpec, ReZeroSpec, GatedResidualSpec, AttnResSpec)}
+                                           (PreNormSpec, ReZeroSpec, GatedResidualSpec, AttnResSpec,
+                                                                        InjectionSpec)}
 
 
 def arm_specs() -> dict[str, type[ArmSpec]]:

@@ -24,6 +24,7 @@ ARM_OVERRIDES = {
     "gr": ["model.use_gr=true"],
     "attnres": ["model.use_attnres=true"],
     "attnres_block": ["model.use_attnres=true", "model.attnres.block_size=3"],
+    "injection": ["model.use_injection=true"],
 }
 
 
@@ -37,13 +38,17 @@ def batch(seed: int = 0) -> torch.Tensor:
 
 
 def perturb_arm(model: LoopedByteLM, arm: str) -> None:
-    """Move the arm's own parameters off their initial values (ReZero's alpha, GR's bias, AttnRes's queries)."""
+    """Move the arm's own parameters off their initial values (ReZero's alpha, GR's bias, AttnRes's queries, the
+    injection's step, decay and B)."""
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
         if arm == "rezero":
             model.arm.alpha.add_(0.5 + torch.rand(model.arm.alpha.shape, generator=gen))
         elif arm == "gr":
             model.arm.bias.add_(torch.randn(model.arm.bias.shape, generator=gen))
+        elif arm == "injection":
+            for p in (model.arm.log_step, model.arm.log_decay, model.arm.B):
+                p.add_(0.5 * torch.randn(p.shape, generator=gen))
         else:
             model.arm.queries.add_(torch.randn(model.arm.queries.shape, generator=gen))
 
@@ -143,7 +148,7 @@ def test_counters_keep_counting_under_torch_compile():
     """A Python side effect in a compiled region runs once at trace time; the counters are in-graph adds and
     must count every call. ``eager`` backend: Dynamo's tracing is what is at stake, not codegen (inductor's
     takes minutes on 2 cores); the whole-model test below adds AOT autograd's functionalisation."""
-    for arm in ("attnres", "attnres_block", "gr"):
+    for arm in ("attnres", "attnres_block", "gr", "injection"):
         model = tiny_model(arm)
         compiled = torch.compile(model, backend="eager")
         for i in range(3):
@@ -220,7 +225,8 @@ def test_weight_decay_spares_gains_biases_scalars_and_queries():
         decay_group, no_decay_group = model.param_groups(0.1)
         decayed = {id(p) for p in decay_group["params"]}
         for name, p in model.named_parameters():
-            spared = p.ndim < 2 or "quer" in name or name.endswith(("bias", "gains", "alpha"))
+            # the injection's B is a matrix its source keeps out of decay (decay would pull it to 0, not its init I)
+            spared = p.ndim < 2 or "quer" in name or name.endswith(("bias", "gains", "alpha")) or name == "arm.B"
             assert (id(p) not in decayed) == spared, f"{arm}: {name} decay={id(p) in decayed}"
 
 
