@@ -24,6 +24,7 @@ ARM_OVERRIDES = {
     "gr": ["model.use_gr=true"],
     "attnres": ["model.use_attnres=true"],
     "attnres_block": ["model.use_attnres=true", "model.attnres.block_size=3"],
+    "delta_attnres": ["model.use_delta_attnres=true"],
 }
 
 
@@ -37,7 +38,8 @@ def batch(seed: int = 0) -> torch.Tensor:
 
 
 def perturb_arm(model: LoopedByteLM, arm: str) -> None:
-    """Move the arm's own parameters off their initial values (ReZero's alpha, GR's bias, AttnRes's queries)."""
+    """Move the arm's own parameters off their initial values (ReZero's alpha, GR's bias, AttnRes's and Delta
+    AttnRes's queries)."""
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
         if arm == "rezero":
