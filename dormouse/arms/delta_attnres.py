@@ -90,7 +90,8 @@ class DeltaAttnRes(DeltaAttnResSpec, ResidualArm):
     def learned(self, traces: Iterable[LoopTrace]) -> dict[str, Any]:
         """Per read: ``delta_weights[r][i]``, the mean weight on source i (NaN where unseen), ``delta_entropy[r]`` in
         nats, and ``delta_mix_ratio[r]``, the mean ``||u - x|| / ||x||`` (the added read against the stream)."""
-        n_reads, n_cols = self.queries.shape[0], 1 + 2 * self.max_iter
+        n_reads = self.queries.shape[0]
+        n_cols = 1 + self._pushes(n_reads - 1)  # the last read sees the most sources
         w_sum = torch.zeros(n_reads, n_cols, dtype=torch.float64)
         h_sum = torch.zeros(n_reads, dtype=torch.float64)
         r_sum = torch.zeros(n_reads, dtype=torch.float64)
@@ -111,7 +112,7 @@ class DeltaAttnRes(DeltaAttnResSpec, ResidualArm):
         weights = w_sum / tokens
         for r in range(n_reads):
             weights[r, 1 + self._pushes(r):] = float("nan")
-        return {"delta_reads": self._read_names(), "delta_sources": ["emb", *slot_names(self.max_iter)],
+        return {"delta_reads": self._read_names(), "delta_sources": ["emb", *slot_names(self.max_iter)][:n_cols],
                 "delta_weights": [[float(v) for v in row] for row in weights],
                 "delta_entropy": [float(v) for v in h_sum / tokens],
                 "delta_mix_ratio": [float(v) for v in r_sum / tokens]}

@@ -157,7 +157,7 @@ def test_counters_keep_counting_under_torch_compile():
         )
 
 
-@pytest.mark.parametrize("arm", ["rezero", "attnres_block"])
+@pytest.mark.parametrize("arm", ["rezero", "attnres_block", "delta_attnres"])
 def test_whole_model_compiles_as_one_graph_with_eager_losses_and_counts(arm: str):
     """``train.compile``: the whole forward is one graph (fullgraph: no break), its loss and gradients are
     eager's, and N training calls give N counts, as eager does."""
