@@ -158,10 +158,51 @@ class InjectionSpec(ArmSpec):
         return lines
 
 
+@dataclass
+class DeltaAttnResConfig:
+    """Delta AttnRes options (docs/arms.md, "Delta AttnRes"), at ``model.delta_attnres``."""
+
+    form: str = "paper"  # the key score, as model.attnres.form: "paper" (q . RMSNorm(v)) or "sqrt_d"
+    eps: float = 1e-6  # RMSNorm epsilon of the keys
+    gain: bool = True  # learned RMSNorm gain on the keys (initialised to ones)
+    readout: str = "stream"  # the head reads the stream x ("stream") or x + its own depth read ("read")
+    gate: str = "none"  # "none": u = x + read; "alpha": u = x + a_l read, a_l zero-initialised (pre-norm at init)
+
+
+class DeltaAttnResSpec(ArmSpec):
+    name = "delta_attnres"
+    options = DeltaAttnResConfig
+
+    @classmethod
+    def flops_per_token(cls, model_cfg: Any, depth: int, readouts: tuple[int, ...]) -> float:
+        """AttnResSpec's 4dm per read over m sources: sublayer slots 1 .. 2·depth - 1 (slot 0 reads the stream
+        alone) see the embedding and the outputs before them; with readout=read each readout sees those after its
+        iteration. Adding the read to x and the scalar gate are not matmuls."""
+        d = int(model_cfg.d_model)
+        pushes = list(range(1, 2 * depth))
+        if model_cfg.delta_attnres.readout == "read":
+            pushes += [2 * (k + 1) for k in readouts]
+        return sum(4.0 * d * sources_seen(p, None) for p in pushes)
+
+    @classmethod
+    def config_problems(cls, model_cfg: Any, selected: bool) -> list[str]:
+        lines: list[str] = []
+        a = model_cfg.delta_attnres
+        if a.form not in ("paper", "sqrt_d"):
+            lines.append(_bad("model.delta_attnres.form", a.form, "one of paper, sqrt_d"))
+        if not (math.isfinite(a.eps) and a.eps >= 0):
+            lines.append(_bad("model.delta_attnres.eps", a.eps, "must be a finite number >= 0"))
+        if a.readout not in ("stream", "read"):
+            lines.append(_bad("model.delta_attnres.readout", a.readout, "one of stream, read"))
+        if a.gate not in ("none", "alpha"):
+            lines.append(_bad("model.delta_attnres.gate", a.gate, "one of none, alpha"))
+        return lines
+
+
 # The built-in arms' specs by name (dormouse.arms.registry.BUILTIN_ARMS names the same arms).
 BUILTIN_SPECS: dict[str, type[ArmSpec]] = {spec.name: spec for spec in
-                                           (PreNormSpec, ReZeroSpec, GatedResidualSpec, AttnResSpec,
-                                                                        InjectionSpec)}
+                                           (PreNormSpec, ReZeroSpec, GatedResidualSpec, AttnResSpec, InjectionSpec,
+                                            DeltaAttnResSpec)}
 
 
 def arm_specs() -> dict[str, type[ArmSpec]]:

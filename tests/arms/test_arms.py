@@ -25,6 +25,7 @@ ARM_OVERRIDES = {
     "attnres": ["model.use_attnres=true"],
     "attnres_block": ["model.use_attnres=true", "model.attnres.block_size=3"],
     "injection": ["model.use_injection=true"],
+    "delta_attnres": ["model.use_delta_attnres=true"],
 }
 
 
@@ -38,8 +39,7 @@ def batch(seed: int = 0) -> torch.Tensor:
 
 
 def perturb_arm(model: LoopedByteLM, arm: str) -> None:
-    """Move the arm's own parameters off their initial values (ReZero's alpha, GR's bias, AttnRes's queries, the
-    injection's step, decay and B)."""
+    """Move the arm's own parameters off their initial values (each arm's branch below names them)."""
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
         if arm == "rezero":
@@ -160,7 +160,7 @@ def test_counters_keep_counting_under_torch_compile():
         )
 
 
-@pytest.mark.parametrize("arm", ["rezero", "attnres_block"])
+@pytest.mark.parametrize("arm", ["rezero", "attnres_block", "delta_attnres"])
 def test_whole_model_compiles_as_one_graph_with_eager_losses_and_counts(arm: str):
     """``train.compile``: the whole forward is one graph (fullgraph: no break), its loss and gradients are
     eager's, and N training calls give N counts, as eager does."""
