@@ -24,6 +24,8 @@ ARM_OVERRIDES = {
     "gr": ["model.use_gr=true"],
     "attnres": ["model.use_attnres=true"],
     "attnres_block": ["model.use_attnres=true", "model.attnres.block_size=3"],
+    "laurel": ["model.use_laurel=true"],
+    "denseformer": ["model.use_denseformer=true"],
 }
 
 
@@ -37,13 +39,17 @@ def batch(seed: int = 0) -> torch.Tensor:
 
 
 def perturb_arm(model: LoopedByteLM, arm: str) -> None:
-    """Move the arm's own parameters off their initial values (ReZero's alpha, GR's bias, AttnRes's queries)."""
+    """Move the arm's own parameters off their initial values (ReZero's alpha, GR's bias, AttnRes's queries,
+    LAuReL's alpha, beta and B A, DenseFormer's DWA weights)."""
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
         if arm == "rezero":
             model.arm.alpha.add_(0.5 + torch.rand(model.arm.alpha.shape, generator=gen))
         elif arm == "gr":
             model.arm.bias.add_(torch.randn(model.arm.bias.shape, generator=gen))
+        elif arm in ("laurel", "denseformer"):
+            for p in model.arm.parameters():
+                p.add_(0.5 * torch.randn(p.shape, generator=gen))
         else:
             model.arm.queries.add_(torch.randn(model.arm.queries.shape, generator=gen))
 
@@ -143,7 +149,7 @@ def test_counters_keep_counting_under_torch_compile():
     """A Python side effect in a compiled region runs once at trace time; the counters are in-graph adds and
     must count every call. ``eager`` backend: Dynamo's tracing is what is at stake, not codegen (inductor's
     takes minutes on 2 cores); the whole-model test below adds AOT autograd's functionalisation."""
-    for arm in ("attnres", "attnres_block", "gr"):
+    for arm in ("attnres", "attnres_block", "gr", "laurel", "denseformer"):
         model = tiny_model(arm)
         compiled = torch.compile(model, backend="eager")
         for i in range(3):
@@ -155,7 +161,7 @@ def test_counters_keep_counting_under_torch_compile():
         )
 
 
-@pytest.mark.parametrize("arm", ["rezero", "attnres_block"])
+@pytest.mark.parametrize("arm", ["rezero", "attnres_block", "denseformer"])
 def test_whole_model_compiles_as_one_graph_with_eager_losses_and_counts(arm: str):
     """``train.compile``: the whole forward is one graph (fullgraph: no break), its loss and gradients are
     eager's, and N training calls give N counts, as eager does."""
@@ -164,6 +170,8 @@ def test_whole_model_compiles_as_one_graph_with_eager_losses_and_counts(arm: str
     with torch.no_grad():
         if arm == "rezero":
             model.arm.alpha.fill_(0.3)
+        elif arm == "denseformer":  # its state is a Python list of the block outputs: traced, not a break
+            perturb_arm(model, arm)
         else:
             model.arm.queries.copy_(torch.randn(model.arm.queries.shape, generator=torch.Generator().manual_seed(6)))
     explained = torch._dynamo.explain(model)(batch(0))
