@@ -62,6 +62,30 @@ def plot_attnres_map(probe: dict[str, Any], out: Path, title: str = "AttnRes dep
     return out
 
 
+def plot_weight_matrix(weights: list[list[float]], rows: list[str], cols: list[str], out: Path, *, title: str,
+                       xlabel: str, ylabel: str) -> Path:
+    """Heat map of signed weights (rows x columns), centred on 0, each cell annotated; NaN cells blank."""
+    w = np.array(weights, dtype=float)
+    span = max(1.0, float(np.nanmax(np.abs(w)))) if np.isfinite(w).any() else 1.0
+    fig = Figure(figsize=(max(5.0, 2.4 + 0.75 * len(cols)), 1.6 + 0.45 * len(rows)), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    image = ax.imshow(np.ma.masked_invalid(w), cmap="RdBu_r", vmin=-span, vmax=span, aspect="auto")
+    for i in range(w.shape[0]):
+        for j in range(w.shape[1]):
+            if np.isfinite(w[i, j]):
+                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=7,
+                        color="white" if abs(w[i, j]) > 0.6 * span else "black")
+    ax.set_xticks(range(len(cols)), cols, rotation=45, ha="right")
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10, wrap=True)
+    fig.colorbar(image, ax=ax, fraction=0.05, pad=0.02, label="weight")
+    fig.savefig(out)
+    return out
+
+
 def spread_label(quantity: str, spread: list[float] | None, over: str) -> str:
     """A slot plot's y label, ``<quantity> (bars: sd over <over>)``, or the quantity alone without bars."""
     return f"{quantity} (bars: sd over {over})" if spread is not None else quantity

@@ -199,10 +199,93 @@ class DeltaAttnResSpec(ArmSpec):
         return lines
 
 
+LAUREL_VARIANTS = ("rw", "lr", "rw_lr")
+LAUREL_RW_NORMS = ("none", "softmax", "sigmoid")
+LAUREL_A_INITS = ("orthogonal", "xavier")
+
+
+@dataclass
+class LaurelConfig:
+    """LAuReL options (docs/arms.md, "LAuReL"), at ``model.laurel``; read when ``model.use_laurel``."""
+
+    variant: str = "rw_lr"  # "rw" (Eq. 5 without B A), "lr" (Eq. 3), "rw_lr" (Eq. 5): the paper's LLM runs
+    rank: int = 16  # r of B_s A_s; the paper's best ResNet ranks are 16-32 (its LLMs: 4 and 64)
+    rw_norm: str = "none"  # alpha, beta: "none" (raw, init 1), "softmax" over (a, b), "sigmoid" (alpha, 1 - alpha)
+    a_init: str = "orthogonal"  # A_s: "orthogonal" (the paper's LLM init, 1/sqrt(r d) on i mod r = j) or "xavier"
+
+
+def laurel_uses(variant: str) -> tuple[bool, bool]:
+    """``(rw, lr)``: whether a LAuReL variant has the learned residual weights and the low-rank term."""
+    return variant in ("rw", "rw_lr"), variant in ("lr", "rw_lr")
+
+
+class LaurelSpec(ArmSpec):
+    name = "laurel"
+    options = LaurelConfig
+
+    @classmethod
+    def flops_per_token(cls, model_cfg: Any, depth: int, readouts: tuple[int, ...]) -> float:
+        """Each of the 2 slots per iteration computes ``B_s (A_s x)``: r x d then d x r, 4 r d (LR variants only)."""
+        _, lr = laurel_uses(model_cfg.laurel.variant)
+        return 2 * depth * 4.0 * int(model_cfg.d_model) * int(model_cfg.laurel.rank) if lr else 0.0
+
+    @classmethod
+    def config_problems(cls, model_cfg: Any, selected: bool) -> list[str]:
+        lines: list[str] = []
+        o = model_cfg.laurel
+        for key, allowed in (("variant", LAUREL_VARIANTS), ("rw_norm", LAUREL_RW_NORMS), ("a_init", LAUREL_A_INITS)):
+            if getattr(o, key) not in allowed:
+                lines.append(_bad(f"model.laurel.{key}", getattr(o, key), "one of " + ", ".join(allowed)))
+        if not 1 <= o.rank <= model_cfg.d_model:
+            lines.append(_bad("model.laurel.rank", o.rank, f"must be in 1..model.d_model={model_cfg.d_model}"))
+        return lines
+
+
+@dataclass
+class DenseFormerConfig:
+    """DenseFormer options (docs/arms.md, "DenseFormer"), at ``model.denseformer``; read with its switch on."""
+
+    dilation: int = 1  # k: DWA after block i averages the X_j with j = i (mod k) (paper §3.2; 1 = every X_j)
+    period: int = 1  # p: a DWA after block i only where p divides i, else Y_i = X_i (paper §3.2)
+
+
+def dwa_sources(block: int, dilation: int) -> list[int]:
+    """The X_j a DWA after ``block`` (1-based; X_0 the embedding) averages: j <= block, j = block (mod k)."""
+    return [j for j in range(block + 1) if (block - j) % dilation == 0]
+
+
+def dwa_blocks(n_blocks: int, period: int) -> list[int]:
+    """The blocks (1-based) followed by a DWA: every ``period``-th."""
+    return [i for i in range(1, n_blocks + 1) if i % period == 0]
+
+
+class DenseFormerSpec(ArmSpec):
+    name = "denseformer"
+    options = DenseFormerConfig
+
+    @classmethod
+    def flops_per_token(cls, model_cfg: Any, depth: int, readouts: tuple[int, ...]) -> float:
+        """A DWA over m sources is one multiply-add per source and channel: 2 d m, after each block that has one."""
+        o, d = model_cfg.denseformer, int(model_cfg.d_model)
+        return sum(2.0 * d * len(dwa_sources(i, o.dilation)) for i in dwa_blocks(depth, o.period))
+
+    @classmethod
+    def config_problems(cls, model_cfg: Any, selected: bool) -> list[str]:
+        lines: list[str] = []
+        o, n = model_cfg.denseformer, int(model_cfg.max_iter)
+        for key in ("dilation", "period"):
+            if not 1 <= getattr(o, key) <= max(n, 1):
+                lines.append(_bad(f"model.denseformer.{key}", getattr(o, key), f"must be in 1..model.max_iter={n}"))
+        if not lines and selected and not any(len(dwa_sources(i, o.dilation)) > 1 for i in dwa_blocks(n, o.period)):
+            lines.append(f"model.denseformer.dilation={o.dilation} with model.denseformer.period={o.period} and "
+                         f"model.max_iter={n}: no DWA averages more than its own block's output; lower either")
+        return lines
+
+
 # The built-in arms' specs by name (dormouse.arms.registry.BUILTIN_ARMS names the same arms).
 BUILTIN_SPECS: dict[str, type[ArmSpec]] = {spec.name: spec for spec in
-                                           (PreNormSpec, ReZeroSpec, GatedResidualSpec, AttnResSpec, InjectionSpec,
-                                            DeltaAttnResSpec)}
+                                           (PreNormSpec, ReZeroSpec, GatedResidualSpec, AttnResSpec,
+                                            InjectionSpec, DeltaAttnResSpec, LaurelSpec, DenseFormerSpec)}
 
 
 def arm_specs() -> dict[str, type[ArmSpec]]:

@@ -22,7 +22,8 @@ from dormouse.model.looped import LoopedByteLM
 M, D = 3, 32  # iterations, width of the tiny preset
 ARMS = {"rezero": [], "gr": ["model.use_gr=true"], "attnres": ["model.use_attnres=true"],
         "attnres_block": ["model.use_attnres=true", "model.attnres.block_size=2"],
-        "attnres_input_query": ["model.use_attnres=true", "model.attnres.query=input"]}
+        "attnres_input_query": ["model.use_attnres=true", "model.attnres.query=input"],
+        "laurel": ["model.use_laurel=true"]}
 
 
 @functools.cache
@@ -70,12 +71,15 @@ def bump_slot(model: LoopedByteLM, arm: str, slot: int) -> None:
             model.arm.alpha[slot] += 0.5
         elif arm == "gr":
             model.arm.bias[slot] += torch.randn(D, generator=gen)
+        elif arm == "laurel":
+            model.arm.beta[slot] += 0.5
+            model.arm.lr_up_weight[slot] += torch.randn(model.arm.lr_up_weight[slot].shape, generator=gen)
         else:
             model.arm.queries[slot] += torch.randn(D, generator=gen)
             model.arm.gains[slot] *= 1.5
 
 
-@pytest.mark.parametrize("arm", ["rezero", "gr", "attnres", "attnres_block"])
+@pytest.mark.parametrize("arm", ["rezero", "gr", "attnres", "attnres_block", "laurel"])
 @pytest.mark.parametrize("slot", range(2 * M))
 def test_a_slots_parameters_move_only_the_readouts_at_and_after_its_iteration(arm: str, slot: int) -> None:
     model = live(model_for(arm)).eval()

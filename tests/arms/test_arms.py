@@ -26,6 +26,8 @@ ARM_OVERRIDES = {
     "attnres_block": ["model.use_attnres=true", "model.attnres.block_size=3"],
     "injection": ["model.use_injection=true"],
     "delta_attnres": ["model.use_delta_attnres=true"],
+    "laurel": ["model.use_laurel=true"],
+    "denseformer": ["model.use_denseformer=true"],
 }
 
 
@@ -39,18 +41,19 @@ def batch(seed: int = 0) -> torch.Tensor:
 
 
 def perturb_arm(model: LoopedByteLM, arm: str) -> None:
-    """Move the arm's own parameters off their initial values (each arm's branch below names them)."""
+    """Move the arm's own parameters off their initial values: ReZero's alpha, GR's bias, AttnRes's queries (one
+    kind each, so that a kind the arm ignores shows); every parameter of the other arms."""
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
         if arm == "rezero":
             model.arm.alpha.add_(0.5 + torch.rand(model.arm.alpha.shape, generator=gen))
         elif arm == "gr":
             model.arm.bias.add_(torch.randn(model.arm.bias.shape, generator=gen))
-        elif arm == "injection":
-            for p in (model.arm.log_step, model.arm.log_decay, model.arm.B):
-                p.add_(0.5 * torch.randn(p.shape, generator=gen))
-        else:
+        elif arm.startswith("attnres"):
             model.arm.queries.add_(torch.randn(model.arm.queries.shape, generator=gen))
+        else:
+            for p in model.arm.parameters():
+                p.add_(0.5 * torch.randn(p.shape, generator=gen))
 
 
 def trained_a_little(model: LoopedByteLM) -> None:
@@ -148,7 +151,7 @@ def test_counters_keep_counting_under_torch_compile():
     """A Python side effect in a compiled region runs once at trace time; the counters are in-graph adds and
     must count every call. ``eager`` backend: Dynamo's tracing is what is at stake, not codegen (inductor's
     takes minutes on 2 cores); the whole-model test below adds AOT autograd's functionalisation."""
-    for arm in ("attnres", "attnres_block", "gr", "injection"):
+    for arm in ("attnres", "attnres_block", "gr", "injection", "laurel", "denseformer"):
         model = tiny_model(arm)
         compiled = torch.compile(model, backend="eager")
         for i in range(3):
@@ -160,7 +163,7 @@ def test_counters_keep_counting_under_torch_compile():
         )
 
 
-@pytest.mark.parametrize("arm", ["rezero", "attnres_block", "delta_attnres"])
+@pytest.mark.parametrize("arm", ["rezero", "attnres_block", "delta_attnres", "denseformer"])
 def test_whole_model_compiles_as_one_graph_with_eager_losses_and_counts(arm: str):
     """``train.compile``: the whole forward is one graph (fullgraph: no break), its loss and gradients are
     eager's, and N training calls give N counts, as eager does."""
@@ -169,6 +172,8 @@ def test_whole_model_compiles_as_one_graph_with_eager_losses_and_counts(arm: str
     with torch.no_grad():
         if arm == "rezero":
             model.arm.alpha.fill_(0.3)
+        elif arm == "denseformer":  # its state is a Python list of the block outputs: traced, not a break
+            perturb_arm(model, arm)
         else:
             model.arm.queries.copy_(torch.randn(model.arm.queries.shape, generator=torch.Generator().manual_seed(6)))
     explained = torch._dynamo.explain(model)(batch(0))
