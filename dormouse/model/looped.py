@@ -315,7 +315,5 @@ class _SeamedAttention:
         self.project, self.attend = project, attend
 
     def __call__(self, x: Tensor, mix: AttentionMix | None = None) -> Tensor:
-        q, k, v = self.project(x)
-        if mix is not None:
-            q, k, v = mix(q, k, v)
-        return self.attend(q, k, v)
+        qkv = self.project(x)
+        return self.attend(*(qkv if mix is None else mix(*qkv)))

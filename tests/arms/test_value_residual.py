@@ -278,25 +278,22 @@ def test_options_in_range_are_accepted():
 
 
 # ----------------------------------------------------------------------------------------------------
-# train.compile: the seam under both scopes
+# train.compile: the seam traced
 # ----------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scope", ["whole", "regional"])
-def test_compiled_forward_gives_eager_losses_gradients_and_counts(scope: str):
-    """The whole forward traces through the seam (one graph, no break); the regional scope compiles attention as two
-    regions around it. Either way: eager's loss, gradients (the lambdas' included) and counts."""
+def test_whole_compiled_forward_traces_the_seam_with_eager_losses_gradients_and_counts():
+    """``train.compile_scope=whole`` traces through the seam (one graph, no break): eager's loss, gradients (the
+    lambdas' included) and counts. The regional scope's two attention regions: tests/model/test_compile_regions.py."""
     from tests.helpers.compile_parity import assert_compiled_matches_eager
 
     torch._dynamo.reset()
     model = shaken(vr_model())
     with torch.no_grad():
         model.arm.lambda1.copy_(torch.tensor([0.3, 0.6, -0.2]))
-    if scope == "whole":
-        explained = torch._dynamo.explain(model)(batch())
-        assert explained.graph_break_count == 0, explained.break_reasons
-    compiled = model.compile_whole(backend="aot_eager") if scope == "whole" else model.compile_regions(
-        backend="aot_eager")
+    explained = torch._dynamo.explain(model)(batch())
+    assert explained.graph_break_count == 0, explained.break_reasons
+    compiled = model.compile_whole(backend="aot_eager")
     losses, grads, counts = [], [], []
     for fn in (model, compiled):
         model.counters.reset()

@@ -81,4 +81,17 @@ PERTURBATIONS: list[dict] = [
                "returns the unmixed v1): identical while l1_0 + l2_0 = 1, wrong once they are learned apart",
         "protects": "mechanism",
     },
+    {
+        "name": "seamed_attention_regions_drop_the_mix",
+        "file": "dormouse/model/looped.py",
+        "function": "_SeamedAttention.__call__",
+        "old": "(qkv if mix is None else mix(*qkv))",
+        "new": "qkv",
+        "gates": ["tests/model/test_compile_regions.py::test_regions_give_eager_losses_gradients_and_counts"
+                  "[value_residual]"],
+        "why": "under the regional compile scope the attention regions skip the arm's seam: the compiled training "
+               "forward is plain pre-norm attention while eval (eager) mixes the values, and the lambdas get no "
+               "gradient",
+        "protects": "training loop",
+    },
 ]
