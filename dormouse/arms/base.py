@@ -4,7 +4,7 @@ The loop driver (:mod:`dormouse.model.looped`) never branches on the arm::
 
     state = arm.begin(embedding)
     for each iteration k, for each sublayer slot s (2 per iteration: attention, MLP):
-        out = sublayer(arm.sublayer_input(state, s))
+        out = sublayer(arm.sublayer_input(state, s))       # attention: q, k, v through arm.mix_attention
         state = arm.absorb(state, s, out)
     logits_k = head(norm(arm.readout_input(state, k)))
 
@@ -100,6 +100,17 @@ class ResidualArm(ArmSpec, nn.Module):
     def readout_input(self, state: State, k: int) -> Tensor:
         """What the head reads after iteration ``k`` (0-based)."""
         raise NotImplementedError
+
+    # --- the attention seam (docs/arms.md, "The attention seam") -------------------------------------------
+
+    def mix_attention(self, state: State, slot: int, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The attention slot ``slot``'s q, k, v [batch, heads, seq, head_dim] (q, k after RoPE) as SDPA reads them."""
+        return q, k, v
+
+    @classmethod
+    def mixes_attention(cls) -> bool:
+        """Whether the arm overrides :meth:`mix_attention`; the driver hands the seam only to an arm that does."""
+        return cls.mix_attention is not ResidualArm.mix_attention
 
     def no_decay_names(self) -> set[str]:
         """Parameter names (relative to the arm) excluded from weight decay: scalars, biases, queries, gains."""

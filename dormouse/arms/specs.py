@@ -282,10 +282,43 @@ class DenseFormerSpec(ArmSpec):
         return lines
 
 
+@dataclass
+class ValueResidualConfig:
+    """Value residual options (docs/arms.md, "Value residual"), at ``model.value_residual``."""
+
+    learnable: bool = True  # per-attention-slot lambda_1, lambda_2 learned (modded-nanogpt); false: fixed (ResFormer)
+    lambda_init: float = 0.5  # lambda_1 at the start (the weight on V_first); lambda_2 starts at 1 - lambda_init
+
+
+class ValueResidualSpec(ArmSpec):
+    name = "value_residual"
+    options = ValueResidualConfig
+
+    @classmethod
+    def flops_per_token(cls, model_cfg: Any, depth: int, readouts: tuple[int, ...]) -> float:
+        return 0.0  # lambda_1 V_first + lambda_2 V_s: two scalar multiply-adds per value channel, no matmul
+
+    @classmethod
+    def config_problems(cls, model_cfg: Any, selected: bool) -> list[str]:
+        lines: list[str] = []
+        o = model_cfg.value_residual
+        if not (math.isfinite(o.lambda_init) and 0.0 <= o.lambda_init <= 1.0):
+            lines.append(_bad("model.value_residual.lambda_init", o.lambda_init,
+                              "must be a finite number in [0, 1] (the initial weight on V_first; lambda_2 starts at "
+                              "1 - lambda_init)"))
+        changed = [f"model.value_residual.{key}={getattr(o, key)!r}"
+                   for key, default in (("learnable", True), ("lambda_init", 0.5)) if getattr(o, key) != default]
+        if changed and not selected:
+            lines.append(f"{' and '.join(changed)} set but model.{cls.switch()}=false: set "
+                         f"model.{cls.switch()}=true or leave the value residual's options at their defaults")
+        return lines
+
+
 # The built-in arms' specs by name (dormouse.arms.registry.BUILTIN_ARMS names the same arms).
 BUILTIN_SPECS: dict[str, type[ArmSpec]] = {spec.name: spec for spec in
                                            (PreNormSpec, ReZeroSpec, GatedResidualSpec, AttnResSpec,
-                                            InjectionSpec, DeltaAttnResSpec, LaurelSpec, DenseFormerSpec)}
+                                            InjectionSpec, DeltaAttnResSpec, LaurelSpec, DenseFormerSpec,
+                                            ValueResidualSpec)}
 
 
 def arm_specs() -> dict[str, type[ArmSpec]]:

@@ -4,6 +4,7 @@ arm's (:mod:`dormouse.arms`)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,6 +73,10 @@ def rope_qkv(qkv: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
     return _RopeQKV.apply(qkv, cos, sin)
 
 
+# The attention seam as the driver hands it to the attention sublayer: q, k, v -> q, k, v (ResidualArm.mix_attention
+# with the state and slot bound)
+AttentionMix = Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor, Tensor]]
+
 # RoPE tables are built once, for this many positions, and sliced per forward; a longer sequence builds its
 # own tables on the fly (same values, more work).
 ROPE_CACHE_LEN = 2048
@@ -93,7 +98,8 @@ class CausalSelfAttention(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q, k, v [batch, heads, seq, head_dim] of ``n(x)``: q and k rotated by RoPE, v not (SDPA's layout)."""
         batch, seq, d = x.shape
         qkv = self.qkv(self.norm(x)).view(batch, seq, 3, self.n_heads, self.head_dim)
         if seq <= self.rope_cos.shape[0]:
@@ -103,9 +109,20 @@ class CausalSelfAttention(nn.Module):
         # q and k rotated in one pass: [batch, seq, 2, heads, head_dim/2] halves against [seq, 1, 1, head_dim/2]
         qk, v = rope_qkv(qkv, cos[:, None, None, :], sin[:, None, None, :])
         q, k = (t.transpose(1, 2) for t in qk.unbind(2))
-        v = v.transpose(1, 2)
+        return q, k, v.transpose(1, 2)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """Causal SDPA of q, k, v [batch, heads, seq, head_dim], heads concatenated, then ``W_o``: [batch, seq, d]."""
+        batch, heads, seq, head_dim = q.shape
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).reshape(batch, seq, d))
+        return self.proj(y.transpose(1, 2).reshape(batch, seq, heads * head_dim))
+
+    def forward(self, x: Tensor, mix: AttentionMix | None = None) -> Tensor:
+        """``mix``: the arm's attention seam (``ResidualArm.mix_attention``), between the projections and SDPA."""
+        q, k, v = self.project(x)
+        if mix is not None:
+            q, k, v = mix(q, k, v)
+        return self.attend(q, k, v)
 
 
 class SwiGLU(nn.Module):
@@ -215,11 +232,15 @@ class LoopedByteLM(nn.Module):
         if trace is not None:
             trace.embedding = embedding
         logits: list[Tensor] = []
+        mixes = self.arm.mixes_attention()  # an arm without the seam is handed nothing: today's attention
         for k in range(depth):
             for j, sublayer in enumerate(regions.sublayers):
                 slot = 2 * k + j
                 h = self.arm.sublayer_input(state, slot)
-                out = sublayer(h)
+                if mixes and j == 0:  # the attention slot: the arm may mix its q, k, v
+                    out = sublayer(h, mix=functools.partial(self.arm.mix_attention, state, slot))
+                else:
+                    out = sublayer(h)
                 self.counters.count_asked(self.arm.name)
                 if trace is not None:
                     trace.inputs.append(h)
@@ -268,6 +289,12 @@ class RegionCompiled(nn.Module):
         # torch.compile of a module wraps it (an OptimizedModule sharing its parameters); the model keeps its own
         # eager modules, so evaluation, sampling and the probes never trace or recompile anything
         sublayers = tuple(torch.compile(m, **compiled) for m in model.sublayers)
+        if model.arm.mixes_attention():
+            # the seam is the arm's Python (its state, its slot): attention compiles as two regions around it,
+            # the projections and SDPA + W_o, each once for every slot; the arm's mix runs eagerly between them
+            sublayers = (_SeamedAttention(*(torch.compile(f, **compiled) for f in (model.attn.project,
+                                                                                   model.attn.attend))),
+                         *sublayers[1:])
         absorb = model.arm.absorb
         if model.arm.compiled_absorb:
             # the slot is an int argument: Dynamo's automatic dynamic turns it into a symbol at its second value
@@ -279,3 +306,14 @@ class RegionCompiled(nn.Module):
     def forward(self, idx: Tensor, depth: int | None = None, readouts: str = "all",
                 trace: LoopTrace | None = None) -> list[Tensor]:
         return self.model(idx, depth, readouts, trace, regions=self.regions)
+
+
+class _SeamedAttention:
+    """Attention as two compiled regions with the arm's seam between them (``CausalSelfAttention.forward``, split)."""
+
+    def __init__(self, project: Callable[..., tuple[Tensor, Tensor, Tensor]], attend: Callable[..., Tensor]) -> None:
+        self.project, self.attend = project, attend
+
+    def __call__(self, x: Tensor, mix: AttentionMix | None = None) -> Tensor:
+        qkv = self.project(x)
+        return self.attend(*(qkv if mix is None else mix(*qkv)))

@@ -28,6 +28,7 @@ ARM_OVERRIDES = {
     "delta_attnres": ["model.use_delta_attnres=true"],
     "laurel": ["model.use_laurel=true"],
     "denseformer": ["model.use_denseformer=true"],
+    "value_residual": ["model.use_value_residual=true"],
 }
 
 

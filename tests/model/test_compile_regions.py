@@ -13,11 +13,13 @@ from dormouse.model.looped import LoopedByteLM
 from tests.helpers.compile_parity import assert_compiled_matches_eager
 
 ARMS = {"rezero": [], "gr": ["model.use_gr=true"],
-        "attnres_block": ["model.use_attnres=true", "model.attnres.block_size=2"]}
+        "attnres_block": ["model.use_attnres=true", "model.attnres.block_size=2"],
+        "value_residual": ["model.use_value_residual=true"]}
 # The graphs of a training step: the attention sublayer, the MLP sublayer and the readouts' final norm, plus the
 # arm's absorb where the arm compiles it (ResidualArm.compiled_absorb): GR's at slot 0, then with the slot as a
-# symbol, once per branch of its gate's parity (attention or MLP gate); AttnRes runs its absorb eagerly.
-GRAPHS = {"gr": 3 + 3, "attnres_block": 3}
+# symbol, once per branch of its gate's parity (attention or MLP gate); AttnRes runs its absorb eagerly. An arm that
+# mixes attention's q, k, v (ResidualArm.mix_attention) has attention as two regions around its seam.
+GRAPHS = {"gr": 3 + 3, "attnres_block": 3, "value_residual": 3 + 1}
 
 
 def model_of(arm: str, max_iter: int) -> LoopedByteLM:
@@ -45,7 +47,8 @@ def train_step(fn, model: LoopedByteLM, opt: torch.optim.Optimizer, seed: int, *
     return loss.item()
 
 
-@pytest.mark.parametrize(("arm", "max_iter"), [("gr", 2), ("gr", 6), ("attnres_block", 4)])
+@pytest.mark.parametrize(("arm", "max_iter"), [("gr", 2), ("gr", 6), ("attnres_block", 4),
+                                                      ("value_residual", 3)])
 def test_regions_compile_once_for_every_iteration_slot_depth_and_lr(arm: str, max_iter: int):
     """The same few graphs at the first step, whatever the depth of the loop; then no recompile at other depths,
     readout choices and learning rates (Dynamo's ``error_on_recompile`` turns a recompile into an error)."""
