@@ -317,7 +317,7 @@ class ValueResidualSpec(ArmSpec):
 # The built-in arms' specs by name (dormouse.arms.registry.BUILTIN_ARMS names the same arms).
 BUILTIN_SPECS: dict[str, type[ArmSpec]] = {spec.name: spec for spec in
                                            (PreNormSpec, ReZeroSpec, GatedResidualSpec, AttnResSpec,
-                                            InjectionSpec, DeltaAttnResSpec, LaurelSpec, DenseFormerSpec,
+                                            DeltaAttnResSpec, LaurelSpec, DenseFormerSpec, InjectionSpec,
                                             ValueResidualSpec)}
 
 

@@ -195,8 +195,7 @@ def test_a_replayed_step_replaces_the_rows_from_that_step_on() -> None:
 def test_learned_summary_round_trips_and_is_optional() -> None:
     r = {**row(300), "learned_name": "emb_w", "learned": 0.21125}
     line = format_eval_line(r, 3)
-    last = ARMS[-1]  # after the counters, which are in registry order: the last registered arm's is last
-    assert f" {last}={r[f'{last}_ran']}/{r[f'{last}_asked']} learned=emb_w:0.2112 kernel=torch " in line
+    assert " attnres=40/40 learned=emb_w:0.2112 kernel=torch " in line  # after the (selected arm's) counter
     v = parse_eval_line(line)
     assert v["learned_name"] == "emb_w" and v["learned"] == 0.2112
     assert "learned" not in format_eval_line(row(300), 3)  # a row without probe fields
