@@ -22,7 +22,7 @@ from dormouse.model.looped import LoopedByteLM
 M, D = 3, 32  # iterations, width of the tiny preset
 ARMS = {"rezero": [], "gr": ["model.use_gr=true"], "attnres": ["model.use_attnres=true"],
         "attnres_block": ["model.use_attnres=true", "model.attnres.block_size=2"],
-        "attnres_input_query": ["model.use_attnres=true", "model.attnres.query=input"]}
+        "attnres_input_query": ["model.use_attnres=true", "model.attnres.query=input"], "mhc": ["model.use_mhc=true"]}
 
 
 @functools.cache
@@ -70,12 +70,14 @@ def bump_slot(model: LoopedByteLM, arm: str, slot: int) -> None:
             model.arm.alpha[slot] += 0.5
         elif arm == "gr":
             model.arm.bias[slot] += torch.randn(D, generator=gen)
+        elif arm == "mhc":
+            model.arm.bias[slot] += torch.randn(model.arm.bias.shape[1], generator=gen)
         else:
             model.arm.queries[slot] += torch.randn(D, generator=gen)
             model.arm.gains[slot] *= 1.5
 
 
-@pytest.mark.parametrize("arm", ["rezero", "gr", "attnres", "attnres_block"])
+@pytest.mark.parametrize("arm", ["rezero", "gr", "attnres", "attnres_block", "mhc"])
 @pytest.mark.parametrize("slot", range(2 * M))
 def test_a_slots_parameters_move_only_the_readouts_at_and_after_its_iteration(arm: str, slot: int) -> None:
     model = live(model_for(arm)).eval()

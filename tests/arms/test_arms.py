@@ -24,6 +24,7 @@ ARM_OVERRIDES = {
     "gr": ["model.use_gr=true"],
     "attnres": ["model.use_attnres=true"],
     "attnres_block": ["model.use_attnres=true", "model.attnres.block_size=3"],
+    "mhc": ["model.use_mhc=true"],
 }
 
 
@@ -37,12 +38,13 @@ def batch(seed: int = 0) -> torch.Tensor:
 
 
 def perturb_arm(model: LoopedByteLM, arm: str) -> None:
-    """Move the arm's own parameters off their initial values (ReZero's alpha, GR's bias, AttnRes's queries)."""
+    """Move the arm's own parameters off their initial values (ReZero's alpha, GR's and mHC's biases, AttnRes's
+    queries)."""
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
         if arm == "rezero":
             model.arm.alpha.add_(0.5 + torch.rand(model.arm.alpha.shape, generator=gen))
-        elif arm == "gr":
+        elif arm in ("gr", "mhc"):
             model.arm.bias.add_(torch.randn(model.arm.bias.shape, generator=gen))
         else:
             model.arm.queries.add_(torch.randn(model.arm.queries.shape, generator=gen))
