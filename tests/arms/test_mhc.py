@@ -382,3 +382,32 @@ def test_the_whole_model_traces_as_one_graph_and_counts_every_compiled_call():
     assert ran == asked == 4 * 2 * 3, f"ran={ran} asked={asked} (deviation={24 - min(ran, asked)}, bound=0)"
     dev = max((a - b).abs().max().item() for a, b in zip(eager, got))
     assert dev < 1e-5, f"compiled logits differ from eager (deviation={dev:.3e}, bound=1e-5)"
+
+
+def test_the_probe_replays_the_streams_the_forward_built_and_starts_at_the_initial_maps(tmp_path):
+    """learned() rebuilds the streams from the recorded sublayer outputs: its collapse with each slot's pre is the
+    input the forward handed that sublayer. At init pre ~ 1/2, post ~ 1, comb ~ 1/n and the streams nearly one."""
+    from dormouse.arms.mhc import collapse
+    from dormouse.arms.probes import LoopTrace, learned_values
+
+    model = LoopedByteLM(compose_config(["preset=tiny", "model.max_iter=3", "model.use_mhc=true"]).model, seed=0)
+    idx = torch.randint(0, 256, (4, 16), generator=torch.Generator().manual_seed(0))
+    trace = LoopTrace()
+    with torch.no_grad():
+        model(idx, trace=trace)
+        x = model.arm.begin(trace.embedding).streams
+        for s, (h, out) in enumerate(zip(trace.inputs, trace.outputs)):
+            pre, post, comb = model.arm.maps(x, s)
+            dev = (collapse(pre, x) - h).abs().max().item()
+            assert dev == 0.0, f"slot {s}: the replayed input differs from the forward's (deviation={dev:.3e}, bound=0)"
+            x = model.arm.mix(x, post, comb, out)
+    fields = learned_values(model, idx, batch_size=2).fields
+    # N(0, 0.02) projections of a unit-RMS 4d = 128-vector: logits ~ N(0, 0.02^2 128) ~ 0.23 sd, so the maps sit
+    # within a few percent of their centres (sigmoid' = 1/4 there)
+    for name, centre, bound in (("pre_mean", 0.5, 0.05), ("post_mean", 1.0, 0.1), ("comb_diag", 0.25, 0.05)):
+        worst = max(abs(v - centre) for v in fields[name])
+        assert worst < bound, f"{name} at init {fields[name]} (deviation={worst:.3e}, bound={bound})"
+    assert max(fields["stream_spread"]) < 0.1, fields["stream_spread"]
+    row = {f"probe/{k}": v for k, v in fields.items()}
+    written = MHC.plot(row, tmp_path / MHC.plot_file, "")
+    assert written is not None and written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
