@@ -7,6 +7,7 @@ from dormouse.arms import (  # noqa: F401
     gr,
     injection,
     laurel,
+    mhc,
     prenorm,
     rezero,
     value_residual,

@@ -314,10 +314,51 @@ class ValueResidualSpec(ArmSpec):
         return lines
 
 
+@dataclass
+class MHCConfig:
+    """Manifold-constrained hyper-connections options (docs/arms.md), at ``model.mhc``; read when ``model.use_mhc``."""
+
+    n_streams: int = 4  # parallel residual streams n (DeepSeek-V4's hc_mult)
+    sinkhorn_iters: int = 20  # row/column normalisation pairs, the softmax counting as the first row step
+    eps: float = 1e-6  # added to pre, to the softmax and to every Sinkhorn denominator (hc_eps)
+    norm_eps: float = 1e-6  # the RMSNorm epsilon of the flattened streams (rms_norm_eps)
+
+
+class MHCSpec(ArmSpec):
+    name = "mhc"
+    options = MHCConfig
+
+    @classmethod
+    def flops_per_token(cls, model_cfg: Any, depth: int, readouts: tuple[int, ...]) -> float:
+        """Per slot the projection ``n d -> n^2 + 2n`` (2nd(n^2 + 2n)), the collapse ``sum_k pre_k X_k`` (2nd) and the
+        mix ``comb^T X`` (2n^2 d); per readout the head's ``n d -> n`` (2n^2 d) and its collapse (2nd). Elementwise
+        work is left out, as for the other arms: ``post (x) F`` (nd multiply-adds, ReZero's ``alpha f``), the
+        norms, sigmoids and the Sinkhorn iterations (about 4 n^2 sinkhorn_iters per slot)."""
+        n, d = int(model_cfg.mhc.n_streams), int(model_cfg.d_model)
+        per_slot = 2.0 * n * d * (n * n + 2 * n) + 2.0 * n * d + 2.0 * n * n * d
+        per_readout = 2.0 * n * n * d + 2.0 * n * d
+        return 2 * depth * per_slot + len(readouts) * per_readout
+
+    @classmethod
+    def config_problems(cls, model_cfg: Any, selected: bool) -> list[str]:
+        m = model_cfg.mhc
+        lines: list[str] = []
+        if isinstance(m.n_streams, bool) or not isinstance(m.n_streams, int) or m.n_streams < 1:
+            lines.append(_bad("model.mhc.n_streams", m.n_streams, "must be an int >= 1"))
+        if isinstance(m.sinkhorn_iters, bool) or not isinstance(m.sinkhorn_iters, int) or m.sinkhorn_iters < 1:
+            lines.append(_bad("model.mhc.sinkhorn_iters", m.sinkhorn_iters,
+                              "must be an int >= 1 (the softmax and one column normalisation)"))
+        for key in ("eps", "norm_eps"):
+            value = getattr(m, key)
+            if not (math.isfinite(value) and value >= 0):
+                lines.append(_bad(f"model.mhc.{key}", value, "must be a finite number >= 0"))
+        return lines
+
+
 # The built-in arms' specs by name (dormouse.arms.registry.BUILTIN_ARMS names the same arms).
 BUILTIN_SPECS: dict[str, type[ArmSpec]] = {spec.name: spec for spec in
                                            (PreNormSpec, ReZeroSpec, GatedResidualSpec, AttnResSpec,
-                                            DeltaAttnResSpec, LaurelSpec, DenseFormerSpec, InjectionSpec,
+                                            DeltaAttnResSpec, MHCSpec, LaurelSpec, DenseFormerSpec, InjectionSpec,
                                             ValueResidualSpec)}
 
 

@@ -23,7 +23,7 @@ M, D = 3, 32  # iterations, width of the tiny preset
 ARMS = {"rezero": [], "gr": ["model.use_gr=true"], "attnres": ["model.use_attnres=true"],
         "attnres_block": ["model.use_attnres=true", "model.attnres.block_size=2"],
         "attnres_input_query": ["model.use_attnres=true", "model.attnres.query=input"],
-        "laurel": ["model.use_laurel=true"]}
+        "laurel": ["model.use_laurel=true"], "mhc": ["model.use_mhc=true"]}
 
 
 @functools.cache
@@ -74,12 +74,15 @@ def bump_slot(model: LoopedByteLM, arm: str, slot: int) -> None:
         elif arm == "laurel":
             model.arm.beta[slot] += 0.5
             model.arm.lr_up_weight[slot] += torch.randn(model.arm.lr_up_weight[slot].shape, generator=gen)
+        elif arm == "mhc":
+            model.arm.bias[slot] += torch.randn(model.arm.bias.shape[1], generator=gen)
         else:
             model.arm.queries[slot] += torch.randn(D, generator=gen)
             model.arm.gains[slot] *= 1.5
 
 
 @pytest.mark.parametrize("arm", ["rezero", "gr", "attnres", "attnres_block", "laurel"])
+@pytest.mark.parametrize("arm", ["rezero", "gr", "attnres", "attnres_block", "mhc"])
 @pytest.mark.parametrize("slot", range(2 * M))
 def test_a_slots_parameters_move_only_the_readouts_at_and_after_its_iteration(arm: str, slot: int) -> None:
     model = live(model_for(arm)).eval()

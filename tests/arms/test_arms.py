@@ -29,6 +29,7 @@ ARM_OVERRIDES = {
     "laurel": ["model.use_laurel=true"],
     "denseformer": ["model.use_denseformer=true"],
     "value_residual": ["model.use_value_residual=true"],
+    "mhc": ["model.use_mhc=true"],
 }
 
 
@@ -44,11 +45,13 @@ def batch(seed: int = 0) -> torch.Tensor:
 def perturb_arm(model: LoopedByteLM, arm: str) -> None:
     """Move the arm's own parameters off their initial values: ReZero's alpha, GR's bias, AttnRes's queries (one
     kind each, so that a kind the arm ignores shows); every parameter of the other arms."""
+    """Move the arm's own parameters off their initial values (ReZero's alpha, GR's and mHC's biases, AttnRes's
+    queries)."""
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
         if arm == "rezero":
             model.arm.alpha.add_(0.5 + torch.rand(model.arm.alpha.shape, generator=gen))
-        elif arm == "gr":
+        elif arm in ("gr", "mhc"):
             model.arm.bias.add_(torch.randn(model.arm.bias.shape, generator=gen))
         elif arm.startswith("attnres"):
             model.arm.queries.add_(torch.randn(model.arm.queries.shape, generator=gen))
