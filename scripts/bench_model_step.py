@@ -3,7 +3,8 @@
 
 Arms: ``prenorm`` (the plain pre-norm residual, the default baseline: ``--baseline``), ``rezero``, ``gr``,
 ``attnres`` (Full) and ``attnres_block`` (Block, S = 2) with the torch read, and on CUDA ``attnres_fused`` /
-``attnres_block_fused`` (``model.kernel=triton``). Each arm is a fresh model from the same seed, run as
+``attnres_block_fused`` (``model.kernel=triton``), and the field's arms (``delta_attnres``, ``mhc``, ``laurel``,
+``denseformer``, ``injection``, ``value_residual``). Each arm is a fresh model from the same seed, run as
 dormouse.train.loop runs it: bf16 autocast on CUDA, the preset's batch and sequence length, readouts as
 ``train.readout``. ``--modes`` adds the compiled forward: ``regional`` (``LoopedByteLM.compile_regions()``, what
 ``train.compile=true`` runs: each sublayer and the final norm compiled once, the loop and the arm eager),
@@ -59,6 +60,12 @@ ARMS: dict[str, list[str]] = {
     "attnres_block": ["model.use_attnres=true", "model.kernel=torch", "model.attnres.block_size=2"],
     "attnres_fused": ["model.use_attnres=true", "model.kernel=triton"],
     "attnres_block_fused": ["model.use_attnres=true", "model.kernel=triton", "model.attnres.block_size=2"],
+    "delta_attnres": ["model.use_delta_attnres=true"],
+    "mhc": ["model.use_mhc=true"],
+    "laurel": ["model.use_laurel=true"],
+    "denseformer": ["model.use_denseformer=true"],
+    "injection": ["model.use_injection=true"],
+    "value_residual": ["model.use_value_residual=true"],
 }
 CUDA_ONLY = ("attnres_fused", "attnres_block_fused")
 MODES = ("eager", "regional", "compile", "reduce-overhead")

@@ -112,6 +112,10 @@ class ResidualArm(ArmSpec, nn.Module):
         """Whether the arm overrides :meth:`mix_attention`; the driver hands the seam only to an arm that does."""
         return cls.mix_attention is not ResidualArm.mix_attention
 
+    def init_random(self, generator: torch.Generator) -> None:
+        """Draw the arm's random parameters from the run's seeded ``generator`` (the model calls it); most arms
+        start deterministic and draw nothing."""
+
     def no_decay_names(self) -> set[str]:
         """Parameter names (relative to the arm) excluded from weight decay: scalars, biases, queries, gains."""
         return {name for name, p in self.named_parameters() if p.ndim < 2 or not name.endswith("weight")}

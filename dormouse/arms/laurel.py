@@ -15,9 +15,7 @@ from dormouse.arms.base import ResidualArm
 from dormouse.arms.probes import LoopTrace, slot_names
 from dormouse.arms.specs import LaurelConfig, LaurelSpec, laurel_uses
 
-# A_s's Xavier draw (a_init=xavier) comes from its own stream: the arm is built without the run's seed, and the
-# shared weights' stream (LoopedByteLM.init_weights) must stay equal across arms
-XAVIER_SEED = 0
+XAVIER_SEED = 0  # A_s's Xavier draw of an arm built alone; in a model, init_random redraws from the run's seed
 
 
 class Laurel(LaurelSpec, ResidualArm):
@@ -48,14 +46,21 @@ class Laurel(LaurelSpec, ResidualArm):
             # sigmoid: one parameter per slot, beta = 1 - alpha (§2.1)
             self.beta = nn.Parameter(torch.full((self.n_slots,), start)) if self.rw_norm != "sigmoid" else None
         if self.lr:
-            self.lr_down_weight = nn.Parameter(self._a_init(str(cfg.a_init)))  # A_s [S, r, d]
+            self.a_init = str(cfg.a_init)
+            self.lr_down_weight = nn.Parameter(self._a_init(self.a_init))  # A_s [S, r, d]
             self.lr_up_weight = nn.Parameter(torch.zeros(self.n_slots, d_model, self.rank))  # B_s [S, d, r], zero
 
-    def _a_init(self, how: str) -> Tensor:
+    @torch.no_grad()
+    def init_random(self, generator: torch.Generator) -> None:
+        """Xavier's A_s from the run's seed (the orthogonal init draws nothing)."""
+        if self.lr and self.a_init == "xavier":
+            self.lr_down_weight.copy_(self._a_init("xavier", generator))
+
+    def _a_init(self, how: str, generator: torch.Generator | None = None) -> Tensor:
         """A_s [S, r, d]: §3.3's column-orthogonal init (``1/sqrt(r d)`` where ``i mod r = j``) or Xavier's."""
         r, d = self.rank, self.d_model
         if how == "xavier":
-            gen = torch.Generator().manual_seed(XAVIER_SEED)
+            gen = torch.Generator().manual_seed(XAVIER_SEED) if generator is None else generator
             bound = math.sqrt(6.0 / (r + d))
             return (torch.rand(self.n_slots, r, d, generator=gen) * 2 - 1) * bound
         a = torch.zeros(r, d)

@@ -17,9 +17,7 @@ from dormouse.arms.specs import MHCConfig, MHCSpec
 from dormouse.ops.norm import rms_norm
 
 MHC_INIT_STD = 0.02  # the projections' N(0, 0.02) (DeepSeek-V4's initializer_range); biases 0, scales 1
-# The projections are drawn from the arm's own generator: the model's shared-weight stream stays every arm's,
-# and a run is reproducible. The arm never sees train.seed, so this draw is the same for every seed.
-MHC_INIT_SEED = 0
+MHC_INIT_SEED = 0  # an arm built alone draws from this; in a model, init_random redraws from the run's seed
 
 
 def sinkhorn(logits: Tensor, iters: int, eps: float) -> Tensor:
@@ -79,6 +77,13 @@ class MHC(MHCSpec, ResidualArm):
         self.head_weight = nn.Parameter(torch.randn(max_iter, n, n * d_model, generator=gen) * MHC_INIT_STD)
         self.head_bias = nn.Parameter(torch.zeros(max_iter, n))
         self.head_alpha = nn.Parameter(torch.ones(max_iter))
+
+    @torch.no_grad()
+    def init_random(self, generator: torch.Generator) -> None:
+        """The projections' N(0, 0.02) from the run's seed: with all-zero projections the n streams would stay
+        identical (no mixing to learn)."""
+        for w in (self.weight, self.head_weight):
+            w.copy_(torch.randn(w.shape, generator=generator) * MHC_INIT_STD)
 
     def maps(self, streams: Tensor, slot: int) -> tuple[Tensor, Tensor, Tensor]:
         """Slot ``slot``'s ``(pre [..., n], post [..., n], comb [..., n, n])`` from the streams (compute dtype)."""

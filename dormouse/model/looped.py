@@ -77,6 +77,8 @@ def rope_qkv(qkv: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
 # with the state and slot bound)
 AttentionMix = Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor, Tensor]]
 
+ARM_SEED_OFFSET = 2**32  # the arm's stream is seed + this: no run's shared stream is another's arm stream
+
 # RoPE tables are built once, for this many positions, and sliced per forward; a longer sequence builds its
 # own tables on the fly (same values, more work).
 ROPE_CACHE_LEN = 2048
@@ -198,6 +200,9 @@ class LoopedByteLM(nn.Module):
                 module.weight.copy_(torch.randn(module.weight.shape, generator=shared) * std)
             elif isinstance(module, nn.Embedding):
                 module.weight.copy_(torch.randn(module.weight.shape, generator=shared) * 0.02)
+        # the arm's random draws from a stream of their own, keyed on the seed too: replicates vary them, and
+        # the shared weights stay every arm's
+        self.arm.init_random(torch.Generator().manual_seed(seed + ARM_SEED_OFFSET))
 
     def compile_whole(self, backend: str = "inductor", mode: str | None = None) -> nn.Module:
         """``train.compile_scope=whole``: the forward as one ``fullgraph`` graph per depth and mode."""

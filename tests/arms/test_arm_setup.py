@@ -81,8 +81,7 @@ def bump_slot(model: LoopedByteLM, arm: str, slot: int) -> None:
             model.arm.gains[slot] *= 1.5
 
 
-@pytest.mark.parametrize("arm", ["rezero", "gr", "attnres", "attnres_block", "laurel"])
-@pytest.mark.parametrize("arm", ["rezero", "gr", "attnres", "attnres_block", "mhc"])
+@pytest.mark.parametrize("arm", ["rezero", "gr", "attnres", "attnres_block", "laurel", "mhc"])
 @pytest.mark.parametrize("slot", range(2 * M))
 def test_a_slots_parameters_move_only_the_readouts_at_and_after_its_iteration(arm: str, slot: int) -> None:
     model = live(model_for(arm)).eval()
@@ -147,3 +146,14 @@ def test_gr_gate_reads_the_rms_normalised_state() -> None:
         scaled = arm.absorb(7.0 * x, slot, out) - 7.0 * x
         dev_scale = (scaled - (arm.absorb(x, slot, out) - x)).abs().max().item()
         assert dev_scale < 2e-5, f"GR gate depends on the scale of x (deviation={dev_scale:.3e} bound=2e-5)"
+
+
+@pytest.mark.parametrize(("arm", "param"), [("mhc", "weight"), ("laurel", "lr_down_weight")])
+def test_an_arms_random_init_follows_the_seed_and_leaves_the_shared_weights_every_arms(arm: str, param: str):
+    extra = ["model.laurel.a_init=xavier"] if arm == "laurel" else []
+    cfgs = [compose_config(["preset=tiny", f"model.use_{arm}=true", *extra]) for _ in range(2)]
+    a, b, again = (LoopedByteLM(cfg.model, seed=s) for cfg, s in ((cfgs[0], 1), (cfgs[1], 2), (cfgs[0], 1)))
+    draw = {m: dict(m.arm.named_parameters())[param] for m in (a, b, again)}
+    assert not torch.equal(draw[a], draw[b]) and torch.equal(draw[a], draw[again])
+    plain = LoopedByteLM(compose_config(["preset=tiny"]).model, seed=1)
+    assert torch.equal(a.attn.qkv.weight, plain.attn.qkv.weight) and torch.equal(a.embed.weight, plain.embed.weight)

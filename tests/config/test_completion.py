@@ -37,7 +37,7 @@ def test_override_completion_offers_true_false_for_a_boolean_and_nothing_for_an_
 def test_ab_name_completion_offers_the_registered_comparisons():
     assert complete_comparison("") == list_comparisons()
     # a registered study completes like a comparison
-    assert complete_comparison("sm") == ["smoke", "smoke_flops", "smoke_robust", "smoke_study"]
+    assert complete_comparison("sm") == ["smoke", "smoke_field", "smoke_flops", "smoke_robust", "smoke_study"]
 
 
 def _complete(words: str) -> list[str]:
@@ -51,4 +51,4 @@ def _complete(words: str) -> list[str]:
 def test_shell_completes_keys_presets_and_comparison_names_through_typer():
     assert _complete("dormouse train train.dt") == ["train.dtype="]
     assert _complete("dormouse validate preset=ti") == ["preset=tiny"]
-    assert _complete("dormouse ab smo") == ["smoke", "smoke_flops", "smoke_robust", "smoke_study"]
+    assert _complete("dormouse ab smo") == ["smoke", "smoke_field", "smoke_flops", "smoke_robust", "smoke_study"]
