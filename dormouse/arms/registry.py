@@ -14,8 +14,8 @@ from dormouse.errors import DormouseError
 
 # The built-in arms (defined in dormouse.arms.<name>, imported by dormouse.arms.builtin), simplest first: the
 # registry's order starts with them, not sorted.
-BUILTIN_ARMS: tuple[str, ...] = ("prenorm", "rezero", "gr", "attnres",
-                                 "delta_attnres", "mhc", "laurel", "denseformer", "injection", "value_residual")
+BUILTIN_ARMS: tuple[str, ...] = ("prenorm", "rezero", "gr", "value_residual", "laurel", "denseformer",
+                                 "injection", "attnres", "delta_attnres", "mhc")
 DEFAULT_ARM = "rezero"  # the arm no switch selects; its class declares default=True
 BUILTIN_PACKAGE = "dormouse.arms"  # a class defined in a module under it is a built-in arm
 

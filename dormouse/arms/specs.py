@@ -357,9 +357,8 @@ class MHCSpec(ArmSpec):
 
 # The built-in arms' specs by name (dormouse.arms.registry.BUILTIN_ARMS names the same arms).
 BUILTIN_SPECS: dict[str, type[ArmSpec]] = {spec.name: spec for spec in
-                                           (PreNormSpec, ReZeroSpec, GatedResidualSpec, AttnResSpec,
-                                            DeltaAttnResSpec, MHCSpec, LaurelSpec, DenseFormerSpec, InjectionSpec,
-                                            ValueResidualSpec)}
+                                           (PreNormSpec, ReZeroSpec, GatedResidualSpec, ValueResidualSpec, LaurelSpec,
+                                            DenseFormerSpec, InjectionSpec, AttnResSpec, DeltaAttnResSpec, MHCSpec)}
 
 
 def arm_specs() -> dict[str, type[ArmSpec]]:

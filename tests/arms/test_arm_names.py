@@ -23,6 +23,15 @@ def test_the_declared_builtin_arms_are_the_classes_dormouse_arms_builtin_defines
     assert list(registry.ARMS) == list(classes) and registry.default_arm() == registry.DEFAULT_ARM
 
 
+def test_the_registry_order_is_the_declared_built_ins_simplest_first_then_the_others() -> None:
+    """The order is the tie-break's (a tie keeps the simpler arm) and the counters' in metrics.jsonl: declared, not
+    sorted."""
+    names = registry.arm_names()
+    assert names[:len(registry.BUILTIN_ARMS)] == registry.BUILTIN_ARMS
+    assert names[:4] == ("prenorm", "rezero", "gr", "value_residual") and names[-3:] == ("attnres", "delta_attnres",
+                                                                                         "mhc")
+
+
 def test_each_builtin_arm_class_derives_from_the_spec_the_schema_reads() -> None:
     """The schema is built from the specs (no torch); each class takes its name, default and options from its own."""
     classes = registry.arm_classes()

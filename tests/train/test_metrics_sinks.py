@@ -5,7 +5,8 @@ json), and every other field stays where it was.
 The defect this pins: `dormouse logs` once rendered eval columns by position, so adding `grad_norm` to the
 row put `window_steps`' value under `grad_norm` and shifted the next column, and no test failed. Each
 added field below is put in the *middle* of the row (after `depth`), where a positional reader misplaces
-it; the added counter stands for a registry arm that does not exist yet (the pre-norm arm's `prenorm`).
+it; the added counter stands for an arm the registry does not know (a plugin's, leaking: an unselected arm's 0/0
+stays off the line).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def trainer_row(step: int, bpb: float) -> dict[str, Any]:
 
 
 ADDED = {"grad_norm": {"grad_norm": 0.8125},  # a number the line has no format for
-         "counter": {"prenorm_ran": 0, "prenorm_asked": 0}}  # an arm the registry does not know yet
+         "counter": {"sgate_ran": 3, "sgate_asked": 0}}  # an arm the registry does not know
 
 
 def with_added(row: dict[str, Any], added: dict[str, Any]) -> dict[str, Any]:
@@ -107,8 +108,8 @@ def runs(tmp_path: Path, added: dict[str, Any]) -> dict[str, Any]:
 
 def expected_tokens(added: dict[str, Any]) -> dict[str, str]:
     """How the added field reads on the eval line: a counter as ``ran/asked``, a number as itself."""
-    if "prenorm_ran" in added:
-        return {"prenorm": f"{added['prenorm_ran']}/{added['prenorm_asked']}"}
+    if "sgate_ran" in added:
+        return {"sgate": f"{added['sgate_ran']}/{added['sgate_asked']}"}
     return {k: format(v, ".4g") for k, v in added.items()}
 
 
@@ -158,7 +159,7 @@ def test_an_added_field_shows_under_its_own_name_in_every_logs_view(runs, added)
         bd = dict(zip(base_head.split("\t"), b.split("\t"), strict=True))
         pd = dict(zip(plus_head.split("\t"), p.split("\t"), strict=True))
         bd.pop("run"), pd.pop("run")
-        extra = {k: str(v) for k, v in added.items()} if "grad_norm" in added else {"prenorm": "0/0"}
+        extra = {k: str(v) for k, v in added.items()} if "grad_norm" in added else {"sgate": "3/0"}
         assert pd == {**bd, **extra}
     # json: the metrics.jsonl rows whole
     base_json, plus_json = (json_evals(d) for d in (base_dir, plus_dir))
