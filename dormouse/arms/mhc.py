@@ -22,11 +22,13 @@ MHC_INIT_SEED = 0  # an arm built alone draws from this; in a model, init_random
 
 def sinkhorn(logits: Tensor, iters: int, eps: float) -> Tensor:
     """``comb``: ``softmax_rows(logits) + eps``, a column normalisation, then ``iters - 1`` row/column pairs."""
-    comb = torch.softmax(logits, dim=-1) + eps
+    # computed as [n, n, tokens]: each sum is then n contiguous token vectors added, not a strided reduction over
+    # a trailing axis of n (measured ~3x faster, forward and backward, at n = 4 on CPU)
+    comb = torch.softmax(logits, dim=-1).movedim((-2, -1), (0, 1)).contiguous() + eps
     for step in range(2 * iters - 1):  # the source's order: columns first (the softmax did the rows), columns last
-        axis = -2 if step % 2 == 0 else -1
+        axis = 0 if step % 2 == 0 else 1
         comb = comb / (comb.sum(dim=axis, keepdim=True) + eps)
-    return comb
+    return comb.movedim((0, 1), (-2, -1)).contiguous()  # the mix's batched product needs it contiguous
 
 
 def flat_mixes(streams: Tensor, weight: Tensor, norm_eps: float) -> Tensor:
@@ -35,8 +37,9 @@ def flat_mixes(streams: Tensor, weight: Tensor, norm_eps: float) -> Tensor:
 
 
 def collapse(weights: Tensor, streams: Tensor) -> Tensor:
-    """``sum_k w_k X_k`` as one [1, n] x [n, d] product per token."""
-    return torch.matmul(weights.unsqueeze(-2), streams).squeeze(-2)
+    """``sum_k w_k X_k``: a broadcast multiply and a sum over the n streams (a batched [1, n] x [n, d] product is
+    slower at n = 4)."""
+    return (weights.unsqueeze(-1) * streams).sum(dim=-2)
 
 
 @dataclass

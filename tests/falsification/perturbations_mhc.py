@@ -24,8 +24,8 @@ PERTURBATIONS: list[dict] = [
         "name": "mhc_sinkhorn_rows_only",
         "file": _FILE,
         "function": "sinkhorn",
-        "old": "axis = -2 if step % 2 == 0 else -1",
-        "new": "axis = -1",
+        "old": "axis = 0 if step % 2 == 0 else 1",
+        "new": "axis = 1",
         "gates": [_GOLD, _T + "test_comb_is_doubly_stochastic_to_the_birkhoff_bound_of_its_iterations"],
         "why": "the column normalisation dropped: comb is the row softmax alone, row-stochastic but not doubly "
                "stochastic, so comb^T X no longer preserves the streams' mean",
