@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from dormouse.arms.base import ResidualArm
-from dormouse.arms.probes import LoopTrace, slot_names
+from dormouse.arms.probes import LoopTrace, depth_map_scalars, slot_names
 from dormouse.arms.specs import AttnResConfig, AttnResSpec
 from dormouse.ops.attnres import (
     BlockAttnResState,
@@ -174,14 +174,7 @@ class AttnRes(AttnResSpec, ResidualArm):
     @classmethod
     def probe_scalars(cls, row: dict[str, Any]) -> dict[str, float]:
         """``probe/weights/out3<-emb`` and ``probe/entropy/mlp2``; a source a read cannot see is left out."""
-        out: dict[str, float] = {}
-        reads, sources = row.get("probe/reads") or [], row.get("probe/sources") or []
-        for read, weights, entropy in zip(reads, row.get("probe/weights") or [], row.get("probe/entropy") or []):
-            out[f"probe/entropy/{read}"] = float(entropy)
-            for source, w in zip(sources, weights):
-                if math.isfinite(w):
-                    out[f"probe/weights/{read}<-{source}"] = float(w)
-        return out
+        return depth_map_scalars(row)
 
     @classmethod
     def mean_over_seeds(cls, rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -36,6 +36,7 @@ class ResidualArm(ArmSpec, nn.Module):
 
     plot_file: ClassVar[str | None] = None  # the run's plot of what the arm learned (dormouse.arms.plots)
     slot_fields: ClassVar[tuple[str, ...]] = ()  # probe fields holding one number per slot
+    list_fields: ClassVar[tuple[str, ...] | None] = None  # probe lists averaged over seeds (None: slot_fields)
     # train.compile (regional scope, dormouse.model.looped.RegionCompiled) compiles this arm's absorb as its own
     # region: True only for an absorb that is tensor arithmetic whose slot is no more than an index (a handful of
     # graphs whatever the depth); an arm whose state is a Python structure growing per slot (AttnRes's source
@@ -147,7 +148,7 @@ class ResidualArm(ArmSpec, nn.Module):
         import numpy as np
 
         out: dict[str, Any] = {}
-        for key in (f"probe/{f}" for f in cls.slot_fields):
+        for key in (f"probe/{f}" for f in (cls.slot_fields if cls.list_fields is None else cls.list_fields)):
             values = [r[key] for r in rows if r.get(key) is not None]
             if values and all(len(v) == len(values[0]) for v in values):
                 out[key] = np.mean(np.array(values, dtype=float), axis=0).tolist()

@@ -3,7 +3,6 @@ the ordinary residual stream instead of replacing it (Full AttnRes, :mod:`dormou
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from dormouse.arms.base import ResidualArm
-from dormouse.arms.probes import LoopTrace, slot_names
+from dormouse.arms.probes import LoopTrace, depth_map_scalars, slot_names
 from dormouse.arms.specs import DeltaAttnResConfig, DeltaAttnResSpec
 from dormouse.ops.attnres import BlockAttnResState, depth_weights
 
@@ -125,17 +124,7 @@ class DeltaAttnRes(DeltaAttnResSpec, ResidualArm):
     @classmethod
     def probe_scalars(cls, row: dict[str, Any]) -> dict[str, float]:
         """``probe/delta_weights/mlp2<-emb``, ``probe/delta_entropy/mlp2``, ``probe/delta_mix_ratio/mlp2``."""
-        out: dict[str, float] = {}
-        reads, sources = row.get("probe/delta_reads") or [], row.get("probe/delta_sources") or []
-        for read, weights, entropy, ratio in zip(reads, row.get("probe/delta_weights") or [],
-                                                 row.get("probe/delta_entropy") or [],
-                                                 row.get("probe/delta_mix_ratio") or []):
-            out[f"probe/delta_entropy/{read}"] = float(entropy)
-            out[f"probe/delta_mix_ratio/{read}"] = float(ratio)
-            for source, w in zip(sources, weights):
-                if math.isfinite(w):
-                    out[f"probe/delta_weights/{read}<-{source}"] = float(w)
-        return out
+        return depth_map_scalars(row, "delta_", ("entropy", "mix_ratio"))
 
     @classmethod
     def mean_over_seeds(cls, rows: list[dict[str, Any]]) -> dict[str, Any]:

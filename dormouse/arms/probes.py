@@ -4,6 +4,7 @@ tensors bumped inside the graph, so a ``fullgraph`` compiled model counts every 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -184,6 +185,22 @@ def learned_values(model: Any, x_eval: torch.Tensor, batch_size: int) -> Learned
     name, value = model.arm.summarize(fields)
     return LearnedValues(arm=model.arm.name, slots=slot_names(model.max_iter), fields=fields, summary_name=name,
                          summary_value=value)
+
+
+def depth_map_scalars(row: dict[str, Any], prefix: str = "", per_read: tuple[str, ...] = ("entropy",)
+                      ) -> dict[str, float]:
+    """A depth-attention map's probe fields as scalars: ``probe/<prefix>weights/out3<-emb`` per read and source (a
+    source the read cannot see, NaN, left out) and ``probe/<prefix><field>/mlp2`` per read for ``per_read``."""
+    out: dict[str, float] = {}
+    reads, sources = row.get(f"probe/{prefix}reads") or [], row.get(f"probe/{prefix}sources") or []
+    columns = [row.get(f"probe/{prefix}{name}") or [] for name in per_read]
+    for read, weights, *values in zip(reads, row.get(f"probe/{prefix}weights") or [], *columns):
+        for name, value in zip(per_read, values):
+            out[f"probe/{prefix}{name}/{read}"] = float(value)
+        for source, w in zip(sources, weights):
+            if math.isfinite(w):
+                out[f"probe/{prefix}weights/{read}<-{source}"] = float(w)
+    return out
 
 
 def probe_scalars(row: dict[str, Any]) -> dict[str, float]:

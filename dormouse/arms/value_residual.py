@@ -30,6 +30,7 @@ class ValueResidual(ValueResidualSpec, PreNormResidual):
 
     plot_file = None
     slot_fields = ()  # lambda_1, lambda_2 are per attention slot, not per slot: see probe_scalars
+    list_fields = ("lambda1", "lambda2")  # averaged over seeds elementwise, one value per attention slot
     compiled_absorb = False  # the state is a Python object holding V_first: the absorb runs eagerly
 
     @classmethod
@@ -89,17 +90,6 @@ class ValueResidual(ValueResidualSpec, PreNormResidual):
         """``probe/lambda1/attn2``: one scalar per attention slot."""
         return {f"probe/{field}/attn{i + 1}": float(value) for field in ("lambda1", "lambda2")
                 for i, value in enumerate(row.get(f"probe/{field}") or [])}
-
-    @classmethod
-    def mean_over_seeds(cls, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        import numpy as np  # lambda_1 and lambda_2 averaged elementwise over the seeds having them
-
-        out: dict[str, Any] = {}
-        for key in ("probe/lambda1", "probe/lambda2"):
-            values = [r[key] for r in rows if r.get(key) is not None]
-            if values and all(len(v) == len(values[0]) for v in values):
-                out[key] = np.mean(np.array(values, dtype=float), axis=0).tolist()
-        return out
 
     @classmethod
     def plot(cls, row: dict[str, Any], out: Path, label: str) -> Path | None:

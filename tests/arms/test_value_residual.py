@@ -285,26 +285,12 @@ def test_options_in_range_are_accepted():
 def test_whole_compiled_forward_traces_the_seam_with_eager_losses_gradients_and_counts():
     """``train.compile_scope=whole`` traces through the seam (one graph, no break): eager's loss, gradients (the
     lambdas' included) and counts. The regional scope's two attention regions: tests/model/test_compile_regions.py."""
-    from tests.helpers.compile_parity import assert_compiled_matches_eager
+    from tests.helpers.compile_parity import compiled_against_eager
 
     torch._dynamo.reset()
     model = shaken(vr_model())
     with torch.no_grad():
         model.arm.lambda1.copy_(torch.tensor([0.3, 0.6, -0.2]))
-    explained = torch._dynamo.explain(model)(batch())
-    assert explained.graph_break_count == 0, explained.break_reasons
-    compiled = model.compile_whole(backend="aot_eager")
-    losses, grads, counts = [], [], []
-    for fn in (model, compiled):
-        model.counters.reset()
-        model.zero_grad(set_to_none=True)
-        for i in range(2):
-            loss = torch.stack([lg.logsumexp(-1).mean() for lg in fn(batch(i), depth=3 - i)]).mean()
-            loss.backward()
-        losses.append(loss.item())
-        grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]))
-        counts.append((model.counters.ran["value_residual"], model.counters.asked["value_residual"]))
+    compiled = model.compile_whole(backend="aot_eager")  # fullgraph: a graph break is an error
+    counts = compiled_against_eager(model, compiled, "value_residual", batch, (3, 2), every_parameter=True)
     assert counts == [(10, 10)] * 2, f"(ran, asked) eager, compiled = {counts} (want 2 * (3 + 2) each)"
-    every = sum(p.numel() for p in model.parameters())
-    assert grads[0].numel() == grads[1].numel() == every
-    assert_compiled_matches_eager(losses, grads)

@@ -297,8 +297,11 @@ def test_a_killed_driver_leaves_no_process_nor_semaphore_and_a_rerun_loses_and_r
     reg, comp, out = _kill_the_driver_mid_run(tmp_path)
     assert "leaked semaphore" not in out.read_text(), out.read_text()[-2000:]
     root = comp.parent
-    stopped = [p.parent.name for p in comp.glob("*/train.log") if "interrupted" in p.read_text()]
-    assert len(stopped) == 2, "both running runs stop with a checkpoint, as on SIGINT"
+    logs = {p.parent.name: p.read_text() for p in comp.glob("*/train.log")}
+    stopped = [name for name, log in logs.items() if "interrupted" in log]
+    # a run of the first wave may finish before the kill lands (200 steps take ~1.5 s); every other one stops
+    unfinished = [name for name, log in logs.items() if "\ndone " not in log]
+    assert stopped and stopped == unfinished, f"each running run stops with a checkpoint, as on SIGINT: {logs}"
     for name in stopped:
         assert read_launch_record(comp, name)["attempts"][-1]["state"] == "interrupted"
 

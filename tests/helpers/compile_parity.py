@@ -3,6 +3,9 @@ compare them (the whole-forward graph, tests/arms/test_arms.py; the regions, tes
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import torch
 
 # aot_eager runs eager's aten ops, decomposed: the same float32 arithmetic up to reassociation inside a
@@ -20,3 +23,26 @@ def assert_compiled_matches_eager(losses: list[float], grads: list[torch.Tensor]
     gdev = (grads[0] - grads[1]).abs().max().item()
     gbound = AOT_EAGER_RELATIVE * max(1.0, grads[0].abs().max().item())
     assert gdev <= gbound, f"{where}gradient deviation={gdev:.3e} bound={gbound:.1e}"
+
+
+def compiled_against_eager(model: torch.nn.Module, compiled: Callable[..., Any], counter: str,
+                           batch: Callable[[int], torch.Tensor], depths: Sequence[int],
+                           every_parameter: bool = False) -> list[tuple[int, int]]:
+    """One backward per depth of ``depths`` (call i on ``batch(i)``), eagerly, then through ``compiled``: asserts
+    equal losses and gradients (:func:`assert_compiled_matches_eager`) over the same parameters (all of them
+    with ``every_parameter``); returns ``(ran, asked)`` of the arm's ``counter``, eager's then compiled's."""
+    losses, grads, counts = [], [], []
+    for fn in (model, compiled):
+        model.counters.reset()
+        model.zero_grad(set_to_none=True)
+        for i, depth in enumerate(depths):
+            loss = torch.stack([lg.float().logsumexp(-1).mean() for lg in fn(batch(i), depth=depth)]).mean()
+            loss.backward()
+        losses.append(loss.item())
+        grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]))
+        counts.append((model.counters.ran[counter], model.counters.asked[counter]))
+    want = sum(p.numel() for p in model.parameters()) if every_parameter else grads[0].numel()
+    assert grads[0].numel() == grads[1].numel() == want, (
+        f"parameters with a gradient: {grads[0].numel()} eager, {grads[1].numel()} compiled, want {want}")
+    assert_compiled_matches_eager(losses, grads, f"depths {list(depths)}: ")
+    return counts

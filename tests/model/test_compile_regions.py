@@ -10,7 +10,7 @@ from torch._dynamo.utils import counters
 
 from dormouse.config.schema import compose_config
 from dormouse.model.looped import LoopedByteLM
-from tests.helpers.compile_parity import assert_compiled_matches_eager
+from tests.helpers.compile_parity import compiled_against_eager
 
 ARMS = {"rezero": [], "gr": ["model.use_gr=true"],
         "attnres_block": ["model.use_attnres=true", "model.attnres.block_size=2"],
@@ -80,22 +80,9 @@ def test_regions_give_eager_losses_gradients_and_counts(arm: str):
             p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(3)) * 0.05)
     compiled = model.compile_regions(backend="aot_eager")
     name = "attnres" if arm.startswith("attnres") else arm
-    losses, grads, counts = [], [], []
-    for fn in (model, compiled):
-        model.counters.reset()
-        model.zero_grad(set_to_none=True)
-        for i in range(2):
-            loss = torch.stack([lg.logsumexp(-1).mean() for lg in fn(batch(i), depth=3 - i)]).mean()
-            loss.backward()
-        losses.append(loss.item())
-        grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]))
-        counts.append((model.counters.ran[name], model.counters.asked[name]))
+    counts = compiled_against_eager(model, compiled, name, batch, (3, 2), every_parameter=True)
     want = 2 * (3 + 2)
     assert counts == [(want, want)] * 2, f"(ran, asked) eager, compiled = {counts} (want {want} each)"
-    every = sum(p.numel() for p in model.parameters())
-    assert grads[0].numel() == grads[1].numel() == every, (
-        f"the model's parameters with a gradient: {grads[0].numel()} eager, {grads[1].numel()} compiled, of {every}")
-    assert_compiled_matches_eager(losses, grads)
 
 
 def test_inductor_regions_train_to_eager_losses():

@@ -39,10 +39,12 @@ def test_a_compiled_run_projects_from_its_second_step_not_from_the_compilation(
         tmp_path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch):
     """train.compile=true: the first step holds the compilation (42 s against 0.1 s a step at residual_cpu's
     shape: projected, it would say 33 h for a 5-min run), so it is named as such and the pace comes
-    from the second step. (compile_whole is replaced by the eager model: the loop is under test, not Inductor.)"""
+    from the second step. (Both compile scopes are replaced by the eager model: the loop is under test, not
+    Inductor.)"""
     from dormouse.model.looped import LoopedByteLM
 
-    monkeypatch.setattr(LoopedByteLM, "compile_whole", lambda self, *a, **k: self)
+    for scope in ("compile_whole", "compile_regions"):
+        monkeypatch.setattr(LoopedByteLM, scope, lambda self, *a, **k: self)
     train(load_config([*TINY, "train.compile=true", f"run.dir={tmp_path}", "run.name=r"]))
     out = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(("first step", "second step"))]
     assert len(out) == 2, out
