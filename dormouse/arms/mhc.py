@@ -37,9 +37,9 @@ def flat_mixes(streams: Tensor, weight: Tensor, norm_eps: float) -> Tensor:
 
 
 def collapse(weights: Tensor, streams: Tensor) -> Tensor:
-    """``sum_k w_k X_k``: a broadcast multiply and a sum over the n streams (a batched [1, n] x [n, d] product is
-    slower at n = 4)."""
-    return (weights.unsqueeze(-1) * streams).sum(dim=-2)
+    """``sum_k w_k X_k``: one batched [1, n] x [n, d] product per token (at the CPU preset, 4096 tokens of 4 x 128,
+    measured ~2x faster forward and backward than a broadcast multiply and a sum over the n streams)."""
+    return torch.matmul(weights.unsqueeze(-2), streams).squeeze(-2)
 
 
 @dataclass
@@ -110,7 +110,9 @@ class MHC(MHCSpec, ResidualArm):
         return torch.promote_types(x.dtype, torch.float32)
 
     def begin(self, embedding: Tensor) -> MHCState:
-        return MHCState(embedding.unsqueeze(-2).expand(*embedding.shape[:-1], self.n_streams, embedding.shape[-1]))
+        # one copy per forward: a batched product over an expanded (stride-0) operand runs token by token on CPU
+        streams = embedding.unsqueeze(-2).expand(*embedding.shape[:-1], self.n_streams, embedding.shape[-1])
+        return MHCState(streams.contiguous())
 
     def sublayer_input(self, state: MHCState, slot: int) -> Tensor:
         streams = state.streams
