@@ -14,6 +14,7 @@ order), so that the run does not end with one worker on a long test while the ot
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -41,14 +42,17 @@ def _plugins_forgotten_after_each_test() -> Iterator[None]:
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n logical``: one worker per CPU this process may run on; none (0: in-process) for a pytest that a test
-    starts from inside a worker, which would otherwise start its own workers on cores already taken."""
+    """``-n logical``: one worker per CPU this process may run on, and one more where SLURM is installed: the
+    cluster tests (tests/flows/test_ab_slurm.py) spend minutes waiting on SLURM's clock (a time limit is at
+    least a minute) and would hold a core idle. None (0: in-process) for a pytest that a test starts from
+    inside a worker, which would otherwise start its own workers on cores already taken."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return 0
     try:
-        return len(os.sched_getaffinity(0))
+        cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        cpus = os.cpu_count() or 1
+    return cpus + (shutil.which("sbatch") is not None)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -37,6 +37,7 @@ from dormouse.ab.runs.job import read_launch_record
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parents[1]
 REQUIRED = os.environ.get("DORMOUSE_SLURM_TESTS", "") == "required"
+pytestmark = pytest.mark.slow  # minutes of SLURM's clock: started first, beside the others (tests/conftest.py)
 
 # Planted behaviour, read inside the jobs (sbatch passes the environment on): run -> "wait" (train to step
 # 2, say so in MARKS/<run>.ready, and wait for a stop signal, which the trainer then honours: checkpoint at
