@@ -177,9 +177,9 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "decided_arms_keep_running",
         "file": _LOOKS,
-        "function": "ConfirmatoryLooks.replay",
-        "old": "            active = [a for a in active if decided[a].verdict == UNDECIDED]\n",
-        "new": "            active = list(active)\n",
+        "function": "ConfirmatoryLooks._arms_look",
+        "old": "        return [a for a in active if decided[a].verdict == UNDECIDED]\n",
+        "new": "        return list(active)\n",
         "gates": [_A + "test_sequential_looks_stop_decided_arms_and_resume_continues_the_schedule"],
         "why": "an arm decided at an early look keeps running replicates to the maximum: the looks save nothing",
         "protects": "A/B rule",

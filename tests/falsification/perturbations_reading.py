@@ -41,8 +41,8 @@ PERTURBATIONS: list[dict] = [
         "name": "console_aa_check_under_another_name",
         "file": _STATUS,
         "function": "assumption_caption",
-        "old": "    said = [f\"A/A calibration check: {cal['sentence']}\" if cal else \"\",\n",
-        "new": "    said = [f\"A/A check: {cal['sentence']}\" if cal else \"\",\n",
+        "old": "            f\"A/A calibration check: {cal['sentence']}\" if cal else \"\",\n",
+        "new": "            f\"A/A check: {cal['sentence']}\" if cal else \"\",\n",
         "gates": [_A + "test_the_console_prints_the_aa_check_its_aa_row_points_at"],
         "why": "the A/A row points at \"the A/A calibration check\" below the table, which the console prints "
                "under another name: a reader finds no such check",

@@ -72,9 +72,9 @@ PERTURBATIONS: list[dict] = [
     {
         "name": "failed_arm_leaves_the_family",
         "file": _LOOKS,
-        "function": "ConfirmatoryLooks.replay",
-        "old": "            family = design  # the registered family (n_arms fixed at registration), whatever failed\n",
-        "new": "            family = __import__('dataclasses').replace(design, n_arms=len(spec.tested) - len("
+        "function": "ConfirmatoryLooks._arms_look",
+        "old": "        family = plan.design()  # the registered family (n_arms fixed at registration), whatever failed\n",
+        "new": "        family = __import__('dataclasses').replace(plan.design(), n_arms=len(spec.tested) - len("
                "[a for a in spec.tested if a in out.invalid]))\n",
         "gates": [_V + "test_a_failed_arm_stays_in_the_multiplicity_family"],
         "why": "an arm whose runs failed drops out of the multiplicity family, which shrinks it and loosens "

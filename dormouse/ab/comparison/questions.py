@@ -30,6 +30,7 @@ from dormouse.ab.comparison.status import (
 )
 from dormouse.ab.launchers.base import LaunchError
 from dormouse.ab.launchers.request import LaunchRequest, resolve_launch
+from dormouse.ab.rule.contrast import contrast_card
 from dormouse.ab.rule.looks import progress, read_run
 from dormouse.ab.tune import stage as tune
 from dormouse.run.files import ComparisonFiles
@@ -90,6 +91,11 @@ def design_command(name: str | Registered, overrides: list[str], *, root: Path, 
     refuse_protocol_1(plan.reg)
     card = design_card_for(plan)
     _say(console, card.to_text())
+    if plan.spec.contrast is not None:
+        c = plan.spec.contrast
+        _say(console, f"the registered contrast {c.arm} − {c.against} (its own family of one test, SESOI {c.sesoi:g}, "
+             f"at its pilot sd {c.pilot_sd:g} and expected effect {c.expected_effect:+g}):")
+        _say(console, contrast_card(plan.spec).to_text())
     for line in budget_lines(plan):
         _say(console, line)
     if plan.tune_runs:

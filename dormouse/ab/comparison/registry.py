@@ -80,6 +80,18 @@ class BadModeSpec:
 
 
 @dataclass
+class ContrastSpec:
+    """The optional ``contrast:`` block (docs/ab-protocol.md, "A registered contrast"): two tested arms compared
+    directly, paired by replicate, as their own family of one test with their own smallest effect."""
+
+    arm: str = MISSING  # Δ_i = bpb(arm) − bpb(against): negative means ``arm`` is better
+    against: str = MISSING
+    sesoi: float = MISSING  # bpb: the contrast's own equivalence margin
+    pilot_sd: float = MISSING  # sd of the paired differences arm − against the contrast's card simulates
+    expected_effect: float = MISSING  # bpb, arm − against: where the contrast's card states its power
+
+
+@dataclass
 class ComparisonSpec:
     """A protocol-2 registered comparison (docs/ab-protocol.md, "The registration file")."""
 
@@ -108,6 +120,7 @@ class ComparisonSpec:
     reference: str | None = None  # null or "baseline"; "baseline_and_aa": the mean of the baseline and its A/A repeat
     bad_mode: BadModeSpec | None = None  # null: no bad-mode marker
     multiplicity: str | None = None  # null or "bonferroni"; "holm": each kind of claim by Holm's step-down
+    contrast: ContrastSpec | None = None  # null: every arm is compared with the baseline only
 
     def design(self) -> Design:
         """The registered sequential design; the family (the tested arms) is fixed here."""
@@ -373,6 +386,28 @@ def _v2_problems(spec: ComparisonSpec, bad: Any) -> None:
         if not (_finite(spec.bad_mode.margin) and spec.bad_mode.margin > 0):
             bad("bad_mode.margin", f"{spec.bad_mode.margin} must be a finite number > 0 (bpb above the arm's median)")
     _reference_problems(spec, bad)
+    if spec.contrast is not None:
+        _contrast_problems(spec, spec.contrast, bad)
+
+
+def _contrast_problems(spec: ComparisonSpec, contrast: ContrastSpec, bad: Any) -> None:
+    """Two distinct tested arms, the contrast's own design inputs, and no spare replicates (unpaired)."""
+    for key in ("arm", "against"):
+        name = getattr(contrast, key)
+        if name not in spec.tested:
+            bad(f"contrast.{key}", f"{name!r} is not a tested arm ({', '.join(spec.tested)}): the baseline and the "
+                "A/A arm are compared with every arm already")
+    if contrast.arm == contrast.against:
+        bad("contrast.against", f"{contrast.against!r} is the contrast's arm too: a contrast needs two arms")
+    if not (_finite(contrast.sesoi) and contrast.sesoi > 0):
+        bad("contrast.sesoi", f"{contrast.sesoi} must be a finite number > 0 (bpb): equivalence needs a margin")
+    if not (_finite(contrast.pilot_sd) and contrast.pilot_sd > 0):
+        bad("contrast.pilot_sd", f"{contrast.pilot_sd} must be a finite number > 0 (bpb; the sd of arm − against)")
+    if not _finite(contrast.expected_effect) or contrast.expected_effect == 0:
+        bad("contrast.expected_effect", f"{contrast.expected_effect} must be a finite non-zero number (bpb)")
+    if spec.bad_run_replacements:
+        bad("contrast", "a contrast with bad_run_replacements: a spare replicate of one arm has no partner run "
+            "of the other; register one or the other")
 
 
 MEAN_REFERENCE = "baseline_and_aa"  # the per-replicate mean of the baseline and its A/A repeat

@@ -135,6 +135,10 @@ def render_schedule(plan: ComparisonPlan, console: Console) -> None:
          f"{len(spec.tested)} tested arm(s) ({', '.join(spec.tested)}); looks at {', '.join(map(str, plan.looks))} "
          f"replicates per arm (maximum {plan.looks[-1]}); decided arms stop, the baseline"
          + (f" and the A/A arm {spec.aa_arm!r}" if spec.aa_arm else "") + " run while any arm is undecided")
+    if spec.contrast is not None:
+        c = spec.contrast
+        _say(console, f"registered contrast: {c.arm} − {c.against}, paired by replicate, SESOI {c.sesoi:g} bpb, "
+             f"α {spec.alpha:g} as its own family of one test; both arms run while it is undecided")
     table = Table(title="replicates (train.seed = init seed: shared initial weights; train.data_seed: data order)",
                   title_justify="left")
     for col in ("replicate", "look", "init seed", "data seed", "A/A data seed"):
@@ -356,6 +360,13 @@ def render_looks(plan: ComparisonPlan, state: Progress, console: Console) -> Non
                           f"[{lo:+.4f}, {hi:+.4f}]")
     for arm, why in state.invalid.items():
         table.add_row("", "", arm, "invalid", "", why)
+    c = state.contrast
+    if c is not None:
+        for d in c.decisions:
+            table.add_row(str(d.look + 1), str(d.n), f"contrast {c.arm} − {c.against}", str(d.verdict),
+                          f"{d.mean:+.4f}", f"[{d.interval[0]:+.4f}, {d.interval[1]:+.4f}]")
+        if c.invalid is not None:
+            table.add_row("", "", f"contrast {c.arm} − {c.against}", "invalid", "", c.invalid)
     console.print(table)
     if state.pending:
         arms = ", ".join(dict.fromkeys(p.arm for p in state.pending))
@@ -388,9 +399,11 @@ _VERDICT_STYLE = {"better": "bold green", "worse": "bold red", "tie": "yellow", 
 
 
 def assumption_caption(results: ComparisonResults) -> Text | None:
-    """The A/A check's sentence and the pooled skewness with its skew line (None when neither was made)."""
-    cal, skew = results.aa_calibration, results.skewness
-    said = [f"A/A calibration check: {cal['sentence']}" if cal else "",
+    """The registered contrast's verdict, the A/A check's sentence and the pooled skewness with its skew line (None
+    when none was made)."""
+    cal, skew, c = results.aa_calibration, results.skewness, results.contrast
+    said = [f"Registered contrast {c['arm']} − {c['against']}: {c['verdict']}. {c['sentence']}" if c else "",
+            f"A/A calibration check: {cal['sentence']}" if cal else "",
             f"Skewness: {skew['sentence']}." if skew else ""]
     return Text("\n".join(x for x in said if x)) if any(said) else None
 

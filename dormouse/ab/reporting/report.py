@@ -119,6 +119,26 @@ def _held(r: ComparisonResults) -> str:
     return f" ({said})" if said else ""
 
 
+def contrast_lines(r: ComparisonResults) -> list[str]:
+    """The registered contrast, first: its verdict, its sentence, what is reported beside it, and its card."""
+    c = r.contrast
+    if not c:
+        return []
+    b = c.get("beside") or {}
+    d = c["looks"][-1] if c.get("looks") else {}
+    out = ["## The registered contrast", "",
+           f"**{c['arm']} − {c['against']}: {c['verdict']}** (SESOI {c['sesoi']:g} bpb; its own family of one test "
+           f"at α {r.alpha:g}; Δ paired by replicate, negative: {c['arm']} is better).", "", c["sentence"], "",
+           "| replicates | mean Δ | sd | interval | P(improvement) | Hodges–Lehmann Δ |", "|---|---|---|---|---|---|",
+           f"| {d.get('n', '—')} | {_f(d.get('mean'), '+.4f')} | {_f(d.get('sd'))} | {_interval(d.get('interval'))} "
+           f"| {_f(b.get('poi'), '.2f')} {_interval(b.get('poi_interval'), '.2f')} "
+           f"| {_f(b.get('hodges_lehmann'), '+.4f')} {_interval(b.get('hodges_lehmann_interval'))} |"]
+    card = (c.get("card") or {}).get("text")
+    if card:
+        out += ["", "The contrast's design card:", "", "```", card.rstrip(), "```"]
+    return out + [""]
+
+
 def _verdict_table(r: ComparisonResults) -> list[str]:
     out = ["## Verdicts", "",
            f"| arm | kind | look | n | bpb mean ± sd | mean Δ vs {r.baseline} | repeated interval | verdict | "
@@ -358,8 +378,8 @@ def _runs_table(r: ComparisonResults) -> list[str]:
 def render_report(r: ComparisonResults, plots: list[str]) -> str:
     """The report.md text."""
     bad, regret, modes = bad_run_lines(r), regret_lines(r), bad_mode_lines(r)
-    out = _header(r) + _verdict_table(r) + ([""] + bad if bad else []) + ([""] + regret if regret else [])
-    out += _sentences(r) + ([""] + modes if modes else [])
+    out = _header(r) + contrast_lines(r) + _verdict_table(r) + ([""] + bad if bad else [])
+    out += ([""] + regret if regret else []) + _sentences(r) + ([""] + modes if modes else [])
     if r.tune:
         out += [""] + tune_report.markdown(r, plots)
     card = r.design_card

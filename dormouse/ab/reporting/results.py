@@ -22,6 +22,8 @@ from dormouse.ab.reporting.matched import View, matched_diffs, other_view, view_
 from dormouse.ab.rule import stats
 from dormouse.ab.rule.bad_mode import Marker, arm_bad_modes, shared_seeds
 from dormouse.ab.rule.bad_runs import is_bad
+from dormouse.ab.rule.contrast import contrast_card
+from dormouse.ab.rule.contrast import to_dict as contrast_dict
 from dormouse.ab.rule.looks import INVALID, UNDECIDED, Progress, mean_reference, paired_differences, reference_runs
 from dormouse.ab.rule.sequential import BETTER, TIE, WORSE, decide, nearest_skew_line
 from dormouse.ab.runs.job import Run, recorded_fingerprints
@@ -156,6 +158,7 @@ class ComparisonResults:
     reference: dict[str, Any] | None = None  # a registered reference and each verdict against either set
     bad_mode: dict[str, Any] | None = None  # the registered marker and the init seeds flagged in several arms
     multiplicity: str | None = None  # the registered correction over the family; None: bonferroni
+    contrast: dict[str, Any] | None = None  # the registered contrast between two arms (rule/contrast.py to_dict)
     registration: dict[str, Any]
     design_card: dict[str, Any] | None
     aa_calibration: dict[str, Any] | None
@@ -182,7 +185,7 @@ class ComparisonResults:
         doc: dict[str, Any] = {"protocol": 2}
         for name in _DOCUMENT_FIELDS:
             value = getattr(self, name)
-            if name in ("launch", "plots", "bad_mode", "multiplicity") and value is None:
+            if name in ("launch", "plots", "bad_mode", "multiplicity", "contrast") and value is None:
                 continue
             doc[name] = {n: a.to_json() for n, a in value.items()} if name == "arms" else value
         return jsonable(doc)
@@ -442,11 +445,21 @@ def analyze(plan: ComparisonPlan, state: Progress, read: Callable[[Run], RunReco
         registration=registration or {}, design_card=design_card,
         aa_calibration=_calibration(arms, aa, float(spec.pilot_sd)), skewness=_skewness(arms, design_card),
         code=_code(records), tune=_tune(plan, state), reference=_reference(plan, state, by_arm),
+        contrast=_contrast(plan, state),
         notes=_notes(cpu, state), arms=arms,
         runs=[_run_json(r) for r in sorted(records, key=lambda r: (r.replicate, plan.arms.index(r.arm)))],
         generated=datetime.now().isoformat(timespec="seconds"), command=f"dormouse ab {plan.reg.argument}",
         launch=launch, plan=plan, state=state)
     return results, records
+
+
+def _contrast(plan: ComparisonPlan, state: Progress) -> dict[str, Any] | None:
+    """The registered contrast as results.json holds it, with what is reported beside it and its design card."""
+    if state.contrast is None:
+        return None
+    card = contrast_card(plan.spec)
+    return {**contrast_dict(plan.spec, state.contrast), "beside": _beside(state.contrast.diffs),
+            "card": {"card": card.to_dict(), "text": card.to_text()}}
 
 
 def _registered(plan: ComparisonPlan) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from dormouse.ab.comparison.plan import ComparisonPlan
 from dormouse.ab.comparison.registry import ComparisonError, against_the_mean
 from dormouse.ab.rule import bad_runs
+from dormouse.ab.rule.contrast import ContrastState, decide_look
 from dormouse.ab.rule.sequential import UNDECIDED, decide
 from dormouse.ab.runs.job import Run
 from dormouse.ab.runs.records import RunRecord, is_finite_number, load_record
@@ -48,10 +49,14 @@ class Progress:
     made: dict[str, list[int]] = field(default_factory=dict)  # arm -> every replicate it ran (replaced ones too)
     replaced: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # arm -> (replicate, its spare)
     diffs: dict[str, list[float]] = field(default_factory=dict)  # arm -> Δ over the replicates it uses
+    contrast: ContrastState | None = None  # the registered contrast (None: the registration has none)
 
     def ran(self, run: Run) -> bool:
-        """The looks ran this run for its arm: a replicate its analysis uses, or one the bad-run policy replaced."""
-        return run.replicate in self.made.get(run.arm, ())
+        """The looks ran this run for its arm: a replicate its analysis uses, one the bad-run policy replaced, or one
+        the registered contrast used."""
+        c = self.contrast
+        return run.replicate in self.made.get(run.arm, ()) or (
+            c is not None and run.arm in c.arms and c.decision is not None and run.replicate <= c.decision.n)
 
     @property
     def finished(self) -> bool:
@@ -176,50 +181,64 @@ class ConfirmatoryLooks:
         if plan.lr_pending:  # a confirmatory run would run at an lr the tune stage has not chosen
             raise ComparisonError([f"ab {plan.name}: confirmatory runs scheduled before the tune stage chose"])
         spec = plan.spec
-        design = plan.design()
         base, aa = spec.baseline, spec.aa_arm
         helpers = [base] + ([aa] if aa is not None else [])
         active = list(spec.tested)
+        if spec.contrast is not None:
+            out.contrast = ContrastState(spec.contrast.arm, spec.contrast.against)
         for index, n in enumerate(plan.looks):
-            runs = plan.runs_to(n, helpers + active)
+            for_contrast = [a for a in (out.contrast.arms if out.contrast and out.contrast.open else ())
+                            if a not in active]  # decided against the baseline, still running for the contrast
+            arms = (helpers + active if active else []) + for_contrast
+            if not arms:
+                break
+            runs = plan.runs_to(n, arms)
             records = {p.name: read(p) for p in runs}
             to_run = [p for p in runs if not records[p.name].complete and p.name not in failed]
             chosen: dict[str, bad_runs.Assignment] = {}
-            if not to_run:  # the spare runs the bad-run policy asks for, once the look's own runs are in
+            if not to_run and active:  # the spare runs the bad-run policy asks for, once the look's own runs are in
                 ruled = [a for a in helpers[1:] + active if a not in out.invalid]
                 chosen, to_run = _spares(plan, read, records, ruled, n, failed)
             if to_run:
                 out.next_look, out.pending = index, to_run
                 break
-            by_arm = _made(plan, records, helpers + active, n, chosen)
-            for arm in list(helpers + active):
-                if arm not in out.invalid and not (all(r.complete for r in by_arm[arm])
-                                                   and _finding_free(by_arm[arm])):
-                    out.invalid[arm] = _why_invalid(by_arm[arm], n)
-                    _use(out, arm, n, by_arm, chosen, plan)
-            if base in out.invalid:  # nothing can be decided against a baseline that did not run as asked
-                for arm in active:
-                    out.invalid.setdefault(arm, f"the baseline {base!r} is invalid: {out.invalid[base]}")
-                break
-            if against_the_mean(spec) and aa in out.invalid:
-                for arm in active:  # half of the registered reference did not run as asked
-                    out.invalid.setdefault(arm, f"the reference's A/A arm {aa!r} is invalid: {out.invalid[aa]}")
-                break
-            active = [a for a in active if a not in out.invalid]
-            if not active:
-                break
-            for a in [*helpers, *active]:
-                if a not in out.invalid:
-                    _use(out, a, n, by_arm, chosen, plan)
-            family = design  # the registered family (n_arms fixed at registration), whatever failed
-            decided = decide(family, index, {a: out.diffs[a] for a in active}, decided=dict(out.decisions))
-            out.looks.append(Look(index, n, list(active), {a: decided[a] for a in active}))
-            for a in active:
-                out.decisions[a] = decided[a]
-            active = [a for a in active if decided[a].verdict == UNDECIDED]
-            if not active:
-                break
+            if active:
+                active = self._arms_look(plan, records, helpers, active, index, n, chosen, out)
+            if out.contrast is not None and out.contrast.open:
+                _contrast_look(plan, records, index, n, out.contrast)
         return True
+
+    @staticmethod
+    def _arms_look(plan: ComparisonPlan, records: dict[str, RunRecord], helpers: list[str], active: list[str],
+                   index: int, n: int, chosen: dict[str, bad_runs.Assignment], out: Progress) -> list[str]:
+        """Take look ``index`` for the arms still compared with the baseline; the arms undecided after it."""
+        spec = plan.spec
+        base, aa = spec.baseline, spec.aa_arm
+        by_arm = _made(plan, records, helpers + active, n, chosen)
+        for arm in list(helpers + active):
+            if arm not in out.invalid and not (all(r.complete for r in by_arm[arm]) and _finding_free(by_arm[arm])):
+                out.invalid[arm] = _why_invalid(by_arm[arm], n)
+                _use(out, arm, n, by_arm, chosen, plan)
+        if base in out.invalid:  # nothing can be decided against a baseline that did not run as asked
+            for arm in active:
+                out.invalid.setdefault(arm, f"the baseline {base!r} is invalid: {out.invalid[base]}")
+            return []
+        if against_the_mean(spec) and aa in out.invalid:
+            for arm in active:  # half of the registered reference did not run as asked
+                out.invalid.setdefault(arm, f"the reference's A/A arm {aa!r} is invalid: {out.invalid[aa]}")
+            return []
+        active = [a for a in active if a not in out.invalid]
+        if not active:
+            return []
+        for a in [*helpers, *active]:
+            if a not in out.invalid:
+                _use(out, a, n, by_arm, chosen, plan)
+        family = plan.design()  # the registered family (n_arms fixed at registration), whatever failed
+        decided = decide(family, index, {a: out.diffs[a] for a in active}, decided=dict(out.decisions))
+        out.looks.append(Look(index, n, list(active), {a: decided[a] for a in active}))
+        for a in active:
+            out.decisions[a] = decided[a]
+        return [a for a in active if decided[a].verdict == UNDECIDED]
 
     def describe(self, plan: ComparisonPlan, state: Progress) -> str:
         index = int(state.next_look or 0)
@@ -232,18 +251,44 @@ class ConfirmatoryLooks:
 
 def last_look_line(plan: ComparisonPlan, state: Progress) -> str | None:
     """What the last look taken decided, one clause per tested arm (its verdict, the numbers the rule compared,
-    and whether it stops or continues), for the driver's log before the next look's runs; None before look 1."""
-    if not state.looks or state.next_look is None:
+    and whether it stops or continues) and one for the registered contrast, for the driver's log before the next
+    look's runs; None before look 1."""
+    c = state.contrast
+    c_look = c.decision.look if c is not None and c.decision is not None else -1
+    if state.next_look is None or (not state.looks and c_look < 0):
         return None
-    look = state.looks[-1]
+    index = max(c_look, state.looks[-1].index if state.looks else -1)
     parts = []
-    for arm in look.arms:
+    look = state.looks[-1] if state.looks and state.looks[-1].index == index else None
+    for arm in look.arms if look else ():
         d = look.decisions[arm]
         b = d.boundary
         parts.append(f"{arm} {d.verdict} (Δ {d.mean:+.4f}, p {d.p:.3g} vs {b.sup_p:.3g}, TOST p {d.p_tost:.3g} vs "
                      f"{b.eq_p:.3g}): {'continues' if d.verdict == UNDECIDED else 'stops'}")
-    parts += [f"{arm} {INVALID}: stops" for arm in plan.spec.tested if arm in state.invalid and arm not in look.arms]
-    return f"look {look.index + 1} of {len(plan.looks)} ({look.n} replicates per arm) decided: " + "; ".join(parts)
+    if look:
+        parts += [f"{arm} {INVALID}: stops" for arm in plan.spec.tested
+                  if arm in state.invalid and arm not in look.arms]
+    if c is not None and c.decision is not None and c_look == index:
+        parts.append(f"the contrast {c.arm} − {c.against} {c.verdict} (Δ {c.decision.mean:+.4f}): "
+                     f"{'its arms continue' if c.open else 'decided'}")
+    return (f"look {index + 1} of {len(plan.looks)} ({plan.looks[index]} replicates per arm) decided: "
+            + "; ".join(parts))
+
+
+def _contrast_look(plan: ComparisonPlan, records: dict[str, RunRecord], index: int, n: int,
+                   state: ContrastState) -> None:
+    """Decide the open contrast at look ``index`` from its two arms' first ``n`` replicates, paired; a run of
+    either that failed or ran not as asked leaves it invalid."""
+    recs = {a: [records[plan.run_of(a, k).name] for k in range(1, n + 1)] for a in state.arms}
+    both = recs[state.arm] + recs[state.against]
+    if not (all(r.complete for r in both) and _finding_free(both)):
+        state.invalid = _why_invalid(both, n)
+        return
+    diffs = paired_differences(recs[state.arm], {r.replicate: r for r in recs[state.against]})
+    if len(diffs) != n:
+        state.invalid = f"at {n} replicates: {n - len(diffs)} pair(s) without a finite final bpb"
+        return
+    decide_look(plan.spec, state, index, diffs)
 
 
 def _spares(plan: ComparisonPlan, read: ReadRecord, records: dict[str, RunRecord], arms: list[str], n: int,

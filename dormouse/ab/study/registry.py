@@ -115,7 +115,7 @@ class RegisteredStudy:
 
 
 # Registration fields a point's text leaves out while unset (null): the options of the rule a study may register.
-OPTIONAL_KEYS = ("budget", "reference", "bad_mode", "multiplicity")
+OPTIONAL_KEYS = ("budget", "reference", "bad_mode", "multiplicity", "contrast")
 
 
 def point_name(axis: str, value: Any) -> str:
