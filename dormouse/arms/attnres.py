@@ -23,6 +23,7 @@ from dormouse.ops.attnres import (
     phase1_stats,
     phase2_input,
 )
+from dormouse.ops.mup import READOUT, VECTOR
 from dormouse.ops.norm import rms_norm
 
 
@@ -37,6 +38,7 @@ class AttnRes(AttnResSpec, ResidualArm):
     """
 
     plot_file = "attnres_map.png"
+    mup_roles = {"queries": READOUT, "gains": VECTOR}
 
     @classmethod
     def run_name_stem(cls, model_cfg: Any) -> str:

@@ -37,6 +37,9 @@ class ResidualArm(ArmSpec, nn.Module):
     plot_file: ClassVar[str | None] = None  # the run's plot of what the arm learned (dormouse.arms.plots)
     slot_fields: ClassVar[tuple[str, ...]] = ()  # probe fields holding one number per slot
     list_fields: ClassVar[tuple[str, ...] | None] = None  # probe lists averaged over seeds (None: slot_fields)
+    # µP (model.parametrization=mup): each parameter's role by name pattern (dormouse/ops/mup.py: its lr factor);
+    # under µP a parameter without one is refused. The arm's own inits stay its paper's.
+    mup_roles: ClassVar[dict[str, str]] = {}
     # train.compile (regional scope, dormouse.model.looped.RegionCompiled) compiles this arm's absorb as its own
     # region: True only for an absorb that is tensor arithmetic whose slot is no more than an index (a handful of
     # graphs whatever the depth); an arm whose state is a Python structure growing per slot (AttnRes's source

@@ -15,6 +15,7 @@ from dormouse.arms.base import ResidualArm
 from dormouse.arms.probes import LoopTrace, depth_map_scalars, slot_names
 from dormouse.arms.specs import DeltaAttnResConfig, DeltaAttnResSpec
 from dormouse.ops.attnres import BlockAttnResState, depth_weights
+from dormouse.ops.mup import READOUT, VECTOR
 
 _MAP_FIELDS = ("reads", "sources", "weights", "entropy")  # the AttnRes map's fields, kept under delta_ names
 
@@ -29,6 +30,7 @@ class DeltaAttnRes(DeltaAttnResSpec, ResidualArm):
     """
 
     plot_file = "delta_attnres_map.png"
+    mup_roles = {"queries": READOUT, "gains": VECTOR}
 
     @classmethod
     def from_config(cls, model_cfg: Any, kernel: str) -> DeltaAttnRes:

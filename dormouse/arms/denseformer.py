@@ -15,6 +15,7 @@ from torch import Tensor, nn
 from dormouse.arms.base import ResidualArm
 from dormouse.arms.probes import LoopTrace
 from dormouse.arms.specs import DenseFormerConfig, DenseFormerSpec, dwa_blocks, dwa_sources
+from dormouse.ops.mup import SCALAR
 
 
 class DenseFormer(DenseFormerSpec, ResidualArm):
@@ -23,6 +24,7 @@ class DenseFormer(DenseFormerSpec, ResidualArm):
     denseformer/denseformer.py. alpha_ii = 1, others 0 at init: pre-norm."""
 
     plot_file = "denseformer_dwa.png"
+    mup_roles = {"dwa.*": SCALAR}
 
     @classmethod
     def from_config(cls, model_cfg: Any, kernel: str) -> DenseFormer:

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from dormouse.arms.base import ResidualArm
 from dormouse.arms.probes import LoopTrace, slot_names
 from dormouse.arms.specs import GatedResidualSpec
+from dormouse.ops.mup import HIDDEN, VECTOR
 from dormouse.ops.norm import rms_norm
 
 GR_BIAS_INIT = -2.0  # the gate starts at sigmoid(-2) ~ 0.12
@@ -27,6 +28,7 @@ class GatedResidual(GatedResidualSpec, ResidualArm):
     """
 
     plot_file = "gr_gates.png"
+    mup_roles = {"bias": VECTOR, "gate_*.weight": HIDDEN}
     slot_fields = ("gate_mean", "gate_spread")
     compiled_absorb = True  # tensor arithmetic, the slot an index: its own region under train.compile
 

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from dormouse.arms.base import ResidualArm
 from dormouse.arms.probes import LoopTrace
 from dormouse.arms.specs import InjectionConfig, InjectionSpec
+from dormouse.ops.mup import HIDDEN, VECTOR
 from dormouse.ops.norm import rms_norm
 
 INJECTION_EPS = 1e-5  # the source's norm_eps, for the RMS norm of e
@@ -34,6 +35,8 @@ class Injection(InjectionSpec, ResidualArm):
     B is d x d, identity at init; inside an iteration ``x <- x + f(x)``. Source: Parcae's DiagonalInjection
     (sandyresearch/parcae, ``parcae_lm/modules/injection.py``, applied at the start of each recurrence).
     """
+
+    mup_roles = {"log_step": VECTOR, "log_decay": VECTOR, "B": HIDDEN}
 
     @classmethod
     def from_config(cls, model_cfg: Any, kernel: str) -> Injection:

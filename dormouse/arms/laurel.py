@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from dormouse.arms.base import ResidualArm
 from dormouse.arms.probes import LoopTrace, slot_names
 from dormouse.arms.specs import LaurelConfig, LaurelSpec, laurel_uses
+from dormouse.ops.mup import READOUT, SCALAR, VECTOR
 
 XAVIER_SEED = 0  # A_s's Xavier draw of an arm built alone; in a model, init_random redraws from the run's seed
 
@@ -23,6 +24,7 @@ class Laurel(LaurelSpec, ResidualArm):
     §2.1-2.4, §3.3: alpha, beta init 1, B_s init 0, A_s column-orthogonal, so every variant starts as pre-norm."""
 
     plot_file = "laurel_weights.png"
+    mup_roles = {"alpha": SCALAR, "beta": SCALAR, "lr_down_weight": READOUT, "lr_up_weight": VECTOR}
     slot_fields = ("laurel_alpha", "laurel_beta", "laurel_lr_norm")
     compiled_absorb = True  # tensor arithmetic, the slot an index: its own region under train.compile
 

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from dormouse.arms.base import ResidualArm
 from dormouse.arms.probes import LoopTrace, slot_names
 from dormouse.arms.specs import MHCConfig, MHCSpec
+from dormouse.ops.mup import READOUT, SCALAR
 from dormouse.ops.norm import rms_norm
 
 MHC_INIT_STD = 0.02  # the projections' N(0, 0.02) (DeepSeek-V4's initializer_range); biases 0, scales 1
@@ -60,6 +61,8 @@ class MHC(MHCSpec, ResidualArm):
     """
 
     plot_file = "mhc_comb.png"
+    mup_roles = {"weight": READOUT, "head_weight": READOUT, "bias": SCALAR, "head_bias": SCALAR,
+                 "alpha": SCALAR, "head_alpha": SCALAR}
     slot_fields = ("pre_mean", "post_mean", "comb_diag", "stream_spread")
 
     @classmethod

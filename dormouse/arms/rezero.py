@@ -12,12 +12,14 @@ from torch import Tensor, nn
 from dormouse.arms.base import ResidualArm
 from dormouse.arms.probes import LoopTrace, slot_names
 from dormouse.arms.specs import ReZeroSpec
+from dormouse.ops.mup import SCALAR
 
 
 class ReZero(ReZeroSpec, ResidualArm):
     """ReZero (Bachlechner et al. 2020): ``x <- x + alpha_s f(x)``, one scalar alpha_s per slot, init 0."""
 
     plot_file = "rezero_alpha.png"
+    mup_roles = {"alpha": SCALAR}
     slot_fields = ("alpha",)
     compiled_absorb = True  # tensor arithmetic, the slot an index: its own region under train.compile
 

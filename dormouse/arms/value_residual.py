@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from dormouse.arms.prenorm import PreNormResidual
 from dormouse.arms.probes import LoopTrace
 from dormouse.arms.specs import ValueResidualConfig, ValueResidualSpec
+from dormouse.ops.mup import SCALAR
 
 
 @dataclass
@@ -29,6 +30,7 @@ class ValueResidual(ValueResidualSpec, PreNormResidual):
     ``0.5 V_1 + 0.5 V_n``, modeling_llama_resformer.py); docs/arms.md, "Value residual"."""
 
     plot_file = None
+    mup_roles = {"lambda1": SCALAR, "lambda2": SCALAR}
     slot_fields = ()  # lambda_1, lambda_2 are per attention slot, not per slot: see probe_scalars
     list_fields = ("lambda1", "lambda2")  # averaged over seeds elementwise, one value per attention slot
     compiled_absorb = False  # the state is a Python object holding V_first: the absorb runs eagerly

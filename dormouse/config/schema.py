@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from dormouse.arms.registry import ARMS, arm_switch, model_arm, selected_arms  # noqa: F401
 from dormouse.arms.specs import arm_specs
 from dormouse.errors import DormouseError
+from dormouse.ops.mup import PARAMETRIZATIONS
 
 KERNEL_CHOICES = ("auto", "triton", "torch")
 DTYPES = ("auto", "fp32", "bf16")  # train.dtype's values (dormouse.train.device.compute_dtype reads them)
@@ -54,6 +55,9 @@ class ModelBase:
     tie_head: bool = True
     rope_base: float = 10000.0
     kernel: str = "auto"  # the arm's fused read, where it has one (AttnRes): "auto" | "triton" | "torch"
+    parametrization: str = "standard"  # "standard" | "mup": init and lr per weight role (dormouse/ops/mup.py)
+    mup_base_width: int = 64  # µP's base width: at d_model = this (and the base head dim) µP is "standard"
+    mup_base_head_dim: int = 16  # µP's attention scale 1/d_head equals 1/sqrt(d_head) at this head dimension
 
     def problems(self) -> list[str]:
         """The model's values, the arm switches and every arm's options."""
@@ -69,6 +73,12 @@ class ModelBase:
                          "head dimension")
         if self.mlp_hidden is not None and self.mlp_hidden < 1:
             lines.append(invalid("model.mlp_hidden", self.mlp_hidden, "must be >= 1 or null"))
+        if self.parametrization not in PARAMETRIZATIONS:
+            lines.append(invalid("model.parametrization", self.parametrization,
+                                 "one of " + ", ".join(PARAMETRIZATIONS)))
+        for key in ("mup_base_width", "mup_base_head_dim"):
+            if getattr(self, key) < 1:
+                lines.append(invalid(f"model.{key}", getattr(self, key), "must be >= 1"))
         if self.kernel not in KERNEL_CHOICES:
             lines.append(invalid("model.kernel", self.kernel, "one of " + ", ".join(KERNEL_CHOICES)))
         if not (math.isfinite(self.rope_base) and self.rope_base > 0):

@@ -19,7 +19,9 @@ from dormouse.arms import builtin  # noqa: F401  (the arm classes build_arm buil
 from dormouse.arms.base import ResidualArm
 from dormouse.arms.probes import LoopTrace, ProbeCounters
 from dormouse.arms.registry import build_arm
+from dormouse.errors import StartRefused
 from dormouse.model.shape import VOCAB, swiglu_hidden
+from dormouse.ops import mup
 from dormouse.ops.norm import RMSNorm
 
 
@@ -87,11 +89,12 @@ ROPE_CACHE_LEN = 2048
 class CausalSelfAttention(nn.Module):
     """Pre-norm causal self-attention with RoPE: ``f(x) = W_o SDPA(RoPE(W_q n(x)), RoPE(W_k n(x)), W_v n(x))``."""
 
-    def __init__(self, d_model: int, n_heads: int, rope_base: float) -> None:
+    def __init__(self, d_model: int, n_heads: int, rope_base: float, scale: float | None = None) -> None:
         super().__init__()
         self.n_heads = n_heads
         self.head_dim = d_model // n_heads
         self.rope_base = rope_base
+        self.scale = scale  # the logits' scale; None: SDPA's 1/sqrt(head_dim) (µP's differs: dormouse/ops/mup.py)
         self.norm = RMSNorm(d_model)
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.proj = nn.Linear(d_model, d_model, bias=False)
@@ -116,7 +119,10 @@ class CausalSelfAttention(nn.Module):
     def attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """Causal SDPA of q, k, v [batch, heads, seq, head_dim], heads concatenated, then ``W_o``: [batch, seq, d]."""
         batch, heads, seq, head_dim = q.shape
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if self.scale is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
         return self.proj(y.transpose(1, 2).reshape(batch, seq, heads * head_dim))
 
     def forward(self, x: Tensor, mix: AttentionMix | None = None) -> Tensor:
@@ -171,8 +177,10 @@ class LoopedByteLM(nn.Module):
         super().__init__()
         self.d_model = int(cfg.d_model)
         self.max_iter = int(cfg.max_iter)
+        self.width_mult = mup.width_mult(cfg)  # µP's m = d_model / base width; 1 under the standard parametrisation
         self.embed = nn.Embedding(VOCAB, self.d_model)
-        self.attn = CausalSelfAttention(self.d_model, int(cfg.n_heads), float(cfg.rope_base))
+        self.attn = CausalSelfAttention(self.d_model, int(cfg.n_heads), float(cfg.rope_base),
+                                        mup.attention_scale(cfg, self.d_model // int(cfg.n_heads)))
         self.mlp = SwiGLU(self.d_model, swiglu_hidden(self.d_model, cfg.mlp_hidden))
         self.final_norm = RMSNorm(self.d_model)
         self.head = None if cfg.tie_head else nn.Linear(self.d_model, VOCAB, bias=False)
@@ -197,6 +205,8 @@ class LoopedByteLM(nn.Module):
                 std = 0.02
                 if module is self.attn.proj or module is self.mlp.down:
                     std = 0.02 / math.sqrt(2 * self.max_iter)  # GPT-2's residual-projection scaling
+                if self.width_mult != 1.0 and module is not self.head:  # µP's hidden weights: std x m^-1/2
+                    std *= mup.init_scale(mup.HIDDEN, self.width_mult)
                 module.weight.copy_(torch.randn(module.weight.shape, generator=shared) * std)
             elif isinstance(module, nn.Embedding):
                 module.weight.copy_(torch.randn(module.weight.shape, generator=shared) * 0.02)
@@ -218,6 +228,8 @@ class LoopedByteLM(nn.Module):
     def readout(self, x: Tensor, final_norm: Callable[[Tensor], Tensor] | None = None) -> Tensor:
         x = (self.final_norm if final_norm is None else final_norm)(x)
         weight = self.embed.weight if self.head is None else self.head.weight
+        if self.width_mult != 1.0:  # µP's output multiplier 1/m (the readout weight stays a vector-like one)
+            x = x / self.width_mult
         return F.linear(x, weight.to(x.dtype))
 
     def eager_regions(self) -> LoopRegions:
@@ -256,18 +268,31 @@ class LoopedByteLM(nn.Module):
         return logits
 
     def param_groups(self, weight_decay: float) -> list[dict[str, Any]]:
-        """AdamW groups: decay the matrices; no decay on gains, biases, arm scalars and queries."""
+        """AdamW groups: decay the matrices; no decay on gains, biases, arm scalars and queries. Under µP each group
+        also holds one ``lr_scale``, its weights' role's (dormouse/ops/mup.py); the loop multiplies the rate by it."""
         arm_no_decay = {f"arm.{n}" for n in self.arm.no_decay_names()}
-        decay, no_decay = [], []
+        groups: dict[tuple[bool, float], list[nn.Parameter]] = {}
         for name, p in self.named_parameters():
-            if p.ndim < 2 or name in arm_no_decay:
-                no_decay.append(p)
-            else:
-                decay.append(p)
-        return [
-            {"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ]
+            decay = not (p.ndim < 2 or name in arm_no_decay)
+            scale = mup.lr_scale(self._mup_role(name), self.width_mult) if self.width_mult != 1.0 else 1.0
+            groups.setdefault((decay, scale), []).append(p)
+        if self.width_mult == 1.0:  # the standard parametrisation's two groups, in their order
+            return [{"params": groups.get((True, 1.0), []), "weight_decay": weight_decay},
+                    {"params": groups.get((False, 1.0), []), "weight_decay": 0.0}]
+        return [{"params": ps, "weight_decay": weight_decay if decay else 0.0, "lr_scale": scale}
+                for (decay, scale), ps in sorted(groups.items(), key=lambda kv: (not kv[0][0], kv[0][1]))]
+
+    def _mup_role(self, name: str) -> str:
+        """A weight's µP role: the block's by kind, the arm's as it declares them (an undeclared one is refused)."""
+        if name.startswith("arm."):
+            role = mup.role_of(name[len("arm."):], self.arm.mup_roles)
+            if role is None:
+                raise StartRefused(f"model.parametrization=mup: arm {self.arm.name!r} declares no µP role for its "
+                                 f"parameter {name[len('arm.'):]!r}; add it to the arm's mup_roles "
+                                 f"({', '.join(mup.ROLES)}; dormouse/ops/mup.py)")
+            return role
+        hidden = name.startswith(("attn.qkv", "attn.proj", "mlp.gate_up", "mlp.down"))
+        return mup.HIDDEN if hidden else mup.VECTOR  # the embedding, the norms' gains, an untied head
 
     def param_counts(self) -> dict[str, int]:
         arm = sum(p.numel() for p in self.arm.parameters())

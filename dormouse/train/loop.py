@@ -522,8 +522,8 @@ def train_step(run: _Run, loop: LoopState) -> float:
     x, y = train_batch(run.corpus.train, seq_len=int(cfg.data.seq_len), batch_size=int(t.batch_size),
                        seed=run.data_seed, step=loop.step, rank=info.rank, world_size=info.world_size)
     x, y = x.to(run.device), y.to(run.device)
-    for group in run.optimizer.param_groups:
-        group["lr"] = lr_at(loop.step, cfg)
+    for group in run.optimizer.param_groups:  # µP scales some groups' rates (model.param_groups); 1 otherwise
+        group["lr"] = lr_at(loop.step, cfg) * group.get("lr_scale", 1.0)
     accum = int(t.grad_accum)
     loss_value = accumulate_gradients(run.train_model, x, y, depth=depth, readouts=str(t.readout),
                                       accum=accum, autocast=run.autocast,

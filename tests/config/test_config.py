@@ -164,9 +164,10 @@ def resolved_config(output: str) -> str:
 
 
 # Keys the record lacks, each at the default that keeps the recorded behaviour (wandb as teams use it,
-# gradient accumulation, the best checkpoint, HF datasets' configs and val splits, the compute dtype, and what
-# train.compile compiles, which changes nothing while train.compile=false).
-ADDED_SINCE = {"logging": {"wandb_entity": None, "wandb_tags": []},
+# gradient accumulation, the best checkpoint, HF datasets' configs and val splits, the compute dtype, what
+# train.compile compiles, which changes nothing while train.compile=false, and µP's base, read only under µP).
+ADDED_SINCE = {"model": {"parametrization": "standard", "mup_base_width": 64, "mup_base_head_dim": 16},
+               "logging": {"wandb_entity": None, "wandb_tags": []},
                "train": {"grad_accum": 1, "keep_best": False, "dtype": "auto", "compile_scope": "regional"},
                "data": {"hf_config": None, "hf_val_split": "auto", "hf_streaming": False}}
 

@@ -63,3 +63,17 @@ def test_a_random_depth_count_is_the_mean_over_the_depths_the_loop_draws() -> No
     cfg = load_run_config([*SMOKE, "model.use_gr=true", "model.random_depth=true"])
     count = flop_count(cfg)
     assert count.block == (28672 + 16384 + 90112) / 2 and count.arm == (4096 + 8192) / 2
+
+
+@pytest.mark.parametrize("arm, width, tie", [("prenorm", 64, True), ("gr", 96, True), ("attnres", 32, False),
+                                             ("mhc", 48, True)])
+def test_the_shared_parameter_count_is_torchs_count_less_the_arms(arm: str, width: int, tie: bool) -> None:
+    """The analytic count of the weights every arm shares (a width ladder's budget rule reads it without torch)
+    against torch's count of the built model's tensors."""
+    from dormouse.config.schema import compose_config
+    from dormouse.model.shape import shared_params
+
+    cfg = compose_config(["preset=tiny", f"model.d_model={width}", f"model.n_heads={width // 16}",
+                          f"model.tie_head={str(tie).lower()}", f"model.use_{arm}=true"])
+    counts = LoopedByteLM(cfg.model).param_counts()
+    assert shared_params(width, cfg.model.mlp_hidden, tie) == counts["params"] - counts["arm_params"]
