@@ -27,7 +27,7 @@ SMOKE_FLOPS = load_spec("smoke_flops").text  # smoke's arms at 6e9 training FLOP
 # What every run of conf/ab/smoke.yaml composes to (name, arm, replicate, then the resolved config, the comparison
 # directory written <root>), recorded from a registration without a budget block.
 FIXED = "[preset=tiny, train.eval_every=10, train.device=cpu, logging.progress=off]"  # no train.steps: a budget's
-SMOKE_PLAN_SHA256 = "1fe84ae3ba8e09959fd24af3503f04a664757002ac378eada394096f136ca234"
+SMOKE_PLAN_SHA256 = "6657b90407d0870789c80f9e1657737219618cf18c26ae09d01fab6194fbf478"
 
 
 def plan_text(name: str, root: Path, registry: Path | None = None) -> str:

@@ -61,8 +61,8 @@ PERTURBATIONS: list[dict] = [
         "name": "study_card_se_from_the_maximum",
         "file": _IA,
         "function": "simulate_study",
-        "old": "    est, se, df = _contrast(contrast_weights(design.points), mean, sds, n)",
-        "new": "    est, se, df = _contrast(contrast_weights(design.points), mean, sds, np.full_like(n, point_design.n_max))",
+        "old": "    est, se, df = _contrast(design.weights(), mean, sds, n)",
+        "new": "    est, se, df = _contrast(design.weights(), mean, sds, np.full_like(n, point_design.n_max))",
         "gates": [_T + "test_simulate_study_runs_the_rule_decide_all_applies", _TYPE_I],
         "why": "the card computes the contrast as if every point had run to the maximum, not with the n each "
                "decision used: its se is too small where a point stopped early, and it simulates another rule",

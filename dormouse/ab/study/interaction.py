@@ -40,6 +40,9 @@ class InteractionDesign(sq.Checked):
     #                              (the margin the study card shows the points' early stopping needs)
     multiplicity: str = BONFERRONI  # bonferroni: grows/shrinks at α/n_arms, flat at α per arm; holm: Holm's
     #                                 step-down over the arms for each kind of claim (dormouse.ab.rule.family)
+    positions: tuple[float, ...] | None = None  # each point's x; None: log2 of its value. Given, the change is per
+    #                                             unit of x (a width ladder: per decade of training FLOPs)
+    position_name: str = ""  # what x is, for the sentences ("log10 training FLOPs")
 
     def field_problems(self) -> list[tuple[str, str]]:
         """``(field, what is wrong)`` for each bad field; empty when the design is usable (the one check)."""
@@ -55,7 +58,25 @@ class InteractionDesign(sq.Checked):
         elif pts[0] <= 0 or any(b <= a for a, b in zip(pts, pts[1:])):
             out.append(("points", f"{list(pts)} must be > 0 and strictly ascending (the contrast is in log2)"))
         out += multiplicity_problems(self.multiplicity)
+        xs = self.positions
+        if xs is not None and (len(xs) != len(pts) or not all(sq._finite(v) for v in xs)
+                               or any(b <= a for a, b in zip(xs, xs[1:]))):
+            out.append(("positions", f"{xs} must be one finite, strictly ascending x per point"))
         return out + sq.family_problems(self.n_arms, self.alpha_holdback, "the tests run at")
+
+    def x(self) -> np.ndarray:
+        """Each point's x: the registered positions, else log2 of the axis value."""
+        return np.asarray(self.positions if self.positions is not None else np.log2(self.points), dtype=float)
+
+    @property
+    def span(self) -> float:
+        """What the change L is over: the first to the last point in log2 (x per point: one unit of x)."""
+        u = self.x()
+        return float(u[-1] - u[0]) if self.positions is None else 1.0
+
+    def weights(self) -> np.ndarray:
+        """c_p of the change: :func:`weights_at` of x over the span."""
+        return weights_at(self.x(), self.span)
 
     @property
     def test_alpha(self) -> float:
@@ -84,9 +105,14 @@ def point_design(design: InteractionDesign, sesoi: float, looks: Sequence[int],
 def contrast_weights(points: Sequence[float]) -> np.ndarray:
     """c_p = (u_p − ū)·(u_P − u_1)/Σ(u_q − ū)², u = log2(points): Σ c_p·m_p is the OLS slope times the log2 range."""
     u = np.log2(np.asarray(points, dtype=float))
+    return weights_at(u, float(u[-1] - u[0]))
+
+
+def weights_at(u: np.ndarray, span: float) -> np.ndarray:
+    """c_p = (u_p − ū)·span/Σ(u_q − ū)²: Σ c_p·m_p is the OLS slope of m on u times ``span``."""
     d = u - u.mean()
-    c = d * (u[-1] - u[0]) / float(np.sum(d * d))
-    return np.where(np.abs(c) < WEIGHT_ZERO, 0.0, c)  # a point at the log2 centre weighs exactly 0, not 1e-17
+    c = d * span / float(np.sum(d * d))
+    return np.where(np.abs(c) < WEIGHT_ZERO, 0.0, c)  # a point at the centre weighs exactly 0, not 1e-17
 
 
 
@@ -227,10 +253,14 @@ class InteractionDecision:
     #                below its level, and every later arm is compared with that level); 0 under Bonferroni
     eq_rank: int = 0  # the same for the TOST p
     eq_step: int = 0
+    position_name: str = ""  # the design's x when registered ("log10 training FLOPs"): L is per unit of it
 
     def to_dict(self) -> dict:
-        """The decision as JSON holds it (NaN as null)."""
-        return jsonable(asdict(self))
+        """The decision as JSON holds it (NaN as null; no position_name along log2 of the axis)."""
+        d = asdict(self)
+        if not self.position_name:
+            del d["position_name"]
+        return jsonable(d)
 
     @classmethod
     def from_dict(cls, d: Mapping) -> InteractionDecision:
@@ -255,9 +285,11 @@ def interaction_sentence(d: InteractionDecision, arm: str, baseline: str, axis: 
     if d.verdict == INVALID:
         return f"{who}: the change of the paired difference over {axis} is invalid: {d.reason}."
     weights = ", ".join(f"{r.value:g}: {r.weight:+.3g}" for r in d.points)
-    what = (f"the change of the mean paired difference from {axis} = {first:g} to {last:g} along the line fitted "
-            f"on log2 {axis} is L {d.estimate:+.4f} bpb (weights {weights}; se {d.se:.4f}, df {d.df:g}, the fewest "
-            "replicates of a weighed point less one)")
+    along = (f"per unit of {d.position_name}, along the line fitted on it over {axis} = {first:g} to {last:g},"
+             if d.position_name else
+             f"from {axis} = {first:g} to {last:g} along the line fitted on log2 {axis}")
+    what = (f"the change of the mean paired difference {along} is L {d.estimate:+.4f} bpb (weights {weights}; "
+            f"se {d.se:.4f}, df {d.df:g}, the fewest replicates of a weighed point less one)")
     held = sq.holdback_words(d.alpha, d.alpha_holdback)
     level = d.alpha * d.alpha_holdback
     eq_ok = -d.smallest_change < d.eq_interval[0] and d.eq_interval[1] < d.smallest_change
@@ -308,7 +340,7 @@ def _point_rows(design: InteractionDesign, diffs_by_point: Sequence[Sequence[flo
         raise ValueError(f"diffs_by_point: one sequence of paired differences per point ({len(design.points)}: "
                          f"{list(design.points)}), got {len(diffs_by_point)}")
     rows = []
-    for value, w, xs in zip(design.points, contrast_weights(design.points), diffs_by_point):
+    for value, w, xs in zip(design.points, design.weights(), diffs_by_point):
         x = np.asarray(xs, dtype=float)
         if not np.all(np.isfinite(x)):
             raise ValueError(f"diffs_by_point[{value:g}]: a paired difference is not finite: {list(xs)}")
@@ -344,7 +376,8 @@ def decide_interaction(design: InteractionDesign, diffs_by_point: Sequence[Seque
     curv, curv_se = _curvature(design, rows)
     common = dict(points=rows, curvature=curv, curvature_se=curv_se, alpha=design.alpha,
                   smallest_change=design.smallest_change, n_arms=design.n_arms,
-                  alpha_holdback=design.alpha_holdback, calibration=calibration)
+                  alpha_holdback=design.alpha_holdback, calibration=calibration,
+                  position_name=design.position_name if design.positions is not None else "")
     if holm:
         common.update(multiplicity=HOLM, **family._asdict())  # type: ignore[union-attr]
     else:
@@ -469,7 +502,7 @@ class StudyCard:
         d = asdict(self)
         d["skew_lines"] = [{**asdict(x), "type_i_se": self.mc_se(x.type_i), "flat_se": self.arm_se(x.flat_at_change),
                             "flat_family_se": self.mc_se(x.flat_family)} for x in self.skew_lines]
-        d["weights"] = list(contrast_weights(self.design.points))
+        d["weights"] = list(self.design.weights())
         return jsonable(d)
 
     def to_text(self) -> str:
@@ -478,7 +511,7 @@ class StudyCard:
 
 def study_card_text(card: StudyCard) -> str:
     dz, pd, se, arm, tau = card.design, card.point_design, card.mc_se, card.arm_se, card.design.smallest_change
-    w = ", ".join(f"{v:g}: {c:+.3g}" for v, c in zip(dz.points, contrast_weights(dz.points)))
+    w = ", ".join(f"{v:g}: {c:+.3g}" for v, c in zip(dz.points, dz.weights()))
     sd = ", ".join(f"{v:g}: {s:.4g}" for v, s in zip(dz.points, card.pilot_sd))
     runs = "; ".join(f"{k} " + " ".join(f"{a:.1f}/{b:.1f}" for a, b in zip(card.expected_n[k],
                                                                        card.expected_n_baseline[k]))
@@ -541,8 +574,8 @@ def against_alpha(rate: float, alpha: float, mc_se: float) -> str:
 
 def line_through(design: InteractionDesign, at_middle: float, change: float) -> np.ndarray:
     """Δ_p on the log2 line through ``at_middle`` at the centre with Σ c_p·Δ_p = ``change`` exactly."""
-    u = np.log2(np.asarray(design.points, dtype=float))
-    return at_middle + change * (u - (u[0] + u[-1]) / 2) / (u[-1] - u[0])
+    u = design.x()
+    return at_middle + change * (u - (u[0] + u[-1]) / 2) / design.span
 
 
 def simulate_study(design: InteractionDesign, point_design: sq.Design, deltas: Sequence[float],
@@ -552,7 +585,7 @@ def simulate_study(design: InteractionDesign, point_design: sq.Design, deltas: S
     sims = [sq.simulate_decisions(point_design, [float(delta)] * design.n_arms, float(s), n_sim, seed + p, skew)
             for p, (delta, s) in enumerate(zip(deltas, sd))]
     mean, sds, n = (np.stack([getattr(x, k) for x in sims], axis=-1).astype(float) for k in ("mean", "sd", "n"))
-    est, se, df = _contrast(contrast_weights(design.points), mean, sds, n)
+    est, se, df = _contrast(design.weights(), mean, sds, n)
     return _rule(design, est, se, df)[0], np.stack([x.code for x in sims], axis=-1), n
 
 

@@ -19,7 +19,7 @@ from dormouse.ab.comparison.binding import design_card_for, read_stamp, save_car
 from dormouse.ab.comparison.questions import plan_command, started_stamp, status_command
 from dormouse.ab.comparison.status import tune_most_runs
 from dormouse.ab.launchers.request import LaunchRequest
-from dormouse.ab.study.plans import build_point_plans, card_of, study_dir, study_registration
+from dormouse.ab.study.plans import build_point_plans, card_of, ladder_lines, study_dir, study_registration
 from dormouse.ab.study.registry import RegisteredStudy
 from dormouse.run.files import StudyFiles
 
@@ -35,6 +35,8 @@ def study_plan(study: RegisteredStudy, overrides: list[str], *, root: Path, laun
     sdir = study_dir(study, root)
     _say(console, f"plan: study {study.name} -> {sdir}: {len(plans)} points of {study.axis} "
          f"({', '.join(map(str, study.values))}), one registered comparison each, run in that order")
+    for line in ladder_lines(study, plans):  # a width ladder: each point's size and what a baseline run trains
+        _say(console, line)
     most = 0
     for point, plan in zip(study.points(), plans):
         _say(console, "")

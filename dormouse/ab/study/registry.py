@@ -35,6 +35,28 @@ from dormouse.ab.rule.family import BONFERRONI
 from dormouse.ab.rule.sequential import Design
 from dormouse.ab.study.interaction import InteractionDesign, point_design
 
+WIDTH_AXIS = "model.d_model"  # the axis a width rule grows the model along
+TRENDS = ("axis", "log10_flops")
+TREND_FLOPS = "log10_flops"  # the change per decade of each point's training FLOPs budget
+
+
+@dataclass
+class WidthRule:
+    """``study.width``: what grows with ``model.d_model`` at each point (docs/ab-protocol.md, "A width ladder")."""
+
+    head_dim: int = MISSING  # model.n_heads = d_model / head_dim: the head dimension stays fixed
+    mlp_ratio: float | None = None  # model.mlp_hidden = round(mlp_ratio x d_model); null: the model's 8/3 rule
+
+
+@dataclass
+class DataRule:
+    """``study.data``: each point's budget from its shared parameter count N (dormouse/model/shape.py)."""
+
+    bytes_per_param: float = MISSING  # the point trains bytes_per_param x N bytes (of the baseline, per run)
+    unit: str = "flops"  # flops: every arm trains the baseline's FLOPs for those bytes; tokens: those bytes
+    evals: int | None = None  # eval points per run (null: the baseline's count at its train.eval_every)
+    epochs: float = 1.0  # the most passes over the training split a run may make (refused above, before any run)
+
 
 @dataclass
 class StudyBlock:
@@ -49,6 +71,9 @@ class StudyBlock:
     multiplicity: str = "bonferroni"  # bonferroni | holm: the correction of the interaction's claims over the arms
     # one budget per point ({unit, value, evals}, one unit for all), or null: every point the template's budget
     budgets: list[Any] | None = None
+    width: WidthRule | None = None  # axis model.d_model only: heads and MLP grown with the width
+    trend: str = "axis"  # the change's x: "axis" (log2 of the value, over the range) or "log10_flops" (per decade)
+    data: DataRule | None = None  # each point's budget from its parameter count (beside no other budget)
 
 
 @dataclass
@@ -98,11 +123,16 @@ class RegisteredStudy:
         return list(self.study.points)
 
     def interaction_design(self) -> InteractionDesign:
-        """The primary rule's registered design: α, τ, the points, the family of tested arms and its correction."""
+        """The primary rule's registered design: α, τ, the points, the family of tested arms and its correction;
+        under ``trend: log10_flops`` each point's x is log10 of its training FLOPs budget."""
+        positions = None
+        if self.study.trend == TREND_FLOPS:
+            positions = tuple(math.log10(float(p.reg.spec.budget.value)) for p in self.points())  # type: ignore[union-attr]
         return InteractionDesign(alpha=float(self.template.alpha), smallest_change=float(self.study.smallest_change),
                                  points=tuple(float(v) for v in self.study.points), n_arms=len(self.tested),
                                  alpha_holdback=float(self.study.alpha_holdback),
-                                 multiplicity=self.study.multiplicity)
+                                 multiplicity=self.study.multiplicity, positions=positions,
+                                 position_name="log10 training FLOPs" if positions else "")
 
     def point_design(self) -> Design:
         """The sequential design every point runs (α/P, the registered SESOI, looks and hold-back)."""
@@ -150,6 +180,9 @@ def load_study(name: str, registry: Path | None = None) -> RegisteredStudy:
     study = RegisteredStudy(template=template, study=block, text=text, source=source, given=name)
     problems = [line for p in study_points(study) for line in validate_spec(p.reg.spec, p.reg.source)]
     problems += _seed_overlaps(study)
+    if not problems and block.trend == TREND_FLOPS:  # the points' budgets must rise with the width
+        problems += [f"{source}: field 'study.trend': the points' training FLOPs {what}"
+                     for key, what in study.interaction_design().field_problems() if key == "positions"]
     if problems:
         raise ABSpecError(problems)
     return study
@@ -195,6 +228,7 @@ def study_problems(template: ComparisonSpec, block: StudyBlock, source: str) -> 
     if block.seed_stride < 1:
         bad("study.seed_stride", f"{block.seed_stride} must be >= 1")
     _budgets_problems(template, block, bad)
+    _ladder_problems(template, block, bad)
     if not (_number(block.expected_change) and block.expected_change != 0):
         bad("study.expected_change", f"{block.expected_change} must be a finite non-zero number (bpb; < 0 = grows)")
     return lines
@@ -220,6 +254,77 @@ def _budgets_problems(template: ComparisonSpec, block: StudyBlock, bad: Any) -> 
             bad(key, problem)
     if len(set(units)) > 1:
         bad("study.budgets", f"the points mix units ({', '.join(units)}): a study compares its points in one unit")
+
+
+WIDTH_KEYS = ("model.n_heads", "model.mlp_hidden")  # what a width rule sets at each point
+
+
+def _ladder_problems(template: ComparisonSpec, block: StudyBlock, bad: Any) -> None:
+    """A width rule grows the model along model.d_model only, into whole even heads, and nothing else sets what it
+    sets; a data rule needs a positive rate and a budget unit, and no other budget beside it."""
+    width, data = block.width, block.data
+    if width is not None:
+        if block.axis != WIDTH_AXIS:
+            bad("study.width", f"a width rule needs the axis {WIDTH_AXIS}, not {block.axis!r}")
+        elif not (isinstance(width.head_dim, int) and width.head_dim >= 2 and width.head_dim % 2 == 0):
+            bad("study.width.head_dim", f"{width.head_dim!r} must be an even integer >= 2 (RoPE rotates pairs)")
+        else:
+            odd = [v for v in block.points if not (_number(v) and v % width.head_dim == 0)]
+            if odd:
+                bad("study.width.head_dim", f"{width.head_dim} does not divide the widths {odd}: each point's "
+                    "model.n_heads = d_model / head_dim must be whole")
+        if width.mlp_ratio is not None and not (_number(width.mlp_ratio) and width.mlp_ratio > 0):
+            bad("study.width.mlp_ratio", f"{width.mlp_ratio} must be a number > 0, or null (the model's 8/3 rule)")
+        setters = [("fixed", o) for o in template.fixed] + [
+            (f"arms.{a}", o) for a, ovs in template.arms.items() for o in ovs]
+        for where, o in setters:
+            if override_key(o) in WIDTH_KEYS:
+                bad(where, f"override {o!r} sets {override_key(o)}, which study.width sets at each point")
+    flops_budgets = (data is not None and data.unit == "flops") or (
+        block.budgets is not None and all(isinstance(b, dict) or OmegaConf.is_dict(b) for b in block.budgets)
+        and all(str(b.get("unit")) == "flops" for b in block.budgets))
+    if block.trend not in TRENDS:
+        bad("study.trend", f"{block.trend!r} must be one of {', '.join(TRENDS)}")
+    elif block.trend == TREND_FLOPS and not flops_budgets:
+        bad("study.trend", "log10_flops needs each point's training FLOPs: a data rule with unit flops, or "
+            "study.budgets in flops")
+    if data is None:
+        return
+    if not (_number(data.bytes_per_param) and data.bytes_per_param > 0):
+        bad("study.data.bytes_per_param", f"{data.bytes_per_param} must be a number > 0")
+    if data.unit not in ("flops", "tokens"):
+        bad("study.data.unit", f"{data.unit!r} must be flops or tokens (the budget units that match cost)")
+    if not (_number(data.epochs) and data.epochs > 0):
+        bad("study.data.epochs", f"{data.epochs} must be a number > 0 (passes over the training split)")
+    if template.budget is not None or block.budgets is not None:
+        bad("study.data", "set beside another budget (the template's budget or study.budgets): give one rule")
+
+
+def width_overrides(block: StudyBlock, value: Any) -> list[str]:
+    """What the width rule sets at the point of width ``value`` (nothing without a rule)."""
+    width = block.width
+    if width is None:
+        return []
+    out = [f"model.n_heads={int(value) // int(width.head_dim)}"]
+    if width.mlp_ratio is not None:
+        out.append(f"model.mlp_hidden={round(float(width.mlp_ratio) * int(value))}")
+    return out
+
+
+def data_budget(study: RegisteredStudy, spec: ComparisonSpec) -> BudgetSpec:
+    """The point's budget under the data rule: bytes_per_param x N bytes, N the shared parameters at the point's
+    width (the arm's own left out: the same N for every arm); under flops the baseline's training FLOPs for them."""
+    from dormouse.config.schema import compose_config
+    from dormouse.model.flops import flop_count
+    from dormouse.model.shape import shared_params
+
+    rule = study.study.data
+    assert rule is not None
+    cfg = compose_config([*spec.fixed, *spec.arms[spec.baseline]])
+    n = shared_params(int(cfg.model.d_model), cfg.model.mlp_hidden, bool(cfg.model.tie_head))
+    tokens = float(rule.bytes_per_param) * n
+    value = tokens if rule.unit == "tokens" else tokens * flop_count(cfg).training_per_token
+    return BudgetSpec(unit=rule.unit, value=float(f"{value:.6g}"), evals=rule.evals)
 
 
 def point_budget(raw: Any) -> BudgetSpec:
@@ -248,8 +353,11 @@ def _shifted(template: ComparisonSpec, axis: str, value: Any, index: int, stride
 def _point_spec(study: RegisteredStudy, index: int, value: Any) -> ComparisonSpec:
     points = list(study.study.points)
     spec = _shifted(study.template, study.axis, value, index, int(study.study.seed_stride), len(points))
+    spec.fixed += width_overrides(study.study, value)
     if study.study.budgets is not None:
         spec.budget = point_budget(study.study.budgets[index])
+    elif study.study.data is not None:
+        spec.budget = data_budget(study, spec)
     return spec
 
 
