@@ -59,6 +59,7 @@ LAUNCH = "launch"
 SUBMITIT = "submitit"
 DELTA_AXIS_PLOT = "delta_vs_axis.png"  # a study's: each arm's Δ against the baseline at every point of its axis
 POINTS_DEPTH_PLOT = "bpb_by_depth_points.png"  # a study's: bpb@k per arm, one panel per point
+LOSS_FLOPS_PLOT = "loss_vs_flops.png"  # a width ladder's: each arm's final bpb against training FLOPs, its fitted law
 COMPILE_CACHE = "compile_cache"  # torch's own compile caches (Inductor's FX graph and AOTAutograd), per comparison
 
 

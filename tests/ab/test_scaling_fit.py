@@ -131,3 +131,37 @@ def test_same_seed_gives_identical_results_in_any_mapping_order():
     first = sf.bootstrap_power_law(points, n_boot=100, seed=3, at=(1e18,))
     assert sf.bootstrap_power_law(dict(reversed(list(points.items()))), n_boot=100, seed=3, at=(1e18,)) == first
     assert sf.bootstrap_power_law(points, n_boot=100, seed=4, at=(1e18,)) != first  # the seed is used
+
+
+def _ladder_data(shift: float, noise: float, seed: int) -> dict[float, list[float]]:
+    rng = np.random.default_rng(seed)
+    law = sf.PowerLaw(E=1.5, A=2.0e3, alpha=0.25)
+    return {c: list(law.predict(c) + shift + noise * rng.standard_normal(6)) for c in (1e12, 1e13, 1e14, 1e15)}
+
+
+def test_delta_at_an_extrapolated_compute_is_the_shift_between_two_parallel_laws():
+    """An arm lying 0.02 below the baseline at every point (the same noise draws: paired) fits the same law with E
+    lower by 0.02: Δ at 1e18 is -0.02 and its paired interval collapses onto it (the resampled pairs move together;
+    1e-6 is the solver's tolerance carried to the prediction)."""
+    from dormouse.ab.study.scaling_fit import bootstrap_delta_at
+
+    base = _ladder_data(0.0, 0.01, seed=4)
+    arm = {c: [v - 0.02 for v in vs] for c, vs in base.items()}
+    out = bootstrap_delta_at(arm, base, at=[1e18], n_boot=200, seed=1)
+    assert out.delta[0] == pytest.approx(-0.02, abs=1e-6)
+    assert out.interval[0][0] == pytest.approx(-0.02, abs=1e-5) and out.interval[0][1] == pytest.approx(-0.02, abs=1e-5)
+
+
+def test_delta_at_resamples_the_pairs_together():
+    """Unpaired resampling of two arms with independent seed noise widens the interval; the paired one keeps the
+    shared part out: with an arm whose noise is the baseline's plus a small own part, the paired interval is narrower
+    than the baseline's own extrapolation interval."""
+    from dormouse.ab.study.scaling_fit import bootstrap_delta_at
+
+    base = _ladder_data(0.0, 0.02, seed=7)
+    rng = np.random.default_rng(8)
+    arm = {c: [v - 0.01 + 0.002 * rng.standard_normal() for v in vs] for c, vs in base.items()}
+    paired = bootstrap_delta_at(arm, base, at=[1e18], n_boot=300, seed=2)
+    alone = sf.bootstrap_power_law(base, n_boot=300, seed=2, at=[1e18])
+    width = paired.interval[0][1] - paired.interval[0][0]
+    assert width < 0.5 * (alone.predicted_interval[0][1] - alone.predicted_interval[0][0])

@@ -127,3 +127,38 @@ def test_a_trend_in_flops_without_flops_budgets_is_refused(tmp_path: Path) -> No
     with pytest.raises(ABSpecError) as exc:
         load_study("s", ladder(tmp_path, tail))
     assert any("field 'study.trend'" in ln and "needs each point's training FLOPs" in ln for ln in exc.value.lines)
+
+
+def test_a_finished_ladder_reports_each_arms_fitted_law_and_labels_delta_at_1e18_an_extrapolation(
+        tmp_path: Path) -> None:
+    """Planted final bpb on a law of each run's FLOPs (the baseline L = 1.5 + 2·(C/1e8)^−0.3, GR 0.03 lower at every
+    point, seed jitter ±0.002): the report recovers the baseline's α within its interval, GR's Δ at 1e18 is about
+    −0.03 (a parallel law), and the section and the plot say it is an extrapolation."""
+    import json
+
+    from dormouse.ab.comparison.command import ab_run
+    from dormouse.model.flops import training_cost
+    from tests.helpers.ab_exit import exit_code
+    from tests.helpers.fake_train import FakeTrain
+
+    jitter = (0.002, -0.002, 0.001, -0.001)
+
+    def planted(run: object) -> float:
+        c = training_cost(run.cfg)["flops"]  # type: ignore[attr-defined]
+        shift = -0.03 if run.arm == "gr" else 0.0  # type: ignore[attr-defined]
+        return 1.5 + 2.0 * (c / 1e8) ** -0.3 + shift + jitter[run.seed % 4]  # type: ignore[attr-defined]
+
+    tail = LADDER.replace("  width:", "  trend: log10_flops\n  width:").replace("points: [16, 32, 48]",
+                                                                                 "points: [16, 32, 48, 64]")
+    text = registration("s", ("prenorm", "gr", "prenorm_aa"), looks="[4]", sesoi=0.05, fixed=FIXED, tail=tail)
+    reg = write_registry(tmp_path, "s", text)
+    code = exit_code(ab_run, "s", [], root=tmp_path / "ab", console=Console(record=True, width=200), registry=reg,
+                     err=Console(record=True, width=200), train_fn=FakeTrain(planted))
+    assert code == 0
+    r = json.loads((tmp_path / "ab" / "s" / "results.json").read_text())
+    base = r["scaling"]["curves"]["prenorm"]
+    assert base["alpha_interval"][0] <= 0.3 <= base["alpha_interval"][1]
+    assert r["scaling"]["delta_at"]["gr"]["delta"] == pytest.approx(-0.03, abs=0.005)
+    report = (tmp_path / "ab" / "s" / "report.md").read_text()
+    assert "Δ at 1e+18 training FLOPs: an extrapolation" in report and "loss_vs_flops.png" in report
+    assert (tmp_path / "ab" / "s" / "loss_vs_flops.png").is_file()

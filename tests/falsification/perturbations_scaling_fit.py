@@ -41,4 +41,28 @@ PERTURBATIONS: list[dict] = [
                "whatever the solver's start was",
         "protects": "A/B rule",
     },
+    {
+        "name": "delta_at_resamples_the_arms_apart",
+        "file": _FIT,
+        "function": "bootstrap_delta_at",
+        "old": "            draws.append(delta([r[i] for r, i in zip(a_reps, idx)], [r[i] for r, i in zip(b_reps, idx)]))\n",
+        "new": "            draws.append(delta([r[i] for r, i in zip(a_reps, idx)], "
+               "[r[rng.integers(0, r.size, size=r.size)] for r in b_reps]))\n",
+        "gates": [_T + "test_delta_at_an_extrapolated_compute_is_the_shift_between_two_parallel_laws"],
+        "why": "the arm's and the baseline's replicates are resampled apart: the seeds they share no longer cancel, "
+               "and Δ's interval at the extrapolated compute carries both arms' seed noise",
+        "protects": "A/B rule",
+    },
+    {
+        "name": "ladder_report_drops_the_extrapolation_label",
+        "file": "dormouse/ab/study/report.py",
+        "function": "scaling_lines",
+        "old": "training FLOPs: an extrapolation** of two laws",
+        "new": "training FLOPs** of two laws",
+        "gates": ["tests/ab/test_width_ladder.py::"
+                  "test_a_finished_ladder_reports_each_arms_fitted_law_and_labels_delta_at_1e18_an_extrapolation"],
+        "why": "Δ at 1e18 FLOPs, three decades past the ladder, reads as a measurement: nothing says it is the two "
+               "fitted laws carried far outside their data",
+        "protects": "A/B rule",
+    },
 ]

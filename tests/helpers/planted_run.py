@@ -18,6 +18,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from dormouse.arms.registry import ARMS
+from dormouse.config.eval_schedule import eval_steps
 from dormouse.config.schema import arm_name
 from dormouse.run.loglines import format_eval_line
 
@@ -33,9 +34,11 @@ def eval_rows(cfg: DictConfig, final_bpb: float, *, start: int = 0, tok_s: float
               dead: bool = False) -> Iterator[dict[str, Any]]:
     """The metrics row of each eval step after ``start``: bpb = final + 0.5·(1 − step/steps), so the last row
     holds the planted final bpb. ``dead``: the arm's counter says it was asked and never ran."""
-    steps, every, max_iter = int(cfg.train.steps), int(cfg.train.eval_every), int(cfg.model.max_iter)
+    steps, max_iter = int(cfg.train.steps), int(cfg.model.max_iter)
     kind = arm_name(cfg)
-    for step in range(every, steps + 1, every):
+    previous = 0
+    for step in eval_steps(float(cfg.train.eval_every), steps):  # the loop's own schedule (a budget's fractional)
+        every, previous = step - previous, step  # the steps this eval's window counted
         if step <= start:
             continue
         bpb = final_bpb + 0.5 * (1 - step / steps)

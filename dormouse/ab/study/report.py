@@ -10,15 +10,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from dormouse.ab.reporting.jsonable import jsonable
 from dormouse.ab.reporting.results import ArmResult, ComparisonResults
 from dormouse.ab.study.interaction import INVALID, decide_all, decide_calibration, interaction_sentence
-from dormouse.ab.study.registry import RegisteredStudy
+from dormouse.ab.study.registry import TREND_FLOPS, RegisteredStudy
+from dormouse.ab.study.scaling_fit import FitFailed, PowerLaw, bootstrap_delta_at, bootstrap_power_law
 from dormouse.run.checkpoint import atomic_write_text
-from dormouse.run.files import DELTA_AXIS_PLOT, POINTS_DEPTH_PLOT, StudyFiles
+from dormouse.run.files import DELTA_AXIS_PLOT, LOSS_FLOPS_PLOT, POINTS_DEPTH_PLOT, StudyFiles
 
 
 def read_point(study_dir: Path, point: str) -> ComparisonResults | None:
@@ -67,7 +69,52 @@ def analyze_study(study: RegisteredStudy, study_dir: Path, stamp: dict[str, Any]
         "generated": datetime.now().isoformat(timespec="seconds"), "command": f"dormouse ab {study.argument}"}
     if complete:
         out["interaction"], out["calibration"] = _decide(study, per_point)
+    if study.study.trend == TREND_FLOPS:  # a width ladder: each point's FLOPs, and each arm's curve once complete
+        out["flops"] = [float(p.reg.spec.budget.value) for p in study.points()]  # type: ignore[union-attr]
+        out["scaling"] = _scaling(study, per_point, out["flops"]) if complete else None
     return jsonable(out)
+
+
+EXTRAPOLATE_TO = 1e18  # the compute the papers' claims sit at: Δ there is an extrapolation, and labelled one
+SCALING_BOOT, SCALING_SEED = 2000, 20261208  # the bootstrap of the curves: refits and its fixed seed
+
+
+def _scaling(study: RegisteredStudy, per_point: list[ComparisonResults | None], flops: list[float]) -> dict:
+    """Each arm's L = E + A·C^(−α) over the points (its replicates' final bpb at each point's FLOPs budget), with
+    bootstrap intervals and L at EXTRAPOLATE_TO; each tested arm's Δ there, paired with the baseline. A fit that
+    fails is reported with its reason, never replaced."""
+    base = study.template.baseline
+
+    def by_point(arm: str) -> dict[float, dict[str, float]]:
+        """Point FLOPs -> replicate -> the arm's final bpb there."""
+        return {c: {k: float(v) for k, v in r.arms[arm].final_bpb.items()}
+                for c, r in zip(flops, per_point) if r is not None and arm in r.arms}
+
+    curves: dict[str, Any] = {}
+    for arm in [base, *study.tested] + ([study.template.aa_arm] if study.template.aa_arm else []):
+        try:
+            fit = bootstrap_power_law({c: list(v.values()) for c, v in by_point(arm).items()}, n_boot=SCALING_BOOT,
+                                      seed=SCALING_SEED, at=[EXTRAPOLATE_TO])
+            curves[arm] = {"E": fit.estimate.E, "A": fit.estimate.A, "alpha": fit.estimate.alpha,
+                           "E_interval": fit.E, "A_interval": fit.A, "alpha_interval": fit.alpha,
+                           "at": fit.at[0], "L_at": fit.predicted[0], "L_at_interval": fit.predicted_interval[0],
+                           "n_failed": fit.n_failed}
+        except (FitFailed, ValueError) as exc:
+            curves[arm] = {"failed": str(exc)}
+    deltas: dict[str, Any] = {}
+    b = by_point(base)
+    for arm in study.tested:
+        a = by_point(arm)
+        pairs = {c: sorted(set(a[c]) & set(b[c]), key=int) for c in a if c in b}  # the replicates both ran
+        try:
+            d = bootstrap_delta_at({c: [a[c][k] for k in ks] for c, ks in pairs.items()},
+                                   {c: [b[c][k] for k in ks] for c, ks in pairs.items()},
+                                   at=[EXTRAPOLATE_TO], n_boot=SCALING_BOOT, seed=SCALING_SEED)
+            deltas[arm] = {"at": d.at[0], "delta": d.delta[0], "interval": d.interval[0], "n_failed": d.n_failed}
+        except (FitFailed, ValueError) as exc:
+            deltas[arm] = {"failed": str(exc)}
+    return {"law": "L = E + A·C^(−α)", "level": 0.95, "n_boot": SCALING_BOOT, "seed": SCALING_SEED,
+            "curves": curves, "delta_at": deltas}
 
 
 def _decide(study: RegisteredStudy, per_point: list[ComparisonResults | None]) -> tuple[dict, dict | None]:
@@ -129,6 +176,31 @@ def _iv(iv: Any) -> str:
     return "—" if not iv or iv[0] is None else f"[{iv[0]:+.4f}, {iv[1]:+.4f}]"
 
 
+def scaling_lines(r: dict[str, Any]) -> list[str]:
+    """A ladder's curves: each arm's fitted law with its intervals, and Δ at the extrapolated compute, labelled so."""
+    sc = r.get("scaling")
+    if not sc:
+        return []
+    out = ["", f"## Each arm's loss against training compute ({sc['law']}, {sc['level']:.0%} bootstrap intervals over "
+           f"the replicates, {sc['n_boot']} refits, seed {sc['seed']})", "",
+           f"| arm | E | A | α | L at {EXTRAPOLATE_TO:.0e} FLOPs (extrapolated) |", "|---|---|---|---|---|"]
+    for arm, c in sc["curves"].items():
+        if "failed" in c:
+            out.append(f"| {arm} | fit failed: {c['failed']} | | | |")
+            continue
+        out.append(f"| {arm} | {c['E']:.3f} [{c['E_interval'][0]:.3f}, {c['E_interval'][1]:.3f}] | {c['A']:.3g} | "
+                   f"{c['alpha']:.3f} [{c['alpha_interval'][0]:.3f}, {c['alpha_interval'][1]:.3f}] | "
+                   f"{c['L_at']:.3f} [{c['L_at_interval'][0]:.3f}, {c['L_at_interval'][1]:.3f}] |")
+    out += ["", f"**Δ at {EXTRAPOLATE_TO:.0e} training FLOPs: an extrapolation** of two laws fitted over "
+            f"{min(r['flops']):.2g}–{max(r['flops']):.2g} FLOPs, far outside them. It assumes both laws hold that far; "
+            "its paired interval covers the replicates' noise, not the error of the law's form. It decides nothing.",
+            ""]
+    for arm, d in sc["delta_at"].items():
+        out.append(f"- {arm}: " + (f"fit failed: {d['failed']}" if "failed" in d else
+                                   f"Δ {d['delta']:+.4f} bpb [{d['interval'][0]:+.4f}, {d['interval'][1]:+.4f}]"))
+    return out
+
+
 def render_study_report(r: dict[str, Any], plots: list[str]) -> str:
     axis = r["axis"]
     out = [f"# Study {r['name']}", "", " ".join(str(r["description"]).split()), "",
@@ -148,6 +220,7 @@ def render_study_report(r: dict[str, Any], plots: list[str]) -> str:
         out += [""] + [f"- {d['sentence']}" for d in r["interaction"].values()]
         if r["calibration"]:
             out += ["", f"A/A calibration (not in the family): {r['calibration']['sentence']}"]
+    out += scaling_lines(r)
     out += ["", "## Each point's verdicts (each a registered comparison; its own report is in its folder)", "",
             "| point | arm | final bpb | Δ mean | n | interval | verdict | tuned lr |",
             "|---|---|---|---|---|---|---|---|"]
@@ -179,7 +252,8 @@ def draw_delta(r: dict[str, Any]) -> Figure:
             a = p["arms"].get(arm)
             if not a or a["diff_mean"] is None:
                 continue
-            x = float(p["value"]) * 2 ** ((i - (len(names) - 1) / 2) * 0.03)  # dodge on the log axis
+            at = r["flops"][r["points"].index(p)] if r.get("flops") else float(p["value"])  # a ladder: its FLOPs
+            x = at * 2 ** ((i - (len(names) - 1) / 2) * 0.03)  # dodge on the log axis
             iv = a["interval"] or [a["diff_mean"], a["diff_mean"]]
             xs.append(x)
             ys.append(a["diff_mean"])
@@ -193,14 +267,49 @@ def draw_delta(r: dict[str, Any]) -> Figure:
     ax.axhline(0.0, color="k", lw=0.8)
     for s in (-1, 1):
         ax.axhline(s * r["sesoi"], color="grey", lw=0.6, ls="--")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks([float(v) for v in r["values"]], [str(v) for v in r["values"]])
-    ax.set_xlabel(r["axis"])
+    if r.get("flops"):
+        ax.set_xscale("log", base=10)
+        ax.set_xlabel(f"training FLOPs per run ({r['axis']} " + ", ".join(map(str, r["values"])) + ")")
+    else:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([float(v) for v in r["values"]], [str(v) for v in r["values"]])
+        ax.set_xlabel(r["axis"])
     ax.set_ylabel(f"Δ = bpb(arm) − bpb({r['baseline']})")
     ax.set_title("Each arm's Δ at every point (mean, the point decision's interval; dashed: ±SESOI)", fontsize=9)
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def draw_loss_vs_flops(r: dict[str, Any]) -> Figure:
+    """A ladder's curves: each arm's final bpb at every point (mean ± sd over replicates) against training FLOPs,
+    and its fitted law over the points, dashed on to the extrapolated compute."""
+    fig = Figure(figsize=(7, 4.5), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    curves = (r.get("scaling") or {}).get("curves", {})
+    grid = np.geomspace(min(r["flops"]), max(r["flops"]), 50)
+    beyond = np.geomspace(max(r["flops"]), EXTRAPOLATE_TO, 50)
+    for i, arm in enumerate(curves or {a: None for a in r["points"][0]["arms"]}):
+        c = curves.get(arm) or {}
+        ms = [(f, p["arms"][arm]["bpb_mean"]) for f, p in zip(r["flops"], r["points"])
+              if arm in p["arms"] and p["arms"][arm]["bpb_mean"] is not None]
+        if ms:
+            ax.plot([f for f, _ in ms], [m for _, m in ms], "o", color=f"C{i % 10}", label=arm)
+        if "alpha" in c:
+            law = PowerLaw(E=c["E"], A=c["A"], alpha=c["alpha"])
+            ax.plot(grid, law.predict(grid), "-", color=f"C{i % 10}", lw=1)
+            ax.plot(beyond, law.predict(beyond), "--", color=f"C{i % 10}", lw=0.8)
+    ax.set_xscale("log", base=10)
+    ax.set_xlabel("training FLOPs per run")
+    ax.set_ylabel("final bpb (mean over replicates)")
+    ax.set_title(f"Each arm's loss against compute, L = E + A·C^(−α) (dashed: extrapolated to {EXTRAPOLATE_TO:.0e})",
+                 fontsize=9)
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, frameon=False)
     fig.tight_layout()
     return fig
 
@@ -237,7 +346,10 @@ def write_study_outputs(study: RegisteredStudy, study_dir: Path, stamp: dict[str
     r = analyze_study(study, study_dir, stamp, card)
     plots = []
     if any(p["decided"] for p in r["points"]):
-        for name, draw in ((DELTA_AXIS_PLOT, draw_delta), (POINTS_DEPTH_PLOT, draw_points_depth)):
+        draws = [(DELTA_AXIS_PLOT, draw_delta), (POINTS_DEPTH_PLOT, draw_points_depth)]
+        if r.get("scaling"):
+            draws.append((LOSS_FLOPS_PLOT, draw_loss_vs_flops))
+        for name, draw in draws:
             draw(r).savefig(files.dir / name)
             plots.append(name)
     r["plots"] = plots

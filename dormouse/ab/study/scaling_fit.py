@@ -161,3 +161,50 @@ def _enough(name: str, n: int) -> None:
 
 def _pair(v: np.ndarray) -> tuple[float, float]:
     return float(v[0]), float(v[1])
+
+
+@dataclass(frozen=True)
+class DeltaAt:
+    """Δ(c) = L_arm(c) − L_base(c) from the two fitted laws at each c of ``at`` (an extrapolation beyond the ladder),
+    with its paired percentile interval: replicates resampled within each point, the same indices for both arms."""
+
+    at: tuple[float, ...]
+    delta: tuple[float, ...]
+    interval: tuple[tuple[float, float], ...]
+    level: float
+    n_boot: int
+    n_failed: int
+
+
+def bootstrap_delta_at(arm: Mapping[float, Sequence[float]], base: Mapping[float, Sequence[float]], *,
+                       at: Sequence[float], n_boot: int = 2000, seed: int, level: float = 0.95) -> DeltaAt:
+    """The difference of the two laws at each c of ``at``; replicate k of a point is the same seeds in both arms,
+    so a resample keeps the pairs (the shared init and data order cancel as they do in the verdicts)."""
+    if sorted(arm) != sorted(base) or any(len(arm[k]) != len(base[k]) for k in arm):
+        raise ValueError("base: needs the arm's points with as many replicates each (they are paired)")
+    c = np.sort(_positive("arm", list(arm)))
+    _enough("arm", c.size)
+    at_c = _positive("at", at)
+    a_reps = [np.asarray(arm[k], dtype=float) for k in sorted(arm)]
+    b_reps = [np.asarray(base[k], dtype=float) for k in sorted(base)]
+    x = np.log(c)
+
+    def delta(ia: list[np.ndarray], ib: list[np.ndarray]) -> np.ndarray:
+        fa, fb = _fit(x, np.array([r.mean() for r in ia])), _fit(x, np.array([r.mean() for r in ib]))
+        return np.atleast_1d(fa.predict(at_c) - fb.predict(at_c))
+
+    estimate = delta(a_reps, b_reps)
+    rng = np.random.default_rng(seed)
+    draws = []
+    for _ in range(int(n_boot)):
+        idx = [rng.integers(0, r.size, size=r.size) for r in a_reps]  # one draw of replicates for both arms
+        try:
+            draws.append(delta([r[i] for r, i in zip(a_reps, idx)], [r[i] for r, i in zip(b_reps, idx)]))
+        except FitFailed:
+            continue
+    n_failed = int(n_boot) - len(draws)
+    if n_failed > MAX_FAILED * n_boot:
+        raise FitFailed(f"{n_failed} of {n_boot} paired bootstrap fits failed (more than {MAX_FAILED:.0%})")
+    q = np.quantile(np.array(draws), [(1.0 - level) / 2.0, (1.0 + level) / 2.0], axis=0).T
+    return DeltaAt(at=tuple(map(float, at_c)), delta=tuple(map(float, estimate)), interval=tuple(map(_pair, q)),
+                   level=level, n_boot=int(n_boot), n_failed=n_failed)
