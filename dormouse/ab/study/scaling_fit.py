@@ -10,12 +10,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dormouse.errors import DormouseError
+
 ALPHA_MAX = 5.0  # far above any LM compute exponent (~0.05–0.5): a fit that ends on it is a step, not a law
 MAX_FAILED = 0.10  # the share of bootstrap fits that may fail before the intervals are refused
 _ALPHA_GRID = np.geomspace(1e-3, ALPHA_MAX / 2, 64)  # the starting values' α, see _start
 
 
-class FitFailed(RuntimeError):
+class FitFailed(DormouseError, RuntimeError, exit_code=1):
     """The least-squares fit of L = E + A·C^(−α) did not converge, or α ended on a bound (no power law there)."""
 
 
