@@ -125,14 +125,16 @@ class RegisteredStudy:
     def interaction_design(self) -> InteractionDesign:
         """The primary rule's registered design: α, τ, the points, the family of tested arms and its correction;
         under ``trend: log10_flops`` each point's x is log10 of its training FLOPs budget."""
-        positions = None
-        if self.study.trend == TREND_FLOPS:
-            positions = tuple(math.log10(float(p.reg.spec.budget.value)) for p in self.points())  # type: ignore[union-attr]
+        positions = tuple(math.log10(c) for c in self.point_flops()) if self.study.trend == TREND_FLOPS else None
         return InteractionDesign(alpha=float(self.template.alpha), smallest_change=float(self.study.smallest_change),
                                  points=tuple(float(v) for v in self.study.points), n_arms=len(self.tested),
                                  alpha_holdback=float(self.study.alpha_holdback),
                                  multiplicity=self.study.multiplicity, positions=positions,
                                  position_name="log10 training FLOPs" if positions else "")
+
+    def point_flops(self) -> list[float]:
+        """Each point's training FLOPs budget (a trend in log10 FLOPs registers one per point)."""
+        return [float(p.reg.spec.budget.value) for p in self.points()]  # type: ignore[union-attr]
 
     def point_design(self) -> Design:
         """The sequential design every point runs (α/P, the registered SESOI, looks and hold-back)."""

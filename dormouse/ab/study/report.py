@@ -70,7 +70,7 @@ def analyze_study(study: RegisteredStudy, study_dir: Path, stamp: dict[str, Any]
     if complete:
         out["interaction"], out["calibration"] = _decide(study, per_point)
     if study.study.trend == TREND_FLOPS:  # a width ladder: each point's FLOPs, and each arm's curve once complete
-        out["flops"] = [float(p.reg.spec.budget.value) for p in study.points()]  # type: ignore[union-attr]
+        out["flops"] = study.point_flops()
         out["scaling"] = _scaling(study, per_point, out["flops"]) if complete else None
     return jsonable(out)
 
